@@ -1,0 +1,184 @@
+"""The paged indexer K cache in numpy: quantise, write, shuffle, gather, block tables.
+
+Layout (DESIGN.md 1.3): each physical block of ``block_size`` tokens holds
+``block_size * D`` fp8 key bytes, then ``block_size`` float32 scales.  Keys are
+token-major (block-flat) or in the 16x16 preshuffled order, where key byte d of
+in-block token t sits at
+``(t // 16) * 16 * D + (d // 16) * 256 + (t % 16) * 16 + d % 16``; scales never move.
+Arrays are [num_blocks, block_size, D + 4] uint8 (vLLM's [.., block_size, 1, D + 4]
+view is accepted wherever a cache is read).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .arguments import FP8, SCALE_BYTES, cache_view, check_preshuffle
+
+FP8_MAX = 448.0
+# Out-of-range block id left in unused block-table entries: a kernel that
+# reads an entry it should not sees an address far outside the pool.
+BLOCK_SENTINEL = np.iinfo(np.int32).max
+
+
+def quantize_keys(k, power_of_two: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise key rows [N, D] to fp8 e4m3fn with one float32 scale per row.
+
+    scale = amax(|row|) / 448 (rounded up to a power of two on request), a zero
+    row gets scale 1; k / scale is rounded to nearest even and saturated at 448.
+    """
+    k = np.asarray(k)
+    if k.ndim != 2:
+        raise ValueError(f"k: expected a 2-D array [N, D], got shape {k.shape}")
+    kf = k.astype(np.float32)
+    if not np.isfinite(kf).all():
+        row = int(np.argwhere(~np.isfinite(kf))[0][0])
+        raise ValueError(f"k: row {row} holds NaN or Inf; keys must be finite to quantise")
+    amax = np.abs(kf).max(axis=1) if kf.shape[1] else np.zeros(kf.shape[0], np.float32)
+    scale = (amax / np.float32(FP8_MAX)).astype(np.float32)
+    if power_of_two:
+        pos = scale > 0
+        scale[pos] = np.exp2(np.ceil(np.log2(scale[pos].astype(np.float64)))).astype(np.float32)
+    scale[scale == 0] = 1.0
+    # The division can land a hair above 448 (scale was rounded to f32); saturate it.
+    x = np.clip(kf / scale[:, None], -FP8_MAX, FP8_MAX)
+    return x.astype(FP8), scale
+
+
+def dequantize_keys(k_fp8, scale) -> np.ndarray:
+    return np.asarray(k_fp8).astype(np.float32) * np.asarray(scale, np.float32)[:, None]
+
+
+def _blocks(cache: np.ndarray, D: int) -> np.ndarray:
+    """The cache as [num_blocks, block bytes], sharing memory with it."""
+    nb, bs = cache_view(cache, D)
+    if not cache.flags.c_contiguous:
+        raise ValueError("kv_cache: expected a C-contiguous array")
+    return cache.reshape(nb, bs * (D + SCALE_BYTES))
+
+
+def _shuffled_key_order(block_size: int, D: int) -> np.ndarray:
+    """pos[t * D + d] = byte offset of key byte d of token t in the shuffled key section."""
+    t = np.arange(block_size)[:, None]
+    d = np.arange(D)[None, :]
+    return ((t // 16) * (16 * D) + (d // 16) * 256 + (t % 16) * 16 + d % 16).reshape(-1)
+
+
+def shuffle_block_keys(keys: np.ndarray, block_size: int, D: int) -> np.ndarray:
+    """[..., block_size * D] token-major key bytes -> the preshuffled order."""
+    check_preshuffle(block_size, D)
+    lead = keys.shape[:-1]
+    x = keys.reshape(*lead, block_size // 16, 16, D // 16, 16)
+    return np.swapaxes(x, -3, -2).reshape(*lead, block_size * D)
+
+
+def unshuffle_block_keys(keys: np.ndarray, block_size: int, D: int) -> np.ndarray:
+    check_preshuffle(block_size, D)
+    lead = keys.shape[:-1]
+    x = keys.reshape(*lead, block_size // 16, D // 16, 16, 16)
+    return np.swapaxes(x, -3, -2).reshape(*lead, block_size * D)
+
+
+def new_cache(num_blocks: int, block_size: int, D: int, fill: int = 0) -> np.ndarray:
+    return np.full((num_blocks, block_size, D + SCALE_BYTES), fill, dtype=np.uint8)
+
+
+def write_cache(cache: np.ndarray, k_fp8, scale, slot_mapping, preshuffle: bool = False) -> None:
+    """Write token i's key and scale at slot_mapping[i] = block * block_size + offset (-1 skips)."""
+    k_fp8 = np.asarray(k_fp8)
+    if k_fp8.dtype != FP8 or k_fp8.ndim != 2:
+        raise TypeError(f"k_fp8: expected a [N, D] float8_e4m3fn array, got {k_fp8.dtype} {k_fp8.shape}")
+    N, D = k_fp8.shape
+    scale = np.asarray(scale)
+    if scale.dtype != np.float32 or scale.shape != (N,):
+        raise TypeError(f"scale: expected [N={N}] float32, got {scale.dtype} {scale.shape}")
+    slots = np.asarray(slot_mapping)
+    if slots.shape != (N,) or slots.dtype.kind not in "iu":
+        raise TypeError(f"slot_mapping: expected [N={N}] integers, got {slots.dtype} {slots.shape}")
+    flat = _blocks(cache, D)
+    nb, bs = cache_view(cache, D)
+    if preshuffle:
+        check_preshuffle(bs, D)
+    keep = slots >= 0
+    slots = slots[keep].astype(np.int64)
+    if slots.size and slots.max() >= nb * bs:
+        raise ValueError(f"slot_mapping: slot {int(slots.max())} is past the cache's {nb} x {bs} slots")
+    if np.unique(slots).size != slots.size:
+        raise ValueError("slot_mapping: a slot appears twice")
+    block, t = slots // bs, slots % bs
+    kbytes = k_fp8[keep].view(np.uint8)
+    if preshuffle:
+        pos = _shuffled_key_order(bs, D).reshape(bs, D)[t]
+    else:
+        pos = t[:, None] * D + np.arange(D)[None, :]
+    flat[block[:, None], pos] = kbytes
+    sbytes = scale[keep].view(np.uint8).reshape(-1, SCALE_BYTES)
+    flat[block[:, None], bs * D + SCALE_BYTES * t[:, None] + np.arange(SCALE_BYTES)[None, :]] = sbytes
+
+
+def shuffle_cache(cache: np.ndarray, D: int) -> np.ndarray:
+    """A block-flat cache -> a new preshuffled cache of the same shape."""
+    nb, bs = cache_view(cache, D)
+    out = np.array(cache, copy=True, order="C")
+    flat = _blocks(out, D)
+    flat[:, : bs * D] = shuffle_block_keys(flat[:, : bs * D], bs, D)
+    return out
+
+
+def unshuffle_cache(cache: np.ndarray, D: int) -> np.ndarray:
+    nb, bs = cache_view(cache, D)
+    out = np.array(cache, copy=True, order="C")
+    flat = _blocks(out, D)
+    flat[:, : bs * D] = unshuffle_block_keys(flat[:, : bs * D], bs, D)
+    return out
+
+
+def gather_blocks(cache: np.ndarray, blocks, D: int, preshuffle: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Keys [len(blocks) * bs, D] fp8 and scales [len(blocks) * bs] float32 of the given blocks, in order."""
+    flat = _blocks(np.ascontiguousarray(cache), D)
+    nb, bs = cache_view(cache, D)
+    raw = flat[np.asarray(blocks, np.int64)]
+    keys = raw[:, : bs * D]
+    if preshuffle:
+        keys = unshuffle_block_keys(keys, bs, D)
+    scales = np.ascontiguousarray(raw[:, bs * D:]).view(np.float32)
+    return np.ascontiguousarray(keys).reshape(-1, D).view(FP8), scales.reshape(-1)
+
+
+def gather_keys(cache: np.ndarray, block_table_row, n_tokens: int, D: int,
+                preshuffle: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """One request's first n_tokens keys and scales as the contiguous [N, D] + [N] buffers prefill takes."""
+    nb, bs = cache_view(cache, D)
+    need = -(-int(n_tokens) // bs)
+    row = np.asarray(block_table_row)
+    if row.shape[0] < need:
+        raise ValueError(f"block_table_row: {n_tokens} tokens need {need} blocks of {bs}, "
+                         f"the row has {row.shape[0]}")
+    blocks = row[:need]
+    if ((blocks < 0) | (blocks >= nb)).any():
+        raise ValueError(f"block_table_row: an entry of the first {need} is outside the cache's {nb} blocks")
+    k, s = gather_blocks(cache, blocks, D, preshuffle)
+    return np.ascontiguousarray(k[:n_tokens]), np.ascontiguousarray(s[:n_tokens])
+
+
+def make_block_tables(context_lens, block_size: int, rng: np.random.Generator,
+                      max_model_len: int | None = None, max_blocks: int | None = None
+                      ) -> tuple[np.ndarray, int]:
+    """Block tables over a pool sized to exactly what the batch reads, in random order.
+
+    Returns (block_tables [B, max_blocks] int32, num_blocks).  Sequence b owns
+    ceil(min(ctx, max_model_len) / block_size) blocks, taken from a random
+    permutation of the pool; every other entry is BLOCK_SENTINEL.
+    """
+    ctx = np.asarray(context_lens, np.int64)
+    live = ctx if max_model_len is None else np.minimum(ctx, max_model_len)
+    need = (live + block_size - 1) // block_size
+    num_blocks = int(need.sum())
+    width = max(int(need.max(initial=0)), 1) if max_blocks is None else max_blocks
+    if (need > width).any():
+        raise ValueError(f"max_blocks: {width} is fewer than the {int(need.max())} blocks a sequence needs")
+    tables = np.full((ctx.shape[0], width), BLOCK_SENTINEL, np.int32)
+    pool = rng.permutation(num_blocks).astype(np.int32)
+    start = np.concatenate([[0], np.cumsum(need)])
+    for b, n in enumerate(need):
+        tables[b, :n] = pool[start[b]:start[b] + n]
+    return tables, num_blocks

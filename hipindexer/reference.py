@@ -1,0 +1,138 @@
+"""The numpy oracle for both indexer ops (DESIGN.md 1.1-1.3).
+
+Same argument names and order as the device ops.  fp8 inputs are dequantised
+exactly and accumulated in float32 (or float64 with ``accumulate=np.float64``).
+Work is cut into row chunks (prefill) or key chunks (decode) whose score tensor
+stays under ``budget_bytes``, so the real chunk shapes run on a 24 GiB machine.
+ReLU is positive-homogeneous and kv_scale >= 0, so the scale is applied once
+after the head reduction, as the kernels do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .arguments import F32, check_decode_values, decode_shape, prefill_shape
+from .cache import gather_blocks
+
+DEFAULT_BUDGET = 512 << 20
+
+
+def prefill_bounds(cu_seqlen_ks, cu_seqlen_ke, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clamped windows [lo, hi) per row, int64; hi == lo for an empty row."""
+    lo = np.clip(np.asarray(cu_seqlen_ks, np.int64), 0, N)
+    hi = np.clip(np.asarray(cu_seqlen_ke, np.int64), 0, N)
+    return lo, np.maximum(hi, lo)
+
+
+def valid_mask(cu_seqlen_ks, cu_seqlen_ke, N: int) -> np.ndarray:
+    """[M, N] bool: True where prefill row m has a logit."""
+    lo, hi = prefill_bounds(cu_seqlen_ks, cu_seqlen_ke, N)
+    n = np.arange(N)[None, :]
+    return (n >= lo[:, None]) & (n < hi[:, None])
+
+
+def decode_bounds(context_lens, next_n: int, max_model_len: int, next_n_lens=None) -> np.ndarray:
+    """[B * next_n] int64: row r = b * next_n + j has logits on [0, bound[r]).
+
+    Live rows (j < live_b) see keys n <= ctx_b - live_b + j and n < max_model_len;
+    other rows see none.
+    """
+    ctx = np.asarray(context_lens, np.int64)[:, None]
+    live = (np.full(ctx.shape, next_n, np.int64) if next_n_lens is None
+            else np.asarray(next_n_lens, np.int64)[:, None])
+    j = np.arange(next_n)[None, :]
+    bound = np.clip(ctx - live + j + 1, 0, max_model_len)
+    return np.where(j < live, bound, 0).reshape(-1)
+
+
+def decode_valid_mask(context_lens, next_n: int, max_model_len: int, next_n_lens=None) -> np.ndarray:
+    bound = decode_bounds(context_lens, next_n, max_model_len, next_n_lens)
+    return np.arange(max_model_len)[None, :] < bound[:, None]
+
+
+def _output(out, shape, clean_logits: bool) -> np.ndarray:
+    if out is None:
+        # Nothing asked to keep: positions a row never owns are -inf when
+        # cleaning, NaN (the poison the gate looks for) otherwise.
+        return np.full(shape, -np.inf if clean_logits else np.nan, np.float32)
+    if not isinstance(out, np.ndarray) or out.dtype != F32 or out.shape != shape:
+        raise ValueError(f"out: expected a float32 numpy array of shape {shape}, got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    if clean_logits:
+        out[...] = -np.inf
+    return out
+
+
+def _head_sum(q_rows, k_cols, w_rows, acc) -> np.ndarray:
+    """sum_h relu(q[r, h] . k[n]) * w[r, h] -> [r, n], from [r, H, D] and [n, D]."""
+    r, H, D = q_rows.shape
+    s = q_rows.reshape(r * H, D) @ k_cols.T
+    np.maximum(s, 0, out=s)
+    return np.matmul(w_rows.astype(acc)[:, None, :], s.reshape(r, H, -1))[:, 0, :]
+
+
+def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True,
+                   out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET) -> np.ndarray:
+    """Prefill logits [M, N] float32 (DESIGN.md 1.1)."""
+    s = prefill_shape(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke)
+    acc = np.dtype(accumulate)
+    q, k = np.asarray(q), np.asarray(k)
+    kv_scale, weights = np.asarray(kv_scale), np.asarray(weights)
+    out = _output(out, (s.M, s.N), clean_logits)
+    lo, hi = prefill_bounds(cu_seqlen_ks, cu_seqlen_ke, s.N)
+    kf = k.astype(acc)
+    rows = max(1, budget_bytes // max(1, s.H * s.N * acc.itemsize))
+    for r0 in range(0, s.M, rows):
+        r1 = min(s.M, r0 + rows)
+        live = hi[r0:r1] > lo[r0:r1]
+        if not live.any():
+            continue
+        c0, c1 = int(lo[r0:r1][live].min()), int(hi[r0:r1][live].max())
+        vals = _head_sum(q[r0:r1].astype(acc), kf[c0:c1], weights[r0:r1], acc)
+        vals *= kv_scale[c0:c1].astype(acc)
+        n = np.arange(c0, c1)[None, :]
+        ok = (n >= lo[r0:r1, None]) & (n < hi[r0:r1, None])
+        block = out[r0:r1, c0:c1]
+        block[ok] = vals[ok].astype(np.float32)
+    return out
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len,
+                         next_n_lens=None, preshuffle=False, split_kv=None, clean_logits=True,
+                         out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET) -> np.ndarray:
+    """Decode logits [B * next_n, max_model_len] float32 from a paged cache (DESIGN.md 1.2).
+
+    split_kv is a device tunable; it is checked and otherwise has no effect here.
+    """
+    s = decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len,
+                     next_n_lens, preshuffle, split_kv)
+    ctx = np.asarray(context_lens)
+    nn = None if next_n_lens is None else np.asarray(next_n_lens)
+    check_decode_values(s, ctx, np.asarray(block_tables), nn)
+    acc = np.dtype(accumulate)
+    q, weights, bt = np.asarray(q), np.asarray(weights), np.asarray(block_tables)
+    kv_cache = np.ascontiguousarray(kv_cache)
+    out = _output(out, (s.B * s.next_n, s.max_model_len), clean_logits)
+    bound = decode_bounds(ctx, s.next_n, s.max_model_len, nn).reshape(s.B, s.next_n)
+    # Keys per chunk so that live * H * keys scores stay under the budget.
+    chunk = max(s.block_size, budget_bytes // max(1, s.next_n * s.H * acc.itemsize))
+    chunk -= chunk % s.block_size
+    for b in range(s.B):
+        seen = np.nonzero(bound[b])[0]
+        if seen.size == 0:
+            continue
+        live = int(seen[-1]) + 1
+        qb = q[b, :live].astype(acc)
+        wb = weights[b * s.next_n: b * s.next_n + live]
+        width = int(bound[b].max())
+        for c0 in range(0, width, chunk):
+            c1 = min(width, c0 + chunk)
+            blocks = bt[b, c0 // s.block_size: -(-c1 // s.block_size)]
+            keys, scales = gather_blocks(kv_cache, blocks, s.D, preshuffle)
+            keys, scales = keys[: c1 - c0], scales[: c1 - c0]
+            vals = _head_sum(qb, keys.astype(acc), wb, acc) * scales.astype(acc)
+            n = np.arange(c0, c1)[None, :]
+            ok = n < bound[b, :live, None]
+            rows = out[b * s.next_n: b * s.next_n + live, c0:c1]
+            rows[ok] = vals[ok].astype(np.float32)
+    return out
