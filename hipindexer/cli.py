@@ -63,5 +63,77 @@ def check(quick: bool, seed: int, as_json: bool) -> None:
         sys.exit(1)
 
 
+def _build_module():
+    """build.py of the source checkout this package runs from, or None (an installed wheel has none)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "build.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("_hx_build", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_hx_build"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def build(args) -> None:
+    """Compile the kernel sources into code objects (build.py; --help for its options)."""
+    mod = _build_module()
+    if mod is None:
+        raise click.ClickException("hipindexer build needs a source checkout (build.py and hsaco_src/); "
+                                   "an installed wheel already carries its code objects")
+    sys.exit(mod.main(list(args)))
+
+
+def _toolchains() -> dict:
+    mod = _build_module()
+    if mod is None:
+        return {"note": "no source checkout: toolchains are only needed to build"}
+    from pathlib import Path
+    found = {}
+    for target in mod.TARGETS:
+        try:
+            tc = mod.find_toolchain(target, Path(mod.ROOT) / "build")
+            found[target] = {"mode": tc.mode, "path": str(tc.path), "version": tc.version}
+        except Exception as e:  # a missing toolchain is information here, not an error
+            found[target] = {"missing": str(e)}
+    return found
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def info(as_json: bool) -> None:
+    """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources."""
+    from .runtime.info import collect_info
+    report = collect_info()
+    report["toolchains"] = _toolchains()
+    if as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
+        return
+    for b in report["backends"]:
+        state = f"{b.get('device_count', 0)} device(s)" if b.get("available") else f"unavailable: {b.get('why_not')}"
+        click.echo(f"backend {b['name']}: {state}")
+    for d in report["devices"]:
+        click.echo(f"device {d['spec']}: " + (d.get("error") or f"{d['name']} ({d['arch']}, {d['num_cus']} CUs)"))
+    for t, tc in report["toolchains"].items():
+        click.echo(f"toolchain {t}: {tc}")
+    m = report["manifest"]
+    if not m.get("present"):
+        click.echo(f"manifest: missing ({m.get('why_not')})")
+        return
+    click.echo(f"manifest {m['path']}: targets {', '.join(m['targets'])}")
+    rows = []
+    for k in m["kernels"]:
+        r = k.get("resources", {})
+        res = (f"vgpr {r.get('vgpr')} agpr {r.get('agpr')} sgpr {r.get('sgpr')} lds {r.get('lds')} "
+               f"scratch {r.get('scratch')} occ {r.get('occupancy')}" if k["target"] == "gfx950" else
+               f"regs {r.get('registers')} smem {r.get('shared')} spill {r.get('spill_stores')}/{r.get('spill_loads')}")
+        rows.append([k["target"], k["variant_key"], k["param_size"], res])
+    click.echo(_table(rows, ["target", "kernel", "params", "resources"]))
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,175 @@
+"""The one declaration of every kernel parameter struct and every kernel.
+
+From each `Struct` come both the C header that device code includes (with a
+static_assert on every offset and on the size) and the ctypes mirror the
+runtime packs, so the two cannot drift apart silently. Stdlib only: build.py
+imports this file by path in an isolated build environment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass, field
+
+# kind -> (size, C spelling, ctypes type); alignment == size for all of them
+_SCALARS = {
+    "u8": (1, "unsigned char", ctypes.c_uint8),
+    "i32": (4, "int", ctypes.c_int32),
+    "u32": (4, "unsigned int", ctypes.c_uint32),
+    "i64": (8, "long long", ctypes.c_int64),
+    "u64": (8, "unsigned long long", ctypes.c_uint64),
+    "f32": (4, "float", ctypes.c_float),
+    "f64": (8, "double", ctypes.c_double),
+}
+
+
+@dataclass(frozen=True)
+class Blob:
+    """Opaque bytes with their own alignment (e.g. a 128-byte, 64-aligned TMA descriptor)."""
+
+    size: int
+    align: int = 1
+
+
+def _layout(spec):
+    """(size, align, C declarator format, ctypes type) of a field spec.
+
+    Specs: a scalar kind, "ptr" (void*), "ptr:<kind>" (typed pointer, still 8
+    bytes on the host), or a Blob.
+    """
+    if isinstance(spec, Blob):
+        return spec.size, spec.align, "alignas(%d) unsigned char {}[%d]" % (spec.align, spec.size), ctypes.c_uint8 * spec.size
+    if spec == "ptr":
+        return 8, 8, "void* {}", ctypes.c_uint64
+    if spec.startswith("ptr:") and spec[4:] in _SCALARS:
+        return 8, 8, _SCALARS[spec[4:]][1] + "* {}", ctypes.c_uint64
+    if spec in _SCALARS:
+        size, cname, ct = _SCALARS[spec]
+        return size, size, cname + " {}", ct
+    raise ValueError(f"unknown field spec {spec!r}")
+
+
+class Struct:
+    def __init__(self, name: str, fields):
+        self.name = name
+        self.fields = list(fields)
+        off, align, self.offsets, self._ctfields = 0, 1, {}, []
+        for fname, spec in self.fields:
+            size, falign, _, ct = _layout(spec)
+            pad = -off % falign
+            if pad:
+                self._ctfields.append((f"_pad{off}", ctypes.c_uint8 * pad))
+                off += pad
+            self.offsets[fname] = off
+            self._ctfields.append((fname, ct))
+            off += size
+            align = max(align, falign)
+        tail = -off % align
+        if tail:
+            self._ctfields.append((f"_pad{off}", ctypes.c_uint8 * tail))
+        self.size, self.align = off + tail, align
+        self._ctype = None
+
+    def ctype(self):
+        """ctypes.Structure with C's layout; padding is explicit because ctypes has no alignas."""
+        if self._ctype is None:
+            cls = type(self.name, (ctypes.Structure,), {"_pack_": 1, "_fields_": self._ctfields})
+            assert ctypes.sizeof(cls) == self.size, self.name
+            for fname in self.offsets:
+                assert getattr(cls, fname).offset == self.offsets[fname], (self.name, fname)
+            self._ctype = cls
+        return self._ctype
+
+    def pack(self, **values) -> bytes:
+        """Bytes of the struct; every field must be given, padding is zero."""
+        names = [f for f, _ in self.fields]
+        missing = [f for f in names if f not in values]
+        extra = [k for k in values if k not in self.offsets]
+        if missing or extra:
+            raise TypeError(f"{self.name}: missing fields {missing}, unknown fields {extra}")
+        inst = self.ctype()()
+        for fname, spec in self.fields:
+            v = values[fname]
+            if isinstance(spec, Blob):
+                v = bytes(v)
+                if len(v) > spec.size:
+                    raise ValueError(f"{self.name}.{fname}: {len(v)} bytes > {spec.size}")
+                ctypes.memmove(ctypes.addressof(inst) + self.offsets[fname], v, len(v))
+            else:
+                setattr(inst, fname, int(v) if spec.startswith("ptr") else v)
+        return bytes(inst)
+
+    def header(self) -> str:
+        lines = [f"struct {self.name} {{"]
+        for fname, spec in self.fields:
+            lines.append("  " + _layout(spec)[2].format(fname) + ";")
+        lines.append("};")
+        for fname, off in self.offsets.items():
+            lines.append(f"static_assert(__builtin_offsetof({self.name}, {fname}) == {off}, \"{self.name}.{fname}\");")
+        lines.append(f"static_assert(sizeof({self.name}) == {self.size}, \"sizeof {self.name}\");")
+        lines.append(f"static_assert(alignof({self.name}) == {self.align}, \"alignof {self.name}\");")
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    key: str  # catalog key, also the file stem of the code object
+    source: str  # relative to the source root (hsaco_src/)
+    symbol: str  # extern "C" name in the code object
+    params: str  # Struct name
+    block: int  # threads per block: launch bounds (-DHX_BLOCK) and launch
+    targets: tuple = ("gfx950", "sm_90a")
+    variants: tuple = field(default_factory=lambda: ({},))
+
+
+_VARIANT_TOKEN = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def variant_key(kernel: Kernel, variant: dict) -> str:
+    """`key` then `.NAME-VALUE` per define, sorted: stays a plain file name."""
+    parts = [kernel.key]
+    for k in sorted(variant):
+        v = str(variant[k])
+        if not (_VARIANT_TOKEN.match(k) and _VARIANT_TOKEN.match(v)):
+            raise ValueError(f"{kernel.key}: variant define {k}={v} must be [A-Za-z0-9_]")
+        parts.append(f"{k}-{v}")
+    return ".".join(parts)
+
+
+STRUCTS = [
+    Struct("FillParams", [("dst", "ptr:u32"), ("value", "u32"), ("count", "u64")]),
+    # Every field kind; the 64-aligned blob needs 20 bytes of padding before
+    # it and fields follow it, so both inner and tail padding are exercised.
+    Struct(
+        "EchoParams",
+        [
+            ("out", "ptr:u8"),
+            ("a_u8", "u8"),
+            ("b_i32", "i32"),
+            ("c_u32", "u32"),
+            ("d_i64", "i64"),
+            ("e_u64", "u64"),
+            ("f_f32", "f32"),
+            ("blob", Blob(size=128, align=64)),
+            ("g_f64", "f64"),
+            ("h_ptr", "ptr"),
+            ("tail_u8", "u8"),
+        ],
+    ),
+]
+STRUCT = {s.name: s for s in STRUCTS}
+
+KERNELS = [
+    Kernel("fill_u32", "generic/fill.hip", "hx_fill_u32", "FillParams", block=256),
+    Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64),
+]
+KERNEL = {k.key: k for k in KERNELS}
+
+
+def header_text() -> str:
+    body = "\n".join(s.header() for s in STRUCTS)
+    return (
+        "// Generated by build.py from hipindexer/catalog.py. Do not edit.\n"
+        "#pragma once\n\n" + body
+    )

@@ -1,0 +1,202 @@
+"""CUDA backend over cuda.bindings.driver: every driver call of the package lives here.
+
+Mirror of hip.py (same method set). Only calls whose Python signature is the
+same in cuda-bindings 12.x and 13.x are used (no cuCtxCreate, no
+cuDeviceComputeCapability). Contexts are the devices' primary contexts, so
+CuPy, JAX and torch see the same context and share pointers and streams.
+"""
+import numpy as np
+
+try:
+    from cuda.bindings import driver as _cu
+except ImportError:
+    try:
+        from cuda import cuda as _cu  # cuda-python < 12.6 layout
+    except ImportError:
+        _cu = None
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+def _check(result, what="cuda call"):
+    """Accept `(err, *outs)` and a bare CUresult."""
+    if isinstance(result, tuple):
+        err, outs = result[0], result[1:]
+    else:
+        err, outs = result, ()
+    if int(err) != 0:
+        name = getattr(err, "name", None) or f"CUresult {int(err)}"
+        raise CudaError(f"{what} failed: {name} ({int(err)})")
+    return outs[0] if len(outs) == 1 else (outs or None)
+
+
+def _attr(name):
+    return getattr(_cu.CUdevice_attribute, name)
+
+
+class CudaBackend:
+    name = "cuda"
+    dlpack_device_type = 2  # kDLCUDA
+    wave_size = 32
+
+    def __init__(self):
+        self._error = None
+        self._inited = None
+        self._ctx = {}
+
+    def library_path(self):
+        return "libcuda.so.1 (system search)"
+
+    def bindings_version(self):
+        try:
+            import cuda.bindings
+            return f"cuda-bindings {cuda.bindings.__version__}"
+        except Exception:
+            return None
+
+    def available(self):
+        if self._inited is None:
+            if _cu is None:
+                self._error, self._inited = "cuda-bindings is not installed", False
+                return False
+            try:
+                res = _cu.cuInit(0)
+                err = res[0] if isinstance(res, tuple) else res
+                self._inited = int(err) == 0
+                if not self._inited:
+                    self._error = f"cuInit: {getattr(err, 'name', int(err))}"
+            except Exception as e:  # cuda.pathfinder's DynamicLibNotFoundError when there is no driver
+                self._error, self._inited = f"{type(e).__name__}: {e}", False
+        return self._inited
+
+    def why_unavailable(self):
+        return self._error
+
+    def device_count(self):
+        return int(_check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")) if self.available() else 0
+
+    def runtime_version(self):
+        return int(_check(_cu.cuDriverGetVersion(), "cuDriverGetVersion"))
+
+    # -- device info --
+    def _dev(self, index):
+        return _check(_cu.cuDeviceGet(index), "cuDeviceGet")
+
+    def activate(self, index):
+        ctx = self._ctx.get(index)
+        if ctx is None:
+            ctx = self._ctx[index] = _check(_cu.cuDevicePrimaryCtxRetain(self._dev(index)), "cuDevicePrimaryCtxRetain")
+        _check(_cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+    def _attr(self, name, index):
+        return int(_check(_cu.cuDeviceGetAttribute(_attr(name), self._dev(index)), name))
+
+    def arch(self, index):
+        major = self._attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", index)
+        minor = self._attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR", index)
+        # wgmma/setmaxnreg code is built arch-specific ("a"); a 9.0 part runs sm_90a objects
+        return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+    def device_name(self, index):
+        raw = _check(_cu.cuDeviceGetName(256, self._dev(index)), "cuDeviceGetName")
+        return bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
+
+    def num_cus(self, index):
+        return self._attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", index)
+
+    def total_memory(self, index):
+        return int(_check(_cu.cuDeviceTotalMem(self._dev(index)), "cuDeviceTotalMem"))
+
+    def device_synchronize(self, index):
+        self.activate(index)
+        _check(_cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    # -- memory: returns (ptr, stream_ordered) --
+    def malloc(self, nbytes, stream):
+        res = _cu.cuMemAllocAsync(nbytes, stream)
+        if int(res[0]) == 0:
+            return int(res[1]), True
+        if res[0] != _cu.CUresult.CUDA_ERROR_NOT_SUPPORTED:
+            _check(res, f"cuMemAllocAsync({nbytes})")
+        return int(_check(_cu.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")), False
+
+    def free(self, ptr, stream, stream_ordered):
+        if stream_ordered:
+            _check(_cu.cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
+        else:
+            _check(_cu.cuMemFree(ptr), "cuMemFree")
+
+    def memcpy_htod(self, dst, src_host, nbytes, stream):
+        _check(_cu.cuMemcpyHtoDAsync(dst, src_host, nbytes, stream), "cuMemcpyHtoDAsync")
+
+    def memcpy_dtoh(self, dst_host, src, nbytes, stream):
+        _check(_cu.cuMemcpyDtoHAsync(dst_host, src, nbytes, stream), "cuMemcpyDtoHAsync")
+
+    def memcpy_dtod(self, dst, src, nbytes, stream):
+        _check(_cu.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
+
+    def memset_d8(self, dst, value, count, stream):
+        _check(_cu.cuMemsetD8Async(dst, value, count, stream), "cuMemsetD8Async")
+
+    def memset_d32(self, dst, value, count, stream):
+        _check(_cu.cuMemsetD32Async(dst, value, count, stream), "cuMemsetD32Async")
+
+    # -- streams and events --
+    def stream_create(self):
+        return int(_check(_cu.cuStreamCreate(int(_cu.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate"))
+
+    def stream_destroy(self, stream):
+        _check(_cu.cuStreamDestroy(stream), "cuStreamDestroy")
+
+    def stream_synchronize(self, stream):
+        _check(_cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def stream_wait_event(self, stream, event):
+        _check(_cu.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+
+    def event_create(self, timing=True):
+        flags = 0 if timing else int(_cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        return int(_check(_cu.cuEventCreate(flags), "cuEventCreate"))
+
+    def event_destroy(self, event):
+        _check(_cu.cuEventDestroy(event), "cuEventDestroy")
+
+    def event_record(self, event, stream):
+        _check(_cu.cuEventRecord(event, stream), "cuEventRecord")
+
+    def event_synchronize(self, event):
+        _check(_cu.cuEventSynchronize(event), "cuEventSynchronize")
+
+    def event_elapsed_ms(self, start, end):
+        fn = getattr(_cu, "cuEventElapsedTime", None) or _cu.cuEventElapsedTime_v2
+        return float(_check(fn(start, end), "cuEventElapsedTime"))
+
+    # -- modules and launch --
+    def module_load(self, image: bytes):
+        return _check(_cu.cuModuleLoadData(image), "cuModuleLoadData")
+
+    def module_unload(self, module):
+        _check(_cu.cuModuleUnload(module), "cuModuleUnload")
+
+    def module_function(self, module, symbol):
+        return _check(_cu.cuModuleGetFunction(module, symbol.encode()), f"cuModuleGetFunction({symbol})")
+
+    def launch_args(self, buf_addr, size):
+        """kernelParams for one by-value struct: a void*[1] whose entry points at the struct bytes."""
+        kp = np.array([buf_addr], dtype=np.uint64)
+        return (kp.ctypes.data, kp)  # the array must outlive every launch
+
+    def launch(self, fn, grid, block, shared_mem, stream, args):
+        _check(_cu.cuLaunchKernel(fn, *grid, *block, shared_mem, stream, args[0], 0), "cuLaunchKernel")
+
+
+_backend = None
+
+
+def backend():
+    global _backend
+    if _backend is None:
+        _backend = CudaBackend()
+    return _backend

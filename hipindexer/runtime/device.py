@@ -1,0 +1,187 @@
+"""Devices, streams and events over a backend (hip.py, cuda.py, later a CPU emulator).
+
+A backend is any object with the method set of hip.HipBackend; BACKENDS maps a
+spec prefix to a factory, so `register_backend("emu", ...)` is all a third one
+needs. Everything here deals in int handles.
+"""
+import threading
+
+from . import cuda as _cuda
+from . import hip as _hip
+
+BACKENDS = {"hip": _hip.backend, "cuda": _cuda.backend}
+SEARCH_ORDER = ["hip", "cuda"]
+_ACCEPTED = "None (first GPU, HIP then CUDA), 'hip', 'hip:N', 'cuda', 'cuda:N'"
+
+
+class NoDeviceError(RuntimeError):
+    pass
+
+
+def register_backend(name, factory, search=False):
+    BACKENDS[name] = factory
+    if search and name not in SEARCH_ORDER:
+        SEARCH_ORDER.append(name)
+
+
+def _describe(name):
+    try:
+        b = BACKENDS[name]()
+        head = f"{name}: {b.bindings_version() or 'bindings not installed'}, library {b.library_path()}"
+        if not b.available():
+            return f"{head}: not usable ({b.why_unavailable()})"
+        n = b.device_count()
+        return f"{head}: loaded, {n} device(s)" + (f" ({b.why_unavailable()})" if not n and b.why_unavailable() else "")
+    except Exception as e:
+        return f"{name}: probe failed ({type(e).__name__}: {e})"
+
+
+def _parse(spec):
+    if spec is None:
+        return None, None
+    if isinstance(spec, str):
+        name, _, idx = spec.strip().lower().partition(":")
+        if name in BACKENDS and (idx == "" or idx.isdigit()):
+            return name, int(idx) if idx else 0
+    raise ValueError(f"unknown device spec {spec!r}; accepted forms: {_ACCEPTED}" +
+                     "".join(f", '{n}:N'" for n in BACKENDS if n not in ("hip", "cuda")))
+
+
+_tls = threading.local()
+
+
+class Device:
+    """One GPU. Cached per (backend, index): Device("cuda:0") is Device("cuda:0")."""
+    _cache = {}
+    _lock = threading.Lock()
+
+    def __new__(cls, spec=None):
+        if isinstance(spec, Device):
+            return spec
+        name, index = _parse(spec)
+        with cls._lock:
+            if name is None:
+                for cand in SEARCH_ORDER:
+                    b = BACKENDS[cand]()
+                    if b.available() and b.device_count() > 0:
+                        name, index = cand, 0
+                        break
+                else:
+                    raise NoDeviceError("no GPU found; looked for: " + "; ".join(_describe(n) for n in SEARCH_ORDER))
+            key = (name, index)
+            dev = cls._cache.get(key)
+            if dev is None:
+                b = BACKENDS[name]()
+                count = b.device_count() if b.available() else 0
+                if index >= count:
+                    raise NoDeviceError(f"no device {name}:{index}; looked for: {_describe(name)}")
+                dev = object.__new__(cls)
+                dev._init(name, index, b)
+                cls._cache[key] = dev
+            return dev
+
+    def _init(self, name, index, b):
+        self.backend, self.index, self._b = name, index, b
+        b.activate(index)
+        self.arch = b.arch(index)
+        self.name = b.device_name(index)
+        self.num_cus = b.num_cus(index)
+        self.total_memory = b.total_memory(index)
+        self.wave_size = b.wave_size
+        self._default_stream = None
+
+    def activate(self):
+        """Make this device current on this thread; cheap when it already is (we are the only switcher we track)."""
+        if getattr(_tls, "current", None) is not self:
+            self._b.activate(self.index)
+            _tls.current = self
+
+    @property
+    def default_stream(self):
+        if self._default_stream is None:
+            self._default_stream = Stream(self)
+        return self._default_stream
+
+    def dlpack_device(self):
+        return (self._b.dlpack_device_type, self.index)
+
+    def synchronize(self):
+        self._b.device_synchronize(self.index)
+
+    def __repr__(self):
+        return f"Device('{self.backend}:{self.index}', arch={self.arch!r}, name={self.name!r})"
+
+    def __reduce__(self):
+        return (Device, (f"{self.backend}:{self.index}",))
+
+
+def _as_stream(stream, device):
+    if stream is None:
+        return device.default_stream
+    return stream if isinstance(stream, Stream) else Stream(device, external=stream)
+
+
+class Stream:
+    """A package-owned stream, or a wrapper around a foreign one (an int handle or an
+    object with `__cuda_stream__` -> (version, handle)); foreign streams are never destroyed."""
+
+    def __init__(self, device=None, external=None):
+        self.device = Device(device)
+        self.device.activate()
+        b = self.device._b
+        if external is None:
+            self.handle, self._owned = b.stream_create(), True
+        else:
+            if hasattr(external, "__cuda_stream__"):
+                external = external.__cuda_stream__()[1]
+            elif hasattr(external, "ptr"):  # CuPy streams
+                external = external.ptr
+            self.handle, self._owned = int(external), False
+
+    def synchronize(self):
+        self.device._b.stream_synchronize(self.handle)
+
+    def wait(self, other):
+        """Order later work on this stream after everything now queued on `other` (a Stream or Event)."""
+        ev = other if isinstance(other, Event) else Event(self.device, timing=False).record(other)
+        self.device._b.stream_wait_event(self.handle, ev.handle)
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+    def __int__(self):
+        return self.handle
+
+    def __del__(self):
+        if getattr(self, "_owned", False):
+            try:
+                self.device._b.stream_destroy(self.handle)  # returns at once; queued work still completes
+            except Exception:
+                pass
+
+    def __repr__(self):
+        return f"Stream({self.device!r}, handle=0x{self.handle:x}{'' if self._owned else ', foreign'})"
+
+
+class Event:
+    def __init__(self, device=None, timing=True):
+        self.device = Device(device)
+        self.device.activate()
+        self.handle = self.device._b.event_create(timing)
+
+    def record(self, stream=None):
+        self.device._b.event_record(self.handle, _as_stream(stream, self.device).handle)
+        return self
+
+    def synchronize(self):
+        self.device._b.event_synchronize(self.handle)
+
+    def elapsed_ms(self, other):
+        """Milliseconds from this event to `other` (both recorded; `other` completed)."""
+        return self.device._b.event_elapsed_ms(self.handle, other.handle)
+
+    def __del__(self):
+        try:
+            self.device._b.event_destroy(self.handle)
+        except Exception:
+            pass

@@ -1,0 +1,177 @@
+"""Manifest lookup, code-object loading (sha256-checked, once per device) and kernel launch.
+
+Every kernel takes one parameter struct by value. The ctypes mirror comes from
+hipindexer.catalog; its size must equal the manifest's `param_size` (what the
+code object itself declared at build time), checked at lookup, before any launch.
+"""
+import ctypes
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+from .device import Device, _as_stream
+
+DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifest.json"
+
+
+class KernelLookupError(LookupError):
+    pass
+
+
+class ParamSizeError(RuntimeError):
+    pass
+
+
+class CodeObjectMismatch(RuntimeError):
+    pass
+
+
+def _catalog_mirror(name):
+    from .. import catalog
+    if hasattr(catalog, "STRUCT"):
+        return catalog.STRUCT[name].ctype()
+    return catalog.struct(name).ctype()
+
+
+class Manifest:
+    """manifest.json plus where its objects live; `structs` overrides the catalog's mirrors (tests)."""
+
+    def __init__(self, path=None, structs=None):
+        self.path = Path(path) if path is not None else DEFAULT_MANIFEST
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no kernel manifest at {self.path}: build the kernels first (python build.py)")
+        self.data = json.loads(self.path.read_text())
+        self.root = self.path.parent
+        self.entries = self.data.get("kernels", [])
+        self._structs = structs or {}
+
+    def targets(self, name=None):
+        return sorted({e["target"] for e in self.entries if name is None or e["name"] == name})
+
+    def mirror(self, struct_name):
+        return self._structs.get(struct_name) or _catalog_mirror(struct_name)
+
+    def find(self, name, arch, variant=None):
+        """The entry for (name, variant) on `arch`, with its param size checked against the ctypes mirror."""
+        named = [e for e in self.entries if e["name"] == name]
+        if not named:
+            raise KernelLookupError(f"no kernel {name!r} in {self.path}; it has: "
+                                    f"{', '.join(sorted({e['name'] for e in self.entries})) or 'nothing'}")
+        here = [e for e in named if e["target"] == arch]
+        if not here:
+            raise KernelLookupError(f"no code object for {arch}; this package has: {', '.join(self.targets(name))} "
+                                    f"(kernel {name!r})")
+        if variant is None:
+            hits = here if len(here) == 1 else [e for e in here if not e.get("variant")]
+        elif isinstance(variant, str):
+            hits = [e for e in here if e.get("variant_key") == variant]
+        else:
+            want = {k: str(v) for k, v in variant.items()}
+            hits = [e for e in here if {k: str(v) for k, v in e.get("variant", {}).items()} == want]
+        if len(hits) != 1:
+            raise KernelLookupError(f"kernel {name!r} on {arch}: variant {variant!r} matches {len(hits)} of: "
+                                    f"{', '.join(e.get('variant_key', '?') for e in here)}")
+        entry = hits[0]
+        mirror = self.mirror(entry["params"])
+        if entry["param_size"] != ctypes.sizeof(mirror):
+            raise ParamSizeError(
+                f"kernel {entry.get('variant_key', name)!r} ({arch}): the code object's {entry['params']} is "
+                f"{entry['param_size']} bytes but the ctypes mirror is {ctypes.sizeof(mirror)}; "
+                "the kernels are stale or the catalog changed: rebuild (python build.py)")
+        return entry, mirror
+
+
+_manifests = {}
+_modules = {}
+_kernels = {}
+_lock = threading.Lock()
+
+
+def load_manifest(path=None):
+    key = str(Path(path).resolve()) if path is not None else str(DEFAULT_MANIFEST)
+    if key not in _manifests:
+        _manifests[key] = Manifest(path)
+    return _manifests[key]
+
+
+def _module(device, manifest, entry):
+    key = (device.backend, device.index, str((manifest.root / entry["object"]).resolve()))
+    mod = _modules.get(key)
+    if mod is None:
+        path = manifest.root / entry["object"]
+        image = path.read_bytes()
+        digest = hashlib.sha256(image).hexdigest()
+        if digest != entry["sha256"]:
+            raise CodeObjectMismatch(f"{path}: sha256 {digest[:16]}... does not match the manifest's "
+                                     f"{entry['sha256'][:16]}...; rebuild (python build.py)")
+        device.activate()
+        mod = _modules[key] = device._b.module_load(image)
+    return mod
+
+
+def get_kernel(name, variant=None, device=None, manifest=None):
+    """The launchable kernel `name` (+ variant) for `device`'s arch; cached per (device, manifest entry)."""
+    device = Device(device)
+    manifest = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    entry, mirror = manifest.find(name, device.arch, variant)
+    key = (device.backend, device.index, id(manifest), entry["variant_key"])
+    k = _kernels.get(key)
+    if k is None:
+        with _lock:
+            k = _kernels.get(key)
+            if k is None:
+                k = _kernels[key] = Kernel(device, manifest, entry, mirror)
+    return k
+
+
+def _dim3(d):
+    if isinstance(d, int):
+        return (d, 1, 1)
+    d = tuple(d)
+    return d + (1,) * (3 - len(d))
+
+
+class Kernel:
+    """One code object's function on one device, with its packed parameter buffer prebuilt.
+
+    launch() only rewrites the buffer and enqueues: no host synchronisation, no device
+    allocation (capturable into graphs). The buffer is per kernel: not thread-safe."""
+
+    def __init__(self, device, manifest, entry, mirror):
+        self.device, self.entry, self.mirror = device, entry, mirror
+        self.name, self.symbol, self.arch = entry["name"], entry["symbol"], entry["target"]
+        self.variant = entry.get("variant", {})
+        self.block = entry.get("block")
+        self.param_size = entry["param_size"]
+        self._fn = device._b.module_function(_module(device, manifest, entry), self.symbol)
+        self.params = mirror()  # zero-filled, so padding bytes stay zero
+        self._addr = ctypes.addressof(self.params)
+        self._args = device._b.launch_args(self._addr, self.param_size)
+        self._launch = device._b.launch
+
+    def launch(self, grid, block=None, params=None, stream=None, shared_mem=0, **fields):
+        """Enqueue on `stream` (default: the device's). `params` is an instance of `self.mirror`;
+        keyword fields fill the cached one instead (DeviceArrays are taken by pointer)."""
+        if params is not None:
+            if type(params) is not self.mirror:
+                raise TypeError(f"kernel {self.name}: params must be a {self.mirror.__name__}, "
+                                f"got {type(params).__name__}")
+            ctypes.memmove(self._addr, ctypes.addressof(params), self.param_size)
+        p = self.params
+        for k, v in fields.items():
+            if isinstance(v, (bytes, bytearray, memoryview)):  # blob fields
+                f = getattr(self.mirror, k)
+                ctypes.memmove(self._addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
+            else:
+                setattr(p, k, v.ptr if hasattr(v, "ptr") else v)
+        block = self.block if block is None else block
+        if block is None:
+            raise ValueError(f"kernel {self.name}: no block size in the manifest; pass block=")
+        s = stream.handle if hasattr(stream, "handle") else (
+            self.device.default_stream.handle if stream is None else _as_stream(stream, self.device).handle)
+        self.device.activate()
+        self._launch(self._fn, _dim3(grid), _dim3(block), shared_mem, s, self._args)
+
+    def __repr__(self):
+        return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"

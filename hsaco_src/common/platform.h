@@ -1,0 +1,127 @@
+// Freestanding device platform: one kernel source compiles as device code with
+// clang (-x hip --cuda-device-only -nogpulib -nogpuinc, gfx950), with nvcc
+// (-x cu, sm_90a), and as plain host C++ (a CPU emulator / header tests).
+// No hip_runtime.h or CUDA headers: every toolchain must build identically.
+#pragma once
+
+#if defined(__HIP__) && defined(__AMDGPU__)
+#define HX_AMDGPU 1
+#elif defined(__CUDACC__)
+#define HX_NVIDIA 1
+#else
+#define HX_HOST 1
+#endif
+
+typedef unsigned char hx_u8;
+typedef unsigned short hx_u16;
+typedef int hx_i32;
+typedef unsigned int hx_u32;
+typedef long long hx_i64;
+typedef unsigned long long hx_u64;
+static_assert(sizeof(hx_u64) == 8 && sizeof(void*) == 8, "LP64 expected");
+
+#if defined(HX_AMDGPU)
+// -nogpuinc drops the header that normally spells these.
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define HX_LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#define HX_GRID_CONSTANT
+#define HX_HD __host__ __device__
+#define HX_DEV __device__
+#elif defined(HX_NVIDIA)
+#define HX_LAUNCH_BOUNDS(n) __launch_bounds__(n)
+// Keeps a by-value param struct in param space (no local copy), so &params
+// and TMA descriptors inside it stay valid.
+#define HX_GRID_CONSTANT __grid_constant__
+#define HX_HD __host__ __device__
+#define HX_DEV __device__
+#else
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __constant__
+#define HX_LAUNCH_BOUNDS(n)
+#define HX_GRID_CONSTANT
+#define HX_HD
+#define HX_DEV
+#endif
+
+#define HX_KERNEL extern "C" __global__
+#define HX_RESTRICT __restrict__
+#define HX_INLINE static inline __attribute__((always_inline))
+
+#if defined(HX_AMDGPU) || defined(HX_NVIDIA)
+#if defined(HX_AMDGPU)
+// Code object v5 (build.py passes -mcode-object-version=5): the implicit
+// kernarg block starts with hidden_block_count_x/y/z (u32) then
+// hidden_group_size_x/y/z (u16).
+HX_INLINE __device__ const hx_u32* hx__implicit_u32() {
+  return (const hx_u32*)__builtin_amdgcn_implicitarg_ptr();
+}
+HX_INLINE __device__ hx_u32 hx_thread_x() { return __builtin_amdgcn_workitem_id_x(); }
+HX_INLINE __device__ hx_u32 hx_thread_y() { return __builtin_amdgcn_workitem_id_y(); }
+HX_INLINE __device__ hx_u32 hx_thread_z() { return __builtin_amdgcn_workitem_id_z(); }
+HX_INLINE __device__ hx_u32 hx_block_x() { return __builtin_amdgcn_workgroup_id_x(); }
+HX_INLINE __device__ hx_u32 hx_block_y() { return __builtin_amdgcn_workgroup_id_y(); }
+HX_INLINE __device__ hx_u32 hx_block_z() { return __builtin_amdgcn_workgroup_id_z(); }
+HX_INLINE __device__ hx_u32 hx_block_dim_x() { return __builtin_amdgcn_workgroup_size_x(); }
+HX_INLINE __device__ hx_u32 hx_block_dim_y() { return __builtin_amdgcn_workgroup_size_y(); }
+HX_INLINE __device__ hx_u32 hx_block_dim_z() { return __builtin_amdgcn_workgroup_size_z(); }
+HX_INLINE __device__ hx_u32 hx_grid_dim_x() { return hx__implicit_u32()[0]; }
+HX_INLINE __device__ hx_u32 hx_grid_dim_y() { return hx__implicit_u32()[1]; }
+HX_INLINE __device__ hx_u32 hx_grid_dim_z() { return hx__implicit_u32()[2]; }
+HX_INLINE __device__ hx_u32 hx_lane() { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
+#define HX_WAVE_SIZE 64
+// What HIP's __syncthreads does: make LDS/global writes visible across the workgroup.
+HX_INLINE __device__ void hx_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+#else
+HX_INLINE __device__ hx_u32 hx_thread_x() { return threadIdx.x; }
+HX_INLINE __device__ hx_u32 hx_thread_y() { return threadIdx.y; }
+HX_INLINE __device__ hx_u32 hx_thread_z() { return threadIdx.z; }
+HX_INLINE __device__ hx_u32 hx_block_x() { return blockIdx.x; }
+HX_INLINE __device__ hx_u32 hx_block_y() { return blockIdx.y; }
+HX_INLINE __device__ hx_u32 hx_block_z() { return blockIdx.z; }
+HX_INLINE __device__ hx_u32 hx_block_dim_x() { return blockDim.x; }
+HX_INLINE __device__ hx_u32 hx_block_dim_y() { return blockDim.y; }
+HX_INLINE __device__ hx_u32 hx_block_dim_z() { return blockDim.z; }
+HX_INLINE __device__ hx_u32 hx_grid_dim_x() { return gridDim.x; }
+HX_INLINE __device__ hx_u32 hx_grid_dim_y() { return gridDim.y; }
+HX_INLINE __device__ hx_u32 hx_grid_dim_z() { return gridDim.z; }
+HX_INLINE __device__ hx_u32 hx_lane() { hx_u32 l; asm("mov.u32 %0, %%laneid;" : "=r"(l)); return l; }
+#define HX_WAVE_SIZE 32
+HX_INLINE __device__ void hx_barrier() { __syncthreads(); }
+#endif
+#endif  // device
+
+struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
+struct alignas(8) hx_u32x2 { hx_u32 x, y; };
+struct alignas(16) hx_f32x4 { float x, y, z, w; };
+struct alignas(8) hx_f32x2 { float x, y; };
+
+HX_INLINE HX_HD float hx_bits_to_f32(hx_u32 u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+HX_INLINE HX_HD hx_u32 hx_f32_to_bits(float f) { hx_u32 u; __builtin_memcpy(&u, &f, 4); return u; }
+
+// OCP fp8 e4m3fn -> f32, exact: bias 7, no infinities, 0x7F/0xFF are NaN,
+// exponent field 0 is subnormal (m * 2^-9), max normal 0x7E = 448.
+// Portable bit arithmetic; a gfx950 fast path (v_cvt_f32_fp8) can replace
+// it once the emulator proves them equal.
+HX_INLINE HX_HD float hx_fp8e4m3_to_f32(hx_u8 b) {
+  hx_u32 sign = (hx_u32)(b & 0x80u) << 24;
+  hx_u32 exp = (b >> 3) & 0xFu;
+  hx_u32 man = b & 0x7u;
+  if (exp == 0xFu && man == 0x7u) return hx_bits_to_f32(sign | 0x7FC00000u);
+  if (exp == 0) {
+    // m * 2^-9 is exact in f32; the sign survives for -0.
+    float mag = (float)man * 0.001953125f;
+    return hx_bits_to_f32(sign | hx_f32_to_bits(mag));
+  }
+  return hx_bits_to_f32(sign | ((exp + 120u) << 23) | (man << 20));
+}

@@ -1,0 +1,363 @@
+"""Runtime checks that need no GPU: probing, errors, manifest lookup, DLPack/CAI structure, fp8."""
+import ctypes
+import gc
+import json
+import weakref
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hipindexer.runtime import (DeviceArray, Device, KernelLookupError, Manifest, NoDeviceError, ParamSizeError,
+                                as_device_array)
+from hipindexer.runtime import cuda as rcuda
+from hipindexer.runtime import dlpack
+from hipindexer.runtime import hip as rhip
+from hipindexer.runtime.array import from_capsule
+
+
+def _no_gpu():
+    try:
+        Device()
+        return False
+    except NoDeviceError:
+        return True
+
+
+no_gpu = pytest.mark.skipif(not _no_gpu(), reason="a GPU is present")
+
+
+@no_gpu
+def test_no_device_error_says_what_was_looked_for():
+    with pytest.raises(NoDeviceError) as ei:
+        Device()
+    msg = str(ei.value)
+    assert isinstance(ei.value, RuntimeError)
+    assert "hip:" in msg and "cuda:" in msg and "libamdhip64" in msg
+    assert "not usable" in msg or "0 device" in msg
+    with pytest.raises(NoDeviceError, match="cuda:1"):
+        Device("cuda:1")
+
+
+def test_backends_probe_without_raising():
+    for b in (rhip.backend(), rcuda.backend()):
+        assert isinstance(b.available(), bool)
+        assert isinstance(b.device_count(), int)
+        assert b.library_path()
+
+
+@pytest.mark.parametrize("mod", [rhip, rcuda])
+def test_check_accepts_tuples_and_bare_enums(mod):
+    enum = rhip._hip.hipError_t if mod is rhip else rcuda._cu.CUresult
+    ok, bad = enum(0), enum(1)
+    assert mod._check((ok, 42)) == 42
+    assert mod._check((ok, 1, 2)) == (1, 2)
+    assert mod._check((ok,)) is None
+    assert mod._check(ok) is None
+    for res in ((bad, 7), bad, (bad,)):
+        with pytest.raises(RuntimeError, match=bad.name) as ei:
+            mod._check(res, "thing")
+        assert "thing failed" in str(ei.value) and "(1)" in str(ei.value)
+
+
+@pytest.mark.parametrize("spec", ["gpu", "rocm:0", "cuda:x", "hip:-1", "cuda:0:1", 3, ""])
+def test_device_spec_errors(spec):
+    with pytest.raises(ValueError, match="accepted forms.*'hip:N'.*'cuda:N'"):
+        Device(spec)
+
+
+# -- manifest lookup on temp manifests --
+class _Params(ctypes.Structure):
+    _fields_ = [("dst", ctypes.c_uint64), ("value", ctypes.c_uint32), ("_pad", ctypes.c_uint32), ("count", ctypes.c_uint64)]
+
+
+def _manifest(tmp_path, entries):
+    p = tmp_path / "manifest.json"
+    p.write_text(json.dumps({"schema": 1, "kernels": entries}))
+    return Manifest(p, structs={"FillParams": _Params})
+
+
+def _entry(target, size=24, variant=None, key="fill_u32"):
+    return {"name": "fill_u32", "symbol": "hx_fill_u32", "target": target, "variant": variant or {}, "variant_key": key,
+            "object": f"{target}/{key}.bin", "sha256": "0" * 64, "params": "FillParams", "param_size": size, "block": 256}
+
+
+def test_missing_arch_lists_what_the_package_has(tmp_path):
+    m = _manifest(tmp_path, [_entry("gfx950"), _entry("sm_90a")])
+    with pytest.raises(KernelLookupError, match="no code object for gfx942; this package has: gfx950, sm_90a"):
+        m.find("fill_u32", "gfx942")
+    with pytest.raises(KernelLookupError, match="no kernel 'nope'.*fill_u32"):
+        m.find("nope", "gfx950")
+    entry, mirror = m.find("fill_u32", "sm_90a")
+    assert entry["target"] == "sm_90a" and mirror is _Params
+
+
+def test_variants(tmp_path):
+    m = _manifest(tmp_path, [_entry("sm_90a", variant={"N": 1}, key="fill_u32.N-1"),
+                             _entry("sm_90a", variant={"N": 2}, key="fill_u32.N-2")])
+    assert m.find("fill_u32", "sm_90a", {"N": 2})[0]["variant_key"] == "fill_u32.N-2"
+    assert m.find("fill_u32", "sm_90a", "fill_u32.N-1")[0]["variant"] == {"N": 1}
+    with pytest.raises(KernelLookupError, match="fill_u32.N-1, fill_u32.N-2"):
+        m.find("fill_u32", "sm_90a")
+
+
+def test_param_size_mismatch_names_the_kernel(tmp_path):
+    m = _manifest(tmp_path, [_entry("sm_90a", size=16)])
+    with pytest.raises(ParamSizeError, match="'fill_u32'.*16 bytes.*mirror is 24"):
+        m.find("fill_u32", "sm_90a")
+
+
+def test_catalog_mirrors_resolve(tmp_path):
+    from hipindexer import catalog
+    p = tmp_path / "manifest.json"
+    p.write_text(json.dumps({"kernels": [_entry("sm_90a", size=catalog.STRUCT["FillParams"].size)]}))
+    _, mirror = Manifest(p).find("fill_u32", "sm_90a")
+    assert ctypes.sizeof(mirror) == catalog.STRUCT["FillParams"].size
+
+
+# -- DLPack and CAI on host memory (a fake device reporting kDLCPU) --
+class _HostStream:
+    handle = 0x7  # a made-up stream handle: only reported, never used on the host
+
+
+class _HostDevice:
+    backend, index, default_stream = "host", 0, _HostStream()
+
+    def dlpack_device(self):
+        return (dlpack.KDL_CPU, 0)
+
+
+def _host_view(a):
+    return DeviceArray(a.ctypes.data, a.shape, a.dtype, _HostDevice(), a.strides, owner=a)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64, np.int64, np.bool_])
+def test_dlpack_export_read_by_numpy(dtype):
+    a = (np.arange(24) % 2 if dtype is np.bool_ else np.arange(24)).astype(dtype).reshape(4, 6)
+    d = _host_view(a)
+    b = np.from_dlpack(d)  # numpy asks for a versioned capsule
+    assert b.ctypes.data == a.ctypes.data and b.dtype == a.dtype
+    np.testing.assert_array_equal(b, a)
+    cap = d.__dlpack__(stream=-1)  # legacy capsule
+    back = from_capsule(cap, _HostDevice())
+    assert back.ptr == a.ctypes.data and back.shape == a.shape and back.strides == a.strides and back.dtype == a.dtype
+
+
+def test_dlpack_strided_view_and_deleter():
+    a = np.arange(40, dtype=np.float32).reshape(5, 8)
+    d = _host_view(a)[1:4, 2:7]  # a padded row stride
+    assert d.shape == (3, 5) and d.strides == (32, 4) and not d.is_contiguous
+    np.testing.assert_array_equal(np.from_dlpack(d), a[1:4, 2:7])
+    assert d.__cuda_array_interface__["strides"] == (32, 4)
+    n0 = len(dlpack._EXPORTS)
+    cap = d.__dlpack__(stream=-1)
+    assert len(dlpack._EXPORTS) == n0 + 1
+    del cap  # never consumed: the capsule destructor frees the export
+    gc.collect()
+    assert len(dlpack._EXPORTS) == n0
+    cap = d.__dlpack__(stream=-1, max_version=(1, 0))
+    view = from_capsule(cap, _HostDevice())
+    del cap
+    gc.collect()
+    assert len(dlpack._EXPORTS) == n0 + 1  # consumed: alive until our importer drops it
+    assert view.shape == (3, 5) and view.strides == (32, 4)
+    del view
+    gc.collect()
+    assert len(dlpack._EXPORTS) == n0
+
+
+def test_dlpack_import_calls_producer_deleter():
+    a = np.arange(10, dtype=np.int32)
+    ref = weakref.ref(a)
+    cap = a.__dlpack__()
+    del a
+    arr = from_capsule(cap, _HostDevice())
+    assert arr.shape == (10,) and arr.dtype == np.int32
+    assert ctypes.cast(arr.ptr, ctypes.POINTER(ctypes.c_int32))[9] == 9
+    with pytest.raises(BufferError):
+        from_capsule(cap, _HostDevice())  # consumed once
+    assert ref() is not None
+    del arr, cap
+    gc.collect()
+    assert ref() is None
+
+
+def test_host_arrays_are_refused_for_zero_copy():
+    with pytest.raises(TypeError, match="from_numpy"):
+        as_device_array(np.zeros(3))
+    with pytest.raises(TypeError, match="not a device array"):
+        as_device_array([1, 2])
+
+
+def test_fp8_crosses_as_uint8():
+    bits = np.arange(256, dtype=np.uint8)
+    d = _host_view(bits).view(ml_dtypes.float8_e4m3fn)
+    assert d.dtype == ml_dtypes.float8_e4m3fn and d.format == "float8_e4m3fn"
+    cai = d.__cuda_array_interface__
+    assert cai["typestr"] == "|u1" and cai["version"] == 3 and cai["data"] == (bits.ctypes.data, False)
+    assert cai["strides"] is None and cai["shape"] == (256,) and cai["stream"] == 7
+    u = np.from_dlpack(d)  # numpy itself refuses fp8 over DLPack; we send uint8
+    assert u.dtype == np.uint8
+    np.testing.assert_array_equal(u, bits)
+    back = as_device_array(_host_view(bits), dtype=ml_dtypes.float8_e4m3fn)
+    assert back.dtype == ml_dtypes.float8_e4m3fn and back.ptr == bits.ctypes.data
+    assert back.view(np.uint8).format is None
+    host = np.frombuffer(bits.tobytes(), dtype=ml_dtypes.float8_e4m3fn)
+    assert float(host[0x38]) == 1.0 and float(host[0x7E]) == 448.0 and np.isnan(float(host[0x7F]))
+
+
+def test_dl_dtype_map():
+    assert dlpack.to_dl_dtype(np.float32) == (2, 32)
+    assert dlpack.to_dl_dtype(ml_dtypes.float8_e4m3fn) == (1, 8)
+    assert dlpack.to_dl_dtype(ml_dtypes.bfloat16) == (1, 16)
+    assert dlpack.from_dl_dtype(10, 8, 1) == ml_dtypes.float8_e4m3fn
+    assert dlpack.from_dl_dtype(0, 64, 1) == np.int64 and dlpack.from_dl_dtype(6, 8, 1) == np.bool_
+
+
+def test_views_and_reshape():
+    a = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    d = _host_view(a)
+    assert d[1].shape == (3, 4) and d[1].ptr == a.ctypes.data + 48
+    assert d[-1, 2].ptr == a[-1, 2].ctypes.data
+    assert d[:, 1:3].strides == a[:, 1:3].strides
+    assert d[::2].shape == (1, 3, 4)
+    assert d.reshape(6, -1).shape == (6, 4) and d.reshape(-1).is_contiguous
+    assert d.view(np.uint8).shape == (2, 3, 16) and d.view(np.int32).dtype == np.int32
+    with pytest.raises(ValueError):
+        d[:, 1:3].reshape(-1)
+    with pytest.raises(IndexError):
+        d[2]
+    assert d[0, 0, 0:0].nbytes == 0 and d[0, 0, 0:0]._span() == 0
+    big = DeviceArray(1 << 40, (5 << 30,), np.uint8, _HostDevice())  # 64-bit sizes
+    assert big.nbytes == 5 << 30 and big[(1 << 32) + 7:].ptr == (1 << 40) + (1 << 32) + 7
+
+
+def test_memset_patterns():
+    from hipindexer.runtime.array import _memset_pattern
+    assert _memset_pattern(bytes([7])) == (1, 7)
+    assert _memset_pattern(np.float32(np.nan).tobytes()) == (4, 0x7FC00000)
+    assert _memset_pattern(np.float32(-np.inf).tobytes()) == (4, 0xFF800000)
+    assert _memset_pattern(np.float16(1.0).tobytes()) == (4, 0x3C003C00)
+    assert _memset_pattern(np.zeros(1, np.float64).tobytes()) == (1, 0)
+    with pytest.raises(NotImplementedError):
+        _memset_pattern(np.float64(1.5).tobytes())
+
+
+def test_launch_config_packing():
+    """The HIP `extra` config and the CUDA kernelParams array point at the struct buffer."""
+    p = _Params(dst=0x1234, value=7, count=99)
+    addr = ctypes.addressof(p)
+    cfg, size = rhip.HipBackend().launch_args(addr, ctypes.sizeof(p))
+    assert list(cfg[[0, 2, 4]]) == [1, 2, 3] and cfg[1] == addr
+    assert ctypes.c_size_t.from_address(int(cfg[3])).value == 24
+    kp_addr, kp = rcuda.CudaBackend().launch_args(addr, ctypes.sizeof(p))
+    assert ctypes.c_uint64.from_address(kp_addr).value == addr
+
+
+def test_info_never_raises():
+    from hipindexer.runtime.info import collect_info
+    info = collect_info()
+    assert {b["name"] for b in info["backends"]} >= {"hip", "cuda"}
+    assert "toolchains" in info and "manifest" in info
+    json.dumps(info)
+
+
+# -- the shared layers end to end over a host-memory backend (what the GPU run will exercise for real) --
+class _HostBackend:
+    name, dlpack_device_type, wave_size = "fakehost", dlpack.KDL_CPU, 64
+
+    def __init__(self):
+        self.bufs, self.launches = {}, []
+
+    available = lambda self: True  # noqa: E731
+    device_count = lambda self: 1  # noqa: E731
+    why_unavailable = lambda self: None  # noqa: E731
+    bindings_version = lambda self: "test"  # noqa: E731
+    library_path = lambda self: "none"  # noqa: E731
+    activate = lambda self, i: None  # noqa: E731
+    arch = lambda self, i: "fake_arch"  # noqa: E731
+    device_name = lambda self, i: "host"  # noqa: E731
+    num_cus = lambda self, i: 4  # noqa: E731
+    total_memory = lambda self, i: 1 << 30  # noqa: E731
+
+    def malloc(self, n, stream):
+        b = ctypes.create_string_buffer(n)
+        self.bufs[ctypes.addressof(b)] = b
+        return ctypes.addressof(b), True
+
+    def free(self, ptr, stream, ordered):
+        del self.bufs[ptr]
+
+    def memcpy_htod(self, dst, src, n, s):
+        ctypes.memmove(dst, src, n)
+    memcpy_dtoh = memcpy_dtod = memcpy_htod
+
+    def memset_d8(self, dst, v, n, s):
+        ctypes.memset(dst, v, n)
+
+    def memset_d32(self, dst, v, n, s):
+        np.ctypeslib.as_array((ctypes.c_uint32 * n).from_address(dst))[:] = v
+
+    stream_create = lambda self: 0x100  # noqa: E731
+    stream_destroy = stream_synchronize = stream_wait_event = lambda self, *a: None  # noqa: E731
+    event_create = lambda self, timing=True: 0x200  # noqa: E731
+    event_destroy = event_record = event_synchronize = lambda self, *a: None  # noqa: E731
+    device_synchronize = lambda self, i: None  # noqa: E731
+    module_load = lambda self, image: image  # noqa: E731
+    module_function = lambda self, mod, sym: sym  # noqa: E731
+    launch_args = rcuda.CudaBackend.launch_args
+
+    def launch(self, fn, grid, block, shmem, stream, args):
+        from hipindexer import catalog
+        params = catalog.STRUCT["FillParams"].ctype().from_address(ctypes.c_uint64.from_address(args[0]).value)
+        (ctypes.c_uint32 * params.count).from_address(params.dst)[:] = [params.value] * params.count
+        self.launches.append((fn, grid, block, stream))
+
+
+def test_shared_layers_over_a_host_backend(tmp_path):
+    import hashlib
+
+    from hipindexer import catalog
+    from hipindexer.runtime import device as rdevice
+    from hipindexer.runtime import get_kernel, register_backend
+    hb = _HostBackend()
+    register_backend("fakehost", lambda: hb)
+    try:
+        dev = Device("fakehost:0")
+        assert dev is Device("fakehost") and dev.arch == "fake_arch" and dev.dlpack_device() == (1, 0)
+        a = np.arange(100, dtype=np.float32).reshape(10, 10)
+        d = DeviceArray.from_numpy(a, device=dev)
+        np.testing.assert_array_equal(d.numpy(), a)
+        np.testing.assert_array_equal(d[2:5, 3:7].numpy(), a[2:5, 3:7])
+        d[2:5, 3:7].fill(np.nan)
+        assert np.isnan(d.numpy()[2:5, 3:7]).all() and d.numpy()[1, 3] == 13
+        np.testing.assert_array_equal(d.copy().numpy().view(np.uint32), d.numpy().view(np.uint32))
+        np.testing.assert_array_equal(np.from_dlpack(d), d.numpy())
+        obj = tmp_path / "fake_arch" / "fill_u32.bin"
+        obj.parent.mkdir()
+        obj.write_bytes(b"code")
+        e = dict(_entry("fake_arch", size=catalog.STRUCT["FillParams"].size), object="fake_arch/fill_u32.bin",
+                 sha256=hashlib.sha256(b"code").hexdigest())
+        (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
+        m = Manifest(tmp_path / "manifest.json")
+        out = DeviceArray.empty(50, np.uint32, dev)
+        k = get_kernel("fill_u32", device=dev, manifest=m)
+        assert get_kernel("fill_u32", device=dev, manifest=m) is k
+        k.launch(3, dst=out, value=0xABCD, count=50)
+        assert (out.numpy() == 0xABCD).all() and hb.launches[-1] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
+        k.launch((2, 1), 64, params=k.mirror(dst=out.ptr, value=9, count=5))
+        assert list(out.numpy()[:6]) == [9] * 5 + [0xABCD]
+        with pytest.raises(TypeError, match="FillParams"):
+            k.launch(1, params=_Params())
+        from hipindexer.runtime import CodeObjectMismatch
+        (obj.parent / "tampered.bin").write_bytes(b"tampered")  # modules are cached per object path
+        e["object"] = "fake_arch/tampered.bin"
+        (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
+        m2 = Manifest(tmp_path / "manifest.json")
+        with pytest.raises(CodeObjectMismatch, match="sha256"):
+            get_kernel("fill_u32", device=dev, manifest=m2)
+        del d, out, k
+        gc.collect()
+    finally:
+        rdevice.BACKENDS.pop("fakehost")
+        Device._cache.pop(("fakehost", 0), None)
