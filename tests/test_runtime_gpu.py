@@ -31,7 +31,8 @@ def test_device_properties(gpu_device):
 def _rand(dtype, n, rng):
     if dtype is FP8:
         bits = np.arange(256, dtype=np.uint8)
-        return bits[(bits & 0x7F) != 0x7F].view(FP8)  # every pattern but the two NaN codes
+        codes = bits[(bits & 0x7F) != 0x7F]  # every pattern but the two NaN codes
+        return np.resize(codes, n).view(FP8)
     if np.dtype(dtype).kind == "f":
         return rng.standard_normal(n).astype(dtype)
     info = np.iinfo(dtype)
