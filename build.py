@@ -48,6 +48,8 @@ def _load(name: str, path: Path):
 
 catalog = _load("_hx_catalog", ROOT / "hipindexer" / "catalog.py")
 codeobj = _load("_hx_codeobj", ROOT / "hipindexer" / "runtime" / "codeobj.py")
+emubuild = _load("_hx_emubuild", ROOT / "hipindexer" / "emubuild.py")
+EMU = emubuild.TARGET  # host emulation of the gfx950 objects: development and CI only, never in wheels
 
 
 class BuildError(RuntimeError):
@@ -243,6 +245,8 @@ def driver_floor(tc: Toolchain) -> str:
 def flags_for(target: str, mode: str, kernel, variant: dict) -> list[str]:
     """Compiler flags with <src>/<work> placeholders so hashes survive a move."""
     defines = [f"-DHX_BLOCK={kernel.block}"] + [f"-D{k}={variant[k]}" for k in sorted(variant)]
+    if getattr(kernel, "smem", 0):
+        defines.append(f"-DHX_SMEM={kernel.smem}")
     incs = ["-I<src>/common", "-I<work>/include"]
     if target == "gfx950":
         return [
@@ -279,7 +283,7 @@ def include_closure(source: Path, src_root: Path) -> list[Path]:
         for name in _INCLUDE.findall(f.read_text()):
             if name == "hx_params.h":
                 continue
-            for d in (f.parent, src_root / "common"):
+            for d in (f.parent, src_root / "common", src_root / "emu"):
                 if (d / name).is_file():
                     todo.append((d / name).resolve())
                     break
@@ -472,6 +476,7 @@ def compile_job(job: Job, tc: Toolchain, src: Path, work: Path, out: Path) -> di
         "params": k.params,
         "param_size": param_size,
         "block": k.block,
+        "dynamic_smem": getattr(k, "smem", 0),
         "resources": res,
     }
 
@@ -527,7 +532,9 @@ def check(out: Path, src: Path, targets) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="build.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--target", action="append", choices=TARGETS, help="repeatable; default: all")
+    ap.add_argument("--target", action="append", choices=TARGETS + (EMU,),
+                    help=f"repeatable; default: all ({EMU} only where a host compiler is found; it needs gfx950)")
+    ap.add_argument("--no-emu", action="store_true", help=f"leave {EMU} out of the default targets (wheel builds)")
     ap.add_argument("--check", action="store_true", help="verify manifest vs objects and sources; compile nothing")
     ap.add_argument("--force", action="store_true", help="rebuild everything")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
@@ -536,21 +543,34 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "hipindexer" / "kernels")
     ap.add_argument("--work", type=Path, default=ROOT / "build", help="generated header, lld shim, temporaries")
     a = ap.parse_args(argv)
-    targets = tuple(t for t in TARGETS if t in (a.target or TARGETS))
+    emu = EMU in a.target if a.target else not a.no_emu and emubuild.available()
+    targets = tuple(t for t in TARGETS if t in (a.target or TARGETS) or (emu and t == "gfx950"))
     src, out, work = a.src.resolve(), a.out.resolve(), a.work.resolve()
 
     try:
         if a.check:
             problems = check(out, src, targets)
+            if emu and not problems:
+                problems = emubuild.check_target(out, _gfx950_entries(out))
             for p in problems:
                 print(f"stale: {p}", file=sys.stderr)
             if not problems:
                 _log(a.quiet, f"manifest {out / 'manifest.json'} is current")
             return 1 if problems else 0
-        return _build(a, targets, src, out, work)
+        rc = _build(a, targets, src, out, work)
+        if rc == 0 and emu:
+            emubuild.build_target(out, src, work, _gfx950_entries(out), a.jobs, lambda m: _log(a.quiet, m), a.force)
+        return rc
+    except emubuild.EmuBuildError as e:
+        print(f"build.py: error: {e}", file=sys.stderr)
+        return 2
     except BuildError as e:
         print(f"build.py: error: {e}", file=sys.stderr)
         return 2
+
+
+def _gfx950_entries(out: Path) -> list[dict]:
+    return [e for e in json.loads((out / "manifest.json").read_text())["kernels"] if e["target"] == "gfx950"]
 
 
 def _build(a, targets, src: Path, out: Path, work: Path) -> int:

@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 class build_py_with_kernels(build_py):
     def run(self):
         if os.environ.get("HIPINDEXER_SKIP_BUILD") != "1":
-            argv = [sys.executable, str(HERE / "build.py")]
+            argv = [sys.executable, str(HERE / "build.py"), "--no-emu"]  # wheels never carry the CPU emulator
             for t in filter(None, os.environ.get("HIPINDEXER_TARGETS", "").split(",")):
                 argv += ["--target", t.strip()]
             if subprocess.run(argv, cwd=HERE).returncode != 0:

@@ -20,11 +20,15 @@ SCALE_BYTES = 4  # one float32 dequant scale per cached token
 
 
 def _dtype(x) -> np.dtype:
-    return np.dtype(getattr(x, "dtype", None) or np.asarray(x).dtype)
+    dt = getattr(x, "dtype", None)
+    return dt if type(dt) is not type and isinstance(dt, np.dtype) else np.dtype(dt or np.asarray(x).dtype)
 
 
 def _shape(x) -> tuple:
-    return tuple(int(s) for s in getattr(x, "shape", np.shape(x)))
+    shape = getattr(x, "shape", None)
+    if type(shape) is tuple and all(type(s) is int for s in shape):
+        return shape
+    return tuple(int(s) for s in (shape if shape is not None else np.shape(x)))
 
 
 def expect(name: str, x, dtype: np.dtype, ndim: int, what: str) -> tuple:

@@ -121,6 +121,7 @@ class Kernel:
     block: int  # threads per block: launch bounds (-DHX_BLOCK) and launch
     targets: tuple = ("gfx950", "sm_90a")
     variants: tuple = field(default_factory=lambda: ({},))
+    smem: int = 0  # dynamic shared memory bytes per block (-DHX_SMEM; the runtime raises the limit and launches with it)
 
 
 _VARIANT_TOKEN = re.compile(r"^[A-Za-z0-9_]+$")
@@ -158,12 +159,38 @@ STRUCTS = [
         ],
     ),
 ]
+STRUCTS.append(Struct("CopyParams", [("dst", "ptr"), ("src", "ptr"), ("n16", "u64")]))
+STRUCTS.append(Struct("PrefillParams", [
+    ("q", "ptr:u8"), ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("weights", "ptr:f32"),
+    ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("out", "ptr:f32"),
+    ("out_stride", "i64"),  # elements between rows of out (>= N)
+    ("M", "i32"), ("N", "i32"), ("H", "i32"), ("D", "i32"),
+    ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"),
+    ("clean", "i32"), ("reverse_rows", "i32"),
+]))
+# gfx950 logits tile (hsaco_src/gfx950/logits_tile.hip): the first kernel on the wave primitives.
+STRUCTS.append(Struct("LogitsTileParams", [
+    ("q", "ptr:u8"), ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("weights", "ptr:f32"),
+    ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("out", "ptr:f32"),
+    ("out_stride", "i64"), ("M", "i32"), ("N", "i32"), ("H", "i32"), ("clean", "i32"),
+]))
+STRUCTS.append(Struct("SplitProbeParams", [
+    ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("owner", "ptr:i32"),
+    ("M", "i32"), ("N", "i32"), ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"), ("reverse_rows", "i32"),
+]))
+# The fp8 wgmma peak loop (sm_90a): the benchmark's matrix-rate ceiling.
+STRUCTS.append(Struct("PeakParams", [("out", "ptr:f32"), ("iters", "i32")]))
 STRUCT = {s.name: s for s in STRUCTS}
 
 KERNELS = [
     Kernel("fill_u32", "generic/fill.hip", "hx_fill_u32", "FillParams", block=256),
     Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64),
+    Kernel("copy_u32x4", "generic/copy.hip", "hx_copy_u32x4", "CopyParams", block=256),
+    Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64),
+    Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256),
 ]
+KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
+                      targets=("gfx950",)))
 KERNEL = {k.key: k for k in KERNELS}
 
 

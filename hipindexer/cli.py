@@ -30,23 +30,8 @@ def main() -> None:
     """Lightning-indexer kernels: fp8 MQA logits for prefill and paged decode."""
 
 
-@main.command()
-@click.option("--quick", is_flag=True, help="The small sweep (CI size).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
-def check(quick: bool, seed: int, as_json: bool) -> None:
-    """Check the numpy reference against per-element float64 formulations of both ops."""
-    from .sweep import FAIL, reference_cases, tally
-    rng = np.random.default_rng(seed)
-    cases = list(reference_cases(quick))
-    outcomes = []
-    for i, case in enumerate(cases):
-        o = case(rng)
-        outcomes.append(o)
-        if o.status == FAIL:
-            _progress(f"FAIL {o.op} {o.case}: {o.message}")
-        elif (i + 1) % 20 == 0 or i + 1 == len(cases):
-            _progress(f"[{i + 1}/{len(cases)}]")
+def _report(outcomes, as_json: bool) -> None:
+    from .sweep import tally
     by_op = {}
     for o in outcomes:
         by_op.setdefault(o.op, []).append(o)
@@ -61,6 +46,68 @@ def check(quick: bool, seed: int, as_json: bool) -> None:
                 click.echo(f"not applicable: {o.op} {o.case} ({o.message})")
     if any(t["failed"] for t in summary.values()):
         sys.exit(1)
+
+
+def _run_cases(cases, run) -> list:
+    from .sweep import FAIL
+    outcomes = []
+    for i, case in enumerate(cases):
+        o = run(case)
+        outcomes.append(o)
+        if o.status == FAIL:
+            _progress(f"FAIL {o.op} {o.case}: {o.message}")
+        elif (i + 1) % 20 == 0 or i + 1 == len(cases):
+            _progress(f"[{i + 1}/{len(cases)}]")
+    return outcomes
+
+
+@main.group(invoke_without_command=True)
+@click.option("--quick", is_flag=True, help="The small sweep (CI size).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
+@click.pass_context
+def check(ctx, quick: bool, seed: int, as_json: bool) -> None:
+    """Correctness sweeps. Bare: the numpy reference against per-element float64 formulations."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from .sweep import reference_cases
+    rng = np.random.default_rng(seed)
+    _report(_run_cases(list(reference_cases(quick)), lambda c: c(rng)), as_json)
+
+
+def _device_or_exit(spec):
+    from .runtime import Device, NoDeviceError
+    try:
+        return Device(spec)
+    except NoDeviceError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(NO_GPU_EXIT)
+
+
+@check.command("prefill")
+@click.option("--device", "device_spec", default=None, help="cuda:0, hip:0 or emu:gfx950 (default: the first GPU).")
+@click.option("--quick", is_flag=True, help="Small shapes only (CI size).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--heads", default="32,64,16", show_default=True)
+@click.option("--dims", default="64,128", show_default=True)
+@click.option("--shapes", default=None, help="MxN,... (default: the sweep of the issue, or --quick's).")
+@click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
+@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--json", "as_json", is_flag=True)
+def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, as_json) -> None:
+    """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
+    from .sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
+    dev = _device_or_exit(device_spec)
+    _progress(f"device {dev!r}")
+    rng = np.random.default_rng(seed)
+    shp = tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes else None
+    cases = list(prefill_device_cases(quick, tuple(int(h) for h in heads.split(",")),
+                                      tuple(int(d) for d in dims.split(",")), shp))
+    forced = {"kernel": kernel} if kernel else {}
+    outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
+    if reruns and not quick:
+        outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
+    _report(outcomes, as_json)
 
 
 def _build_module():
@@ -133,6 +180,55 @@ def info(as_json: bool) -> None:
                f"regs {r.get('registers')} smem {r.get('shared')} spill {r.get('spill_stores')}/{r.get('spill_loads')}")
         rows.append([k["target"], k["variant_key"], k["param_size"], res])
     click.echo(_table(rows, ["target", "kernel", "params", "resources"]))
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks (device time by events, host time per call, ceilings measured on the same run)."""
+
+
+@bench.command("prefill")
+@click.option("--device", "device_spec", default=None)
+@click.option("--shapes", default=None, help="MxN,... (default: the five shapes of DESIGN.md's method)")
+@click.option("--heads", default="64,32", show_default=True)
+@click.option("--dim", default=128, show_default=True)
+@click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
+@click.option("--repeats", default=10, show_default=True)
+@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--json", "as_json", is_flag=True)
+def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, as_json) -> None:
+    """fp8_mqa_logits, causal single request, against the measured bandwidth ceiling."""
+    from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, matrix_peak
+    dev = _device_or_exit(device_spec)
+    shp = (tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes
+           else PREFILL_BENCH_SHAPES)
+    cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
+    _progress(f"device {dev!r}: measuring the copy ceiling")
+    bw = copy_bandwidth(dev)
+    _progress("measuring the matrix-rate ceiling")
+    peak = matrix_peak(dev)
+    rows = []
+    for (M, N) in shp:
+        for H in (int(h) for h in heads.split(",")):
+            for cl in cleans:
+                _progress(f"M={M} N={N} H={H} clean={cl}")
+                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **({"kernel": kernel} if kernel else {}))
+                r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
+                r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
+                r["of_copy"] = r["GBps"] * 1e9 / bw
+                rows.append(r)
+    if as_json:
+        click.echo(json.dumps({"device": repr(dev), "copy_GBps": bw / 1e9,
+                               "matrix_peak_TFLOPs": peak / 1e12 if peak else None, "cases": rows}, indent=1))
+        return
+    click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
+    click.echo("matrix-rate ceiling (our fp8 peak loop): " + (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target"))
+    pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
+    click.echo(_table([[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", f"{r['tflops']:.1f}",
+                        pct(r["of_matrix_peak"]), f"{r['GBps']:.0f}", pct(r["of_copy"]), f"{r['host_us']:.1f}"]
+                       for r in rows],
+                      ["M", "N", "H", "clean", "kernel", "median us", "TFLOP/s", "of matrix peak", "GB/s",
+                       "of copy", "host us/call"]))
 
 
 if __name__ == "__main__":

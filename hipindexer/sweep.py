@@ -7,6 +7,7 @@ the reference with the same gate and the same tally.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -24,6 +25,7 @@ class Outcome:
     case: str
     status: str
     message: str
+    seconds: float = 0.0
 
 
 def _prefill_case(rng, M, N, H, D, mode, clean) -> Outcome:
@@ -73,3 +75,90 @@ def tally(outcomes: list[Outcome]) -> dict:
         t[o.status] += 1
         t["run"] += o.status != NA
     return t
+
+
+# ------------------------------------------------------------------ device sweep (prefill)
+
+PREFILL_SHAPES = ((1, 1), (1, 113), (17, 76), (61, 1024), (128, 1024), (1024, 1024), (1024, 1560),
+                  (64, 2048), (64, 8192), (128, 64), (1024, 1000), (4096, 32768), (2048, 65536), (1024, 131072))
+QUICK_PREFILL_SHAPES = ((1, 1), (1, 113), (17, 76), (64, 128), (61, 256))
+PREFILL_HEADS = (32, 64, 16)
+PREFILL_DIMS = (64, 128)
+SAMPLE_ABOVE = 1 << 28   # M * N * H * D past which values are checked on sampled rows
+
+
+def sample_rows(rng, M: int, mode: str, count: int = 64) -> np.ndarray:
+    """First, last, the rows either side of each request boundary, and `count` random rows."""
+    rows = {0, M - 1}
+    if mode == "multi_req":
+        for b in testing.multi_req_bounds(M):
+            rows |= {b - 1, b}
+    rows |= set(rng.choice(M, size=min(count, M), replace=False).tolist())
+    return np.array(sorted(rows))
+
+
+def mask_gate(out: np.ndarray, valid: np.ndarray, clean: bool) -> str | None:
+    """The -inf / poison pattern of every row (cheap, so checked in full even when values are sampled)."""
+    if clean:
+        bad = np.isnan(out) | ((out == -np.inf) != ~valid)
+        what = "-inf mask or NaN"
+    else:
+        bad = np.isnan(out) == valid
+        what = "poison outside / NaN inside the window"
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        return f"{what} wrong at row {r}, col {c} ({int(bad.sum())} positions): {out[r, c]}"
+    return None
+
+
+def prefill_device_case(rng, device, M, N, H, D, mode, clean, **tunables) -> Outcome:
+    t0 = time.perf_counter()
+    o = _prefill_device_case(rng, device, M, N, H, D, mode, clean, **tunables)
+    o.seconds = round(time.perf_counter() - t0, 3)
+    return o
+
+
+def _prefill_device_case(rng, device, M, N, H, D, mode, clean, **tunables) -> Outcome:
+    from .ops import fp8_mqa_logits
+    from .runtime import DeviceArray
+    name = f"M{M}_N{N}_H{H}_D{D}_{mode}_{'clean' if clean else 'raw'}"
+    try:
+        inp = testing.prefill_inputs(rng, M, N, H, D, mode)
+    except testing.NotApplicable as e:
+        return Outcome("prefill", name, NA, e.why)
+    out = DeviceArray.empty((M, N), np.float32, device).fill(np.nan)
+    fp8_mqa_logits(*inp.args(), clean_logits=clean, out=out, device=device, **tunables)
+    got = out.numpy()
+    valid = reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N)
+    msg = mask_gate(got, valid, clean)
+    if msg:
+        return Outcome("prefill", name, FAIL, msg)
+    rows = np.arange(M) if M * N * H * D <= SAMPLE_ABOVE else sample_rows(rng, M, mode)
+    ref = reference.fp8_mqa_logits(inp.q[rows], inp.k, inp.kv_scale, inp.weights[rows], inp.cu_seqlen_ks[rows],
+                                   inp.cu_seqlen_ke[rows], clean_logits=clean, accumulate=np.float64)
+    g = gate(got[rows], ref, valid[rows], clean, rows=rows)
+    sampled = "" if len(rows) == M else f" on {len(rows)} sampled rows"
+    return Outcome("prefill", name, PASS if g else FAIL, g.message + sampled)
+
+
+def prefill_device_cases(quick: bool, heads=PREFILL_HEADS, dims=PREFILL_DIMS, shapes=None):
+    shapes = shapes or (QUICK_PREFILL_SHAPES if quick else PREFILL_SHAPES)
+    for (M, N), H, D, mode, clean in itertools.product(shapes, heads, dims, testing.PREFILL_MODES, (True, False)):
+        yield (M, N, H, D, mode, clean)
+
+
+def bitwise_reruns(rng, device, M=2048, N=8192, H=64, D=128, runs=20, **tunables) -> Outcome:
+    """The same large case `runs` times: every output must be bitwise identical."""
+    from .ops import fp8_mqa_logits
+    from .runtime import DeviceArray
+    inp = testing.prefill_inputs(rng, M, N, H, D, "multi_req")
+    first = None
+    for i in range(runs):
+        out = DeviceArray.empty((M, N), np.float32, device).fill(np.nan)
+        got = fp8_mqa_logits(*inp.args(), out=out, device=device, **tunables).numpy()
+        if first is None:
+            first = got
+        elif not np.array_equal(first.view(np.uint32), got.view(np.uint32)):
+            n = int((first.view(np.uint32) != got.view(np.uint32)).sum())
+            return Outcome("prefill", f"bitwise_M{M}_N{N}_H{H}", FAIL, f"run {i} differs from run 0 in {n} positions")
+    return Outcome("prefill", f"bitwise_M{M}_N{N}_H{H}", PASS, f"{runs} runs bitwise identical")

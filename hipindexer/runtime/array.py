@@ -6,6 +6,7 @@ The real format is explicit metadata: `DeviceArray.format` ('float8_e4m3fn'),
 and importers pass `dtype=ml_dtypes.float8_e4m3fn` to reinterpret. No CAI
 `descr` trick: consumers would read it as a struct layout.
 """
+import math
 import operator
 
 import ml_dtypes
@@ -49,6 +50,11 @@ class DeviceArray:
         if any(s < 0 for s in self.strides):
             raise ValueError("negative strides are not supported")
         self.device, self.owner, self._stream, self.readonly = device, owner, stream, readonly
+        # Fixed for the array's life and read by every op call: computed once, in plain ints.
+        self.size = math.prod(self.shape)
+        self.nbytes = self.size * self.dtype.itemsize
+        self.is_contiguous = self.size <= 1 or all(
+            n == 1 or s == c for n, s, c in zip(self.shape, self.strides, _c_strides(self.shape, self.dtype.itemsize)))
 
     # -- construction --
     @classmethod
@@ -75,11 +81,7 @@ class DeviceArray:
         return self._stream if self._stream is not None else self.device.default_stream
 
     ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
     itemsize = property(lambda self: self.dtype.itemsize)
-    nbytes = property(lambda self: self.size * self.dtype.itemsize)
-    is_contiguous = property(lambda self: self.size <= 1 or all(
-        n == 1 or s == c for n, s, c in zip(self.shape, self.strides, _c_strides(self.shape, self.itemsize))))
 
     @property
     def format(self):

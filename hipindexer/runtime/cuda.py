@@ -183,6 +183,11 @@ class CudaBackend:
     def module_function(self, module, symbol):
         return _check(_cu.cuModuleGetFunction(module, symbol.encode()), f"cuModuleGetFunction({symbol})")
 
+    def func_set_max_dynamic_shared(self, fn, nbytes):
+        """Opt a function in to `nbytes` of dynamic shared memory (needed past 48 KiB)."""
+        attr = _cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check(_cu.cuFuncSetAttribute(fn, attr, int(nbytes)), f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {nbytes})")
+
     def launch_args(self, buf_addr, size):
         """kernelParams for one by-value struct: a void*[1] whose entry points at the struct bytes."""
         kp = np.array([buf_addr], dtype=np.uint64)

@@ -7,11 +7,14 @@ needs. Everything here deals in int handles.
 import threading
 
 from . import cuda as _cuda
+from . import emu as _emu
 from . import hip as _hip
 
-BACKENDS = {"hip": _hip.backend, "cuda": _cuda.backend}
+# "emu" (the gfx950 CPU emulator) is never searched: Device() means a real GPU.
+BACKENDS = {"hip": _hip.backend, "cuda": _cuda.backend, "emu": _emu.backend}
 SEARCH_ORDER = ["hip", "cuda"]
-_ACCEPTED = "None (first GPU, HIP then CUDA), 'hip', 'hip:N', 'cuda', 'cuda:N'"
+INDEX_NAMES = {("emu", _emu.ARCH): 0}  # "emu:gfx950" is emu device 0
+_ACCEPTED = "None (first GPU, HIP then CUDA), 'hip', 'hip:N', 'cuda', 'cuda:N', 'emu:gfx950'"
 
 
 class NoDeviceError(RuntimeError):
@@ -41,10 +44,12 @@ def _parse(spec):
         return None, None
     if isinstance(spec, str):
         name, _, idx = spec.strip().lower().partition(":")
+        if (name, idx) in INDEX_NAMES:
+            return name, INDEX_NAMES[(name, idx)]
         if name in BACKENDS and (idx == "" or idx.isdigit()):
             return name, int(idx) if idx else 0
     raise ValueError(f"unknown device spec {spec!r}; accepted forms: {_ACCEPTED}" +
-                     "".join(f", '{n}:N'" for n in BACKENDS if n not in ("hip", "cuda")))
+                     "".join(f", '{n}:N'" for n in BACKENDS if n not in ("hip", "cuda", "emu")))
 
 
 _tls = threading.local()

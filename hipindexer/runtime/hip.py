@@ -161,6 +161,8 @@ class HipBackend:
         _check(_hip.hipMemsetD8Async(dst, value, count, stream), "hipMemsetD8Async")
 
     def memset_d32(self, dst, value, count, stream):
+        value = int(value) & 0xFFFFFFFF
+        value -= (value >> 31) << 32  # hipMemsetD32Async takes a C int: pass the same 32 bits signed
         _check(_hip.hipMemsetD32Async(dst, value, count, stream), "hipMemsetD32Async")
 
     # -- streams and events --
@@ -201,6 +203,10 @@ class HipBackend:
 
     def module_function(self, module, symbol):
         return _check(_hip.hipModuleGetFunction(module, symbol.encode()), f"hipModuleGetFunction({symbol})")
+
+    def func_set_max_dynamic_shared(self, fn, nbytes):
+        """Dynamic LDS up to the device limit needs no opt-in on AMD: nothing to do."""
+        return None
 
     def launch_args(self, buf_addr, size):
         """The `extra` config for one by-value struct: [BUFFER_POINTER, &buf, BUFFER_SIZE, &size, END]."""

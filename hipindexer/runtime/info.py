@@ -1,5 +1,6 @@
 """`collect_info()`: what `hipindexer info --json` reports. Never raises, never prints."""
 from . import device as _device
+from . import emu as _emu
 from .module import DEFAULT_MANIFEST, Manifest
 
 
@@ -49,5 +50,20 @@ def _manifest(path):
 
 def collect_info(manifest_path=None):
     backends = [_backend_info(n) for n in _device.SEARCH_ORDER]
-    return {"backends": backends, "devices": _devices(backends), "manifest": _manifest(manifest_path),
+    devices = _devices(backends)
+    emu = _emu_info()
+    if emu.get("device"):
+        devices.append(emu["device"])
+    return {"backends": backends + [emu], "devices": devices, "manifest": _manifest(manifest_path),
             "toolchains": None}  # filled by the CLI from build.py's toolchain search
+
+
+def _emu_info():
+    """The gfx950 CPU emulator (Device("emu:gfx950")), probed in a child process unless active here."""
+    try:
+        out = _emu.info()
+        if _emu.active() and out.get("device_count"):
+            out["device"] = _devices([{"name": "emu", "device_count": 1}])[0]
+        return out
+    except Exception as e:
+        return {"name": "emu", "available": False, "why_not": f"{type(e).__name__}: {e}"}

@@ -12,7 +12,11 @@ from pathlib import Path
 
 from .device import Device, _as_stream
 
-DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifest.json"
+import os
+
+# $HIPINDEXER_KERNELS points the runtime at another build (the mutation harness's planted kernels).
+DEFAULT_MANIFEST = Path(os.environ.get("HIPINDEXER_KERNELS") or Path(__file__).resolve().parent.parent / "kernels"
+                        ) / "manifest.json"
 
 
 class KernelLookupError(LookupError):
@@ -144,15 +148,20 @@ class Kernel:
         self.variant = entry.get("variant", {})
         self.block = entry.get("block")
         self.param_size = entry["param_size"]
+        self.dynamic_smem = int(entry.get("dynamic_smem", 0))  # bytes every launch gets by default
         self._fn = device._b.module_function(_module(device, manifest, entry), self.symbol)
+        if self.dynamic_smem:
+            device.activate()
+            device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
         self.params = mirror()  # zero-filled, so padding bytes stay zero
         self._addr = ctypes.addressof(self.params)
         self._args = device._b.launch_args(self._addr, self.param_size)
         self._launch = device._b.launch
 
-    def launch(self, grid, block=None, params=None, stream=None, shared_mem=0, **fields):
+    def launch(self, grid, block=None, params=None, stream=None, shared_mem=None, **fields):
         """Enqueue on `stream` (default: the device's). `params` is an instance of `self.mirror`;
-        keyword fields fill the cached one instead (DeviceArrays are taken by pointer)."""
+        keyword fields fill the cached one instead (DeviceArrays are taken by pointer).
+        shared_mem: dynamic shared bytes (default: the code object's own requirement)."""
         if params is not None:
             if type(params) is not self.mirror:
                 raise TypeError(f"kernel {self.name}: params must be a {self.mirror.__name__}, "
@@ -171,7 +180,8 @@ class Kernel:
         s = stream.handle if hasattr(stream, "handle") else (
             self.device.default_stream.handle if stream is None else _as_stream(stream, self.device).handle)
         self.device.activate()
-        self._launch(self._fn, _dim3(grid), _dim3(block), shared_mem, s, self._args)
+        smem = self.dynamic_smem if shared_mem is None else shared_mem
+        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, self._args)
 
     def __repr__(self):
         return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"

@@ -99,6 +99,10 @@ HX_INLINE __device__ hx_u32 hx_lane() { hx_u32 l; asm("mov.u32 %0, %%laneid;" : 
 #define HX_WAVE_SIZE 32
 HX_INLINE __device__ void hx_barrier() { __syncthreads(); }
 #endif
+#elif defined(HX_EMU)
+// gfx950 sources built for the host emulator (hsaco_src/emu, -I there): ids
+// and barriers come from the running emulated lane.
+#include "hx_emu_platform.h"
 #endif  // device
 
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
@@ -125,3 +129,22 @@ HX_INLINE HX_HD float hx_fp8e4m3_to_f32(hx_u8 b) {
   }
   return hx_bits_to_f32(sign | ((exp + 120u) << 23) | (man << 20));
 }
+
+// Four packed e4m3fn bytes (byte i = element i) -> f32, exact. NVIDIA has a
+// converter to f16x2 (every e4m3fn value is exact in f16); elsewhere the
+// portable decode (gfx950 kernels use the wave primitives' converters).
+#if defined(HX_NVIDIA)
+HX_INLINE __device__ void hx_fp8x4_to_f32(hx_u32 v, float out[4]) {
+  hx_u32 h01, h23;
+  asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi; }"
+      : "=r"(h01), "=r"(h23) : "r"(v));
+  asm("{ .reg .f16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b; }"
+      : "=f"(out[0]), "=f"(out[1]) : "r"(h01));
+  asm("{ .reg .f16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b; }"
+      : "=f"(out[2]), "=f"(out[3]) : "r"(h23));
+}
+#else
+HX_INLINE HX_HD void hx_fp8x4_to_f32(hx_u32 v, float out[4]) {
+  for (int i = 0; i < 4; ++i) out[i] = hx_fp8e4m3_to_f32((hx_u8)(v >> (8 * i)));
+}
+#endif

@@ -1,0 +1,115 @@
+"""Benchmarks by the method of DESIGN.md section 4.
+
+Device time: events around back-to-back calls, input sets rotated so the
+working set is at least 3x the L2, median of many repeats after warm-up.
+Host time per call is measured separately.  Ceilings are measured on the same
+run: bandwidth by our copy kernel (read + write bytes), matrix rate by a peak
+loop where a target has one.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from . import testing
+from .ops import fp8_mqa_logits
+from .reference import valid_mask
+from .runtime import DeviceArray, Event, get_kernel
+
+L2_BYTES = {"sm_90a": 60 << 20, "gfx950": 4 << 20}
+PREFILL_BENCH_SHAPES = ((4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768))
+
+
+def time_device(device, fn, calls: int, repeats: int, warmup: int = 2) -> list[float]:
+    """Per-call device microseconds of `fn(i)` over `repeats` timed batches of `calls` back-to-back calls."""
+    stream = device.default_stream
+    for i in range(warmup):
+        fn(i)
+    start, end = Event(device), Event(device)
+    times = []
+    for r in range(repeats):
+        start.record(stream)
+        for i in range(calls):
+            fn(r * calls + i)
+        end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_ms(end) * 1e3 / calls)
+    return times
+
+
+def host_us_per_call(device, fn, calls: int = 200) -> float:
+    """Microseconds of Python per call, launches queued without waiting."""
+    device.synchronize()
+    t0 = time.perf_counter()
+    for i in range(calls):
+        fn(i)
+    t1 = time.perf_counter()
+    device.synchronize()
+    return (t1 - t0) * 1e6 / calls
+
+
+def copy_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
+    """Our copy kernel's (read + write) bytes per second: the bandwidth ceiling."""
+    n16 = nbytes // 32
+    src = DeviceArray.empty((n16 * 16,), np.uint8, device).fill(1)
+    dst = DeviceArray.empty((n16 * 16,), np.uint8, device)
+    kern = get_kernel("copy_u32x4", device=device)
+    grid = device.num_cus * 8
+
+    def run(_):
+        kern.launch(grid, stream=device.default_stream, dst=dst, src=src, n16=n16)
+    us = statistics.median(time_device(device, run, calls=5, repeats=repeats))
+    return 2 * n16 * 16 / (us * 1e-6)
+
+
+PEAK_KERNELS: dict = {}  # arch -> (peak-loop kernel, FLOP per loop iteration of one block)
+
+
+def matrix_peak(device, iters: int = 4000, repeats: int = 10) -> float | None:
+    """Our fp8 matrix peak loop's FLOP/s (one block per CU), or None where the target has none."""
+    key = PEAK_KERNELS.get(device.arch)
+    if key is None:
+        return None
+    name, flop_per_iter = key
+    kern = get_kernel(name, device=device)
+    grid = device.num_cus
+    out = DeviceArray.empty((grid * kern.block,), np.float32, device)
+
+    def run(_):
+        kern.launch(grid, stream=device.default_stream, out=out, iters=iters)
+    us = statistics.median(time_device(device, run, calls=3, repeats=repeats))
+    return flop_per_iter * iters * grid / (us * 1e-6)
+
+
+def bench_prefill(device, M: int, N: int, H: int, D: int, clean: bool = True, repeats: int = 10,
+                  mode: str = "causal", **tunables) -> dict:
+    rng = np.random.default_rng(0)
+    inp = testing.prefill_inputs(rng, M, N, H, D, mode)
+    per_set = inp.q.nbytes + inp.k.nbytes + inp.weights.nbytes + 4 * M * N
+    sets = max(1, -(-3 * L2_BYTES.get(device.arch, 64 << 20) // per_set))
+    args = [tuple(DeviceArray.from_numpy(a, device) for a in inp.args()) for _ in range(sets)]
+    outs = [DeviceArray.empty((M, N), np.float32, device) for _ in range(sets)]
+
+    def call(i):
+        j = i % sets
+        fp8_mqa_logits(*args[j], clean_logits=clean, out=outs[j], device=device, **tunables)
+    call(0)
+    device.synchronize()
+    t0 = time.perf_counter()
+    call(1)
+    device.synchronize()
+    calls = max(1, min(50, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
+    times = time_device(device, call, calls=calls, repeats=repeats)
+    us = statistics.median(times)
+    pairs = int(valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N).sum())
+    from .ops import target_of
+    from .planner import plan_prefill
+    plan = plan_prefill(M, N, H, D, target_of(device), **tunables)
+    # Fewest bytes: inputs once, the written logits once (valid pairs, plus the fill when clean).
+    nbytes = inp.q.nbytes + inp.k.nbytes + inp.kv_scale.nbytes + inp.weights.nbytes + 8 * M + 4 * (M * N if clean else pairs)
+    return {"op": "prefill", "M": M, "N": N, "H": H, "D": D, "mode": mode, "clean": clean,
+            "kernel": plan.kernel, "split": plan.split, "bytes": nbytes,
+            "us": us, "us_min": min(times), "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,
+            "host_us": host_us_per_call(device, call, calls=50), "sets": sets}

@@ -1,0 +1,150 @@
+"""The device ops: the reference's signatures plus out=, stream=, device= and tunables.
+
+Arguments may be numpy arrays (copied to the device on the op's stream, freed
+stream-ordered after the launch), DeviceArrays, or foreign device arrays
+(``__cuda_array_interface__`` / ``__dlpack__``, zero-copy).  fp8 arguments may
+also arrive as uint8 (the form fp8 takes across interop), read as e4m3fn.
+Everything is validated before any launch; the op returns without synchronising.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .arguments import F32, FP8, U8, prefill_shape
+from .planner import TARGETS, TUNABLES, Target, plan_prefill
+from .runtime import Device, DeviceArray, as_device_array, get_kernel
+from .runtime.device import _as_stream
+
+_DL_BACKEND = {2: "cuda", 13: "cuda", 10: "hip"}
+_targets: dict = {}
+_kernels: dict = {}
+
+
+def kernel_for(device: Device, key: str, variant: dict | None = None):
+    vkey = tuple(sorted(variant.items())) if variant else ()
+    k = _kernels.get((device, key, vkey))
+    if k is None:
+        k = _kernels[(device, key, vkey)] = get_kernel(key, variant=variant, device=device)
+    return k
+
+
+def target_of(device: Device) -> Target:
+    """The planner's description of a device (CU count and wave size read once)."""
+    t = _targets.get(device)
+    if t is None:
+        base = TARGETS.get(device.arch)
+        t = _targets[device] = Target(device.arch, device.num_cus, device.wave_size,
+                                      base.max_grid_y if base else 65535)
+    return t
+
+
+def _device_of(x):
+    if isinstance(x, DeviceArray):
+        return x.device
+    if hasattr(x, "__dlpack_device__") and not isinstance(x, np.ndarray):
+        kind, idx = x.__dlpack_device__()
+        if kind in _DL_BACKEND:
+            return Device(f"{_DL_BACKEND[kind]}:{idx}")
+    return None  # numpy, or a CUDA Array Interface object (which names no device): Device() decides
+
+
+def resolve_device(device, args) -> Device:
+    """device=None: the device of the first device-resident argument, else Device()."""
+    if device is not None:
+        return device if isinstance(device, Device) else Device(device)
+    for a in args:
+        if a is not None:
+            d = _device_of(a)
+            if d is not None:
+                return d
+    return Device()
+
+
+def to_device(name: str, x, device: Device, stream, fp8: bool = False) -> DeviceArray:
+    """A DeviceArray on `device` for argument `name` (uploading numpy arrays)."""
+    if type(x) is DeviceArray and x.device is device:  # the hot path: nothing to convert
+        if fp8 and x.dtype == U8:
+            return x.view(FP8)
+        return x
+    if x is None:
+        raise TypeError(f"{name}: expected an array, got None")
+    if isinstance(x, np.ndarray) or np.isscalar(x) or isinstance(x, (list, tuple)):
+        a = np.asarray(x)
+        if fp8 and a.dtype == U8:
+            a = a.view(FP8)
+        arr = DeviceArray.from_numpy(a, device, stream)
+    else:
+        try:
+            arr = as_device_array(x, device=device, stream=stream)
+        except TypeError as e:
+            raise TypeError(f"{name}: {e}") from None
+        if fp8 and arr.dtype == U8:
+            arr = arr.view(FP8)
+    if arr.device is not device:
+        raise ValueError(f"{name}: lives on {arr.device!r}, but the op runs on {device!r}")
+    return arr
+
+
+def _contiguous(name: str, a: DeviceArray) -> None:
+    if not a.is_contiguous:
+        raise ValueError(f"{name}: expected a C-contiguous array, got strides {a.strides} for shape {a.shape}")
+
+
+def _check_tunables(tunables: dict, known=TUNABLES) -> None:
+    unknown = sorted(set(tunables) - set(known))
+    if unknown:
+        raise TypeError(f"unknown tunable(s) {unknown}; the prefill op takes {list(known)}")
+
+
+def _prefill_out(out, M: int, N: int, device: Device, stream) -> DeviceArray:
+    if out is None:
+        return DeviceArray.empty((M, N), np.float32, device, stream)
+    if isinstance(out, np.ndarray):
+        raise TypeError("out: expected a device array (a numpy out would be a copy, and the result lost)")
+    o = to_device("out", out, device, stream)
+    if o.dtype != F32 or o.ndim != 2 or o.shape != (M, N):
+        raise ValueError(f"out: expected a float32 [M={M}, N={N}] device array, got {o.dtype.name} {o.shape}")
+    if o.readonly:
+        raise ValueError("out: the array is read-only")
+    if o.strides[1] != 4 or (M > 1 and (o.strides[0] % 4 or o.strides[0] < 4 * N)):
+        raise ValueError(f"out: rows must be contiguous with a row stride >= N floats, got strides {o.strides}")
+    return o
+
+
+def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True, out=None,
+                   stream=None, device=None, **tunables) -> DeviceArray:
+    """Prefill logits [M, N] float32 on a GPU (DESIGN.md 1.1); see hipindexer.reference for the math.
+
+    out may have a row stride larger than N (the padding columns stay untouched).
+    Tunables (None = the planner decides): kernel, rows_per_block, split, reverse_rows.
+    """
+    _check_tunables(tunables)
+    dev = resolve_device(device, (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out))
+    st = _as_stream(stream, dev)
+    qa = to_device("q", q, dev, st, fp8=True)
+    ka = to_device("k", k, dev, st, fp8=True)
+    sa = to_device("kv_scale", kv_scale, dev, st)
+    wa = to_device("weights", weights, dev, st)
+    ksa = to_device("cu_seqlen_ks", cu_seqlen_ks, dev, st)
+    kea = to_device("cu_seqlen_ke", cu_seqlen_ke, dev, st)
+    s = prefill_shape(qa, ka, sa, wa, ksa, kea)
+    for name, a in (("q", qa), ("k", ka), ("kv_scale", sa), ("weights", wa),
+                    ("cu_seqlen_ks", ksa), ("cu_seqlen_ke", kea)):
+        _contiguous(name, a)
+    for name, a in (("q", qa), ("k", ka)):
+        if a.ptr % 16:
+            raise ValueError(f"{name}: the kernels read 16-byte vectors; the data pointer must be 16-byte aligned")
+    o = _prefill_out(out, s.M, s.N, dev, st)
+    if s.M == 0 or s.N == 0:
+        return o
+    plan = plan_prefill(s.M, s.N, s.H, s.D, target_of(dev), **tunables)
+    kern = kernel_for(dev, plan.kernel, plan.variant)
+    p = kern.params
+    p.q, p.k, p.kv_scale, p.weights = qa.ptr, ka.ptr, sa.ptr, wa.ptr
+    p.ks, p.ke, p.out = ksa.ptr, kea.ptr, o.ptr
+    p.out_stride = o.strides[0] // 4 if s.M > 1 else s.N
+    p.M, p.N, p.H, p.D = s.M, s.N, s.H, s.D
+    p.rows_per_block, p.split, p.tile = plan.rows_per_block, plan.split, plan.tile
+    p.clean, p.reverse_rows = int(bool(clean_logits)), int(plan.reverse_rows)
+    kern.launch(plan.grid, plan.block, stream=st)
+    return o

@@ -1,0 +1,187 @@
+"""Launch planning in pure Python, from host shapes and a small target description.
+
+The planner never touches a device: it sees (M, N, H, D), a ``Target`` and the
+caller's forced tunables, and returns a ``PrefillPlan`` (kernel, grid, block,
+rows per block, key split, tile, row order).  Every tunable can be forced; a
+forced value that cannot work raises ValueError naming it; None means the
+planner decides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Target:
+    arch: str          # "gfx950", "sm_90a"
+    num_cus: int       # CUs (AMD) or SMs (NVIDIA)
+    wave_size: int     # 64 on CDNA, 32 on NVIDIA
+    max_grid_y: int = 65535
+
+
+TARGETS = {
+    "gfx950": Target("gfx950", 256, 64),
+    "sm_90a": Target("sm_90a", 132, 32),
+}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What the planner must know of a prefill kernel."""
+    key: str
+    block: int            # threads per block (fixed at build time)
+    tile: int             # keys per split unit
+    max_rows: int         # most rows one block may hold
+    fits: tuple = ()      # ((H, D), ...) it serves; () = any H, any D % 16 == 0
+    rows: dict | None = None   # H -> the fixed rows per block of a kernel built per H (None: free)
+    variant: str | None = None  # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
+    persistent: bool = False    # grid of at most one block per CU walking every (row block, part) unit
+
+
+GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
+# sm_90a fp8 wgmma (hsaco_src/sm90a/mqa_logits_wgmma.hip): 256 (row, head) columns per row block.
+WGMMA_SM90 = KernelSpec("mqa_logits_wgmma", block=384, tile=128, max_rows=8, fits=((32, 128), (64, 128)),
+                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True)
+# Fast paths register here: arch -> specs, tried in order before the generic kernel.
+FAST_PREFILL: dict[str, list[KernelSpec]] = {}
+PREFILL_KERNELS = {GENERIC.key: GENERIC}
+
+
+def register_prefill(arch: str, spec: KernelSpec) -> None:
+    FAST_PREFILL.setdefault(arch, []).append(spec)
+    PREFILL_KERNELS[spec.key] = spec
+
+
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    kernel: str
+    grid: tuple            # (row blocks, split, 1); persistent kernels: (blocks, 1, 1)
+    block: int
+    rows_per_block: int
+    split: int
+    tile: int
+    reverse_rows: bool
+    row_blocks: int = 0
+    variant: dict | None = None   # the code object's variant defines (None: the only one)
+
+    @property
+    def units(self) -> int:
+        return self.row_blocks * self.split
+
+
+def _forced_int(name: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name}: expected an int in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _pick_kernel(arch: str, H: int, D: int, forced: str | None) -> KernelSpec:
+    if D % 16:
+        raise ValueError(f"q: D must be a multiple of 16 for every kernel, got D={D}")
+    if forced is not None:
+        spec = PREFILL_KERNELS.get(forced)
+        if spec is None or (spec is not GENERIC and spec not in FAST_PREFILL.get(arch, [])):
+            have = [GENERIC.key] + [s.key for s in FAST_PREFILL.get(arch, [])]
+            raise ValueError(f"kernel: {forced!r} is not a prefill kernel for {arch}; choose from {have}")
+        if spec.fits and (H, D) not in spec.fits:
+            raise ValueError(f"kernel: {forced!r} serves (H, D) in {list(spec.fits)}, not ({H}, {D})")
+        return spec
+    for spec in FAST_PREFILL.get(arch, []):
+        if (H, D) in spec.fits:
+            return spec
+    return GENERIC
+
+
+def plan_prefill(M: int, N: int, H: int, D: int, target: Target, *, kernel: str | None = None,
+                 rows_per_block: int | None = None, split: int | None = None,
+                 reverse_rows: bool | None = None) -> PrefillPlan:
+    """Plan one fp8_mqa_logits launch (M, N >= 1)."""
+    return _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_rows)
+
+
+@lru_cache(maxsize=256)
+def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_rows) -> PrefillPlan:
+    spec = _pick_kernel(target.arch, H, D, kernel)
+    tiles = -(-N // spec.tile)
+    fixed = spec.rows.get(H) if spec.rows else None
+    if rows_per_block is None:
+        rows_per_block = fixed or min(4, spec.max_rows)
+    rows_per_block = _forced_int("rows_per_block", rows_per_block, 1, spec.max_rows)
+    if fixed and rows_per_block != fixed:
+        raise ValueError(f"rows_per_block: {spec.key} holds exactly {fixed} rows per block at H={H}, "
+                         f"got {rows_per_block}")
+    row_blocks = -(-M // rows_per_block)
+    max_split = tiles if spec.persistent else min(tiles, target.max_grid_y)
+    if split is None:
+        split = _persistent_split(row_blocks, tiles, target.num_cus) if spec.persistent else \
+            min(max_split, max(1, -(-2 * target.num_cus // row_blocks)))  # ~2 blocks per CU
+    split = _forced_int("split", split, 1, max_split)
+    if reverse_rows is None:
+        reverse_rows = N > 2048
+    if not isinstance(reverse_rows, bool):
+        raise ValueError(f"reverse_rows: expected a bool, got {reverse_rows!r}")
+    units = row_blocks * split
+    grid = (min(units, target.num_cus), 1, 1) if spec.persistent else (row_blocks, split, 1)
+    variant = {spec.variant: H} if spec.variant else None
+    return PrefillPlan(spec.key, grid, spec.block, rows_per_block, split, spec.tile, reverse_rows, row_blocks,
+                       variant)
+
+
+def _persistent_split(row_blocks: int, tiles: int, cus: int) -> int:
+    """Key split of a persistent kernel: the fewest parts whose (row block, part) units fill the CUs' last
+    round to >= 98.5 % (units of near-equal size); parts keep >= 4 tiles, so per-unit costs stay small."""
+    best, best_eff = 1, 0.0
+    for s in range(1, max(1, tiles // 4) + 1):
+        units = row_blocks * s
+        eff = units / (-(-units // cus) * cus)
+        if eff >= 0.985:
+            return s
+        if eff > best_eff + 1e-9:
+            best, best_eff = s, eff
+        if units >= 64 * cus:
+            break
+    return best
+
+
+TUNABLES = ("kernel", "rows_per_block", "split", "reverse_rows")
+
+
+def plan_prefill_chunks(query_lens, key_lens, budget_bytes: int = 512 << 20) -> list[list[tuple[int, int, int]]]:
+    """Pack prefill requests into chunks whose logits M * N * 4 bytes fit a budget (vLLM style).
+
+    query_lens[r] query rows of request r attend to its key_lens[r] keys.
+    Returns chunks, each a list of (request, row_start, row_end): whole
+    requests packed greedily in order, and a request too long for the budget
+    on its own cut along its query rows into pieces of
+    max(1, budget // (4 * key_len)) rows (each piece reuses the same keys).
+    A chunk's N is the sum of its requests' key_lens, its M the sum of the rows.
+    """
+    if budget_bytes < 4:
+        raise ValueError(f"budget_bytes: expected >= 4, got {budget_bytes}")
+    if len(query_lens) != len(key_lens):
+        raise ValueError(f"query_lens and key_lens: lengths differ ({len(query_lens)} vs {len(key_lens)})")
+    chunks, cur, cur_m, cur_n = [], [], 0, 0
+    for r, (q, k) in enumerate(zip(query_lens, key_lens)):
+        if q < 0 or k < 0:
+            raise ValueError(f"request {r}: query and key lengths must be >= 0, got ({q}, {k})")
+        if q == 0:
+            continue
+        if (cur_m + q) * (cur_n + k) * 4 <= budget_bytes:
+            cur.append((r, 0, q))
+            cur_m, cur_n = cur_m + q, cur_n + k
+            continue
+        if cur:
+            chunks.append(cur)
+            cur, cur_m, cur_n = [], 0, 0
+        if q * k * 4 <= budget_bytes:
+            cur, cur_m, cur_n = [(r, 0, q)], q, k
+            continue
+        rows = max(1, budget_bytes // (4 * max(k, 1)))
+        for a in range(0, q, rows):
+            chunks.append([(r, a, min(q, a + rows))])
+    if cur:
+        chunks.append(cur)
+    return chunks

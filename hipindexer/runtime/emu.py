@@ -1,0 +1,130 @@
+"""`Device("emu:gfx950")`: the HIP backend (hip.py over hip-python) on the emulated MI355X.
+
+The emulator is a libamdhip64.so built by build.py (target emu-gfx950, not in
+wheels) that runs the gfx950 kernel sources lane by lane on the CPU. hip-python
+opens exactly one libamdhip64 per process and never lets go of it, so the
+emulator must be chosen before the first HIP call and excludes a real GPU in
+the same process; `info()` therefore probes it in a child process unless it is
+already active here.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from . import hip as _hip
+
+DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "kernels" / "emu-gfx950"
+ARCH = "gfx950"
+
+
+class EmuError(RuntimeError):
+    pass
+
+
+def root() -> Path:
+    """Directory with lib/libamdhip64.so and registry.txt ($HX_EMU_ROOT overrides)."""
+    return Path(os.environ.get("HX_EMU_ROOT") or DEFAULT_ROOT)
+
+
+def library_path() -> Path:
+    return root() / "lib" / "libamdhip64.so"
+
+
+def _mapped_hip_libraries():
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+    except OSError:
+        return set()
+    return {p for p in paths if os.path.basename(p).startswith("libamdhip64.so")}
+
+
+class EmuBackend(_hip.HipBackend):
+    """HipBackend whose library is the emulator, redirected on first use rather than at construction."""
+
+    def __init__(self):
+        self.library = library_path()
+        self._error = None
+        self._active = False
+
+    def _activate(self):
+        if self._active:
+            return True
+        lib = self.library.resolve() if self.library.is_file() else self.library
+        if _hip._hip is None:
+            self._error = "hip-python is not installed"
+            return False
+        if not self.library.is_file():
+            self._error = f"emulator not built: {self.library} is missing (run python build.py)"
+            return False
+        other = {p for p in _mapped_hip_libraries() if Path(p).resolve() != lib}
+        if other:
+            raise EmuError(f"this process already loaded {', '.join(sorted(other))}; hip-python keeps one HIP "
+                           "library per process, so the emulator needs a process of its own")
+        os.environ["ROCM_PATH"] = str(root())  # where hip-python looks when nothing else answers
+        _hip._redirect_library(lib)
+        self._active = True
+        return True
+
+    def available(self):
+        try:
+            return self._activate() and super().available()
+        except EmuError as e:
+            self._error = str(e)
+            return False
+
+    def library_path(self):
+        return str(self.library)
+
+    def bindings_version(self):
+        v = super().bindings_version()
+        return f"{v} on the CPU emulator" if v else None
+
+
+_backend = None
+
+
+def backend():
+    global _backend
+    if _backend is None:
+        _backend = EmuBackend()
+    return _backend
+
+
+def active() -> bool:
+    return _backend is not None and _backend._active
+
+
+_PROBE = """
+import json
+from hipindexer.runtime import Device
+d = Device("emu:gfx950")
+print(json.dumps({"arch": d.arch, "name": d.name, "num_cus": d.num_cus, "wave_size": d.wave_size,
+                  "total_memory": d.total_memory, "version": d._b.runtime_version()}))
+"""
+
+
+def info(timeout=60):
+    """What `hipindexer info` says about the emulator; never raises, never loads it into this process."""
+    out = {"name": "emu", "spec": "emu:gfx950", "library": str(library_path()), "built": library_path().is_file()}
+    if not out["built"]:
+        out.update(available=False, why_not="not built (python build.py builds emu-gfx950 where a host compiler exists)")
+        return out
+    if active():
+        b = backend()
+        out.update(available=b.available(), device_count=1 if b.available() else 0)
+        return out
+    try:
+        p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, "HX_EMU_ROOT": str(root())})
+        if p.returncode:
+            out.update(available=False, why_not=(p.stderr.strip().splitlines() or ["probe failed"])[-1])
+        else:
+            dev = json.loads(p.stdout.strip().splitlines()[-1])
+            out.update(available=True, device_count=1, version=dev.pop("version"), device=dict(spec="emu:gfx950", **dev),
+                       note="runs in a process of its own (one HIP library per process)")
+    except Exception as e:
+        out.update(available=False, why_not=f"{type(e).__name__}: {e}")
+    return out

@@ -1,0 +1,277 @@
+// gfx950 wave primitives: the only way gfx950 kernels reach builtins.
+//
+// On the device each is a thin inline wrapper (a builtin, or inline asm where
+// the compiler is wrong). Under HX_EMU the same names call the host emulator
+// (hsaco_src/emu), which runs the 64 lanes of a wave as fibers and completes
+// a wave primitive only when all 64 lanes reach the same call site: wave
+// primitives must be wave-uniform (no primitive inside lane-divergent
+// control flow). Lane layouts: ../shared/GFX950.md.
+//
+// Blocks are 1-D (hx_wave_id and the lane numbering assume it).
+#pragma once
+#include "platform.h"
+
+#if defined(HX_EMU)
+#include "hx_emu_platform.h"
+// Call site of a primitive, from a default argument evaluated in the caller.
+#define HX_SITE0 const char* hx_file_ = __builtin_FILE(), int hx_line_ = __builtin_LINE()
+#define HX_SITE , HX_SITE0
+#define HX_AT0 hx_file_, hx_line_
+#define HX_AT , HX_AT0
+#define HX_WAVE_FN static inline __attribute__((always_inline))
+#elif defined(HX_AMDGPU)
+#define HX_SITE0
+#define HX_SITE
+#define HX_AT0
+#define HX_AT
+#define HX_WAVE_FN static inline __attribute__((always_inline)) __device__
+#else
+#error "wave.h is gfx950 device code: compile with --offload-arch=gfx950, or for the host emulator with -DHX_EMU"
+#endif
+
+typedef int hx_v8i __attribute__((ext_vector_type(8)));      // 32 fp8 bytes: one MFMA operand per lane
+typedef float hx_v16f __attribute__((ext_vector_type(16)));  // 32x32 accumulator per lane
+typedef float hx_v4f __attribute__((ext_vector_type(4)));    // 16x16 accumulator per lane
+typedef hx_u32 hx_v2u __attribute__((ext_vector_type(2)));
+typedef hx_u32 hx_v4u __attribute__((ext_vector_type(4)));
+
+// ------------------------------------------------------------------ ids
+
+HX_WAVE_FN hx_u32 hx_lane_id() { return hx_lane(); }
+
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_wave_id() { return hx_emu_cur->wave; }
+#else
+// Wave-uniform by construction; readfirstlane puts it in an SGPR.
+HX_WAVE_FN hx_u32 hx_wave_id() { return __builtin_amdgcn_readfirstlane(hx_thread_x() >> 6); }
+#endif
+
+// ------------------------------------------------------------------ MFMA
+// A, B: 32 fp8 e4m3fn bytes per lane; lane layouts in GFX950.md (32x32x64:
+// row/column lane % 32, K = 16*(lane/32) + 32*i + j for byte 16*i + j;
+// C element 4*i + j is row 8*i + 4*(lane/32) + j, column lane % 32).
+// Scales are E8M0 and must come from a VGPR: the hardware misreads inline or
+// scalar constants (LLVM PR #158117), so 0x7F goes through a v_mov the
+// compiler cannot fold.
+
+#if defined(HX_EMU)
+HX_WAVE_FN int hx_unit_scale() { return 0x7F; }
+HX_WAVE_FN hx_v16f hx_mfma_32x32x64_fp8_scaled(hx_v8i a, hx_v8i b, hx_v16f c, int sa, int sb HX_SITE) {
+  hx_v16f d;
+  hx_emu_mfma_32x32x64_fp8(&a, &b, (const float*)&c, (float*)&d, sa, sb HX_AT);
+  return d;
+}
+HX_WAVE_FN hx_v4f hx_mfma_16x16x128_fp8_scaled(hx_v8i a, hx_v8i b, hx_v4f c, int sa, int sb HX_SITE) {
+  hx_v4f d;
+  hx_emu_mfma_16x16x128_fp8(&a, &b, (const float*)&c, (float*)&d, sa, sb HX_AT);
+  return d;
+}
+#else
+HX_WAVE_FN int hx_unit_scale() {
+  int s;
+  asm("v_mov_b32 %0, 0x7f" : "=v"(s));  // not volatile: one v_mov serves every MFMA after CSE
+  return s;
+}
+// fmtA = fmtB = 0 (OCP e4m3), op_sel 0.
+HX_WAVE_FN hx_v16f hx_mfma_32x32x64_fp8_scaled(hx_v8i a, hx_v8i b, hx_v16f c, int sa, int sb) {
+  return __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(a, b, c, 0, 0, 0, sa, 0, sb);
+}
+HX_WAVE_FN hx_v4f hx_mfma_16x16x128_fp8_scaled(hx_v8i a, hx_v8i b, hx_v4f c, int sa, int sb) {
+  return __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(a, b, c, 0, 0, 0, sa, 0, sb);
+}
+#endif
+
+HX_WAVE_FN hx_v16f hx_mfma_32x32x64_fp8(hx_v8i a, hx_v8i b, hx_v16f c HX_SITE) {
+  const int s = hx_unit_scale();
+  return hx_mfma_32x32x64_fp8_scaled(a, b, c, s, s HX_AT);
+}
+HX_WAVE_FN hx_v4f hx_mfma_16x16x128_fp8(hx_v8i a, hx_v8i b, hx_v4f c HX_SITE) {
+  const int s = hx_unit_scale();
+  return hx_mfma_16x16x128_fp8_scaled(a, b, c, s, s HX_AT);
+}
+
+// ------------------------------------------------------------ cross-lane
+
+// After it, lanes 32-63 of `a` hold the old lanes 0-31 of `b`, and lanes 0-31
+// of `b` hold the old lanes 32-63 of `a`: a + b then has row r's pair-sum in
+// lanes 0-31 and row r+1's in 32-63. Inline asm because clang 22.1.8's
+// builtin returned one register for both results; the s_nop covers the 2
+// wait states after a VALU write of a source (isa_lint checks both).
+HX_WAVE_FN void hx_permlane32_swap(float& a, float& b HX_SITE) {
+#if defined(HX_EMU)
+  hx_emu_permlane32_swap((hx_u32*)&a, (hx_u32*)&b HX_AT);
+#else
+  asm volatile("s_nop 1\n\tv_permlane32_swap_b32 %0, %1" : "+v"(a), "+v"(b));
+#endif
+}
+
+// Value of `v` in lane src_lane & 63 (ds_bpermute: any pattern, one LDS-crossbar op).
+HX_WAVE_FN hx_u32 hx_shfl_u32(hx_u32 v, hx_u32 src_lane HX_SITE) {
+#if defined(HX_EMU)
+  return hx_emu_bpermute(v, src_lane HX_AT);
+#else
+  return (hx_u32)__builtin_amdgcn_ds_bpermute((int)(src_lane << 2), (int)v);
+#endif
+}
+HX_WAVE_FN float hx_shfl(float v, hx_u32 src_lane HX_SITE) {
+  return hx_bits_to_f32(hx_shfl_u32(hx_f32_to_bits(v), src_lane HX_AT));
+}
+HX_WAVE_FN float hx_shfl_xor(float v, hx_u32 mask HX_SITE) { return hx_shfl(v, hx_lane_id() ^ mask HX_AT); }
+
+// Sum over the lanes l ^ m for m < width (width a power of two <= 64):
+// every lane gets the total of its group. log2(width) shuffles.
+HX_WAVE_FN float hx_wave_sum(float v, hx_u32 width HX_SITE) {
+  for (hx_u32 m = width >> 1; m; m >>= 1) v += hx_shfl_xor(v, m HX_AT);
+  return v;
+}
+
+// Lane 0's value (all lanes are active in our kernels), in an SGPR on the device.
+HX_WAVE_FN hx_u32 hx_readfirstlane(hx_u32 v HX_SITE) {
+#if defined(HX_EMU)
+  return hx_emu_readfirstlane(v HX_AT);
+#else
+  return (hx_u32)__builtin_amdgcn_readfirstlane((int)v);
+#endif
+}
+
+// Lanes of one wave exchanging data through LDS without a workgroup barrier
+// need this between the write and the read (lockstep on the device).
+HX_WAVE_FN void hx_wave_sync(HX_SITE0) {
+#if defined(HX_EMU)
+  hx_emu_wave_sync(HX_AT0);
+#else
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+
+// All waves of the workgroup; LDS and global writes before it are visible after it.
+HX_WAVE_FN void hx_workgroup_barrier(HX_SITE0) {
+#if defined(HX_EMU)
+  hx_emu_barrier(HX_AT0);
+#else
+  hx_barrier();
+#endif
+}
+
+// ------------------------------------------------------------ shared memory
+// HX_SHARED(float, tile, 256) declares a workgroup array `tile`. In the
+// emulator it is carved from the workgroup's 160 KiB LDS arena, poisoned with
+// 0xFF bytes (NaN floats) at each workgroup start; every lane of the block
+// gets the same address because each lane's n-th HX_SHARED is the block's
+// n-th allocation. Use it at function scope, the same declarations in the
+// same order on every path.
+#if defined(HX_EMU)
+#define HX_SHARED(type, name, count) \
+  type* const name = (type*)hx_emu_shared(sizeof(type) * (count), alignof(type), __FILE__, __LINE__)
+#else
+#define HX_SHARED(type, name, count) __shared__ type name[count]
+#endif
+
+// ---------------------------------------------------------------- buffers
+// A raw buffer (stride 0) over [ptr, ptr + num_records bytes). Offsets are
+// 32-bit: voffset per lane, soffset wave-uniform. Out-of-range loads return
+// 0 and out-of-range stores are dropped, per access; an access that
+// straddles num_records has no documented result and is an emulator error,
+// as is one whose range result depends on whether soffset is range-checked.
+#if defined(HX_EMU)
+typedef hx_emu_rsrc hx_rsrc;
+HX_WAVE_FN hx_rsrc hx_make_buffer_rsrc(const void* p, hx_u32 num_records) {
+  hx_rsrc r = {(const unsigned char*)p, num_records};
+  return r;
+}
+#define HX_BUF_LOAD(T, n) \
+  T v;                   \
+  hx_emu_buffer_load(r, voffset, soffset, &v, n HX_AT); \
+  return v;
+#define HX_BUF_STORE(n) hx_emu_buffer_store(r, voffset, soffset, &v, n HX_AT);
+#else
+typedef __amdgpu_buffer_rsrc_t hx_rsrc;
+// Word 3 0x00020000: DATA_FORMAT 32 (what CK uses on gfx9 / CDNA); raw,
+// no swizzle, range checked against num_records in bytes.
+HX_WAVE_FN hx_rsrc hx_make_buffer_rsrc(const void* p, hx_u32 num_records) {
+  return __builtin_amdgcn_make_buffer_rsrc((void*)p, (short)0, (int)num_records, 0x00020000);
+}
+#endif
+
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_buffer_load_b32(hx_rsrc r, hx_u32 voffset, hx_u32 soffset HX_SITE) { HX_BUF_LOAD(hx_u32, 4) }
+HX_WAVE_FN hx_v2u hx_buffer_load_b64(hx_rsrc r, hx_u32 voffset, hx_u32 soffset HX_SITE) { HX_BUF_LOAD(hx_v2u, 8) }
+HX_WAVE_FN hx_v4u hx_buffer_load_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset HX_SITE) { HX_BUF_LOAD(hx_v4u, 16) }
+HX_WAVE_FN void hx_buffer_store_b32(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_u32 v HX_SITE) { HX_BUF_STORE(4) }
+HX_WAVE_FN void hx_buffer_store_b64(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_v2u v HX_SITE) { HX_BUF_STORE(8) }
+HX_WAVE_FN void hx_buffer_store_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_v4u v HX_SITE) { HX_BUF_STORE(16) }
+#undef HX_BUF_LOAD
+#undef HX_BUF_STORE
+#else
+HX_WAVE_FN hx_u32 hx_buffer_load_b32(hx_rsrc r, hx_u32 voffset, hx_u32 soffset) {
+  return __builtin_amdgcn_raw_buffer_load_b32(r, voffset, soffset, 0);
+}
+HX_WAVE_FN hx_v2u hx_buffer_load_b64(hx_rsrc r, hx_u32 voffset, hx_u32 soffset) {
+  return __builtin_amdgcn_raw_buffer_load_b64(r, voffset, soffset, 0);
+}
+HX_WAVE_FN hx_v4u hx_buffer_load_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset) {
+  return __builtin_amdgcn_raw_buffer_load_b128(r, voffset, soffset, 0);
+}
+HX_WAVE_FN void hx_buffer_store_b32(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_u32 v) {
+  __builtin_amdgcn_raw_buffer_store_b32(v, r, voffset, soffset, 0);
+}
+HX_WAVE_FN void hx_buffer_store_b64(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_v2u v) {
+  __builtin_amdgcn_raw_buffer_store_b64(v, r, voffset, soffset, 0);
+}
+HX_WAVE_FN void hx_buffer_store_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_v4u v) {
+  __builtin_amdgcn_raw_buffer_store_b128(v, r, voffset, soffset, 0);
+}
+#endif
+
+// ---------------------------------------------------------- global -> LDS
+// Each lane's 4 or 16 bytes (buffer range rules as above) land at
+// lds + lane * bytes; `lds` must be wave-uniform (it goes to M0). The data
+// is only there after hx_lds_load_wait (vmcnt(0)); before it, the emulator's
+// LDS still holds its poison. Other waves need a workgroup barrier as well.
+#if defined(HX_EMU)
+HX_WAVE_FN void hx_lds_load_b32(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset HX_SITE) {
+  hx_emu_lds_load(r, lds, voffset, soffset, 4 HX_AT);
+}
+HX_WAVE_FN void hx_lds_load_b128(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset HX_SITE) {
+  hx_emu_lds_load(r, lds, voffset, soffset, 16 HX_AT);
+}
+HX_WAVE_FN void hx_lds_load_wait(HX_SITE0) { hx_emu_lds_wait(HX_AT0); }
+#else
+typedef __attribute__((address_space(3))) void hx_lds_void;
+HX_WAVE_FN void hx_lds_load_b32(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset) {
+  __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (hx_lds_void*)lds, 4, voffset, soffset, 0, 0);
+}
+HX_WAVE_FN void hx_lds_load_b128(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset) {
+  __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (hx_lds_void*)lds, 16, voffset, soffset, 0, 0);
+}
+HX_WAVE_FN void hx_lds_load_wait() { asm volatile("s_waitcnt vmcnt(0)" ::: "memory"); }
+#endif
+
+// -------------------------------------------------------------- fp8 e4m3fn
+// OCP e4m3fn (gfx950's fp8). fp8 -> f32 is exact. f32 -> fp8 rounds to
+// nearest even and saturates to +-448 (the clamp is ours: see emu/fp8.c);
+// NaN inputs are unspecified on the device.
+#if defined(HX_EMU)
+HX_WAVE_FN float hx_fp8_to_f32(hx_u32 packed, int byte) { return hx_emu_fp8_to_f32((packed >> (8 * byte)) & 0xFFu); }
+HX_WAVE_FN hx_u32 hx_f32x2_to_fp8x2(float lo, float hi) {
+  return hx_emu_f32_to_fp8(lo) | (hx_emu_f32_to_fp8(hi) << 8);
+}
+#else
+// `byte` must fold to a constant after inlining (the builtin's selector is an immediate).
+HX_WAVE_FN float hx_fp8_to_f32(hx_u32 packed, int byte) {
+  switch (byte) {
+    case 0: return __builtin_amdgcn_cvt_f32_fp8((int)packed, 0);
+    case 1: return __builtin_amdgcn_cvt_f32_fp8((int)packed, 1);
+    case 2: return __builtin_amdgcn_cvt_f32_fp8((int)packed, 2);
+    default: return __builtin_amdgcn_cvt_f32_fp8((int)packed, 3);
+  }
+}
+HX_WAVE_FN hx_u32 hx_f32x2_to_fp8x2(float lo, float hi) {
+  lo = __builtin_amdgcn_fmed3f(lo, -448.0f, 448.0f);
+  hi = __builtin_amdgcn_fmed3f(hi, -448.0f, 448.0f);
+  return (hx_u32)__builtin_amdgcn_cvt_pk_fp8_f32(lo, hi, 0, false) & 0xFFFFu;
+}
+#endif
+HX_WAVE_FN hx_u8 hx_f32_to_fp8(float x) { return (hx_u8)(hx_f32x2_to_fp8x2(x, 0.0f) & 0xFFu); }

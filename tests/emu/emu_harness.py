@@ -1,0 +1,103 @@
+"""Drive emulated kernels straight through libhxemu (no HIP runtime, no hip-python).
+
+Used by the primitive tests: a kernel .so built by hipindexer.emubuild, its
+descriptor found by symbol, launched with a packed param struct.
+"""
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+
+class EmuKernel(ctypes.Structure):
+    _fields_ = [("symbol", ctypes.c_char_p), ("param_size", ctypes.c_uint), ("max_block", ctypes.c_uint),
+                ("lane", ctypes.c_void_p)]
+
+
+class PrimParams(ctypes.Structure):
+    _fields_ = [("in0", ctypes.c_void_p), ("in1", ctypes.c_void_p), ("out0", ctypes.c_void_p),
+                ("out1", ctypes.c_void_p), ("n", ctypes.c_uint32), ("x", ctypes.c_uint32), ("y", ctypes.c_uint32),
+                ("z", ctypes.c_uint32)]
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+class EmuLib:
+    def __init__(self, so: Path, lib_dir: Path):
+        self.core = ctypes.CDLL(str(Path(lib_dir) / "libhxemu.so"))
+        self.core.hx_emu_launch.restype = ctypes.c_int
+        self.core.hx_emu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulong,
+                                            ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint), ctypes.c_ulong]
+        self.core.hx_emu_last_error.restype = ctypes.c_char_p
+        self.lib = ctypes.CDLL(str(so))
+
+    def stats(self):
+        out = (ctypes.c_ulonglong * 3)()
+        self.core.hx_emu_stats(out)
+        return {"switches": out[0], "prims": out[1], "lanes": out[2]}
+
+    def launch(self, symbol, params, grid=1, block=64):
+        k = EmuKernel.in_dll(self.lib, "hx_emu_kernel_" + symbol)
+        g = (ctypes.c_uint * 3)(*((grid, 1, 1) if isinstance(grid, int) else grid))
+        b = (ctypes.c_uint * 3)(*((block, 1, 1) if isinstance(block, int) else block))
+        rc = self.core.hx_emu_launch(ctypes.addressof(k), ctypes.addressof(params), ctypes.sizeof(params), g, b, 0)
+        if rc:
+            raise LaunchError(self.core.hx_emu_last_error().decode())
+
+
+def ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build" / "emu-test"  # git-ignored; every build below is incremental
+PRIM_KERNELS = ["hx_t_mfma32", "hx_t_mfma16", "hx_t_permlane", "hx_t_shfl", "hx_t_buffer", "hx_t_fp8", "hx_t_lds",
+                "hx_t_misuse", "hx_t_stray", "hx_t_order", "hx_t_uninit"]
+PLANTS = ["WINDOW_OFF_BY_ONE", "WRONG_LANE_HALF", "DROPPED_SCALE"]
+
+
+def _emubuild():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_hx_emubuild_tests", ROOT / "hipindexer" / "emubuild.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def toolchain_missing():
+    """Why the emulator cannot be built here, or None."""
+    try:
+        eb = _emubuild()
+        eb.host_clang(), eb.host_cc()
+        return None
+    except Exception as e:
+        return str(e)
+
+
+def prims_lib() -> EmuLib:
+    eb = _emubuild()
+    lib = BUILD / "lib"
+    eb.build_runtime(lib)
+    so = eb.build_kernel(ROOT / "tests" / "emu" / "prims.hip", [(s, "PrimParams", 64) for s in PRIM_KERNELS],
+                         BUILD / "prims.so", lib)
+    return EmuLib(so, lib)
+
+
+def logits_tile_lib(plant=None) -> EmuLib:
+    """hsaco_src/gfx950/logits_tile.hip for the emulator, optionally with -DHX_PLANT_<plant>."""
+    import sys
+    sys.path.insert(0, str(ROOT))
+    from hipindexer import catalog
+    eb = _emubuild()
+    inc = BUILD / "include"
+    inc.mkdir(parents=True, exist_ok=True)
+    hdr = inc / "hx_params.h"
+    if not hdr.is_file() or hdr.read_text() != catalog.header_text():
+        hdr.write_text(catalog.header_text())
+    k = catalog.KERNEL["logits_tile"]
+    defines = [f"HX_BLOCK={k.block}"] + ([f"HX_PLANT_{plant}=1"] if plant else [])
+    so = eb.build_kernel(ROOT / "hsaco_src" / k.source, [(k.symbol, k.params, k.block)],
+                         BUILD / f"logits_tile{'.' + plant if plant else ''}.so", BUILD / "lib", defines, [inc])
+    return EmuLib(so, BUILD / "lib")

@@ -1,0 +1,104 @@
+"""The HIP backend (hip.py over hip-python) on the emulated runtime: run only in a
+process of its own, by tests/test_emu_hip.py (-p emu_session)."""
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+from hipindexer import catalog, reference, testing
+from hipindexer.gate import gate
+from hipindexer.runtime import Device, empty, from_numpy, get_kernel
+from hipindexer.runtime import info as _info
+from hipindexer.runtime.hip import HipError
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return Device("emu:gfx950")
+
+
+def test_device_is_an_emulated_mi355x(dev):
+    assert dev.arch == "gfx950" and dev.name == "AMD Instinct MI355X (emulated)"
+    assert dev.num_cus == 256 and dev.wave_size == 64 and dev.total_memory == 288 << 30
+    from rocm.bindings import hip
+    props = dev._b._props(0)
+    assert props.warpSize == 64 and props.multiProcessorCount == 256
+    assert props.gcnArchName.split("\0")[0] == "gfx950:sramecc+:xnack-"
+    # the runtime's attribute numbers are hip-python's
+    A = hip.hipDeviceAttribute_t
+    for name, want in [("hipDeviceAttributeWarpSize", 64), ("hipDeviceAttributeMaxThreadsPerBlock", 1024),
+                       ("hipDeviceAttributeMaxSharedMemoryPerBlock", 160 * 1024)]:
+        err, v = hip.hipDeviceGetAttribute(getattr(A, name), 0)
+        assert int(err) == 0 and v == want, name
+
+
+def test_fill_through_hip_python(dev):
+    a = empty(1000, np.uint32)
+    get_kernel("fill_u32", device=dev).launch(grid=3, dst=a, value=0xDEADBEEF, count=999)
+    x = a.numpy()
+    assert (x[:999] == 0xDEADBEEF).all() and x[999] == 0xFFFFFFFF  # fresh device memory is poison
+
+
+def test_echo_kernarg_bytes_exact(dev):
+    """The packed struct reaches the kernel byte for byte and field by field (offsets, padding, the blob)."""
+    S = catalog.STRUCT["EchoParams"]
+    out = from_numpy(np.zeros(2 * S.size, np.uint8))
+    vals = dict(out=out.ptr, a_u8=0xA5, b_i32=-123456789, c_u32=0xFEDCBA98, d_i64=-(1 << 60) + 7,
+                e_u64=(1 << 64) - 3, f_f32=1.5, blob=bytes(range(128)), g_f64=-2.25, h_ptr=0x123456789ABC, tail_u8=0x5A)
+    packed = S.pack(**vals)
+    get_kernel("echo_params", device=dev).launch(grid=1, **vals)
+    got = out.numpy().tobytes()
+    assert got[S.size:] == packed and got[:S.size] == packed
+
+
+def test_wrong_kernarg_size_is_refused(dev):
+    from rocm.bindings import hip
+    k = get_kernel("fill_u32", device=dev)
+    cfg, _ = dev._b.launch_args(k._addr, k.param_size + 8)
+    err = hip.hipModuleLaunchKernel(k._fn, 1, 1, 1, 64, 1, 1, 0, 0, None, cfg)
+    err = err[0] if isinstance(err, tuple) else err
+    assert int(err) == int(hip.hipError_t.hipErrorInvalidValue)
+    lib = ctypes.CDLL(dev._b.library_path())
+    lib.hxEmuLastErrorMessage.restype = ctypes.c_char_p
+    assert b"kernarg buffer of 32 bytes, the kernel's parameter struct is 24" in lib.hxEmuLastErrorMessage()
+
+
+def test_unknown_code_object_is_refused(dev):
+    from hipindexer.runtime.module import DEFAULT_MANIFEST
+    image = bytearray((DEFAULT_MANIFEST.parent / "gfx950" / "fill_u32.hsaco").read_bytes())
+    image[-1] ^= 1  # a different object: no emulated twin
+    with pytest.raises(HipError, match="hipErrorInvalidImage"):
+        dev._b.module_load(bytes(image))
+
+
+@pytest.mark.parametrize("mode", ["causal", "multi_req"])
+@pytest.mark.parametrize("H", [32, 64])
+def test_logits_tile_through_hip_python(dev, mode, H):
+    M, N = 21, 300
+    inp = testing.prefill_inputs(np.random.default_rng(H), M=M, N=N, H=H, D=128, mode=mode)
+    d = [from_numpy(a) for a in (inp.q.view(np.uint8), inp.k.view(np.uint8), inp.kv_scale, inp.weights,
+                                 inp.cu_seqlen_ks, inp.cu_seqlen_ke)]
+    out = empty((M, N), np.float32).fill(np.nan)
+    get_kernel("logits_tile", device=dev).launch(
+        grid=((N + 31) // 32, (M + 1) // 2), q=d[0], k=d[1], kv_scale=d[2], weights=d[3], ks=d[4], ke=d[5],
+        out=out, out_stride=N, M=M, N=N, H=H, clean=1)
+    ref = reference.fp8_mqa_logits(*inp.args())
+    r = gate(out.numpy(), ref, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N), True)
+    assert r, r
+
+
+def test_info_lists_the_active_emulator(dev):
+    rep = _info.collect_info()
+    emu = [b for b in rep["backends"] if b["name"] == "emu"][0]
+    assert emu["available"] and any(d.get("spec") == "emu:0" and d.get("arch") == "gfx950" for d in rep["devices"])
+
+
+def test_events_time_the_host_clock(dev):
+    from hipindexer.runtime import Event
+    a, b = Event(dev).record(), None
+    x = empty(1 << 16, np.uint32)
+    get_kernel("fill_u32", device=dev).launch(grid=64, dst=x, value=1, count=1 << 16)
+    b = Event(dev).record()
+    b.synchronize()
+    assert 0 <= a.elapsed_ms(b) < 60_000

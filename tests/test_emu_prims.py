@@ -1,0 +1,270 @@
+"""The gfx950 wave primitives in the CPU emulator, each against an independent
+numpy formulation of the lane layouts in ../shared/GFX950.md.
+
+Test kernels: tests/emu/prims.hip, compiled with -DHX_EMU and launched straight
+through libhxemu (no HIP runtime), so these run in the main pytest process.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "emu"))
+import emu_harness as H  # noqa: E402
+
+FP8 = ml_dtypes.float8_e4m3fn
+pytestmark = pytest.mark.toolchain
+
+
+@pytest.fixture(scope="module")
+def emu():
+    why = H.toolchain_missing()
+    if why:
+        pytest.skip(why)
+    return H.prims_lib()
+
+
+def _params(**kw):
+    p = H.PrimParams()
+    p.keep = list(kw.values())  # the arrays must outlive the launch, not just this call
+    for k, v in kw.items():
+        setattr(p, k, H.ptr(v) if isinstance(v, np.ndarray) else v)
+    return p
+
+
+def _fp8(rng, shape):
+    return np.clip(rng.standard_normal(shape) * 4, -448, 448).astype(FP8)
+
+
+# ------------------------------------------------------------------ MFMA
+# GFX950.md, wave64. 32x32x64: g = lane // 32; operand byte 16i + j of lane l
+# is A[l % 32][16g + 32i + j] (B: column l % 32, same K); c[4i + j] is
+# C[8i + 4g + j][l % 32]. 16x16x128: g = lane // 16; byte 8i + j is
+# A[l % 16][8g + 32i + j]; c[i] is C[4g + i][l % 16].
+def _layout(n):
+    lane = np.arange(64)[:, None]
+    byte = np.arange(32)[None, :]
+    if n == 32:
+        g = lane // 32
+        k = 16 * g + 32 * (byte // 16) + byte % 16
+        e = np.arange(16)[None, :]
+        row = 8 * (e // 4) + 4 * g + e % 4
+    else:
+        g = lane // 16
+        k = 8 * g + 32 * (byte // 8) + byte % 8
+        e = np.arange(4)[None, :]
+        row = 4 * g + e
+    return lane % n, k, row
+
+
+@pytest.mark.parametrize("n", [32, 16])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mfma_matches_a_times_b(emu, n, seed):
+    rng = np.random.default_rng(seed)
+    K = 64 if n == 32 else 128
+    A, B = _fp8(rng, (n, K)), _fp8(rng, (K, n))
+    C = rng.standard_normal((n, n)).astype(np.float32)
+    col, k, row = _layout(n)
+    a = np.ascontiguousarray(A.view(np.uint8)[col, k])   # [64, 32]: lane l's operand bytes
+    b = np.ascontiguousarray(B.view(np.uint8)[k, col])
+    c = np.ascontiguousarray(C[row, col[:, :1]])          # [64, 16 or 4]
+    d = np.full_like(c, np.nan)
+    emu.launch("hx_t_mfma32" if n == 32 else "hx_t_mfma16", _params(in0=a, in1=b, out0=d, out1=c))
+    ref = A.astype(np.float64) @ B.astype(np.float64) + C
+    want = ref[row, col[:, :1]]                            # element by element, in the lanes' layout
+    tol = np.spacing(np.abs(want).astype(np.float32))      # round once: within one fp32 ulp
+    assert np.all(np.abs(d - want) <= tol), np.abs(d - want).max()
+    # the accumulator map covers every C element exactly once
+    assert sorted(zip(row.ravel(), np.broadcast_to(col[:, :1], row.shape).ravel())) == \
+        [(i, j) for i in range(n) for j in range(n)]
+
+
+def test_mfma_rejects_non_unit_scales(emu):
+    z = np.zeros((64, 32), np.uint8)
+    c = np.zeros((64, 16), np.float32)
+    with pytest.raises(H.LaunchError, match="unit scales"):
+        emu.launch("hx_t_mfma32", _params(in0=z, in1=z, out0=c.copy(), out1=c, x=0x80, y=0x7F))
+
+
+# ------------------------------------------------------------ cross-lane
+def test_permlane32_swap_exact(emu):
+    rng = np.random.default_rng(3)
+    xy = rng.integers(0, 2**32, 128, dtype=np.uint64).astype(np.uint32)  # any bits, NaN payloads too
+    out = np.zeros(128, np.uint32)
+    emu.launch("hx_t_permlane", _params(in0=xy, out0=out))
+    x, y = xy[:64], xy[64:]
+    # vA's lanes 32-63 <-> vB's lanes 0-31
+    np.testing.assert_array_equal(out[:64], np.concatenate([x[:32], y[:32]]))
+    np.testing.assert_array_equal(out[64:], np.concatenate([x[32:], y[32:]]))
+
+
+@pytest.mark.parametrize("mask,width", [(1, 64), (32, 32), (5, 2), (63, 16)])
+def test_shuffles_and_reductions(emu, mask, width):
+    rng = np.random.default_rng(mask)
+    v = rng.standard_normal(64).astype(np.float32)
+    src = rng.integers(0, 200, 64).astype(np.uint32)  # ds_bpermute wraps the lane index
+    out = np.zeros(256, np.float32)
+    emu.launch("hx_t_shfl", _params(in0=v, in1=src, out0=out, x=mask, y=width))
+    lane = np.arange(64)
+    np.testing.assert_array_equal(out[:64], v[lane ^ mask])
+    np.testing.assert_array_equal(out[64:128], v[src & 63])
+    np.testing.assert_array_equal(out[128:192], np.full(64, v[0]))
+    groups = v.reshape(-1, width).sum(axis=1, dtype=np.float64)
+    np.testing.assert_allclose(out[192:], np.repeat(groups, width), rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------- buffers
+def _buffer(emu, size, vo, n, soff=0, store=False):
+    mem = np.random.default_rng(size).integers(0, 256, 4096, dtype=np.uint8)
+    before = mem.copy()
+    src = np.arange(64 * 4, dtype=np.uint32) + 0xA0000000
+    out = np.zeros(64 * 4, np.uint32)
+    emu.launch("hx_t_buffer", _params(in0=mem, in1=np.asarray(vo, np.uint32), out0=out, out1=src, n=n, x=size,
+                                      y=soff, z=int(store)))
+    return before, mem, out.reshape(64, 4), src.reshape(64, 4)
+
+
+@pytest.mark.parametrize("size", [4, 8, 16])
+def test_buffer_load_in_and_out_of_range(emu, size):
+    vo = np.arange(64) * 16 + (0 if size == 16 else 4)
+    n = int(vo[62])  # lane 61 ends inside, lane 62 starts exactly at num_records: out of range
+    vo[-1] = 5000
+    before, _, out, _ = _buffer(emu, size, vo, n)
+    w = size // 4
+    for l, off in enumerate(vo):
+        want = before[off:off + size].view(np.uint32) if off + size <= n else np.zeros(w, np.uint32)
+        np.testing.assert_array_equal(out[l, :w], want, err_msg=f"lane {l} offset {off}")
+
+
+@pytest.mark.parametrize("size", [4, 8, 16])
+def test_buffer_store_drops_out_of_range(emu, size):
+    n = 512
+    vo = np.arange(64) * 16
+    before, mem, _, src = _buffer(emu, size, vo, n, store=True)
+    want = before.copy()
+    for l, off in enumerate(vo):
+        if off + size <= n:
+            want[off:off + size] = src[l, :size // 4].view(np.uint8)
+    np.testing.assert_array_equal(mem, want)
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_buffer_straddle_is_an_error(emu, store):
+    vo = np.zeros(64, np.uint32)
+    vo[9] = 1000 - 8  # 16 bytes at 992 over num_records 1000
+    with pytest.raises(H.LaunchError, match="straddles num_records 1000"):
+        _buffer(emu, 16, vo, 1000, store=store)
+
+
+def test_buffer_soffset_ambiguity_is_an_error(emu):
+    vo = np.zeros(64, np.uint32)
+    vo[3] = 900  # in range without soffset, out of range with it
+    with pytest.raises(H.LaunchError, match="soffset"):
+        _buffer(emu, 4, vo, 1000, soff=200)
+
+
+# -------------------------------------------------------------------- fp8
+def test_fp8_to_f32_all_256_patterns(emu):
+    codes = np.arange(256, dtype=np.uint8)
+    out = np.zeros(256, np.float32)
+    emu.launch("hx_t_fp8", _params(in0=codes, in1=np.zeros(256, np.float32), out0=out, out1=np.zeros(256, np.uint8),
+                                   n=256))
+    want = codes.view(FP8).astype(np.float32)
+    nan = np.isnan(want)
+    assert list(np.flatnonzero(nan)) == [0x7F, 0xFF] and np.isnan(out[nan]).all()
+    np.testing.assert_array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32))  # +-0, subnormals, 448
+
+
+def test_f32_to_fp8_rounds_to_nearest_even_and_saturates(emu):
+    fin = np.arange(256, dtype=np.uint8)
+    fin = fin[(fin & 0x7F) != 0x7F]
+    vals = fin.view(FP8).astype(np.float64)
+    pos = np.unique(np.abs(vals))
+    mids = (pos[:-1] + pos[1:]) / 2  # exact ties: must go to the even code
+    rng = np.random.default_rng(7)
+    x = np.concatenate([vals, mids, -mids, rng.standard_normal(2000) * 100, rng.standard_normal(500) * 1e-3,
+                        [448.0, 449.0, 463.9, 464.0, 1e6, -1e6, np.inf, -np.inf, 1e-30, -1e-30]]).astype(np.float32)
+    out = np.zeros(len(x), np.uint8)
+    emu.launch("hx_t_fp8", _params(in0=np.zeros(len(x), np.uint8), in1=x, out0=np.zeros(len(x), np.float32), out1=out,
+                                   n=len(x)))
+    want = np.clip(x, -448, 448).astype(FP8).view(np.uint8)  # saturating, else ml_dtypes' RNE
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(out[:len(fin)], fin)  # every finite code round-trips, -0 included
+    nan = np.array([np.nan, -np.nan], np.float32)
+    o = np.zeros(2, np.uint8)
+    emu.launch("hx_t_fp8", _params(in0=np.zeros(4, np.uint8), in1=nan, out0=np.zeros(2, np.float32), out1=o, n=2))
+    assert list(o) == [0x7F, 0xFF]
+
+
+# -------------------------------------------------------------------- LDS
+@pytest.mark.parametrize("size", [4, 16])
+def test_global_to_lds_lands_at_the_wait(emu, size):
+    src = np.random.default_rng(size).integers(0, 256, 1024, dtype=np.uint8)
+    out = np.zeros(1024, np.uint8)
+    emu.launch("hx_t_lds", _params(in0=src, out0=out, n=1024, x=size))
+    np.testing.assert_array_equal(out[:64 * size], src[:64 * size])
+    assert (out[64 * size:] == 0xFF).all()  # the rest of the array is still poison
+
+
+def test_missing_lds_wait_reads_poison(emu):
+    src = np.arange(1024, dtype=np.uint32).view(np.uint8)[:1024]
+    out = np.zeros(1024, np.uint8)
+    emu.launch("hx_t_lds", _params(in0=src, out0=out, n=1024, x=16, y=1))
+    assert (out == 0xFF).all()
+
+
+def test_lds_load_out_of_range_is_zero(emu):
+    src = np.full(1024, 7, np.uint8)
+    out = np.zeros(1024, np.uint8)
+    emu.launch("hx_t_lds", _params(in0=src, out0=out, n=512, x=16))
+    assert (out[:512] == 7).all() and (out[512:] == 0).all()
+
+
+# ------------------------------------------------------ misuse and hygiene
+@pytest.mark.parametrize("case,match", [
+    (1, r"divergent wave primitive while lanes 0-31 wait at hx_shfl \(.*prims.hip:\d+.*lanes 32-63 are at hx_shfl"),
+    (2, r"exited lane while lanes 0-4,6-63 wait at hx_shfl.*lanes 5 are exited"),
+    (3, r"lanes 7 wait at hx_shfl .*primitive #1"),
+])
+def test_misuse_aborts_with_the_site(emu, case, match):
+    with pytest.raises(H.LaunchError, match=match):
+        emu.launch("hx_t_misuse", _params(out0=np.zeros(64, np.float32), x=case))
+
+
+def test_workgroups_run_in_a_random_order(emu):
+    out = np.zeros(256, np.uint32)
+    count = np.zeros(1, np.uint32)
+    emu.launch("hx_t_order", _params(out0=out, out1=count), grid=256)
+    assert count[0] == 256 and sorted(out) == list(range(256)) and list(out) != list(range(256))
+
+
+def test_uninitialised_locals_are_poisoned(emu):
+    out = np.zeros(64, np.float32)
+    emu.launch("hx_t_uninit", _params(out0=out, n=4))
+    assert np.isnan(out).all()
+
+
+def test_stray_read_past_an_allocation_faults(emu):
+    """A device allocation ends at a guard page: one float past it is SIGSEGV, in a child process."""
+    code = textwrap.dedent(f"""
+        import ctypes, sys
+        sys.path.insert(0, {str(Path(H.__file__).parent)!r})
+        import emu_harness as H
+        e = H.prims_lib()
+        hip = ctypes.CDLL(str(H.BUILD / "lib" / "libamdhip64.so"))
+        p = ctypes.c_void_p()
+        assert hip.hipMalloc(ctypes.byref(p), ctypes.c_size_t(64)) == 0
+        out = (ctypes.c_float * 1)()
+        n = int(sys.argv[1])
+        e.launch("hx_t_stray", H.PrimParams(p.value, None, ctypes.addressof(out), None, n, 0, 0, 0))
+        print("survived", n)
+    """)
+    ok = subprocess.run([sys.executable, "-c", code, "15"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "survived 15" in ok.stdout, ok.stderr
+    bad = subprocess.run([sys.executable, "-c", code, "16"], capture_output=True, text=True)
+    assert bad.returncode == -11, (bad.returncode, bad.stdout, bad.stderr)

@@ -1,0 +1,90 @@
+"""The prefill planner and the chunk planner: pure Python, no device."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hipindexer.planner import GENERIC, TARGETS, plan_prefill, plan_prefill_chunks
+
+H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
+
+
+@settings(deadline=None, derandomize=True, max_examples=200)
+@given(st.integers(1, 20000), st.integers(1, 300000), st.sampled_from([H200, MI355X]),
+       st.one_of(st.none(), st.integers(1, 64)), st.data())
+def test_plan_covers_every_row_once_and_never_over_splits(M, N, target, rpb, data):
+    tiles = -(-N // GENERIC.tile)
+    split = data.draw(st.one_of(st.none(), st.integers(1, tiles)))
+    p = plan_prefill(M, N, 16, 64, target, rows_per_block=rpb, split=split)
+    assert p.grid[0] * p.rows_per_block >= M > (p.grid[0] - 1) * p.rows_per_block
+    assert 1 <= p.split <= tiles and p.grid[1] == p.split
+    if split is not None:
+        assert p.split == split
+    if rpb is not None:
+        assert p.rows_per_block == rpb
+
+
+def test_small_m_is_filled_by_the_key_split():
+    p = plan_prefill(128, 32768, 16, 128, H200)
+    assert p.grid[0] * p.grid[1] >= 2 * H200.num_cus
+    assert plan_prefill(8192, 8192, 16, 128, H200).split == 1
+
+
+def test_causal_long_rows_start_first_past_2048_keys():
+    assert plan_prefill(64, 4096, 32, 128, MI355X).reverse_rows
+    assert not plan_prefill(64, 1024, 32, 128, MI355X).reverse_rows
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(rows_per_block=0), r"rows_per_block: expected an int in \[1, 64\]"),
+    (dict(rows_per_block=65), r"rows_per_block"),
+    (dict(rows_per_block=2.0), r"rows_per_block"),
+    (dict(split=0), r"split: expected an int in \[1, 4\]"),
+    (dict(split=5), r"split: expected an int in \[1, 4\]"),
+    (dict(reverse_rows=1), r"reverse_rows: expected a bool"),
+    (dict(kernel="nope"), r"kernel: 'nope' is not a prefill kernel for sm_90a"),
+])
+def test_an_invalid_forced_tunable_raises_naming_it(kw, match):
+    with pytest.raises(ValueError, match=match):
+        plan_prefill(100, 1000, 32, 128, H200, **kw)
+
+
+def test_d_must_be_a_multiple_of_16():
+    with pytest.raises(ValueError, match="D must be a multiple of 16"):
+        plan_prefill(4, 4, 2, 24, H200)
+
+
+def test_any_h_and_d_falls_back_to_the_generic_kernel():
+    for H, D in [(1, 16), (16, 64), (128, 256), (7, 48)]:
+        assert plan_prefill(10, 10, H, D, MI355X).kernel == GENERIC.key
+
+
+def test_chunks_pack_whole_requests_under_the_budget():
+    q, k = [100, 200, 50, 4000], [1000, 2000, 500, 40000]
+    chunks = plan_prefill_chunks(q, k, budget_bytes=4 * 300 * 3500)
+    for ch in chunks:
+        M = sum(e - a for _, a, e in ch)
+        N = sum(k[r] for r, _, _ in ch)
+        assert M * N * 4 <= 4 * 300 * 3500 or len(ch) == 1
+    rows = {}
+    for ch in chunks:
+        for r, a, e in ch:
+            rows.setdefault(r, []).append((a, e))
+    for r in range(4):  # every row of every request exactly once, in order
+        spans = sorted(rows[r])
+        assert spans[0][0] == 0 and spans[-1][1] == q[r]
+        assert all(b[0] == a[1] for a, b in zip(spans, spans[1:]))
+
+
+def test_a_request_too_long_for_the_budget_is_cut_along_its_rows():
+    chunks = plan_prefill_chunks([4096], [131072], budget_bytes=512 << 20)
+    assert [c[0][1:] for c in chunks] == [(0, 1024), (1024, 2048), (2048, 3072), (3072, 4096)]
+    assert all(len(c) == 1 for c in chunks)
+
+
+def test_chunk_planner_rejects_bad_input():
+    with pytest.raises(ValueError, match="budget_bytes"):
+        plan_prefill_chunks([1], [1], budget_bytes=0)
+    with pytest.raises(ValueError, match="lengths differ"):
+        plan_prefill_chunks([1, 2], [1])
+    with pytest.raises(ValueError, match="request 1"):
+        plan_prefill_chunks([1, -2], [1, 1])

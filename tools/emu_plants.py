@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Mutation harness for the gfx950 logits tile on the CPU emulator: builds
+hsaco_src/gfx950/logits_tile.hip once per planted bug (-DHX_PLANT_<NAME>) and
+prints the first suite case that catches it (exit 1 if a plant survives).
+
+    python tools/emu_plants.py
+"""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "emu")]
+
+import emu_harness as H  # noqa: E402
+import logits_cases as L  # noqa: E402
+
+
+def main() -> int:
+    clean = L.caught(H.logits_tile_lib())
+    print(f"{'(no plant)':20s} {'FAILS: ' + str(clean) if clean else 'passes all ' + str(len(L.CASES)) + ' cases'}")
+    survivors = 0
+    for plant in H.PLANTS:
+        hit = L.caught(H.logits_tile_lib(plant))
+        survivors += hit is None
+        print(f"{plant:20s} " + (f"caught by {hit[0]}: {hit[1]}" if hit else "NOT CAUGHT"))
+    return 1 if survivors or clean else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

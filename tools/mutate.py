@@ -1,0 +1,140 @@
+"""Mutation harness: plant named bugs in kernel sources, rebuild, run a suite, report which were caught.
+
+    python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
+    python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
+
+Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
+carry no plant hooks); the copy is built into its own output folder, and the
+suite (`hipindexer check prefill --quick` by default) runs against it through
+$HIPINDEXER_KERNELS (and $HX_EMU_ROOT for the emulator).  A plant is caught when
+the suite fails or crashes; an unmodified build must pass first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Plant:
+    name: str
+    file: str   # relative to hsaco_src/
+    old: str    # must occur exactly once
+    new: str
+
+
+PLANTS = {
+    "generic": [
+        Plant("causal_off_by_one", "generic/mqa_logits.hip",
+              "if (n >= r.lo && n < r.hi) *dst = acc[i];", "if (n >= r.lo && n <= r.hi) *dst = acc[i];"),
+        Plant("dropped_kv_scale", "generic/mqa_logits.hip",
+              "const float scale = p.kv_scale[n];", "const float scale = 1.0f;"),
+        Plant("wrong_head_weight", "generic/mqa_logits.hip",
+              "p.weights[(hx_i64)(m + r) * p.H + h]", "p.weights[(hx_i64)(m + r) * p.H + (h + 1) % p.H]"),
+        Plant("floor_for_ceil_split", "common/index_math.h",
+              "const hx_i32 t0 = lo / tile, t1 = hx_ceil_div(hi, tile);",
+              "const hx_i32 t0 = lo / tile, t1 = hi / tile;"),
+        Plant("write_outside_window", "generic/mqa_logits.hip",
+              "else if (p.clean) *dst = neg_inf;", "else *dst = neg_inf;"),
+        Plant("row_ignores_row_block", "generic/mqa_logits.hip",
+              "const hx_i32 m0 = rb * p.rows_per_block;", "const hx_i32 m0 = 0 * rb;"),
+    ],
+}
+
+SUITES = {
+    "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},
+    "cuda": {"targets": ["sm_90a"], "device": "cuda:0"},
+}
+
+
+def apply(src: Path, plant: Plant) -> None:
+    path = src / plant.file
+    text = path.read_text()
+    count = text.count(plant.old)
+    if count != 1:
+        raise SystemExit(f"plant {plant.name}: expected its text once in {plant.file}, found it {count} times")
+    path.write_text(text.replace(plant.old, plant.new))
+
+
+def build(src: Path, out: Path, work: Path, targets: list[str]) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(ROOT / "build.py"), "--quiet", "--src", str(src), "--out", str(out),
+            "--work", str(work)]
+    for t in targets:
+        argv += ["--target", t]
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
+    env = {**os.environ, "HIPINDEXER_KERNELS": str(out), "HX_EMU_ROOT": str(out / "emu-gfx950")}
+    argv = [sys.executable, "-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout} s"
+    try:
+        doc = json.loads(p.stdout)
+        failed = [c for c in doc["cases"] if c["status"] == "failed"]
+        runs = sum(t["run"] for t in doc["summary"].values())
+        first = f": {failed[0]['case']}: {failed[0]['message']}" if failed else ""
+        return p.returncode == 0 and not failed, f"{len(failed)}/{runs} cases failed{first}"
+    except (json.JSONDecodeError, KeyError):
+        return False, f"suite crashed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}"
+
+
+@click.command()
+@click.option("--suite", type=click.Choice(sorted(SUITES)), required=True)
+@click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
+@click.option("--plants", default=None, help="Comma-separated plant names (default: the whole set).")
+@click.option("--cmd", default=None,
+              help="The hipindexer command that is the suite (default: `check prefill --quick --heads 16,32 "
+                   "--dims 64 --reruns 0`, or the set's own in SET_CMDS).")
+@click.option("--timeout", default=900, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
+    cmd = cmd or SET_CMDS.get(plant_set, "check prefill --quick --heads 16,32 --dims 64 --reruns 0")
+    chosen = [p for p in PLANTS[plant_set] if plants is None or p.name in plants.split(",")]
+    spec = SUITES[suite]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="hx-mutate-") as tmp:
+        for plant in [None] + chosen:
+            name = plant.name if plant else "(none: the suite must pass)"
+            d = Path(tmp) / (plant.name if plant else "clean")
+            shutil.copytree(ROOT / "hsaco_src", d / "src")
+            if plant:
+                apply(d / "src", plant)
+            t0 = time.time()
+            b = build(d / "src", d / "kernels", d / "work", spec["targets"])
+            if b.returncode != 0:
+                results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
+                                (b.stderr.strip().splitlines() or ["?"])[-1]})
+            else:
+                ok, how = run_suite(d / "kernels", spec, cmd.split(), timeout)
+                results.append({"plant": name, "caught": not ok, "how": how})
+            results[-1]["seconds"] = round(time.time() - t0, 1)
+            click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)
+            if plant is None and results[-1]["caught"]:
+                raise SystemExit("the unmodified kernels fail the suite; fix that first")
+    planted = results[1:]
+    if as_json:
+        click.echo(json.dumps(results, indent=1))
+    else:
+        for r in planted:
+            click.echo(f"{r['plant']:28s} {'caught' if r['caught'] else 'MISSED':7s} {r['seconds']:6.1f}s  {r['how']}")
+    missed = [r["plant"] for r in planted if not r["caught"]]
+    click.echo(f"{len(planted) - len(missed)} of {len(planted)} plants caught" + (f"; missed: {missed}" if missed else ""))
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
