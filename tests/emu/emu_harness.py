@@ -101,3 +101,36 @@ def logits_tile_lib(plant=None) -> EmuLib:
     so = eb.build_kernel(ROOT / "hsaco_src" / k.source, [(k.symbol, k.params, k.block)],
                          BUILD / f"logits_tile{'.' + plant if plant else ''}.so", BUILD / "lib", defines, [inc])
     return EmuLib(so, BUILD / "lib")
+
+
+def build_emu_package():
+    """gfx950 objects + their emulated twins, built (incrementally) by build.py into BUILD/pkg/kernels."""
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location("_hx_build_emu_test", ROOT / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = build
+    spec.loader.exec_module(build)
+    build.find_toolchain("gfx950", BUILD / "pkg" / "work")  # raises ToolchainError when missing
+    pkg = BUILD / "pkg"
+    rc = build.main(["--target", "gfx950", "--target", "emu-gfx950", "--out", str(pkg / "kernels"),
+                     "--work", str(pkg / "work"), "-j", "2", "--quiet"])
+    assert rc == 0
+    return pkg / "kernels"
+
+
+def child_env(kernels: Path) -> dict:
+    """Environment of a process whose HIP is the emulator running `kernels`."""
+    import os
+    return {**os.environ, "HX_EMU_ROOT": str(kernels / "emu-gfx950"), "HX_EMU_MANIFEST": str(kernels / "manifest.json"),
+            "HIPINDEXER_KERNELS": str(kernels),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "emu"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def run_child_pytest(kernels: Path, *files):
+    """Run test files in a child pytest whose HIP is the emulator (-p emu_session)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider",
+                           "-m", "", *files], cwd=ROOT, env=child_env(kernels), capture_output=True, text=True,
+                          timeout=900)

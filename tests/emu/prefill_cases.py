@@ -1,0 +1,118 @@
+"""The prefill op on the emulated MI355X (run by tests/test_prefill_emu.py in a child
+pytest with -p emu_session, whose HIP is the emulator)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hipindexer import fp8_mqa_logits, reference, testing
+from hipindexer.gate import gate
+from hipindexer.ops import target_of
+from hipindexer.planner import plan_prefill
+from hipindexer.runtime import Device, DeviceArray, get_kernel
+
+DEV = Device("emu:gfx950")
+EDGE = st.one_of(st.integers(-2**31, 2**31 - 1), st.integers(-5, 700))
+
+
+@settings(deadline=None, derandomize=True, max_examples=60)
+@given(st.integers(1, 70), st.integers(1, 700), st.data())
+def test_every_column_of_every_row_has_exactly_one_owner(M, N, data):
+    """The in-kernel ownership arithmetic (index_math.h) run through the emulator, not a Python copy."""
+    ks = np.array(data.draw(st.lists(EDGE, min_size=M, max_size=M)), np.int32)
+    ke = np.array(data.draw(st.lists(EDGE, min_size=M, max_size=M)), np.int32)
+    rpb = data.draw(st.integers(1, 64))
+    plan0 = plan_prefill(M, N, 16, 64, target_of(DEV), rows_per_block=rpb)
+    split = data.draw(st.integers(1, -(-N // plan0.tile)))
+    plan = plan_prefill(M, N, 16, 64, target_of(DEV), rows_per_block=rpb, split=split,
+                        reverse_rows=data.draw(st.booleans()))
+    owner = DeviceArray.empty((plan.split, M, N), np.int32, DEV).fill(0)
+    kern = get_kernel("split_probe", device=DEV)
+    kern.launch(plan.grid, ks=DeviceArray.from_numpy(ks, DEV), ke=DeviceArray.from_numpy(ke, DEV), owner=owner,
+                M=M, N=N, rows_per_block=plan.rows_per_block, split=plan.split, tile=plan.tile,
+                reverse_rows=int(plan.reverse_rows))
+    got = owner.numpy()
+    assert ((got > 0).sum(axis=0) == 1).all(), "a column owned by no part or by two"
+    computed = got.max(axis=0) == 2
+    valid = reference.valid_mask(ks, ke, N)
+    assert (computed | ~valid).all(), "a valid position only filled, never computed"
+
+
+def _inputs(M=37, N=300, H=16, D=64, mode="multi_req", seed=0):
+    return testing.prefill_inputs(np.random.default_rng(seed), M, N, H, D, mode)
+
+
+def test_out_with_a_wider_row_stride_keeps_its_padding():
+    inp = _inputs()
+    wide = DeviceArray.empty((37, 300 + 9), np.float32, DEV).fill(np.nan)
+    out = wide[:, :300]
+    fp8_mqa_logits(*inp.args(), out=out, device=DEV)
+    got = wide.numpy()
+    assert np.isnan(got[:, 300:]).all()
+    ref = reference.fp8_mqa_logits(*inp.args(), accumulate=np.float64)
+    g = gate(got[:, :300], ref, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, 300), True)
+    assert g, g.message
+
+
+def test_numpy_device_and_uint8_inputs_give_the_same_logits():
+    inp = _inputs(seed=1)
+    a = fp8_mqa_logits(*inp.args(), device=DEV).numpy()
+    dev_args = [DeviceArray.from_numpy(x, DEV) for x in inp.args()]
+    b = fp8_mqa_logits(*dev_args).numpy()
+    c = fp8_mqa_logits(inp.q.view(np.uint8), inp.k.view(np.uint8), *inp.args()[2:], device=DEV).numpy()
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+
+
+def test_clean_false_writes_only_inside_the_windows():
+    inp = _inputs(mode="past_end", seed=2)
+    out = DeviceArray.empty((37, 300), np.float32, DEV).fill(np.nan)
+    got = fp8_mqa_logits(*inp.args(), clean_logits=False, out=out).numpy()
+    valid = reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, 300)
+    assert np.isnan(got[~valid]).all() and not np.isnan(got[valid]).any()
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(split=0), ValueError, r"split: expected an int in \[1, 2\]"),
+    (dict(rows_per_block=100), ValueError, "rows_per_block"),
+    (dict(kernel="nope"), ValueError, "kernel: 'nope'"),
+    (dict(tile=4), TypeError, r"unknown tunable\(s\) \['tile'\]"),
+])
+def test_forced_tunables_are_checked_before_any_launch(kw, exc, match):
+    inp = _inputs()
+    with pytest.raises(exc, match=match):
+        fp8_mqa_logits(*inp.args(), device=DEV, **kw)
+
+
+@pytest.mark.parametrize("arg,bad,exc,match", [
+    (0, lambda i: i.q.astype(np.float32), TypeError, "q: expected dtype float8_e4m3fn"),
+    (1, lambda i: i.k[:, :32], ValueError, r"k: D \(last dim\) is 32, but q gives 64"),
+    (3, lambda i: i.weights[:, :3], ValueError, r"weights: H \(last dim\) is 3"),
+    (4, lambda i: i.cu_seqlen_ks[:5], ValueError, "cu_seqlen_ks: length is 5"),
+])
+def test_bad_input_is_named_before_any_launch(arg, bad, exc, match):
+    inp = _inputs()
+    args = list(inp.args())
+    args[arg] = bad(inp)
+    with pytest.raises(exc, match=match):
+        fp8_mqa_logits(*args, device=DEV)
+
+
+def test_out_must_be_a_device_array_of_the_right_shape():
+    inp = _inputs()
+    with pytest.raises(TypeError, match="out: expected a device array"):
+        fp8_mqa_logits(*inp.args(), out=np.zeros((37, 300), np.float32), device=DEV)
+    with pytest.raises(ValueError, match=r"out: expected a float32 \[M=37, N=300\]"):
+        fp8_mqa_logits(*inp.args(), out=DeviceArray.empty((37, 299), np.float32, DEV), device=DEV)
+
+
+def test_a_strided_input_is_refused():
+    inp = _inputs()
+    w = DeviceArray.from_numpy(np.concatenate([inp.weights, inp.weights], axis=1), DEV)[:, :16]
+    with pytest.raises(ValueError, match="weights: expected a C-contiguous array"):
+        fp8_mqa_logits(inp.q, inp.k, inp.kv_scale, w, inp.cu_seqlen_ks, inp.cu_seqlen_ke, device=DEV)
+
+
+def test_empty_shapes_launch_nothing():
+    inp = _inputs(M=0, N=10, mode="causal")
+    assert fp8_mqa_logits(*inp.args(), device=DEV).shape == (0, 10)

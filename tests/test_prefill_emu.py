@@ -1,0 +1,40 @@
+"""The prefill op through the emulated MI355X: the op's behaviour, the ownership
+arithmetic, and the quick correctness sweep (`hipindexer check prefill --device emu:gfx950 --quick`)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "emu"))
+import emu_harness as H  # noqa: E402
+
+pytestmark = pytest.mark.toolchain
+
+
+@pytest.fixture(scope="module")
+def built():
+    why = H.toolchain_missing()
+    if why:
+        pytest.skip(why)
+    try:
+        return H.build_emu_package()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
+
+def test_prefill_op_on_the_emulator(built):
+    p = H.run_child_pytest(built, "tests/emu/prefill_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert " passed" in p.stdout
+
+
+def test_quick_prefill_sweep_passes_on_the_emulator(built):
+    p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "prefill", "--device", "emu:gfx950",
+                        "--quick", "--json"], cwd=ROOT, env=H.child_env(built), capture_output=True, text=True,
+                       timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    summary = json.loads(p.stdout)["summary"]["prefill"]
+    assert summary["failed"] == 0 and summary["run"] >= 300, summary
