@@ -9,3 +9,19 @@ def gpu_device():
         return Device()
     except NoDeviceError as e:
         pytest.skip(f"no GPU: {e}")
+
+
+@pytest.fixture(scope="session")
+def emu_kernels():
+    """gfx950 objects and their emulated twins built for the tests (skips without the toolchain)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "emu"))
+    import emu_harness
+    why = emu_harness.toolchain_missing()
+    if why:
+        pytest.skip(why)
+    try:
+        return emu_harness.build_emu_package()
+    except RuntimeError as e:  # build.ToolchainError: no gfx950 compiler
+        pytest.skip(str(e))

@@ -18,23 +18,12 @@ import emu_harness as H  # noqa: E402
 pytestmark = pytest.mark.toolchain
 
 
-@pytest.fixture(scope="module")
-def built():
-    why = H.toolchain_missing()
-    if why:
-        pytest.skip(why)
-    try:
-        return H.build_emu_package()
-    except RuntimeError as e:  # build.ToolchainError
-        pytest.skip(str(e))
-
-
-def test_hip_backend_on_the_emulator(built):
-    p = H.run_child_pytest(built, "tests/emu/emu_hip_cases.py")
+def test_hip_backend_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/emu_hip_cases.py")
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
 
 
-def test_runtime_gpu_suite_on_the_emulator(built):
-    p = H.run_child_pytest(built, "tests/test_runtime_gpu.py")
+def test_runtime_gpu_suite_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/test_runtime_gpu.py")
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
     assert " passed" in p.stdout, p.stdout[-3000:]

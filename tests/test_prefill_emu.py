@@ -14,26 +14,15 @@ import emu_harness as H  # noqa: E402
 pytestmark = pytest.mark.toolchain
 
 
-@pytest.fixture(scope="module")
-def built():
-    why = H.toolchain_missing()
-    if why:
-        pytest.skip(why)
-    try:
-        return H.build_emu_package()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-
-
-def test_prefill_op_on_the_emulator(built):
-    p = H.run_child_pytest(built, "tests/emu/prefill_cases.py")
+def test_prefill_op_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/prefill_cases.py")
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
     assert " passed" in p.stdout
 
 
-def test_quick_prefill_sweep_passes_on_the_emulator(built):
+def test_quick_prefill_sweep_passes_on_the_emulator(emu_kernels):
     p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "prefill", "--device", "emu:gfx950",
-                        "--quick", "--json"], cwd=ROOT, env=H.child_env(built), capture_output=True, text=True,
+                        "--quick", "--json"], cwd=ROOT, env=H.child_env(emu_kernels), capture_output=True, text=True,
                        timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     summary = json.loads(p.stdout)["summary"]["prefill"]
