@@ -64,7 +64,7 @@ def copy_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
     return 2 * n16 * 16 / (us * 1e-6)
 
 
-PEAK_KERNELS: dict = {}  # arch -> (peak-loop kernel, FLOP per loop iteration of one block)
+PEAK_KERNELS = {"sm_90a": ("wgmma_peak", 2 * 64 * 256 * 32 * 4 * 3)}  # FLOP per loop iteration of one block
 
 
 def matrix_peak(device, iters: int = 4000, repeats: int = 10) -> float | None:

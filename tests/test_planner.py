@@ -27,6 +27,8 @@ def test_small_m_is_filled_by_the_key_split():
     p = plan_prefill(128, 32768, 16, 128, H200)
     assert p.grid[0] * p.grid[1] >= 2 * H200.num_cus
     assert plan_prefill(8192, 8192, 16, 128, H200).split == 1
+    fast = plan_prefill(128, 32768, 64, 128, H200, kernel="mqa_logits_wgmma")  # persistent: units, not blocks
+    assert fast.units >= H200.num_cus and fast.grid == (H200.num_cus, 1, 1)
 
 
 def test_causal_long_rows_start_first_past_2048_keys():
@@ -45,7 +47,7 @@ def test_causal_long_rows_start_first_past_2048_keys():
 ])
 def test_an_invalid_forced_tunable_raises_naming_it(kw, match):
     with pytest.raises(ValueError, match=match):
-        plan_prefill(100, 1000, 32, 128, H200, **kw)
+        plan_prefill(100, 1000, 16, 128, H200, **kw)  # the generic kernel (H=16)
 
 
 def test_d_must_be_a_multiple_of_16():

@@ -2,6 +2,7 @@
 
     python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
     python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
+    python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into its own output folder, and the
@@ -50,6 +51,26 @@ PLANTS = {
         Plant("row_ignores_row_block", "generic/mqa_logits.hip",
               "const hx_i32 m0 = rb * p.rows_per_block;", "const hx_i32 m0 = 0 * rb;"),
     ],
+    # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
+    "sm90a": [
+        Plant("wrong_accumulator_head", "sm90a/mqa_logits_wgmma.hip",
+              "wsm + (j / JQ) * H + 8 * (j % JQ) + 2 * (l & 3)", "wsm + (j / JQ) * H + 8 * ((j + 1) % JQ) + 2 * (l & 3)"),
+        Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
+              "s * (BK * D) + g * (64 * D));", "s * (BK * D) + (1 - g) * (64 * D));"),
+        Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",
+              "t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
+              "t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
+              "t.part.work.hi = hx_max_i32(t.part.work.lo, t.part.work.hi - p.tile);"),
+        Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
+              "const hx_i32 m = m0 + b2 * (BQ / 2) + kq;", "const hx_i32 m = m0 + (b2 * (BQ / 2) + kq + 1) % BQ;"),
+        Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
+              "*dst = z[kq] * scale;", "*dst = z[kq];"),
+    ],
+}
+# The suite each set needs by default (the plants live in kernels only these shapes reach).
+SET_CMDS = {
+    "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
+             "--kernel mqa_logits_wgmma",
 }
 
 SUITES = {

@@ -1,0 +1,335 @@
+// sm_90a prefill logits on fp8 wgmma, H in {32, 64} (-DHX_HEADS), D = 128.
+//
+// Swap-AB: keys are the wgmma M side, the row block's (query row, head)
+// pairs the N side: BQ = 256 / H query rows x H heads = 256 columns, so one
+// m64n256k32 e4m3 x e4m3 -> f32 product per 32 bytes of D and one K stream
+// serves every row of the row block.
+//
+// Persistent grid (gridDim.x <= SMs), 384 threads, warp-specialised:
+//   warpgroup 0: warp 0 loads (cp.async 16 B, 128-byte swizzle written by the
+//                lanes, completion on mbarriers), warps 1-3 write the -inf fill
+//                of the unit's columns outside its work range (clean only);
+//                registers cut to 56 (setmaxnreg).
+//   warpgroups 1, 2: math, 64 keys of every 128-key stage each, registers
+//                raised to 224; relu x weight, head sum in registers and a
+//                quad transpose-reduce, kv_scale once per key, stores with the
+//                -inf of rows outside their own window fused.
+// Work units are (row block, part of the key split) (hx_prefill_split owns
+// every column of a row block exactly once), high row blocks first when
+// reverse_rows; CTA b takes units b, then 2G-1-b, ... (snake order over
+// the grid), and every role walks the same unit sequence.
+#include "index_math.h"
+#include "hx_params.h"
+#include "hopper.h"
+
+#ifndef HX_HEADS
+#error "define HX_HEADS (32 or 64)"
+#endif
+
+namespace {
+
+constexpr int H = HX_HEADS;
+constexpr int D = 128;           // bytes of one key / query-head row
+constexpr int NQ = 256;          // wgmma N: (query row, head) pairs of a row block
+constexpr int BQ = NQ / H;       // query rows per row block
+constexpr int JQ = H / 8;        // 8-column accumulator groups per query row
+constexpr int BK = 128;          // keys per stage, 64 per math warpgroup
+constexpr int S = 8;             // stages of the key ring
+static_assert(H == 32 || H == 64, "heads");
+static_assert(HX_BLOCK == 384, "one load/fill warpgroup + two math warpgroups");
+// setmaxnreg moves registers inside the block's launch allocation (65536 / 384 -> 168 per thread):
+// an increase past what the decrease freed blocks forever.
+constexpr int LOAD_REGS = 56, MATH_REGS = 224;
+static_assert(128 * LOAD_REGS + 256 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
+
+// Dynamic shared memory layout, from a 1024-aligned base.
+constexpr hx_u32 K_OFF = 0;                          // S x [128 keys][128 B], swizzled
+constexpr hx_u32 Q_OFF = K_OFF + S * BK * D;          // 2 x [256 rows][128 B], swizzled
+constexpr hx_u32 SC_OFF = Q_OFF + 2 * NQ * D;         // S x 128 f32 kv_scale
+constexpr hx_u32 W_OFF = SC_OFF + S * BK * 4;         // 2 x 256 f32 weights
+constexpr hx_u32 REC_OFF = W_OFF + 2 * NQ * 4;        // 2 x unit record (int32): stages, m0, work lo, hi, BQ x (lo, hi)
+constexpr hx_u32 REC_BYTES = 128;
+constexpr hx_u32 BAR_OFF = REC_OFF + 2 * REC_BYTES;   // kfull[S], kempty[S], qfull[2], qempty[2]
+constexpr hx_u32 SMEM_USED = BAR_OFF + (2 * S + 4) * 8;
+static_assert(SMEM_USED + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
+
+struct Unit {
+  hx_i32 m0, m1;           // rows [m0, m1) of the row block (m1 <= M)
+  hx_prefill_part part;    // this CTA's columns of those rows
+};
+
+HX_INLINE __device__ Unit unit_at(const PrefillParams& p, hx_i64 u) {
+  const hx_i32 row_blocks = hx_ceil_div(p.M, BQ);
+  const hx_i32 rbi = (hx_i32)(u / p.split), s = (hx_i32)(u % p.split);
+  const hx_i32 rb = p.reverse_rows ? row_blocks - 1 - rbi : rbi;
+  Unit t;
+  t.m0 = rb * BQ;
+  t.m1 = hx_min_i32(p.M, t.m0 + BQ);
+  hx_i32 lo = p.N, hi = 0;
+  for (hx_i32 m = t.m0; m < t.m1; ++m) {
+    const hx_range r = hx_clamp_window(p.ks[m], p.ke[m], p.N);
+    if (r.hi > r.lo) { lo = hx_min_i32(lo, r.lo); hi = hx_max_i32(hi, r.hi); }
+  }
+  if (hi <= lo) lo = hi = 0;
+  t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, s);
+  return t;
+}
+
+static_assert((4 + 2 * BQ) * 4 <= REC_BYTES, "unit record");
+
+// Unit of this CTA's k-th turn, or -1 past the end (-2: none this round).
+HX_INLINE __device__ hx_i64 unit_index(hx_i64 units, hx_i32 k) {
+  const hx_i64 G = hx_grid_dim_x(), b = hx_block_x();
+  const hx_i64 base = (hx_i64)k * G;
+  if (base >= units) return -1;
+  const hx_i64 u = base + ((k & 1) ? G - 1 - b : b);
+  return u < units ? u : -2;
+}
+
+HX_INLINE __device__ hx_i32 stage_count(const Unit& t) { return hx_ceil_div(hx_range_len(t.part.work), BK); }
+
+HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t, hx_i32 nt) {
+  if (b <= a) return;
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+  const hx_i32 mis = (hx_i32)(((hx_u64)(row + a) >> 2) & 3u);
+  const hx_i32 head = hx_min_i32((4 - mis) & 3, b - a);
+  if (t < head) row[a + t] = ninf;
+  const hx_i32 v0 = a + head, nv = (b - v0) >> 2;
+  hx_f32x4* vp = (hx_f32x4*)(row + v0);
+  const hx_f32x4 v = {ninf, ninf, ninf, ninf};
+  for (hx_i32 i = t; i < nv; i += nt) vp[i] = v;
+  const hx_i32 tail = v0 + 4 * nv;
+  if (t < b - tail) row[tail + t] = ninf;
+}
+
+}  // namespace
+
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_CONSTANT PrefillParams p) {
+  extern __shared__ __align__(1024) hx_u8 smem_raw[];
+  const hx_u32 raw = hx_smem_u32(smem_raw);
+  const hx_u32 base = (raw + 1023u) & ~1023u;
+  hx_u8* const sbase = smem_raw + (base - raw);
+  const hx_u32 kfull = base + BAR_OFF, kempty = kfull + 8 * S, qfull = kempty + 8 * S, qempty = qfull + 16;
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  const hx_i32 wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) { hx_mbar_init(kfull + 8 * s, 32); hx_mbar_init(kempty + 8 * s, 256); }
+    for (int b = 0; b < 2; ++b) { hx_mbar_init(qfull + 8 * b, 64); hx_mbar_init(qempty + 8 * b, 256); }
+  }
+  hx_barrier();
+  const hx_i64 units = (hx_i64)hx_ceil_div(p.M, BQ) * p.split;
+
+  if (wg == 0) {
+    hx_setmaxnreg_dec<LOAD_REGS>();
+    const hx_i32 warp = tid / 32, lane = tid % 32;
+    if (warp == 0) {
+      // ------------------------------------------------------------ loader
+      hx_u32 kit = 0, qit = 0;
+      const hx_i32 row_blocks = hx_ceil_div(p.M, BQ);
+      for (hx_i32 k = 0;; ++k) {
+        const hx_i64 u = unit_index(units, k);
+        if (u == -1) break;
+        if (u < 0) continue;
+        // The unit, decoded by the warp: lane r < BQ reads row m0 + r's window.
+        Unit t;
+        const hx_i32 rbi = (hx_i32)(u / p.split), part = (hx_i32)(u % p.split);
+        t.m0 = (p.reverse_rows ? row_blocks - 1 - rbi : rbi) * BQ;
+        t.m1 = hx_min_i32(p.M, t.m0 + BQ);
+        hx_range my = {0, 0};
+        const bool row_ok = lane < BQ && t.m0 + lane < t.m1;
+        if (row_ok) my = hx_clamp_window(p.ks[t.m0 + lane], p.ke[t.m0 + lane], p.N);
+        hx_i32 lo = my.hi > my.lo ? my.lo : p.N, hi = my.hi > my.lo ? my.hi : 0;
+#pragma unroll
+        for (int x = 1; x < 32; x <<= 1) {
+          lo = hx_min_i32(lo, hx_shfl_xor_i32(lo, x));
+          hi = hx_max_i32(hi, hx_shfl_xor_i32(hi, x));
+        }
+        if (hi <= lo) lo = hi = 0;
+        t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);
+        const hx_i32 ns = stage_count(t);
+        if (ns == 0) continue;
+        const hx_u32 qb = qit & 1;
+        hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
+        hx_i32* rec = (hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
+        if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
+        if (lane < BQ) { rec[4 + 2 * lane] = my.lo; rec[5 + 2 * lane] = row_ok ? my.hi : -1; }
+        hx_mbar_arrive(qfull + 8 * qb);  // releases the record; the copies arrive below
+        const hx_u32 qdst = base + Q_OFF + qb * (NQ * D);
+        const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
+        const hx_i32 qrows = (t.m1 - t.m0) * H;  // rows of the tile that exist
+#pragma unroll 8
+        for (int i = 0; i < NQ * D / 16 / 32; ++i) {
+          const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
+          const bool ok = r < qrows;
+          hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
+        }
+        const hx_u32 wdst = base + W_OFF + qb * (NQ * 4);
+        const float* wsrc = p.weights + (hx_i64)t.m0 * H;
+#pragma unroll
+        for (int i = 0; i < NQ / 32; ++i) {
+          const hx_i32 idx = lane + 32 * i;
+          const bool ok = idx < qrows;
+          hx_cp_async4(wdst + 4 * idx, wsrc + (ok ? idx : 0), ok ? 4 : 0);
+        }
+        hx_cp_async_arrive(qfull + 8 * qb);
+        ++qit;
+        for (hx_i32 st = 0; st < ns; ++st, ++kit) {
+          const hx_u32 s = kit % S;
+          hx_mbar_wait(kempty + 8 * s, ((kit / S) & 1) ^ 1);
+          const hx_i32 n0 = t.part.work.lo + st * BK;
+          const hx_u32 kdst = base + K_OFF + s * (BK * D);
+#pragma unroll 8
+          for (int i = 0; i < BK * D / 16 / 32; ++i) {
+            const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
+            const bool ok = n0 + r < p.N;
+            hx_cp_async16(kdst + hx_sw128_offset(r, c), p.k + (ok ? (hx_i64)(n0 + r) * D + c * 16 : 0), ok ? 16 : 0);
+          }
+          const hx_u32 sdst = base + SC_OFF + s * (BK * 4);
+#pragma unroll
+          for (int i = 0; i < BK / 32; ++i) {
+            const hx_i32 idx = lane + 32 * i;
+            const bool ok = n0 + idx < p.N;
+            hx_cp_async4(sdst + 4 * idx, p.kv_scale + (ok ? n0 + idx : 0), ok ? 4 : 0);
+          }
+          hx_cp_async_arrive(kfull + 8 * s);
+        }
+      }
+      // End marker for the math warpgroups: a record with no stages.
+      const hx_u32 qb = qit & 1;
+      hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
+      if (lane == 0) ((hx_i32*)(sbase + REC_OFF + qb * REC_BYTES))[0] = 0;
+      hx_mbar_arrive(qfull + 8 * qb);
+      hx_mbar_arrive(qfull + 8 * qb);
+      // Every issued copy must land before the CTA may exit.
+      asm volatile("cp.async.wait_all;" ::: "memory");
+    } else if (p.clean) {
+      // ------------------------------------------------------------ -inf fill outside the work range
+      const hx_i32 ft = tid - 32, nft = 96;
+      for (hx_i32 k = 0;; ++k) {
+        const hx_i64 u = unit_index(units, k);
+        if (u == -1) break;
+        if (u < 0) continue;
+        const Unit t = unit_at(p, u);
+        for (hx_i32 m = t.m0; m < t.m1; ++m) {
+          float* row = p.out + (hx_i64)m * p.out_stride;
+          fill_neg_inf(row, t.part.fill_lo.lo, t.part.fill_lo.hi, ft, nft);
+          fill_neg_inf(row, t.part.fill_hi.lo, t.part.fill_hi.hi, ft, nft);
+        }
+      }
+    }
+    return;
+  }
+
+  // -------------------------------------------------------------- math warpgroups
+  hx_setmaxnreg_inc<MATH_REGS>();
+  const hx_i32 g = wg - 1;                 // which 64 keys of each stage
+  const hx_i32 mt = tid - 128 * wg;        // thread in the warpgroup
+  const hx_i32 w = mt / 32, l = mt % 32;
+  const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
+  const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;   // this lane's key of the 64 after the quad reduce
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+  float acc[128];
+  float wreg[64];
+  hx_u32 kit = 0, qit = 0;
+  for (;;) {
+    const hx_u32 qb = qit & 1;
+    hx_mbar_wait(qfull + 8 * qb, (qit >> 1) & 1);
+    const hx_i32* rec = (const hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
+    const hx_i32 ns = rec[0];
+    if (ns == 0) break;
+    const hx_i32 m0 = rec[1], work_lo = rec[2], work_hi = rec[3];
+    // Weight of accumulator column 8j + 2(l%4) + c: query row j / JQ, head 8(j % JQ) + 2(l%4) + c.
+    const float* wsm = (const float*)(sbase + W_OFF + qb * (NQ * 4));
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const hx_f32x2 v = *(const hx_f32x2*)(wsm + (j / JQ) * H + 8 * (j % JQ) + 2 * (l & 3));
+      wreg[2 * j] = v.x;
+      wreg[2 * j + 1] = v.y;
+    }
+    // Windows of this lane's query rows: q = b2 * BQ/2 + kq.
+    hx_i32 wlo[BQ / 2], whi[BQ / 2];  // whi -1: a row past M, nothing stored
+#pragma unroll
+    for (int kq = 0; kq < BQ / 2; ++kq) {
+      wlo[kq] = rec[4 + 2 * (b2 * (BQ / 2) + kq)];
+      whi[kq] = rec[5 + 2 * (b2 * (BQ / 2) + kq)];
+    }
+    const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D));
+    bool ready = false;  // the stage's kfull already waited and the proxy fence done
+    for (hx_i32 st = 0; st < ns; ++st, ++kit) {
+      const hx_u32 s = kit % S;
+      const hx_i32 nbase = work_lo + st * BK + 64 * g;
+      if (!ready) {
+        hx_mbar_wait(kfull + 8 * s, (kit / S) & 1);
+        hx_fence_proxy_async();
+      }
+      ready = false;
+      if (nbase < work_hi) {  // warpgroup-uniform
+        const hx_u64 adesc = hx_wgmma_desc_sw128(base + K_OFF + s * (BK * D) + g * (64 * D));
+        hx_fence_regs(acc);
+        hx_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) hx_wgmma_m64n256k32_e4m3(acc, adesc + 2 * kk, bdesc + 2 * kk, kk);
+        hx_wgmma_commit();
+        hx_wgmma_wait<0>();
+        hx_fence_regs(acc);
+        // relu(acc) x weight summed over this thread's heads: v[i * BQ + q], key row i of the pair.
+        float v[2 * BQ];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+          for (int q = 0; q < BQ; ++q) {
+            float sum = 0.f;
+#pragma unroll
+            for (int jj = 0; jj < JQ; ++jj) {
+              const int j = q * JQ + jj;
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const float x = acc[4 * j + 2 * i + c];
+                sum = __fmaf_rn(x > 0.f ? x : 0.f, wreg[2 * j + c], sum);
+              }
+            }
+            v[i * BQ + q] = sum;
+          }
+        }
+        // Quad transpose-reduce: lane bit 0 keeps key row b1, bit 1 keeps query half b2.
+        float h1[BQ];
+#pragma unroll
+        for (int x = 0; x < BQ; ++x) {
+          const float send = b1 ? v[x] : v[x + BQ];
+          const float keep = b1 ? v[x + BQ] : v[x];
+          h1[x] = keep + hx_shfl_xor(send, 1);
+        }
+        float z[BQ / 2];
+#pragma unroll
+        for (int x = 0; x < BQ / 2; ++x) {
+          const float send = b2 ? h1[x] : h1[x + BQ / 2];
+          const float keep = b2 ? h1[x + BQ / 2] : h1[x];
+          z[x] = keep + hx_shfl_xor(send, 2);
+        }
+        const float scale = ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];
+        hx_mbar_arrive(kempty + 8 * s);
+        // The next stage's wait and proxy fence before this tile's stores: the fence's memory barrier
+        // then waits only for the stores of the tile before, long done.
+        if (st + 1 < ns) {
+          hx_mbar_wait(kfull + 8 * ((kit + 1) % S), ((kit + 1) / S) & 1);
+          hx_fence_proxy_async();
+          ready = true;
+        }
+        const hx_i32 n = nbase + key;
+        if (n < work_hi) {
+#pragma unroll
+          for (int kq = 0; kq < BQ / 2; ++kq) {
+            const hx_i32 m = m0 + b2 * (BQ / 2) + kq;
+            float* dst = p.out + (hx_i64)m * p.out_stride + n;
+            if (n >= wlo[kq] && n < whi[kq]) *dst = z[kq] * scale;
+            else if (p.clean && whi[kq] >= 0) *dst = ninf;
+          }
+        }
+      } else {
+        hx_mbar_arrive(kempty + 8 * s);
+      }
+    }
+    hx_mbar_arrive(qempty + 8 * qb);
+    ++qit;
+  }
+}
