@@ -86,6 +86,23 @@ HX_INLINE __device__ hx_i64 unit_index(hx_i64 units, hx_i32 k) {
   return u < units ? u : -2;
 }
 
+// A whole [ROWS][128 B] tile into the 128-byte swizzle, one warp, two instructions per 16 bytes: the
+// loader is one warp, and the general form's per-copy address arithmetic cost more cycles than the MMAs.
+// Lane l copies column c = l % 8 of rows r0 + 4i (r0 = l / 8); the swizzle XORs c with (r0 + 4i) % 8,
+// which is r0 for even i and r0 + 4 for odd i.
+template <int ROWS>
+HX_INLINE __device__ void copy_tile_sw128(hx_u32 dst, const hx_u8* src, hx_i32 lane) {
+  const hx_u32 r0 = (hx_u32)lane >> 3, c = (hx_u32)lane & 7u;
+  const hx_u32 even = dst + r0 * 128u + ((c ^ r0) << 4), odd = dst + r0 * 128u + ((c ^ r0 ^ 4u) << 4);
+  const hx_u8* s = src + r0 * 128u + c * 16u;
+#pragma unroll 4
+  for (int i = 0; i < ROWS / 4; i += 2) {
+    hx_cp_async16(even + 512u * i, s + 512 * i, 16);
+    hx_cp_async16(odd + 512u * (i + 1), s + 512 * (i + 1), 16);
+  }
+}
+static_assert(D == 128, "copy_tile_sw128 assumes 128-byte rows");
+
 HX_INLINE __device__ hx_i32 stage_count(const Unit& t) { return hx_ceil_div(hx_range_len(t.part.work), BK); }
 
 HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t, hx_i32 nt) {
@@ -178,11 +195,15 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
           hx_mbar_wait(kempty + 8 * s, ((kit / S) & 1) ^ 1);
           const hx_i32 n0 = t.part.work.lo + st * BK;
           const hx_u32 kdst = base + K_OFF + s * (BK * D);
+          if (n0 + BK <= p.N) {
+            copy_tile_sw128<BK>(kdst, p.k + (hx_i64)n0 * D, lane);
+          } else {
 #pragma unroll 8
-          for (int i = 0; i < BK * D / 16 / 32; ++i) {
-            const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-            const bool ok = n0 + r < p.N;
-            hx_cp_async16(kdst + hx_sw128_offset(r, c), p.k + (ok ? (hx_i64)(n0 + r) * D + c * 16 : 0), ok ? 16 : 0);
+            for (int i = 0; i < BK * D / 16 / 32; ++i) {
+              const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
+              const bool ok = n0 + r < p.N;
+              hx_cp_async16(kdst + hx_sw128_offset(r, c), p.k + (ok ? (hx_i64)(n0 + r) * D + c * 16 : 0), ok ? 16 : 0);
+            }
           }
           const hx_u32 sdst = base + SC_OFF + s * (BK * 4);
 #pragma unroll
