@@ -3,6 +3,7 @@
     python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
     python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
     python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
+    python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into its own output folder, and the
@@ -58,17 +59,34 @@ PLANTS = {
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
               "s * (BK * D) + g * (64 * D));", "s * (BK * D) + (1 - g) * (64 * D));"),
         Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",
-              "t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
-              "t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
-              "t.part.work.hi = hx_max_i32(t.part.work.lo, t.part.work.hi - p.tile);"),
+              "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
+              "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
+              "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
         Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
               "const hx_i32 m = m0 + b2 * (BQ / 2) + kq;", "const hx_i32 m = m0 + (b2 * (BQ / 2) + kq + 1) % BQ;"),
         Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
               "*dst = z[kq] * scale;", "*dst = z[kq];"),
     ],
+    # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
+    "gfx950": [
+        Plant("wrong_lane_half", "gfx950/mqa_logits_mfma.hip", "r.lo_half = g == 0;", "r.lo_half = g != 0;"),
+        Plant("wrong_accumulator_head_weight", "gfx950/mqa_logits_mfma.hip",
+              "4 * (32 * ht + 8 * i + 4 * (lane / 32))", "4 * (32 * ht + 8 * ((i + 1) % 4) + 4 * (lane / 32))"),
+        Plant("permlane_swap_wrong_pair", "gfx950/mqa_logits_mfma.hip", "hx_permlane32_swap(x, y);", "hx_permlane32_swap(y, x);"),
+        Plant("split_one_tile_short", "gfx950/mqa_logits_mfma.hip", "r.whi = part.work.hi;",
+              "r.whi = hx_max_i32(part.work.lo, part.work.hi - p.tile);"),
+        Plant("row_block_tail_overrun", "gfx950/mqa_logits_mfma.hip", "const hx_i32 m1 = hx_min_i32(p.M, m0 + BM);",
+              "const hx_i32 m1 = m0 + BM;"),
+        Plant("dropped_kv_scale_gfx950", "gfx950/mqa_logits_mfma.hip", "(x + y) * st[t]", "(x + y)"),
+        Plant("lds_buffers_swapped", "gfx950/mqa_logits_mfma.hip", "c + 1, chunks, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane",
+              "c + 1, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane"),
+    ],
 }
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
+    # the quick shapes plus one whose parts span two LDS chunks under a key split of 8
+    "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048 --reruns 0 "
+              "--kernel mqa_logits_mfma",
     "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
              "--kernel mqa_logits_wgmma",
 }

@@ -6,10 +6,12 @@
 // serves every row of the row block.
 //
 // Persistent grid (gridDim.x <= SMs), 384 threads, warp-specialised:
-//   warpgroup 0: warp 0 loads (cp.async 16 B, 128-byte swizzle written by the
-//                lanes, completion on mbarriers), warps 1-3 write the -inf fill
-//                of the unit's columns outside its work range (clean only);
-//                registers cut to 56 (setmaxnreg).
+//   warpgroup 0: warps 0 and 1 load (cp.async 16 B, 128-byte swizzle written
+//                by the lanes, completion on mbarriers; each copies half of
+//                every K stage, warp 0 also Q, the weights and the unit
+//                record), warps 2-3 write the -inf fill of the unit's columns
+//                outside its work range (clean only); registers cut to 56
+//                (setmaxnreg).
 //   warpgroups 1, 2: math, 64 keys of every 128-key stage each, registers
 //                raised to 224; relu x weight, head sum in registers and a
 //                quad transpose-reduce, kv_scale once per key, stores with the
@@ -103,6 +105,56 @@ HX_INLINE __device__ void copy_tile_sw128(hx_u32 dst, const hx_u8* src, hx_i32 l
 }
 static_assert(D == 128, "copy_tile_sw128 assumes 128-byte rows");
 
+// A unit decoded by a loader warp: lane r < BQ reads row m0 + r's window (my), the warp reduces the union.
+struct WarpUnit {
+  Unit t;
+  hx_range my;
+  bool row_ok;
+};
+
+HX_INLINE __device__ WarpUnit decode_unit(const PrefillParams& p, hx_i64 u, hx_i32 lane) {
+  WarpUnit w;
+  const hx_i32 row_blocks = hx_ceil_div(p.M, BQ);
+  const hx_i32 rbi = (hx_i32)(u / p.split), part = (hx_i32)(u % p.split);
+  w.t.m0 = (p.reverse_rows ? row_blocks - 1 - rbi : rbi) * BQ;
+  w.t.m1 = hx_min_i32(p.M, w.t.m0 + BQ);
+  w.my = {0, 0};
+  w.row_ok = lane < BQ && w.t.m0 + lane < w.t.m1;
+  if (w.row_ok) w.my = hx_clamp_window(p.ks[w.t.m0 + lane], p.ke[w.t.m0 + lane], p.N);
+  hx_i32 lo = w.my.hi > w.my.lo ? w.my.lo : p.N, hi = w.my.hi > w.my.lo ? w.my.hi : 0;
+#pragma unroll
+  for (int x = 1; x < 32; x <<= 1) {
+    lo = hx_min_i32(lo, hx_shfl_xor_i32(lo, x));
+    hi = hx_max_i32(hi, hx_shfl_xor_i32(hi, x));
+  }
+  if (hi <= lo) lo = hi = 0;
+  w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);
+  return w;
+}
+
+// Loader warp `half` copies keys [n0 + 64 half, n0 + 64 half + 64) of a stage and their scales: two
+// warps share every stage, since one warp's copy issue rate was what bounded the kernel.
+HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0, hx_i32 half,
+                                          hx_i32 lane) {
+  const hx_i32 r_base = half * (BK / 2);
+  if (n0 + BK <= p.N) {
+    copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)(n0 + r_base) * D, lane);
+  } else {
+#pragma unroll 8
+    for (int i = 0; i < (BK / 2) * D / 16 / 32; ++i) {
+      const hx_i32 idx = lane + 32 * i, r = r_base + (idx >> 3), c = idx & 7;
+      const bool ok = n0 + r < p.N;
+      hx_cp_async16(kdst + hx_sw128_offset(r, c), p.k + (ok ? (hx_i64)(n0 + r) * D + c * 16 : 0), ok ? 16 : 0);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < BK / 2 / 32; ++i) {
+    const hx_i32 idx = r_base + lane + 32 * i;
+    const bool ok = n0 + idx < p.N;
+    hx_cp_async4(sdst + 4 * idx, p.kv_scale + (ok ? n0 + idx : 0), ok ? 4 : 0);
+  }
+}
+
 HX_INLINE __device__ hx_i32 stage_count(const Unit& t) { return hx_ceil_div(hx_range_len(t.part.work), BK); }
 
 HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t, hx_i32 nt) {
@@ -130,7 +182,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = tid / 128;
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) { hx_mbar_init(kfull + 8 * s, 32); hx_mbar_init(kempty + 8 * s, 256); }
+    for (int s = 0; s < S; ++s) { hx_mbar_init(kfull + 8 * s, 64); hx_mbar_init(kempty + 8 * s, 256); }
     for (int b = 0; b < 2; ++b) { hx_mbar_init(qfull + 8 * b, 64); hx_mbar_init(qempty + 8 * b, 256); }
   }
   hx_barrier();
@@ -139,93 +191,66 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   if (wg == 0) {
     hx_setmaxnreg_dec<LOAD_REGS>();
     const hx_i32 warp = tid / 32, lane = tid % 32;
-    if (warp == 0) {
-      // ------------------------------------------------------------ loader
+    if (warp < 2) {
+      // ------------------------------------------------------------ loaders: warp 0 also owns Q, the weights
+      // and the unit record; both copy half of every K stage.
       hx_u32 kit = 0, qit = 0;
-      const hx_i32 row_blocks = hx_ceil_div(p.M, BQ);
       for (hx_i32 k = 0;; ++k) {
         const hx_i64 u = unit_index(units, k);
         if (u == -1) break;
         if (u < 0) continue;
-        // The unit, decoded by the warp: lane r < BQ reads row m0 + r's window.
-        Unit t;
-        const hx_i32 rbi = (hx_i32)(u / p.split), part = (hx_i32)(u % p.split);
-        t.m0 = (p.reverse_rows ? row_blocks - 1 - rbi : rbi) * BQ;
-        t.m1 = hx_min_i32(p.M, t.m0 + BQ);
-        hx_range my = {0, 0};
-        const bool row_ok = lane < BQ && t.m0 + lane < t.m1;
-        if (row_ok) my = hx_clamp_window(p.ks[t.m0 + lane], p.ke[t.m0 + lane], p.N);
-        hx_i32 lo = my.hi > my.lo ? my.lo : p.N, hi = my.hi > my.lo ? my.hi : 0;
-#pragma unroll
-        for (int x = 1; x < 32; x <<= 1) {
-          lo = hx_min_i32(lo, hx_shfl_xor_i32(lo, x));
-          hi = hx_max_i32(hi, hx_shfl_xor_i32(hi, x));
-        }
-        if (hi <= lo) lo = hi = 0;
-        t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);
+        const WarpUnit wu = decode_unit(p, u, lane);
+        const Unit& t = wu.t;
         const hx_i32 ns = stage_count(t);
         if (ns == 0) continue;
-        const hx_u32 qb = qit & 1;
-        hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
-        hx_i32* rec = (hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
-        if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
-        if (lane < BQ) { rec[4 + 2 * lane] = my.lo; rec[5 + 2 * lane] = row_ok ? my.hi : -1; }
-        hx_mbar_arrive(qfull + 8 * qb);  // releases the record; the copies arrive below
-        const hx_u32 qdst = base + Q_OFF + qb * (NQ * D);
-        const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
-        const hx_i32 qrows = (t.m1 - t.m0) * H;  // rows of the tile that exist
+        if (warp == 0) {
+          const hx_u32 qb = qit & 1;
+          hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
+          hx_i32* rec = (hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
+          if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
+          if (lane < BQ) { rec[4 + 2 * lane] = wu.my.lo; rec[5 + 2 * lane] = wu.row_ok ? wu.my.hi : -1; }
+          hx_mbar_arrive(qfull + 8 * qb);  // releases the record; the copies arrive below
+          const hx_u32 qdst = base + Q_OFF + qb * (NQ * D);
+          const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
+          const hx_i32 qrows = (t.m1 - t.m0) * H;  // rows of the tile that exist
 #pragma unroll 8
-        for (int i = 0; i < NQ * D / 16 / 32; ++i) {
-          const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-          const bool ok = r < qrows;
-          hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
-        }
-        const hx_u32 wdst = base + W_OFF + qb * (NQ * 4);
-        const float* wsrc = p.weights + (hx_i64)t.m0 * H;
+          for (int i = 0; i < NQ * D / 16 / 32; ++i) {
+            const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
+            const bool ok = r < qrows;
+            hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
+          }
+          const hx_u32 wdst = base + W_OFF + qb * (NQ * 4);
+          const float* wsrc = p.weights + (hx_i64)t.m0 * H;
 #pragma unroll
-        for (int i = 0; i < NQ / 32; ++i) {
-          const hx_i32 idx = lane + 32 * i;
-          const bool ok = idx < qrows;
-          hx_cp_async4(wdst + 4 * idx, wsrc + (ok ? idx : 0), ok ? 4 : 0);
+          for (int i = 0; i < NQ / 32; ++i) {
+            const hx_i32 idx = lane + 32 * i;
+            const bool ok = idx < qrows;
+            hx_cp_async4(wdst + 4 * idx, wsrc + (ok ? idx : 0), ok ? 4 : 0);
+          }
+          hx_cp_async_arrive(qfull + 8 * qb);
+          ++qit;
         }
-        hx_cp_async_arrive(qfull + 8 * qb);
-        ++qit;
         for (hx_i32 st = 0; st < ns; ++st, ++kit) {
           const hx_u32 s = kit % S;
           hx_mbar_wait(kempty + 8 * s, ((kit / S) & 1) ^ 1);
-          const hx_i32 n0 = t.part.work.lo + st * BK;
-          const hx_u32 kdst = base + K_OFF + s * (BK * D);
-          if (n0 + BK <= p.N) {
-            copy_tile_sw128<BK>(kdst, p.k + (hx_i64)n0 * D, lane);
-          } else {
-#pragma unroll 8
-            for (int i = 0; i < BK * D / 16 / 32; ++i) {
-              const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-              const bool ok = n0 + r < p.N;
-              hx_cp_async16(kdst + hx_sw128_offset(r, c), p.k + (ok ? (hx_i64)(n0 + r) * D + c * 16 : 0), ok ? 16 : 0);
-            }
-          }
-          const hx_u32 sdst = base + SC_OFF + s * (BK * 4);
-#pragma unroll
-          for (int i = 0; i < BK / 32; ++i) {
-            const hx_i32 idx = lane + 32 * i;
-            const bool ok = n0 + idx < p.N;
-            hx_cp_async4(sdst + 4 * idx, p.kv_scale + (ok ? n0 + idx : 0), ok ? 4 : 0);
-          }
+          load_half_stage(p, base + K_OFF + s * (BK * D), base + SC_OFF + s * (BK * 4), t.part.work.lo + st * BK,
+                          warp, lane);
           hx_cp_async_arrive(kfull + 8 * s);
         }
       }
-      // End marker for the math warpgroups: a record with no stages.
-      const hx_u32 qb = qit & 1;
-      hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
-      if (lane == 0) ((hx_i32*)(sbase + REC_OFF + qb * REC_BYTES))[0] = 0;
-      hx_mbar_arrive(qfull + 8 * qb);
-      hx_mbar_arrive(qfull + 8 * qb);
+      if (warp == 0) {
+        // End marker for the math warpgroups: a record with no stages.
+        const hx_u32 qb = qit & 1;
+        hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
+        if (lane == 0) ((hx_i32*)(sbase + REC_OFF + qb * REC_BYTES))[0] = 0;
+        hx_mbar_arrive(qfull + 8 * qb);
+        hx_mbar_arrive(qfull + 8 * qb);
+      }
       // Every issued copy must land before the CTA may exit.
       asm volatile("cp.async.wait_all;" ::: "memory");
     } else if (p.clean) {
       // ------------------------------------------------------------ -inf fill outside the work range
-      const hx_i32 ft = tid - 32, nft = 96;
+      const hx_i32 ft = tid - 64, nft = 64;
       for (hx_i32 k = 0;; ++k) {
         const hx_i64 u = unit_index(units, k);
         if (u == -1) break;
