@@ -150,10 +150,42 @@ def _toolchains() -> dict:
     return found
 
 
+def _isa_report_module():
+    """tools/isa_report.py of the source checkout, or None (an installed wheel has no tools/)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "tools" / "isa_report.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("_hx_isa_report", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_hx_isa_report"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _isa_info(as_json: bool) -> None:
+    mod = _isa_report_module()
+    if mod is None:
+        raise click.ClickException("hipindexer info --isa needs a source checkout (tools/isa_report.py and "
+                                   "hsaco_src/) and a gfx950 compiler: it recompiles each kernel with -S")
+    from .runtime.module import DEFAULT_MANIFEST
+    reports = mod.manifest_reports(DEFAULT_MANIFEST)
+    if as_json:
+        click.echo(json.dumps([mod.as_dict(r) for r in reports], indent=1))
+    else:
+        click.echo(mod.format_table(reports))
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def info(as_json: bool) -> None:
+@click.option("--isa", is_flag=True, help="gfx950 ISA report instead: resources and each kernel's hot loop "
+                                          "(instruction mix, MFMA and VALU cycles per tile; tools/isa_report.py).")
+def info(as_json: bool, isa: bool) -> None:
     """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources."""
+    if isa:
+        _isa_info(as_json)
+        return
     from .runtime.info import collect_info
     report = collect_info()
     report["toolchains"] = _toolchains()

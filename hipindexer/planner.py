@@ -38,6 +38,7 @@ class KernelSpec:
     variant: str | None = None  # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
     persistent: bool = False    # grid of at most one block per CU walking every (row block, part) unit
     opt_in: bool = False        # picked only when forced (kernel=...): not yet through the whole gate
+    min_part_tiles: int = 1     # the planner's own split keeps >= this many tiles per part (per-part costs)
 
 
 GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
@@ -57,6 +58,12 @@ def register_prefill(arch: str, spec: KernelSpec) -> None:
 
 
 register_prefill("sm_90a", WGMMA_SM90)
+# gfx950 scaled-MFMA kernel (hsaco_src/gfx950/mqa_logits_mfma.hip): 4 waves x 2 rows share each K tile
+# (32 keys, staged through LDS); the split cuts the work range at 32-key tiles, >= 8 per part (two
+# 128-key LDS chunks: each part reloads its 8 rows of Q and weights, 32-64 KiB).
+MFMA_GFX950 = KernelSpec("mqa_logits_mfma", block=256, tile=32, max_rows=8, fits=((32, 128), (64, 128)),
+                         rows={32: 8, 64: 8}, variant="HX_HEADS", min_part_tiles=8)
+register_prefill("gfx950", MFMA_GFX950)
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,8 @@ def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_row
     max_split = tiles if spec.persistent else min(tiles, target.max_grid_y)
     if split is None:
         split = _persistent_split(row_blocks, tiles, target.num_cus) if spec.persistent else \
-            min(max_split, max(1, -(-2 * target.num_cus // row_blocks)))  # ~2 blocks per CU
+            min(max_split, max(1, -(-2 * target.num_cus // row_blocks)),  # ~2 blocks per CU
+                max(1, tiles // spec.min_part_tiles))
     split = _forced_int("split", split, 1, max_split)
     if reverse_rows is None:
         reverse_rows = N > 2048

@@ -117,22 +117,25 @@ def compile_asm(source: Path, defines=(), flags=None) -> str:
 
 
 def _default_sources():
+    """(source, defines) of every gfx950 catalog kernel variant."""
     sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
-    return [(ROOT / "hsaco_src" / k.source, k.block) for k in catalog.KERNELS if k.source.startswith("gfx950/")]
+    return [(ROOT / "hsaco_src" / k.source, [f"HX_BLOCK={k.block}"] + [f"{d}={v[d]}" for d in sorted(v)])
+            for k in catalog.KERNELS if k.source.startswith("gfx950/") for v in k.variants]
 
 
 def main(argv=None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    sources = [(Path(a), 64) for a in args] or _default_sources()
+    sources = [(Path(a), ["HX_BLOCK=64"]) for a in args] or _default_sources()
     bad = 0
-    for src, block in sources:
-        problems = lint(compile_asm(src, [f"HX_BLOCK={block}"]), src.read_text())
+    for src, defines in sources:
+        name = " ".join([src.name] + defines[1:])
+        problems = lint(compile_asm(src, defines), src.read_text())
         for p in problems:
-            print(f"{src.name}: {p}")
+            print(f"{name}: {p}")
         bad += bool(problems)
         if not problems:
-            print(f"{src.name}: ok")
+            print(f"{name}: ok")
     return 1 if bad else 0
 
 

@@ -1,0 +1,266 @@
+// gfx950 prefill logits (DESIGN 1.1) for H = HX_HEADS in {32, 64}, D = 128,
+// on the scaled 32x32x64 fp8 MFMA, written on the wave primitives (wave.h).
+//
+// Layout of the work. A workgroup of NW waves owns BM = NW * RW query rows (a
+// row block; high rows first when reverse_rows) and one part of the row
+// block's key split (hx_prefill_split: every column of the block has exactly
+// one owner, which computes it or fills it with -inf, so the fill is fused).
+// Wave w holds rows m0 + 2w and m0 + 2w + 1: their Q (A operands) and head
+// weights stay in VGPRs for the whole key loop. K is staged through LDS by
+// global->LDS DMA (buffer_load_dwordx4 ... lds, 16 bytes a lane) in chunks of
+// CT tiles of 32 keys, double-buffered, each wave fetching 1/NW of a chunk:
+// one K load serves all BM rows of the block, and the rows a block shares K
+// across no longer cost registers in any single wave (the anchor kept 4 rows
+// of Q and weights in one wave: 194 VGPRs, 2 waves/SIMD, BLOCK_M = 8 spilled).
+//
+// Per 32-key tile and row, C[head][key] = Q_row [32 heads x 128] . K^T
+// [128 x 32 keys] is two MFMAs per 32-head tile (A = Q, B = K^T: each lane
+// reads 16 contiguous bytes of one key row). Lane l holds key l % 32 for the
+// heads 8i + 4g + j (g = l / 32, accumulator 4i + j), so the head reduction
+// is in-lane (ReLU, then a packed fma with the head weight: v_pk_fma_f32
+// halves the weight multiplies) plus one v_permlane32_swap + add per row
+// pair, which leaves row a's sums in lanes 0-31 and row b's in lanes 32-63:
+// every lane stores (one 128-byte row segment per half). kv_scale (>= 0; ReLU is positive-homogeneous)
+// multiplies once per key, after the head sum. Stores are buffer stores
+// over [n0, min(n0 + 32, work end)) of each row (uniform 64-bit base, 32-bit
+// lane offset): the range check drops the keys another part owns.
+//
+// At H = 32 the tile loop is software-pipelined over two accumulator sets
+// (the MFMAs of tile t + 1 are issued before the epilogue of tile t, which
+// fills their result latency); at H = 64 a second set does not fit in 256
+// VGPRs next to Q and the weights (64 + 64 + 64 + K), so the other resident
+// wave covers it. tools/isa_report.py gives the hot loop's figures.
+//
+// K operand order: with unit scales any permutation of the 128 K indices
+// applied to A and B alike gives the same product; we use the documented
+// layout (byte 16i + j of k-step s is D index 64s + 32i + 16g + j). The LDS
+// tile is chunk-major: 16-byte slot 64q + L (q = 2s + i) holds key L % 32,
+// D bytes [16 (2q + L / 32), +16), so DMA instruction q and the MFMA read
+// of operand half q are both 1 KiB contiguous (no bank conflicts).
+#include "index_math.h"
+#include "hx_params.h"
+#include "wave.h"
+
+#if !defined(HX_HEADS) || (HX_HEADS != 32 && HX_HEADS != 64)
+#error "mqa_logits_mfma.hip: build with -DHX_HEADS=32 or -DHX_HEADS=64"
+#endif
+
+#define H HX_HEADS
+#define HT (H / 32)           // 32-head tiles
+#define D 128
+#define TN 32                 // keys per MFMA tile
+#define NW (HX_BLOCK / 64)    // waves per workgroup
+#define RW 2                  // rows per wave: one permlane pair
+#define BM (NW * RW)          // rows per block sharing every K load
+#define CT 4                  // tiles per LDS chunk
+#define CK (CT * TN)          // keys per chunk
+#define SLOTS (CT * 4 * 64)   // 16-byte LDS slots per chunk buffer
+#ifndef HX_PIPE               // MFMAs of tile t + 1 before the epilogue of tile t (needs a second
+#define HX_PIPE (HT == 1)     // set of accumulators: 32 VGPRs at H = 32, 64 at H = 64, which spills)
+#endif
+
+static_assert(NW >= 1 && (CT * 4) % NW == 0, "each wave stages an equal share of a chunk");
+static_assert(CT % 2 == 0, "the pipelined tile loop takes tiles in pairs");
+static_assert(CK % 64 == 0, "kv_scale is staged 64 keys per DMA instruction");
+
+typedef float hx_v2f __attribute__((ext_vector_type(2)));
+
+// Stage keys [c0, c0 + CK) (keys >= N read as 0) into one chunk buffer: this
+// wave's share of the 16-byte K DMA slots and of the kv_scale words.
+HX_WAVE_FN void hx_stage(const PrefillParams& p, hx_v4u* kb, float* sb, hx_i32 c0, hx_u32 w, hx_u32 lane) {
+  const hx_u32 live = (hx_u32)hx_min_i32(p.N - c0, CK);  // 64-bit base, small 32-bit offsets
+  const hx_rsrc kr = hx_make_buffer_rsrc(p.k + (hx_i64)c0 * D, live * D);
+  for (hx_u32 s = 0; s < CT * 4 / NW; s++) {
+    const hx_u32 q = s * NW + w;  // slot group q: tile q / 4, operand half q % 4
+    hx_lds_load_b128(kr, kb + 64 * q, (TN * (q / 4) + lane % 32) * D + 16 * (2 * (q % 4) + lane / 32), 0);
+  }
+  const hx_rsrc sr = hx_make_buffer_rsrc(p.kv_scale + c0, live * 4);
+  for (hx_u32 s = w; s < CK / 64; s += NW) hx_lds_load_b32(sr, sb + 64 * s, 4 * (64 * s + lane), 0);
+}
+
+// One row's A operands: [head tile][k-step], byte 16i + j = Q[m][32ht + l%32][64s + 32i + 16g + j].
+HX_WAVE_FN void hx_load_q(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v8i q[HT][2]) {
+  const hx_rsrc qr = hx_make_buffer_rsrc(p.q + (hx_i64)m * (H * D), H * D);
+  for (int ht = 0; ht < HT; ht++)
+    for (int s = 0; s < 2; s++) {
+      const hx_u32 base = (32 * ht + lane % 32) * D + 64 * s + 16 * (lane / 32);
+      const hx_v4u lo = hx_buffer_load_b128(qr, base, 0), hi = hx_buffer_load_b128(qr, base + 32, 0);
+      q[ht][s] = hx_v8i{(int)lo.x, (int)lo.y, (int)lo.z, (int)lo.w, (int)hi.x, (int)hi.y, (int)hi.z, (int)hi.w};
+    }
+}
+
+// One row's head weights in accumulator order: w[ht][4i + j] = weights[m][32ht + 8i + 4g + j].
+HX_WAVE_FN void hx_load_w(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v16f w[HT]) {
+  const hx_rsrc wr = hx_make_buffer_rsrc(p.weights + (hx_i64)m * H, H * 4);
+  for (int ht = 0; ht < HT; ht++)
+    for (int i = 0; i < 4; i++) {
+      const hx_v4u v = hx_buffer_load_b128(wr, 4 * (32 * ht + 8 * i + 4 * (lane / 32)), 0);
+      w[ht][4 * i + 0] = hx_bits_to_f32(v.x);
+      w[ht][4 * i + 1] = hx_bits_to_f32(v.y);
+      w[ht][4 * i + 2] = hx_bits_to_f32(v.z);
+      w[ht][4 * i + 3] = hx_bits_to_f32(v.w);
+    }
+}
+
+// sum over this lane's heads of relu(acc) * weight, two heads per packed fma.
+HX_WAVE_FN float hx_head_sum(const hx_v16f acc[HT], const hx_v16f w[HT]) {
+  hx_v2f s = {0.0f, 0.0f};
+  for (int ht = 0; ht < HT; ht++)
+    for (int e = 0; e < 16; e += 2) {
+      const hx_v2f a = {__builtin_fmaxf(acc[ht][e], 0.0f), __builtin_fmaxf(acc[ht][e + 1], 0.0f)};
+      const hx_v2f b = {w[ht][e], w[ht][e + 1]};
+      s = ht == 0 && e == 0 ? a * b : __builtin_elementwise_fma(a, b, s);
+    }
+  return s.x + s.y;
+}
+
+// Everything a wave keeps across the key loop.
+struct hx_wave_rows {
+  hx_v8i qa[HT][2], qb[HT][2];  // A operands of rows ma, mb
+  hx_v16f wa[HT], wb[HT];       // their head weights, accumulator order
+  int unit;                     // E8M0 1.0 in a VGPR, shared by every MFMA
+  hx_u32 tlo, len;              // this lane's row (lanes 0-31: ma, 32-63: mb): key n is inside its
+                                // window iff n + tlo < len (len = 0 for a row past M)
+  bool fill;                    // the lane writes -inf outside the window (clean_logits, row < M)
+  float* out_a;                 // output rows ma and mb (uniform)
+  float* out_b;
+  bool lo_half;                 // lane < 32
+  hx_u32 toff;                  // 4 * (lane % 32): the lane's byte offset in a 32-key tile
+  hx_i32 whi;                   // end of this part's work range
+};
+
+HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f acc_a[HT], hx_v16f acc_b[HT]) {
+  const hx_v4u k0 = kt[0], k1 = kt[64], k2 = kt[128], k3 = kt[192];
+  const hx_v8i kb0 = {(int)k0.x, (int)k0.y, (int)k0.z, (int)k0.w, (int)k1.x, (int)k1.y, (int)k1.z, (int)k1.w};
+  const hx_v8i kb1 = {(int)k2.x, (int)k2.y, (int)k2.z, (int)k2.w, (int)k3.x, (int)k3.y, (int)k3.z, (int)k3.w};
+  for (int ht = 0; ht < HT; ht++) {
+    const hx_v16f zero = {};
+    acc_a[ht] = hx_mfma_32x32x64_fp8_scaled(r.qa[ht][0], kb0, zero, r.unit, r.unit);
+    acc_b[ht] = hx_mfma_32x32x64_fp8_scaled(r.qb[ht][0], kb0, zero, r.unit, r.unit);
+    acc_a[ht] = hx_mfma_32x32x64_fp8_scaled(r.qa[ht][1], kb1, acc_a[ht], r.unit, r.unit);
+    acc_b[ht] = hx_mfma_32x32x64_fp8_scaled(r.qb[ht][1], kb1, acc_b[ht], r.unit, r.unit);
+  }
+}
+
+// Head reduction, kv_scale, window and ownership of keys [n0, n0 + 32) for the row pair.
+HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
+                              const hx_v16f acc_b[HT], const float* st, hx_i32 n0, hx_u32 t) {
+  float x = hx_head_sum(acc_a, r.wa), y = hx_head_sum(acc_b, r.wb);
+  hx_permlane32_swap(x, y);  // lanes 0-31: row ma's two halves, lanes 32-63: row mb's
+  const hx_u32 rel = (hx_u32)n0 + r.tlo;
+  const bool inside = rel < r.len;
+  const float v = inside ? (x + y) * st[t] : hx_bits_to_f32(0xFF800000u);
+  // Buffer stores over [n0, min(n0 + 32, whi)) of each row: a uniform
+  // 64-bit base, the lane's 32-bit offset, and the range check drops the keys
+  // past this part's work range (another part owns them). One store per half.
+  const hx_u32 bytes = 4 * (hx_u32)hx_min_i32(r.whi - n0, TN);
+  const bool store = inside | r.fill;
+  const hx_rsrc ra = hx_make_buffer_rsrc(r.out_a + n0, bytes), rb = hx_make_buffer_rsrc(r.out_b + n0, bytes);
+  if (store && r.lo_half) hx_buffer_store_b32(ra, r.toff, 0, hx_f32_to_bits(v));
+  if (store && !r.lo_half) hx_buffer_store_b32(rb, r.toff, 0, hx_f32_to_bits(v));
+}
+
+// Chunk c (keys [c0, c0 + CK)) from the LDS buffers (kc, sc), with the DMA of
+// chunk c + 1 into (kn, sn) in flight. The two buffers are distinct LDS
+// arrays, named statically at each call: the compiler then waits on the DMA
+// of the buffer a ds_read touches only, not on the prefetch of the other.
+HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wave_live, hx_i32 c, hx_i32 chunks,
+                         hx_i32 wlo, const hx_v4u* kc, const float* sc, hx_v4u* kn, float* sn, hx_u32 w,
+                         hx_u32 lane) {
+  // Our DMA of chunk c has landed; after the barrier everyone's has, and
+  // every wave is done reading the other buffer (chunk c - 1).
+  hx_lds_load_wait();
+  hx_workgroup_barrier();
+  const hx_i32 c0 = wlo + c * CK;
+  if (c + 1 < chunks) hx_stage(p, kn, sn, c0 + CK, w, lane);
+  if (!wave_live) return;
+  const hx_u32 t = lane % 32;
+  // Software pipeline: the MFMAs of tile tt + 1 are issued before the
+  // epilogue of tile tt, which fills the MFMA result latency.
+#if HX_PIPE
+  // Two accumulator sets in turn (static names after unrolling: no copies).
+  hx_v16f a0[HT], b0[HT], a1[HT], b1[HT];
+  hx_tile_mfmas(r, kc + lane, a0, b0);
+  for (hx_i32 tt = 0; tt < CT; tt += 2) {
+    const hx_i32 n0 = c0 + TN * tt;
+    const bool more1 = n0 + TN < r.whi;
+    if (more1) hx_tile_mfmas(r, kc + 256 * (tt + 1) + lane, a1, b1);
+    hx_tile_store(p, r, a0, b0, sc + TN * tt, n0, t);
+    if (!more1) break;
+    const bool more2 = tt + 2 < CT && n0 + 2 * TN < r.whi;
+    if (more2) hx_tile_mfmas(r, kc + 256 * (tt + 2) + lane, a0, b0);
+    hx_tile_store(p, r, a1, b1, sc + TN * (tt + 1), n0 + TN, t);
+    if (!more2) break;
+  }
+#else
+  for (hx_i32 tt = 0; tt < CT; tt++) {
+    const hx_i32 n0 = c0 + TN * tt;
+    if (n0 >= r.whi) break;
+    hx_v16f acc_a[HT], acc_b[HT];
+    hx_tile_mfmas(r, kc + 256 * tt + lane, acc_a, acc_b);
+    hx_tile_store(p, r, acc_a, acc_b, sc + TN * tt, n0, t);
+  }
+#endif
+}
+
+// grid = (row blocks, split), block = HX_BLOCK (NW waves).
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONSTANT PrefillParams p) {
+  HX_SHARED(hx_v4u, kbuf0, SLOTS);
+  HX_SHARED(hx_v4u, kbuf1, SLOTS);
+  HX_SHARED(float, sbuf0, CK);
+  HX_SHARED(float, sbuf1, CK);
+  const hx_u32 lane = hx_lane_id(), g = lane / 32, w = hx_wave_id();
+  const hx_i32 rb = p.reverse_rows ? (hx_i32)hx_grid_dim_x() - 1 - (hx_i32)hx_block_x() : (hx_i32)hx_block_x();
+  const hx_i32 m0 = rb * BM;
+  const hx_i32 m1 = hx_min_i32(p.M, m0 + BM);
+  const float neg_inf = hx_bits_to_f32(0xFF800000u);
+
+  // Union of the block's clamped windows; its key range is what the split cuts.
+  hx_i32 lo = p.N, hi = 0;
+  for (hx_i32 m = m0; m < m1; ++m) {
+    const hx_range r = hx_clamp_window(p.ks[m], p.ke[m], p.N);
+    if (r.hi > r.lo) { lo = hx_min_i32(lo, r.lo); hi = hx_max_i32(hi, r.hi); }
+  }
+  if (hi <= lo) lo = hi = 0;
+  const hx_prefill_part part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, (hx_i32)hx_block_y());
+
+  // This wave's row pair; lanes 0-31 store row ma, lanes 32-63 row mb.
+  const hx_i32 ma = m0 + RW * (hx_i32)w, mb = ma + 1;
+  const bool wave_live = ma < m1;
+  const hx_i32 ml = g ? mb : ma;
+  hx_wave_rows r;
+  const bool row_ok = ml < m1;
+  const hx_range win = row_ok ? hx_clamp_window(p.ks[ml], p.ke[ml], p.N) : hx_range{0, 0};
+  r.tlo = (hx_u32)(lane % 32) - (hx_u32)win.lo;
+  r.len = (hx_u32)(win.hi - win.lo);
+  r.out_a = p.out + (hx_i64)ma * p.out_stride;
+  r.out_b = r.out_a + p.out_stride;
+  r.fill = row_ok && p.clean;
+  r.lo_half = g == 0;
+  r.toff = 4 * (lane % 32);
+  r.whi = part.work.hi;
+  r.unit = hx_unit_scale();
+
+  if (p.clean) {  // this part's share of the columns outside the block's union
+    for (hx_i32 m = ma; m < ma + RW && m < m1; ++m) {
+      float* row = p.out + (hx_i64)m * p.out_stride;
+      for (hx_i32 n = part.fill_lo.lo + (hx_i32)lane; n < part.fill_lo.hi; n += 64) row[n] = neg_inf;
+      for (hx_i32 n = part.fill_hi.lo + (hx_i32)lane; n < part.fill_hi.hi; n += 64) row[n] = neg_inf;
+    }
+  }
+
+  // Rows past M (a tail block) compute on row M - 1's data and store nothing.
+  const hx_i32 qa_row = hx_min_i32(ma, p.M - 1), qb_row = hx_min_i32(mb, p.M - 1);
+  hx_load_q(p, qa_row, lane, r.qa);
+  hx_load_q(p, qb_row, lane, r.qb);
+  hx_load_w(p, qa_row, lane, r.wa);
+  hx_load_w(p, qb_row, lane, r.wb);
+
+  const hx_i32 wlo = part.work.lo, whi = part.work.hi;
+  const hx_i32 chunks = whi > wlo ? hx_ceil_div(whi - wlo, CK) : 0;
+  if (chunks > 0) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);
+  for (hx_i32 c = 0; c < chunks; c += 2) {
+    hx_chunk(p, r, wave_live, c, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+    if (c + 1 < chunks) hx_chunk(p, r, wave_live, c + 1, chunks, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+  }
+}

@@ -1,0 +1,120 @@
+"""The gfx950 prefill fast path (hsaco_src/gfx950/mqa_logits_mfma.hip): the emulated sweep with it in the
+plan, its forced corner cases, the static goals read from its ISA report, and a planted-bug subset."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hipindexer.planner import TARGETS, plan_prefill
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "emu"))
+import emu_harness as H  # noqa: E402
+
+KERNEL = "mqa_logits_mfma"
+
+
+def _tool(name):
+    spec = importlib.util.spec_from_file_location(f"_hx_{name}", ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_planner_picks_it_for_every_fast_shape_and_only_those():
+    gfx = TARGETS["gfx950"]
+    for h in (32, 64):
+        for m, n in [(1, 1), (1, 113), (17, 76), (64, 128), (61, 256), (4096, 32768), (1024, 131072)]:
+            p = plan_prefill(m, n, h, 128, gfx)
+            assert p.kernel == KERNEL and p.variant == {"HX_HEADS": h} and p.rows_per_block == 8, p
+            assert p.grid == (p.row_blocks, p.split, 1) and p.split <= max(1, -(-n // 32) // 8)
+    for h, d in [(16, 128), (32, 64), (64, 64), (128, 128)]:
+        assert plan_prefill(61, 256, h, d, gfx).kernel == "mqa_logits_generic"
+    # a small M still fills the machine through the key split
+    p = plan_prefill(64, 32768, 64, 128, gfx)
+    assert p.row_blocks * p.split >= 2 * gfx.num_cus
+
+
+@pytest.mark.toolchain
+def test_quick_sweep_with_the_mfma_kernel_passes_on_the_emulator(emu_kernels):
+    # --kernel forces it, so a planner change cannot quietly route the sweep elsewhere
+    for forced in ([], ["--kernel", KERNEL]):
+        p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "prefill", "--device", "emu:gfx950",
+                            "--quick", "--heads", "32,64", "--dims", "128", "--json", *forced], cwd=ROOT,
+                           env=H.child_env(emu_kernels), capture_output=True, text=True, timeout=1200)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        summary = json.loads(p.stdout)["summary"]["prefill"]
+        assert summary["failed"] == 0 and summary["run"] >= 100, summary
+
+
+@pytest.mark.toolchain
+def test_forced_chunks_splits_orders_and_strides_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/mfma_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert " passed" in p.stdout and " failed" not in p.stdout
+
+
+@pytest.fixture(scope="module")
+def isa(emu_kernels):
+    reports = _tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
+    return {r.source: r for r in reports}
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("heads", [32, 64])
+def test_static_goals_from_the_isa_report(isa, emu_kernels, heads):
+    """No scratch, >= 2 waves/SIMD, <= 256 VGPRs, >= 4 rows per K load, VALU <= MFMA cycles per tile,
+    16-byte loads of K, for every variant the planner can pick."""
+    r = isa[f"{KERNEL}.HX_HEADS-{heads}"]
+    res = r.resources
+    assert res["scratch"] == 0 and res["occupancy"] >= 2, res
+    assert res["vgpr"] + res.get("agpr", 0) <= 256, res
+    assert plan_prefill(1024, 8192, heads, 128, TARGETS["gfx950"]).rows_per_block >= 4
+    t = r.per_tile()
+    assert t is not None and r.loop.counts["mfma"] > 0
+    assert t["valu_cycles"] <= t["mfma_cycles"], t
+    widths = r.loop.global_load_widths
+    assert widths.get("dwordx4+lds", 0) > 0, widths  # K: global->LDS, 16 bytes a lane
+    assert all(k.startswith("dwordx4") or k == "dword+lds" for k in widths), widths  # + kv_scale words
+
+
+@pytest.mark.toolchain
+def test_isa_lint_is_clean_for_both_variants(emu_kernels):
+    lint = _tool("isa_lint")
+    src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
+    for heads in (32, 64):
+        assert lint.lint(lint.compile_asm(src, ["HX_BLOCK=256", f"HX_HEADS={heads}"]), src.read_text()) == []
+
+
+@pytest.mark.toolchain
+def test_isa_report_reads_any_gfx950_assembly(tmp_path):
+    """The report takes plain clang -S output (how another kernel, e.g. an anchor, is compared)."""
+    lint, rep = _tool("isa_lint"), _tool("isa_report")
+    src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
+    asm = tmp_path / "k.s"
+    asm.write_text(lint.compile_asm(src, ["HX_BLOCK=256", "HX_HEADS=32"]))
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "isa_report.py"), str(asm), "--tile-mfmas", "4",
+                        "--json"], capture_output=True, text=True, check=True)
+    (one,) = json.loads(p.stdout)
+    assert one["kernel"] == "hx_mqa_logits_mfma" and one["loop"]["counts"]["mfma"] % 4 == 0
+    assert one["per_tile"]["mfma_cycles"] == 4 * 64  # 4 MFMAs of 16 passes
+    assert rep.classify("v_pk_fma_f32 v[0:1], v[2:3], v[4:5], v[0:1]") == "valu"
+    assert rep.classify("buffer_load_dwordx4 v1, s[0:3], 0 offen lds") == "vmem_lds"
+
+
+@pytest.mark.toolchain
+def test_every_planted_bug_in_the_mfma_kernel_is_caught(emu_kernels):
+    """tools/mutate.py's "gfx950" set (wrong lane half, wrong accumulator-to-head weight, permlane swap of the
+    wrong pair, split one tile short, row-block tail overrun, dropped kv_scale, LDS buffers swapped) against
+    its default suite (the quick shapes + 128x2048 at H 32, 64, D 128): ~4 min on 2 cores."""
+    p = subprocess.run([sys.executable, "tools/mutate.py", "--suite", "emu", "--set", "gfx950", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
+    clean, planted = results[0], results[1:]
+    assert not clean["caught"], clean
+    assert len(planted) >= 7 and all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
+    assert p.returncode == 0, p.stderr[-2000:]

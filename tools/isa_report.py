@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""ISA report for gfx950 kernels: resources and the hot loop's instruction mix and cycle estimate.
+
+    python tools/isa_report.py                    # every gfx950 kernel of the manifest (recompiled with -S)
+    python tools/isa_report.py FILE.s [...]       # any gfx950 assembly (clang -S output), e.g. another kernel's
+    python tools/isa_report.py --json ...         # machine-readable
+    hipindexer info --isa                         # the same, from the CLI
+
+Per kernel function: VGPRs, AGPRs, SGPRs, scratch, LDS, occupancy (from the
+assembly's own comments: clang's `; NumVgprs:` etc.), then the hot loop: the
+back edge whose natural loop holds the most MFMAs (ties: the smallest,
+i.e. the innermost). Its instructions are classified and costed with the
+model below; its blocks (the natural loop of that back edge: every basic block that reaches the
+branch without passing the header, wherever the compiler placed it) are
+each counted once, as if every tile of the iteration ran its full path.
+
+Cycle model (per wave, on one SIMD; the figures a reader should check):
+  MFMA   passes x 4 cycles: v_mfma*_32x32x64_f8f6f4 (fp8 operands) 16 passes
+         = 64 cycles, *_16x16x128_f8f6f4 8 passes = 32 cycles (GFX950.md; fp4
+         x fp4 would be half, not modelled: the f8f6f4 format is read from
+         cbsz/blgp when present, fp8 otherwise). Other shapes: 32x32 16 passes,
+         16x16 8, 4x4 2 (assumed, flagged).
+  VALU   4 cycles per wave64 instruction (a 16-lane SIMD, 4 passes),
+         including v_pk_fma_f32 / v_pk_mul_f32 / v_pk_add_f32 (packed f32 runs
+         at full rate on CDNA3/4: 256 FLOP/clk/CU); 64-bit integer / f64 ops
+         (v_*_f64, v_*_u64, v_lshl_add_u64, v_mad_u64_u32) 8 cycles;
+         transcendentals (v_rcp/v_rsq/v_sqrt/v_exp/v_log/v_sin/v_cos) 16.
+  s_nop  N + 1 wait states (cycles) each, reported separately: the MFMA
+         result hazard the compiler could not fill with independent work.
+  VMEM, LDS, SMEM, waits, SALU, branches: counted, not costed (they issue
+         from other pipes; their latency is what occupancy hides).
+MFMA and VALU of one wave issue to different units and overlap across the
+waves of a SIMD, so the goal is VALU cycles <= MFMA cycles per tile.
+
+A "tile" is what one loop iteration's MFMAs divided by the kernel's MFMAs per
+tile (--tile-mfmas, or the catalog kernel's figure below) cover; for the
+anchor prefill kernel (32 keys x 4 rows at 32 heads) that is 8 MFMAs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# catalog kernel -> (MFMAs per tile, what a tile is); variants by define
+TILE_MFMAS = {
+    "mqa_logits_mfma.HX_HEADS-32": (4, "32 keys x 2 rows (one wave's row pair)"),
+    "mqa_logits_mfma.HX_HEADS-64": (8, "32 keys x 2 rows (one wave's row pair)"),
+}
+
+_FUNC = re.compile(r"-- Begin function (\S+)\n(.*?)(?=-- Begin function|\Z)", re.S)
+_META = {"vgpr": r"NumVgprs", "agpr": r"NumAgprs", "sgpr": r"TotalNumSgprs", "scratch": r"ScratchSize",
+         "occupancy": r"Occupancy", "lds": r"LDSByteSize"}
+_LABEL = re.compile(r"^(\.?L\w+|[A-Za-z_]\w*):")
+_BRANCH = re.compile(r"^s_(?:c?branch\w*)\s+(\S+)")
+_TRANSC = re.compile(r"^v_(rcp|rsq|sqrt|exp|log|sin|cos)_")
+_WIDE = re.compile(r"^v_\w*(_f64|_u64|_i64)\b|^v_lshl_add_u64|^v_mad_(u|i)64_(u|i)32")
+CLASSES = ("mfma", "valu", "vmem", "vmem_lds", "lds", "smem", "salu", "branch", "barrier", "waitcnt", "nop")
+
+
+@dataclass
+class Loop:
+    header: str
+    first_line: int
+    last_line: int
+    counts: dict
+    mfma_cycles: int
+    valu_cycles: int
+    nop_wait_states: int
+    global_load_widths: dict
+    assumed: list = field(default_factory=list)
+
+
+@dataclass
+class KernelReport:
+    name: str
+    source: str                 # the .s file, or the manifest variant key
+    resources: dict
+    loop: Loop | None
+    tile_mfmas: int | None = None
+    tile_what: str = ""
+
+    def per_tile(self) -> dict | None:
+        if self.loop is None or not self.loop.counts["mfma"]:
+            return None
+        tiles = self.loop.counts["mfma"] / (self.tile_mfmas or self.loop.counts["mfma"])
+        return {"tiles_per_iteration": tiles, "mfma_cycles": self.loop.mfma_cycles / tiles,
+                "valu_cycles": self.loop.valu_cycles / tiles, "valu_instructions": self.loop.counts["valu"] / tiles,
+                "nop_wait_states": self.loop.nop_wait_states / tiles,
+                "valu_over_mfma": self.loop.valu_cycles / self.loop.mfma_cycles}
+
+
+def _instructions(body: str):
+    """(line number, label or None, instruction text or None) per line, comments dropped."""
+    for i, raw in enumerate(body.splitlines()):
+        s = raw.split(";", 1)[0].strip()
+        if not s:
+            continue
+        m = _LABEL.match(s)
+        if m:
+            yield i, m.group(1), None
+        elif not s.startswith("."):
+            yield i, None, s
+
+
+def mfma_passes(ins: str) -> tuple[int, bool]:
+    """(passes, assumed) of an MFMA instruction."""
+    op = ins.split()[0]
+    fp4 = "cbsz:4" in ins and "blgp:4" in ins
+    if "32x32x64_f8f6f4" in op:
+        return (8 if fp4 else 16), False
+    if "16x16x128_f8f6f4" in op:
+        return (4 if fp4 else 8), False
+    if "_32x32x" in op:
+        return 16, True
+    if "_16x16x" in op:
+        return 8, True
+    return 2, True
+
+
+def classify(ins: str) -> str:
+    op = ins.split()[0]
+    if op.startswith(("v_mfma", "v_smfmac")):
+        return "mfma"
+    if op.startswith(("buffer_", "global_", "flat_", "scratch_")):
+        return "vmem_lds" if re.search(r"\blds\b", ins) else "vmem"
+    if op.startswith("ds_"):
+        return "lds"
+    if op.startswith(("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_scratch", "s_atc", "s_dcache")):
+        return "smem"
+    if op.startswith("s_waitcnt"):
+        return "waitcnt"
+    if op == "s_nop":
+        return "nop"
+    if op.startswith(("s_branch", "s_cbranch", "s_setpc", "s_endpgm")):
+        return "branch"
+    if op == "s_barrier":
+        return "barrier"
+    if op.startswith("s_"):
+        return "salu"
+    if op.startswith("v_"):
+        return "valu"
+    return "salu"
+
+
+def valu_cycles(ins: str) -> int:
+    op = ins.split()[0]
+    if _TRANSC.match(op):
+        return 16
+    if _WIDE.match(op):
+        return 8
+    return 4
+
+
+def analyse_loop(lines, members: set, header: str, first: int, last: int) -> Loop:
+    """Instruction mix and cycles of the loop whose instructions are the line numbers in `members`."""
+    counts = {c: 0 for c in CLASSES}
+    mfma_cyc = valu_cyc = nops = 0
+    widths: dict = {}
+    assumed = set()
+    for ln, label, ins in lines:
+        if ins is None or ln not in members:
+            continue
+        c = classify(ins)
+        counts[c] += 1
+        if c == "mfma":
+            passes, guess = mfma_passes(ins)
+            mfma_cyc += 4 * passes
+            if guess:
+                assumed.add(ins.split()[0])
+        elif c == "valu":
+            valu_cyc += valu_cycles(ins)
+        elif c == "nop":
+            nops += int(ins.split()[1]) + 1 if len(ins.split()) > 1 else 1
+        elif c in ("vmem", "vmem_lds"):
+            m = re.match(r"(?:buffer|global|flat)_load_(dwordx\d|dword|b\d+|ubyte|ushort|sbyte|sshort|short_d16\w*)", ins)
+            if m:
+                key = m.group(1) + ("+lds" if c == "vmem_lds" else "")
+                widths[key] = widths.get(key, 0) + 1
+    return Loop(header, first, last, counts, mfma_cyc, valu_cyc, nops, widths, sorted(assumed))
+
+
+def basic_blocks(lines):
+    """[(label or None, [(line, instruction)], successor labels/indices)] in layout order."""
+    blocks, cur = [], {"label": None, "ins": []}
+    for ln, label, ins in lines:
+        if label is not None:
+            if cur["ins"] or cur["label"]:
+                blocks.append(cur)
+            cur = {"label": label, "ins": []}
+            continue
+        cur["ins"].append((ln, ins))
+        op = ins.split()[0]
+        if op.startswith(("s_branch", "s_cbranch", "s_endpgm", "s_setpc")):
+            blocks.append(cur)
+            cur = {"label": None, "ins": []}
+    if cur["ins"] or cur["label"]:
+        blocks.append(cur)
+    index = {b["label"]: i for i, b in enumerate(blocks) if b["label"]}
+    for i, b in enumerate(blocks):
+        succ = set()
+        last = b["ins"][-1][1] if b["ins"] else ""
+        op = last.split()[0] if last else ""
+        m = _BRANCH.match(last) if last else None
+        if m and m.group(1) in index:
+            succ.add(index[m.group(1)])
+        if not op.startswith(("s_branch", "s_endpgm", "s_setpc")) and i + 1 < len(blocks):
+            succ.add(i + 1)  # fall through (conditional branches too)
+        b["succ"] = succ
+    return blocks
+
+
+def dominators(blocks, preds) -> list[set]:
+    n = len(blocks)
+    every = set(range(n))
+    dom = [{0}] + [set(every) for _ in range(n - 1)]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(1, n):
+            ps = [dom[p] for p in preds[i]]
+            new = (set.intersection(*ps) if ps else set()) | {i}
+            if new != dom[i]:
+                dom[i], changed = new, True
+    return dom
+
+
+def hot_loop(body: str) -> Loop | None:
+    """The natural loop (back edge to an earlier header, plus every block that reaches the back edge
+    without passing the header) with the most MFMAs; ties go to the smallest (innermost)."""
+    lines = list(_instructions(body))
+    blocks = basic_blocks(lines)
+    preds = {i: set() for i in range(len(blocks))}
+    for i, b in enumerate(blocks):
+        for s_ in b["succ"]:
+            preds[s_].add(i)
+    dom = dominators(blocks, preds)
+    best = None
+    for tail, b in enumerate(blocks):
+        for h in b["succ"]:
+            if h not in dom[tail]:
+                continue  # a back edge goes to a block that dominates its source
+            members, todo = {h}, [tail]
+            while todo:
+                x = todo.pop()
+                if x in members:
+                    continue
+                members.add(x)
+                todo += list(preds[x])
+            lns = {ln for i in members for ln, _ in blocks[i]["ins"]}
+            if not lns:
+                continue
+            loop = analyse_loop(lines, lns, blocks[h]["label"] or f"block{h}", min(lns), max(lns))
+            key = (loop.counts["mfma"], -len(lns))
+            if best is None or key > best[0]:
+                best = (key, loop)
+    return best[1] if best else None
+
+
+def report_asm(asm: str, source: str, tile_mfmas: int | None = None, tile_what: str = "") -> list[KernelReport]:
+    out = []
+    for name, body in _FUNC.findall(asm):
+        res = {}
+        for key, pat in _META.items():
+            m = re.search(rf"^; {pat}: (\d+)", body, re.M)
+            if m:
+                res[key] = int(m.group(1))
+        out.append(KernelReport(name, source, res, hot_loop(body), tile_mfmas, tile_what))
+    return out
+
+
+def _manifest_asm(entry: dict, src_root: Path) -> str:
+    """clang -S of a manifest entry with the flags it was built with (and the current params header)."""
+    sys.path.insert(0, str(ROOT))
+    from hipindexer import catalog
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "include").mkdir()
+        (work / "include" / "hx_params.h").write_text(catalog.header_text())
+        flags = [f.replace("<src>", str(src_root)).replace("<work>", str(work)) for f in entry["flags"]]
+        argv = [sys.executable, "-m", "ziglang", "clang", *flags, "-I", str(src_root / "gfx950"), "-S",
+                str(src_root / entry["source"]), "-o", str(work / "k.s")]
+        p = subprocess.run(argv, capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError(f"clang -S {entry['variant_key']} failed:\n{p.stderr}")
+        return (work / "k.s").read_text()
+
+
+def manifest_reports(manifest: Path | None = None, src_root: Path | None = None) -> list[KernelReport]:
+    manifest = manifest or ROOT / "hipindexer" / "kernels" / "manifest.json"
+    src_root = src_root or ROOT / "hsaco_src"
+    doc = json.loads(Path(manifest).read_text())
+    reports = []
+    for e in doc["kernels"]:
+        if e["target"] != "gfx950":
+            continue
+        tm, what = TILE_MFMAS.get(e["variant_key"], (None, ""))
+        for r in report_asm(_manifest_asm(e, src_root), e["variant_key"], tm, what):
+            mres = e.get("resources", {})
+            for k in ("vgpr", "agpr", "scratch", "occupancy", "lds"):  # the code object's note is the authority
+                if k in mres and r.resources.get(k) != mres[k]:
+                    r.resources[f"{k}_asm"] = r.resources.get(k)
+                    r.resources[k] = mres[k]
+            reports.append(r)
+    return reports
+
+
+def as_dict(r: KernelReport) -> dict:
+    d = {"kernel": r.name, "source": r.source, "resources": r.resources, "tile_mfmas": r.tile_mfmas,
+         "tile": r.tile_what, "loop": asdict(r.loop) if r.loop else None, "per_tile": r.per_tile()}
+    return d
+
+
+def format_table(reports: list[KernelReport]) -> str:
+    head = ["kernel", "vgpr", "agpr", "scr", "lds", "occ", "loop mfma/valu/vmem/lds/salu/wait/nop",
+            "ld16", "tiles", "mfma cyc/tile", "valu cyc/tile", "valu/mfma", "nop ws/tile"]
+    rows = []
+    for r in reports:
+        res = r.resources
+        base = [r.source if r.source.endswith(r.name) or "/" in r.source else r.source, res.get("vgpr"),
+                res.get("agpr"), res.get("scratch"), res.get("lds"), res.get("occupancy")]
+        pt = r.per_tile()
+        if r.loop is None or pt is None:
+            rows.append(base + ["(no MFMA loop)", "", "", "", "", "", ""])
+            continue
+        c = r.loop.counts
+        mix = f"{c['mfma']}/{c['valu']}/{c['vmem'] + c['vmem_lds']}/{c['lds']}/{c['salu'] + c['branch'] + c['barrier']}/{c['waitcnt']}/{c['nop']}"
+        ld16 = sum(v for k, v in r.loop.global_load_widths.items() if k.startswith("dwordx4"))
+        rows.append(base + [mix, ld16, f"{pt['tiles_per_iteration']:g}", f"{pt['mfma_cycles']:.0f}",
+                            f"{pt['valu_cycles']:.0f}", f"{pt['valu_over_mfma']:.2f}", f"{pt['nop_wait_states']:.1f}"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths))  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="isa_report.py", description=__doc__.splitlines()[0])
+    ap.add_argument("asm", nargs="*", type=Path, help="gfx950 assembly files (default: the manifest's kernels)")
+    ap.add_argument("--manifest", type=Path, default=None)
+    ap.add_argument("--src", type=Path, default=None, help="kernel source root (default: hsaco_src)")
+    ap.add_argument("--tile-mfmas", type=int, default=None, help="MFMAs per tile for the files given")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if a.asm:
+        reports = [r for f in a.asm for r in report_asm(f.read_text(), str(f), a.tile_mfmas)]
+    else:
+        reports = manifest_reports(a.manifest, a.src)
+    if a.json:
+        print(json.dumps([as_dict(r) for r in reports], indent=1))
+    else:
+        print(format_table(reports))
+        print("\nmodel: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
+              "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
+              "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
