@@ -110,16 +110,18 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     _report(outcomes, as_json)
 
 
-def _build_module():
-    """build.py of the source checkout this package runs from, or None (an installed wheel has none)."""
+def _checkout_module(relpath: str):
+    """A file of the source checkout this package runs from (build.py, tools/...), loaded by path;
+    None where there is none (an installed wheel carries neither)."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "build.py"
+    path = Path(__file__).resolve().parent.parent / relpath
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("_hx_build", path)
+    name = "_hx_" + path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["_hx_build"] = mod
+    sys.modules[name] = mod  # dataclasses look their module up while defining
     spec.loader.exec_module(mod)
     return mod
 
@@ -128,7 +130,7 @@ def _build_module():
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def build(args) -> None:
     """Compile the kernel sources into code objects (build.py; --help for its options)."""
-    mod = _build_module()
+    mod = _checkout_module("build.py")
     if mod is None:
         raise click.ClickException("hipindexer build needs a source checkout (build.py and hsaco_src/); "
                                    "an installed wheel already carries its code objects")
@@ -136,7 +138,7 @@ def build(args) -> None:
 
 
 def _toolchains() -> dict:
-    mod = _build_module()
+    mod = _checkout_module("build.py")
     if mod is None:
         return {"note": "no source checkout: toolchains are only needed to build"}
     from pathlib import Path
@@ -150,22 +152,8 @@ def _toolchains() -> dict:
     return found
 
 
-def _isa_report_module():
-    """tools/isa_report.py of the source checkout, or None (an installed wheel has no tools/)."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "tools" / "isa_report.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("_hx_isa_report", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_hx_isa_report"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _isa_info(as_json: bool) -> None:
-    mod = _isa_report_module()
+    mod = _checkout_module("tools/isa_report.py")
     if mod is None:
         raise click.ClickException("hipindexer info --isa needs a source checkout (tools/isa_report.py and "
                                    "hsaco_src/) and a gfx950 compiler: it recompiles each kernel with -S")
