@@ -1,23 +1,14 @@
 """build.py end to end: both targets from scratch into a temp dir, manifest
 contents, resources cross-checks, --check staleness, missing toolchains."""
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from by_path import load as _load
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 build = _load("_hx_build_test", ROOT / "build.py")

@@ -1,23 +1,15 @@
 """The catalog's one declaration gives a ctypes mirror and a C header that agree."""
 
 import ctypes
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from by_path import load as _load
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 catalog = _load("_hx_catalog_test", ROOT / "hipindexer" / "catalog.py")
