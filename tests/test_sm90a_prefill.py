@@ -19,7 +19,7 @@ def test_sm90a_h32_h64_d128_can_take_the_wgmma_kernel_but_only_when_asked(H):
     p = plan_prefill(4096, 32768, H, 128, H200, kernel=WGMMA_SM90.key)
     assert p.kernel == WGMMA_SM90.key and p.variant == {"HX_HEADS": H}
     assert plan_prefill(4096, 32768, H, 128, H200).kernel == GENERIC.key  # opt-in until it meets the gate
-    assert p.rows_per_block * H == 256 and p.block == 384 and p.tile == 128
+    assert p.rows_per_block * H == 256 and p.block == 640 and p.tile == 128
 
 
 @pytest.mark.parametrize("H,D", [(16, 128), (64, 64), (32, 256)])

@@ -55,17 +55,18 @@ PLANTS = {
     # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
     "sm90a": [
         Plant("wrong_accumulator_head", "sm90a/mqa_logits_wgmma.hip",
-              "wsm + (j / JQ) * H + 8 * (j % JQ) + 2 * (l & 3)", "wsm + (j / JQ) * H + 8 * ((j + 1) % JQ) + 2 * (l & 3)"),
+              "wrow + q * H + 8 * jj + 2 * (l & 3)", "wrow + q * H + 8 * ((jj + 1) % JQ) + 2 * (l & 3)"),
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
-              "s * (BK * D) + g * (64 * D));", "s * (BK * D) + (1 - g) * (64 * D));"),
+              "s * (BK * D) + g * (64 * D)), bdesc);", "s * (BK * D) + (1 - g) * (64 * D)), bdesc);"),
         Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",
               "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
               "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
               "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
         Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
-              "const hx_i32 m = m0 + b2 * (BQ / 2) + kq;", "const hx_i32 m = m0 + (b2 * (BQ / 2) + kq + 1) % BQ;"),
+              "const hx_i32 m = t.m0 + t.half * RQ + b2 * (RQ / 2) + kq;",
+              "const hx_i32 m = t.m0 + (t.half * RQ + b2 * (RQ / 2) + kq + 1) % BQ;"),
         Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
-              "*dst = z[kq] * scale;", "*dst = z[kq];"),
+              "inside ? z * scale : ninf", "inside ? z : ninf"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [

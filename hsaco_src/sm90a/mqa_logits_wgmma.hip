@@ -5,17 +5,21 @@
 // m64n256k32 e4m3 x e4m3 -> f32 product per 32 bytes of D and one K stream
 // serves every row of the row block.
 //
-// Persistent grid (gridDim.x <= SMs), 384 threads, warp-specialised:
+// Persistent grid (gridDim.x <= SMs), 640 threads, warp-specialised:
 //   warpgroup 0: warps 0 and 1 load (cp.async 16 B, 128-byte swizzle written
-//                by the lanes, completion on mbarriers; each copies half of
-//                every K stage, warp 0 also Q, the weights and the unit
-//                record), warps 2-3 write the -inf fill of the unit's columns
-//                outside its work range (clean only); registers cut to 56
-//                (setmaxnreg).
-//   warpgroups 1, 2: math, 64 keys of every 128-key stage each, registers
-//                raised to 224; relu x weight, head sum in registers and a
-//                quad transpose-reduce, kv_scale once per key, stores with the
-//                -inf of rows outside their own window fused.
+//                by the lanes at fixed offsets, published on mbarriers after a
+//                group wait and a proxy fence, LAG stages behind the copies;
+//                each copies half of every K stage, warp 0 also Q, the weights
+//                and the unit record), warps 2-3 write the -inf fill of the
+//                unit's columns outside its work range (clean only); registers
+//                cut to 56 (setmaxnreg).
+//   warpgroups 1-4: math, warpgroup (g, h) takes keys [64g, 64g + 64) of every
+//                128-key stage times the query rows of half h (m64n128), registers
+//                raised to 104; relu x weight (weights read from shared memory),
+//                head sum in registers and a quad transpose-reduce, kv_scale once
+//                per key, predicated stores with the -inf of rows outside their
+//                own window fused. Four math warps per scheduler: one's epilogue
+//                runs under another's MMAs.
 // Work units are (row block, part of the key split) (hx_prefill_split owns
 // every column of a row block exactly once), high row blocks first when
 // reverse_rows; CTA b takes units b, then 2G-1-b, ... (snake order over
@@ -37,12 +41,14 @@ constexpr int BQ = NQ / H;       // query rows per row block
 constexpr int JQ = H / 8;        // 8-column accumulator groups per query row
 constexpr int BK = 128;          // keys per stage, 64 per math warpgroup
 constexpr int S = 8;             // stages of the key ring
+constexpr hx_u32 LAG = 4;        // stages a loader lane keeps in flight before publishing them
 static_assert(H == 32 || H == 64, "heads");
-static_assert(HX_BLOCK == 384, "one load/fill warpgroup + two math warpgroups");
-// setmaxnreg moves registers inside the block's launch allocation (65536 / 384 -> 168 per thread):
+constexpr int MATH_WGS = 4;      // (key half g, query half h) of every stage
+static_assert(HX_BLOCK == 128 * (1 + MATH_WGS), "one load/fill warpgroup + the math warpgroups");
+// setmaxnreg moves registers inside the block's launch allocation (65536 / 640 -> 96 per thread):
 // an increase past what the decrease freed blocks forever.
-constexpr int LOAD_REGS = 56, MATH_REGS = 224;
-static_assert(128 * LOAD_REGS + 256 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
+constexpr int LOAD_REGS = 56, MATH_REGS = 104;
+static_assert(128 * LOAD_REGS + 128 * MATH_WGS * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
 
 // Dynamic shared memory layout, from a 1024-aligned base.
 constexpr hx_u32 K_OFF = 0;                          // S x [128 keys][128 B], swizzled
@@ -88,20 +94,25 @@ HX_INLINE __device__ hx_i64 unit_index(hx_i64 units, hx_i32 k) {
   return u < units ? u : -2;
 }
 
-// A whole [ROWS][128 B] tile into the 128-byte swizzle, one warp, two instructions per 16 bytes: the
-// loader is one warp, and the general form's per-copy address arithmetic cost more cycles than the MMAs.
-// Lane l copies column c = l % 8 of rows r0 + 4i (r0 = l / 8); the swizzle XORs c with (r0 + 4i) % 8,
-// which is r0 for even i and r0 + 4 for odd i.
+// A whole [ROWS][128 B] tile into the 128-byte swizzle, one warp, one instruction per 16 bytes at fixed
+// offsets from two base addresses. Lane l copies column c = l % 8 of rows r0 + 4i (r0 = l / 8); the
+// swizzle XORs c with (r0 + 4i) % 8, which is r0 for even i and r0 + 4 for odd i.
+template <int I, int N>
+struct CopyRowsSw128 {
+  __device__ __attribute__((always_inline)) static void run(hx_u32 even, hx_u32 odd, const hx_u8* s) {
+    hx_cp_async16_at<512 * I>((I & 1) ? odd : even, s);
+    CopyRowsSw128<I + 1, N>::run(even, odd, s);
+  }
+};
+template <int N>
+struct CopyRowsSw128<N, N> {
+  __device__ __attribute__((always_inline)) static void run(hx_u32, hx_u32, const hx_u8*) {}
+};
 template <int ROWS>
 HX_INLINE __device__ void copy_tile_sw128(hx_u32 dst, const hx_u8* src, hx_i32 lane) {
   const hx_u32 r0 = (hx_u32)lane >> 3, c = (hx_u32)lane & 7u;
   const hx_u32 even = dst + r0 * 128u + ((c ^ r0) << 4), odd = dst + r0 * 128u + ((c ^ r0 ^ 4u) << 4);
-  const hx_u8* s = src + r0 * 128u + c * 16u;
-#pragma unroll 4
-  for (int i = 0; i < ROWS / 4; i += 2) {
-    hx_cp_async16(even + 512u * i, s + 512 * i, 16);
-    hx_cp_async16(odd + 512u * (i + 1), s + 512 * (i + 1), 16);
-  }
+  CopyRowsSw128<0, ROWS / 4>::run(even, odd, src + r0 * 128u + c * 16u);
 }
 static_assert(D == 128, "copy_tile_sw128 assumes 128-byte rows");
 
@@ -171,6 +182,80 @@ HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t,
   if (t < b - tail) row[tail + t] = ninf;
 }
 
+// The math warpgroups' view of a unit: this lane's query rows and their windows, per half.
+struct Tile {
+  hx_i32 m0, work_hi, half;
+  const hx_i32* rec;  // the unit record in shared memory: (lo, hi) per row at 4 + 2r, hi -1 past M
+};
+
+// Half h of a stage's product: 64 keys x the query rows [h RQ, (h+1) RQ) of the row block.
+HX_INLINE __device__ void issue_half(float (&acc)[64], hx_u64 adesc, hx_u64 bdesc) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) hx_wgmma_m64n128k32_e4m3(acc, adesc + 2 * kk, bdesc + 2 * kk, kk);
+  hx_wgmma_commit();
+}
+
+// relu(acc) x weight summed over this thread's heads: v[i * RQ + q], key row 8i + l/4 of the warp's 16,
+// query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj): head 8 jj + 2(l%4) + c of
+// that row, in register 4j + 2i + c. Weights straight from shared memory (8 lanes read each pair:
+// broadcast), which keeps the math warpgroups inside their register budget.
+constexpr int RQ = BQ / 2;  // query rows of a half
+HX_INLINE __device__ void head_sums(const float (&acc)[64], const float* wrow, hx_i32 l, float (&v)[2 * RQ]) {
+#pragma unroll
+  for (int q = 0; q < RQ; ++q) {
+    float w2[2 * JQ];
+#pragma unroll
+    for (int jj = 0; jj < JQ; ++jj) {
+      const hx_f32x2 wv = *(const hx_f32x2*)(wrow + q * H + 8 * jj + 2 * (l & 3));
+      w2[2 * jj] = wv.x;
+      w2[2 * jj + 1] = wv.y;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float sum = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < JQ; ++jj) {
+        const int j = q * JQ + jj;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float x = acc[4 * j + 2 * i + c];
+          // 2 relu(x) = x + |x|, exact: one FADD with an |operand| on the FMA pipe, where a max would
+          // take the half-rate ALU pipe. The factor 2 leaves with the kv_scale.
+          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + c], sum);
+        }
+      }
+      v[i * RQ + q] = sum;
+    }
+  }
+}
+
+// Quad transpose-reduce of the head sums (lane bit 0 keeps key row b1, bit 1 keeps query quarter b2),
+// kv_scale, stores with the -inf of rows outside their own window fused; branch-free (predicated stores).
+HX_INLINE __device__ void reduce_store(const PrefillParams& p, const Tile& t, const float (&v)[2 * RQ], hx_i32 n,
+                                       float scale, hx_i32 b1, hx_i32 b2) {
+  float h1[RQ];
+#pragma unroll
+  for (int x = 0; x < RQ; ++x) {
+    const float send = b1 ? v[x] : v[x + RQ];
+    const float keep = b1 ? v[x + RQ] : v[x];
+    h1[x] = keep + hx_shfl_xor(send, 1);
+  }
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+  const hx_i32* win = t.rec + 4 + 2 * (t.half * RQ + b2 * (RQ / 2));  // (lo, hi) of this lane's rows
+#pragma unroll
+  for (int kq = 0; kq < RQ / 2; ++kq) {
+    const float send = b2 ? h1[kq] : h1[kq + RQ / 2];
+    const float keep = b2 ? h1[kq + RQ / 2] : h1[kq];
+    const float z = keep + hx_shfl_xor(send, 2);
+    const hx_i32 m = t.m0 + t.half * RQ + b2 * (RQ / 2) + kq;
+    const hx_i32x2 lohi = *(const hx_i32x2*)(win + 2 * kq);
+    const bool inside = (n >= lohi.x) & (n < lohi.y);
+    const bool store = (n < t.work_hi) & (inside | ((p.clean != 0) & (lohi.y >= 0)));
+    hx_store_f32_if(store, p.out + (hx_i64)m * p.out_stride + n, inside ? z * scale : ninf);
+  }
+}
+static_assert(BQ >= 4, "two halves of at least two query rows");
+
 }  // namespace
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_CONSTANT PrefillParams p) {
@@ -182,8 +267,8 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = tid / 128;
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) { hx_mbar_init(kfull + 8 * s, 64); hx_mbar_init(kempty + 8 * s, 256); }
-    for (int b = 0; b < 2; ++b) { hx_mbar_init(qfull + 8 * b, 64); hx_mbar_init(qempty + 8 * b, 256); }
+    for (int s = 0; s < S; ++s) { hx_mbar_init(kfull + 8 * s, 64); hx_mbar_init(kempty + 8 * s, 128 * MATH_WGS); }
+    for (int b = 0; b < 2; ++b) { hx_mbar_init(qfull + 8 * b, 64); hx_mbar_init(qempty + 8 * b, 128 * MATH_WGS); }
   }
   hx_barrier();
   const hx_i64 units = (hx_i64)hx_ceil_div(p.M, BQ) * p.split;
@@ -194,7 +279,15 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     if (warp < 2) {
       // ------------------------------------------------------------ loaders: warp 0 also owns Q, the weights
       // and the unit record; both copy half of every K stage.
-      hx_u32 kit = 0, qit = 0;
+      // A stage is published LAG stages after its copies were issued: the lane waits for its own copies
+      // (cp.async groups), fences them into the async proxy that wgmma reads through, and only then arrives
+      // on kfull, so the math warpgroups never fence (a fence there waited on their own output stores).
+      // Q rides in the group of its unit's first stage.
+      hx_u32 kit = 0, qit = 0, published = 0;
+      auto publish_upto = [&](hx_u32 end) {  // every stage before `end`, all copies landed
+        hx_fence_proxy_async();
+        for (; published < end; ++published) hx_mbar_arrive(kfull + 8 * (published % S));
+      };
       for (hx_i32 k = 0;; ++k) {
         const hx_i64 u = unit_index(units, k);
         if (u == -1) break;
@@ -205,7 +298,12 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
         if (ns == 0) continue;
         if (warp == 0) {
           const hx_u32 qb = qit & 1;
-          hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
+          if (!hx_mbar_test(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1)) {
+            // The math warpgroups may need this warp's unpublished stages to release the buffer.
+            hx_cp_async_wait<0>();
+            publish_upto(kit);
+            hx_mbar_wait(qempty + 8 * qb, ((qit >> 1) & 1) ^ 1);
+          }
           hx_i32* rec = (hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
           if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
           if (lane < BQ) { rec[4 + 2 * lane] = wu.my.lo; rec[5 + 2 * lane] = wu.row_ok ? wu.my.hi : -1; }
@@ -235,9 +333,15 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
           hx_mbar_wait(kempty + 8 * s, ((kit / S) & 1) ^ 1);
           load_half_stage(p, base + K_OFF + s * (BK * D), base + SC_OFF + s * (BK * 4), t.part.work.lo + st * BK,
                           warp, lane);
-          hx_cp_async_arrive(kfull + 8 * s);
+          hx_cp_async_commit();
+          if (kit + 1 > LAG) {
+            hx_cp_async_wait<LAG>();
+            publish_upto(kit + 1 - LAG);
+          }
         }
       }
+      hx_cp_async_wait<0>();
+      publish_upto(kit);
       if (warp == 0) {
         // End marker for the math warpgroups: a record with no stages.
         const hx_u32 qb = qit & 1;
@@ -247,7 +351,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
         hx_mbar_arrive(qfull + 8 * qb);
       }
       // Every issued copy must land before the CTA may exit.
-      asm volatile("cp.async.wait_all;" ::: "memory");
+      hx_cp_async_wait<0>();
     } else if (p.clean) {
       // ------------------------------------------------------------ -inf fill outside the work range
       const hx_i32 ft = tid - 64, nft = 64;
@@ -267,15 +371,16 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   }
 
   // -------------------------------------------------------------- math warpgroups
+  // Warpgroup (g, h) multiplies keys [64g, 64g + 64) of every stage by the query rows of half h of the
+  // row block (m64n128): four math warps per scheduler, so one's epilogue hides another's MMAs.
   hx_setmaxnreg_inc<MATH_REGS>();
-  const hx_i32 g = wg - 1;                 // which 64 keys of each stage
+  const hx_i32 mw = wg - 1;
+  const hx_i32 g = mw & 1, h = mw >> 1;
   const hx_i32 mt = tid - 128 * wg;        // thread in the warpgroup
   const hx_i32 w = mt / 32, l = mt % 32;
   const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
   const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;   // this lane's key of the 64 after the quad reduce
-  const float ninf = hx_bits_to_f32(0xFF800000u);
-  float acc[128];
-  float wreg[64];
+  float acc[64];
   hx_u32 kit = 0, qit = 0;
   for (;;) {
     const hx_u32 qb = qit & 1;
@@ -283,97 +388,28 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     const hx_i32* rec = (const hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
     const hx_i32 ns = rec[0];
     if (ns == 0) break;
-    const hx_i32 m0 = rec[1], work_lo = rec[2], work_hi = rec[3];
-    // Weight of accumulator column 8j + 2(l%4) + c: query row j / JQ, head 8(j % JQ) + 2(l%4) + c.
-    const float* wsm = (const float*)(sbase + W_OFF + qb * (NQ * 4));
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const hx_f32x2 v = *(const hx_f32x2*)(wsm + (j / JQ) * H + 8 * (j % JQ) + 2 * (l & 3));
-      wreg[2 * j] = v.x;
-      wreg[2 * j + 1] = v.y;
-    }
-    // Windows of this lane's query rows: q = b2 * BQ/2 + kq.
-    hx_i32 wlo[BQ / 2], whi[BQ / 2];  // whi -1: a row past M, nothing stored
-#pragma unroll
-    for (int kq = 0; kq < BQ / 2; ++kq) {
-      wlo[kq] = rec[4 + 2 * (b2 * (BQ / 2) + kq)];
-      whi[kq] = rec[5 + 2 * (b2 * (BQ / 2) + kq)];
-    }
-    const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D));
-    bool ready = false;  // the stage's kfull already waited and the proxy fence done
+    Tile t;
+    t.m0 = rec[1];
+    t.work_hi = rec[3];
+    t.half = h;
+    t.rec = rec;
+    const hx_i32 work_lo = rec[2];
+    const float* wrow = (const float*)(sbase + W_OFF + qb * (NQ * 4)) + h * RQ * H;
+    const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D) + h * (NQ / 2) * D);
     for (hx_i32 st = 0; st < ns; ++st, ++kit) {
       const hx_u32 s = kit % S;
-      const hx_i32 nbase = work_lo + st * BK + 64 * g;
-      if (!ready) {
-        hx_mbar_wait(kfull + 8 * s, (kit / S) & 1);
-        hx_fence_proxy_async();
-      }
-      ready = false;
-      if (nbase < work_hi) {  // warpgroup-uniform
-        const hx_u64 adesc = hx_wgmma_desc_sw128(base + K_OFF + s * (BK * D) + g * (64 * D));
-        hx_fence_regs(acc);
-        hx_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) hx_wgmma_m64n256k32_e4m3(acc, adesc + 2 * kk, bdesc + 2 * kk, kk);
-        hx_wgmma_commit();
-        hx_wgmma_wait<0>();
-        hx_fence_regs(acc);
-        // relu(acc) x weight summed over this thread's heads: v[i * BQ + q], key row i of the pair.
-        float v[2 * BQ];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-#pragma unroll
-          for (int q = 0; q < BQ; ++q) {
-            float sum = 0.f;
-#pragma unroll
-            for (int jj = 0; jj < JQ; ++jj) {
-              const int j = q * JQ + jj;
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const float x = acc[4 * j + 2 * i + c];
-                sum = __fmaf_rn(x > 0.f ? x : 0.f, wreg[2 * j + c], sum);
-              }
-            }
-            v[i * BQ + q] = sum;
-          }
-        }
-        // Quad transpose-reduce: lane bit 0 keeps key row b1, bit 1 keeps query half b2.
-        float h1[BQ];
-#pragma unroll
-        for (int x = 0; x < BQ; ++x) {
-          const float send = b1 ? v[x] : v[x + BQ];
-          const float keep = b1 ? v[x + BQ] : v[x];
-          h1[x] = keep + hx_shfl_xor(send, 1);
-        }
-        float z[BQ / 2];
-#pragma unroll
-        for (int x = 0; x < BQ / 2; ++x) {
-          const float send = b2 ? h1[x] : h1[x + BQ / 2];
-          const float keep = b2 ? h1[x + BQ / 2] : h1[x];
-          z[x] = keep + hx_shfl_xor(send, 2);
-        }
-        const float scale = ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];
-        hx_mbar_arrive(kempty + 8 * s);
-        // The next stage's wait and proxy fence before this tile's stores: the fence's memory barrier
-        // then waits only for the stores of the tile before, long done.
-        if (st + 1 < ns) {
-          hx_mbar_wait(kfull + 8 * ((kit + 1) % S), ((kit + 1) / S) & 1);
-          hx_fence_proxy_async();
-          ready = true;
-        }
-        const hx_i32 n = nbase + key;
-        if (n < work_hi) {
-#pragma unroll
-          for (int kq = 0; kq < BQ / 2; ++kq) {
-            const hx_i32 m = m0 + b2 * (BQ / 2) + kq;
-            float* dst = p.out + (hx_i64)m * p.out_stride + n;
-            if (n >= wlo[kq] && n < whi[kq]) *dst = z[kq] * scale;
-            else if (p.clean && whi[kq] >= 0) *dst = ninf;
-          }
-        }
-      } else {
-        hx_mbar_arrive(kempty + 8 * s);
-      }
+      const hx_i32 n = work_lo + st * BK + 64 * g + key;
+      hx_mbar_wait(kfull + 8 * s, (kit / S) & 1);
+      const float scale = 0.5f * ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];  // sums hold 2 relu
+      hx_fence_regs(acc);
+      hx_wgmma_fence();
+      issue_half(acc, hx_wgmma_desc_sw128(base + K_OFF + s * (BK * D) + g * (64 * D)), bdesc);
+      hx_wgmma_wait<0>();
+      hx_fence_regs(acc);
+      float v[2 * RQ];
+      head_sums(acc, wrow, l, v);
+      hx_mbar_arrive(kempty + 8 * s);
+      reduce_store(p, t, v, n, scale, b1, b2);
     }
     hx_mbar_arrive(qempty + 8 * qb);
     ++qit;
