@@ -78,6 +78,14 @@ HX_INLINE __device__ float hx_shfl_xor(float v, int m) {
   return r;
 }
 
+// Lane 0's value for the whole warp: the compiler then knows it is warp-uniform and keeps what derives
+// from it (wgmma descriptors, loop bounds) in uniform registers instead of per-lane ones.
+HX_INLINE __device__ hx_i32 hx_uniform_i32(hx_i32 v) {
+  hx_i32 r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v));
+  return r;
+}
+
 HX_INLINE __device__ hx_i32 hx_shfl_xor_i32(hx_i32 v, int m) {
   hx_i32 r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));

@@ -39,6 +39,11 @@ constexpr int D = 128;           // bytes of one key / query-head row
 constexpr int NQ = 256;          // wgmma N: (query row, head) pairs of a row block
 constexpr int BQ = NQ / H;       // query rows per row block
 constexpr int JQ = H / 8;        // 8-column accumulator groups per query row
+// Weights in shared memory: per row, four groups (one per t = l % 4, the reading lane's quad position) of
+// that lane's 2 JQ weights, contiguous for 16-byte loads; padded to 20 floats at H = 64 so the four
+// groups fall in distinct banks (see weight_slot).
+constexpr int WGROUP = 2 * JQ + (JQ == 8 ? 4 : 0);
+constexpr int WROW = 4 * WGROUP;
 constexpr int BK = 128;          // keys per stage, 64 per math warpgroup
 constexpr int S = 8;             // stages of the key ring
 constexpr hx_u32 LAG = 4;        // stages a loader lane keeps in flight before publishing them
@@ -54,8 +59,9 @@ static_assert(128 * LOAD_REGS + 128 * MATH_WGS * MATH_REGS <= (65536 / HX_BLOCK 
 constexpr hx_u32 K_OFF = 0;                          // S x [128 keys][128 B], swizzled
 constexpr hx_u32 Q_OFF = K_OFF + S * BK * D;          // 2 x [256 rows][128 B], swizzled
 constexpr hx_u32 SC_OFF = Q_OFF + 2 * NQ * D;         // S x 128 f32 kv_scale
-constexpr hx_u32 W_OFF = SC_OFF + S * BK * 4;         // 2 x 256 f32 weights
-constexpr hx_u32 REC_OFF = W_OFF + 2 * NQ * 4;        // 2 x unit record (int32): stages, m0, work lo, hi, BQ x (lo, hi)
+constexpr hx_u32 W_OFF = SC_OFF + S * BK * 4;         // 2 x BQ rows of weights (weight_slot)
+constexpr hx_u32 W_BYTES = BQ * WROW * 4;
+constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;        // 2 x unit record (int32): stages, m0, work lo, hi, BQ x (lo, hi)
 constexpr hx_u32 REC_BYTES = 128;
 constexpr hx_u32 BAR_OFF = REC_OFF + 2 * REC_BYTES;   // kfull[S], kempty[S], qfull[2], qempty[2]
 constexpr hx_u32 SMEM_USED = BAR_OFF + (2 * S + 4) * 8;
@@ -184,8 +190,10 @@ HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t,
 
 // The math warpgroups' view of a unit: this lane's query rows and their windows, per half.
 struct Tile {
-  hx_i32 m0, work_hi, half;
-  const hx_i32* rec;  // the unit record in shared memory: (lo, hi) per row at 4 + 2r, hi -1 past M
+  hx_i32 m0, work_hi;
+  float* row[BQ / 4];       // this lane's output rows (query row h RQ + b2 RQ/2 + kq of the block)
+  hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows
+  bool fill[BQ / 4];        // clean and the row exists (hi -1 marks a row past M)
 };
 
 // Half h of a stage's product: 64 keys x the query rows [h RQ, (h+1) RQ) of the row block.
@@ -195,20 +203,28 @@ HX_INLINE __device__ void issue_half(float (&acc)[64], hx_u64 adesc, hx_u64 bdes
   hx_wgmma_commit();
 }
 
+// Where weight (row r, head h = 8 jj + 2 t + c) sits in shared memory.
+HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
+  const hx_i32 r = idx / H, hh = idx % H;
+  return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
+}
+
 // relu(acc) x weight summed over this thread's heads: v[i * RQ + q], key row 8i + l/4 of the warp's 16,
 // query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj): head 8 jj + 2(l%4) + c of
-// that row, in register 4j + 2i + c. Weights straight from shared memory (8 lanes read each pair:
+// that row, in register 4j + 2i + c. Weights straight from shared memory (8 lanes read each group:
 // broadcast), which keeps the math warpgroups inside their register budget.
 constexpr int RQ = BQ / 2;  // query rows of a half
 HX_INLINE __device__ void head_sums(const float (&acc)[64], const float* wrow, hx_i32 l, float (&v)[2 * RQ]) {
 #pragma unroll
   for (int q = 0; q < RQ; ++q) {
-    float w2[2 * JQ];
+    float w2[2 * JQ];  // w2[2 jj + c]: head 8 jj + 2 (l % 4) + c (see weight_slot)
 #pragma unroll
-    for (int jj = 0; jj < JQ; ++jj) {
-      const hx_f32x2 wv = *(const hx_f32x2*)(wrow + q * H + 8 * jj + 2 * (l & 3));
-      w2[2 * jj] = wv.x;
-      w2[2 * jj + 1] = wv.y;
+    for (int m = 0; m < JQ / 2; ++m) {
+      const hx_f32x4 wv = *(const hx_f32x4*)(wrow + q * WROW + (l & 3) * WGROUP + 4 * m);
+      w2[4 * m] = wv.x;
+      w2[4 * m + 1] = wv.y;
+      w2[4 * m + 2] = wv.z;
+      w2[4 * m + 3] = wv.w;
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -241,17 +257,14 @@ HX_INLINE __device__ void reduce_store(const PrefillParams& p, const Tile& t, co
     h1[x] = keep + hx_shfl_xor(send, 1);
   }
   const float ninf = hx_bits_to_f32(0xFF800000u);
-  const hx_i32* win = t.rec + 4 + 2 * (t.half * RQ + b2 * (RQ / 2));  // (lo, hi) of this lane's rows
 #pragma unroll
   for (int kq = 0; kq < RQ / 2; ++kq) {
     const float send = b2 ? h1[kq] : h1[kq + RQ / 2];
     const float keep = b2 ? h1[kq + RQ / 2] : h1[kq];
     const float z = keep + hx_shfl_xor(send, 2);
-    const hx_i32 m = t.m0 + t.half * RQ + b2 * (RQ / 2) + kq;
-    const hx_i32x2 lohi = *(const hx_i32x2*)(win + 2 * kq);
-    const bool inside = (n >= lohi.x) & (n < lohi.y);
-    const bool store = (n < t.work_hi) & (inside | ((p.clean != 0) & (lohi.y >= 0)));
-    hx_store_f32_if(store, p.out + (hx_i64)m * p.out_stride + n, inside ? z * scale : ninf);
+    const bool inside = (n >= t.lo[kq]) & (n < t.hi[kq]);
+    const bool store = (n < t.work_hi) & (inside | t.fill[kq]);
+    hx_store_f32_if(store, t.row[kq] + n, inside ? z * scale : ninf);
   }
 }
 static_assert(BQ >= 4, "two halves of at least two query rows");
@@ -265,7 +278,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   hx_u8* const sbase = smem_raw + (base - raw);
   const hx_u32 kfull = base + BAR_OFF, kempty = kfull + 8 * S, qfull = kempty + 8 * S, qempty = qfull + 16;
   const hx_i32 tid = (hx_i32)hx_thread_x();
-  const hx_i32 wg = tid / 128;
+  const hx_i32 wg = hx_uniform_i32(tid / 128);
   if (tid == 0) {
     for (int s = 0; s < S; ++s) { hx_mbar_init(kfull + 8 * s, 64); hx_mbar_init(kempty + 8 * s, 128 * MATH_WGS); }
     for (int b = 0; b < 2; ++b) { hx_mbar_init(qfull + 8 * b, 64); hx_mbar_init(qempty + 8 * b, 128 * MATH_WGS); }
@@ -317,13 +330,13 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
             const bool ok = r < qrows;
             hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
           }
-          const hx_u32 wdst = base + W_OFF + qb * (NQ * 4);
+          const hx_u32 wdst = base + W_OFF + qb * W_BYTES;
           const float* wsrc = p.weights + (hx_i64)t.m0 * H;
-#pragma unroll
+#pragma unroll 1
           for (int i = 0; i < NQ / 32; ++i) {
             const hx_i32 idx = lane + 32 * i;
             const bool ok = idx < qrows;
-            hx_cp_async4(wdst + 4 * idx, wsrc + (ok ? idx : 0), ok ? 4 : 0);
+            hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + (ok ? idx : 0), ok ? 4 : 0);
           }
           hx_cp_async_arrive(qfull + 8 * qb);
           ++qit;
@@ -386,15 +399,21 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     const hx_u32 qb = qit & 1;
     hx_mbar_wait(qfull + 8 * qb, (qit >> 1) & 1);
     const hx_i32* rec = (const hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
-    const hx_i32 ns = rec[0];
+    const hx_i32 ns = hx_uniform_i32(rec[0]);
     if (ns == 0) break;
     Tile t;
-    t.m0 = rec[1];
-    t.work_hi = rec[3];
-    t.half = h;
-    t.rec = rec;
-    const hx_i32 work_lo = rec[2];
-    const float* wrow = (const float*)(sbase + W_OFF + qb * (NQ * 4)) + h * RQ * H;
+    t.m0 = hx_uniform_i32(rec[1]);
+    t.work_hi = hx_uniform_i32(rec[3]);
+#pragma unroll
+    for (int kq = 0; kq < RQ / 2; ++kq) {
+      const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
+      t.lo[kq] = rec[4 + 2 * r];
+      t.hi[kq] = rec[5 + 2 * r];
+      t.fill[kq] = p.clean && t.hi[kq] >= 0;
+      t.row[kq] = p.out + (hx_i64)(t.m0 + r) * p.out_stride;
+    }
+    const hx_i32 work_lo = hx_uniform_i32(rec[2]);
+    const float* wrow = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW;
     const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D) + h * (NQ / 2) * D);
     for (hx_i32 st = 0; st < ns; ++st, ++kit) {
       const hx_u32 s = kit % S;
