@@ -19,3 +19,14 @@ def test_every_plant_is_caught_by_the_emulated_sweep(emu_kernels, plant_set):
     assert not clean["caught"], clean
     assert planted and all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_every_plant_matches_its_kernel_source_exactly_once():
+    # A kernel edit that strands a plant must fail here, not halfway through a device run.
+    from by_path import load
+    mutate = load("hx_mutate_tool", ROOT / "tools" / "mutate.py")
+    for plant_set, plants in mutate.PLANTS.items():
+        for plant in plants:
+            text = (ROOT / "hsaco_src" / plant.file).read_text()
+            assert text.count(plant.old) == 1, (plant_set, plant.name, text.count(plant.old))
+            assert plant.new != plant.old, (plant_set, plant.name)

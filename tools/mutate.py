@@ -55,7 +55,7 @@ PLANTS = {
     # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
     "sm90a": [
         Plant("wrong_accumulator_head", "sm90a/mqa_logits_wgmma.hip",
-              "wrow + q * H + 8 * jj + 2 * (l & 3)", "wrow + q * H + 8 * ((jj + 1) % JQ) + 2 * (l & 3)"),
+              "wrow + q * WROW + (l & 3) * WGROUP + 4 * m", "wrow + q * WROW + ((l + 1) & 3) * WGROUP + 4 * m"),
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
               "s * (BK * D) + g * (64 * D)), bdesc);", "s * (BK * D) + (1 - g) * (64 * D)), bdesc);"),
         Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",
@@ -63,8 +63,8 @@ PLANTS = {
               "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
               "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
         Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
-              "const hx_i32 m = t.m0 + t.half * RQ + b2 * (RQ / 2) + kq;",
-              "const hx_i32 m = t.m0 + (t.half * RQ + b2 * (RQ / 2) + kq + 1) % BQ;"),
+              "t.row[kq] = p.out + (hx_i64)(t.m0 + r) * p.out_stride;",
+              "t.row[kq] = p.out + (hx_i64)(t.m0 + (r + 1) % BQ) * p.out_stride;"),
         Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
               "inside ? z * scale : ninf", "inside ? z : ninf"),
     ],
