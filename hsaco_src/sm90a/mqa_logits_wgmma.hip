@@ -247,8 +247,8 @@ HX_INLINE __device__ void head_sums(const float (&acc)[64], const float* wrow, h
 
 // Quad transpose-reduce of the head sums (lane bit 0 keeps key row b1, bit 1 keeps query quarter b2),
 // kv_scale, stores with the -inf of rows outside their own window fused; branch-free (predicated stores).
-HX_INLINE __device__ void reduce_store(const PrefillParams& p, const Tile& t, const float (&v)[2 * RQ], hx_i32 n,
-                                       float scale, hx_i32 b1, hx_i32 b2) {
+HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], hx_i32 n, float scale, hx_i32 b1,
+                                       hx_i32 b2) {
   float h1[RQ];
 #pragma unroll
   for (int x = 0; x < RQ; ++x) {
@@ -394,6 +394,9 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
   const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;   // this lane's key of the 64 after the quad reduce
   float acc[64];
+  // Stage s's A descriptor is stage 0's plus s * BK * D / 16 in its address field (shared addresses stay
+  // below 2^18: no carry out of the field).
+  const hx_u64 adesc0 = hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));
   hx_u32 kit = 0, qit = 0;
   for (;;) {
     const hx_u32 qb = qit & 1;
@@ -410,8 +413,9 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       t.lo[kq] = rec[4 + 2 * r];
       t.hi[kq] = rec[5 + 2 * r];
       t.fill[kq] = p.clean && t.hi[kq] >= 0;
-      t.row[kq] = p.out + (hx_i64)(t.m0 + r) * p.out_stride;
     }
+#pragma unroll
+    for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] = p.out + (hx_i64)(t.m0 + h * RQ + b2 * (RQ / 2) + kq) * p.out_stride;
     const hx_i32 work_lo = hx_uniform_i32(rec[2]);
     const float* wrow = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW;
     const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D) + h * (NQ / 2) * D);
@@ -422,13 +426,13 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       const float scale = 0.5f * ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];  // sums hold 2 relu
       hx_fence_regs(acc);
       hx_wgmma_fence();
-      issue_half(acc, hx_wgmma_desc_sw128(base + K_OFF + s * (BK * D) + g * (64 * D)), bdesc);
+      issue_half(acc, adesc0 + (hx_u64)(s * (BK * D / 16)), bdesc);
       hx_wgmma_wait<0>();
       hx_fence_regs(acc);
       float v[2 * RQ];
       head_sums(acc, wrow, l, v);
       hx_mbar_arrive(kempty + 8 * s);
-      reduce_store(p, t, v, n, scale, b1, b2);
+      reduce_store(t, v, n, scale, b1, b2);
     }
     hx_mbar_arrive(qempty + 8 * qb);
     ++qit;
