@@ -107,7 +107,6 @@ HX_INLINE __device__ void hx_barrier() { __syncthreads(); }
 
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
 struct alignas(8) hx_u32x2 { hx_u32 x, y; };
-struct alignas(8) hx_i32x2 { hx_i32 x, y; };
 struct alignas(16) hx_f32x4 { float x, y, z, w; };
 struct alignas(8) hx_f32x2 { float x, y; };
 
