@@ -391,7 +391,19 @@ def parse_ptxas(text: str, symbol: str) -> dict:
     raise BuildError(f"ptxas -v printed nothing for {symbol}:\n{text}")
 
 
+def serialised_wgmma(ptxas_out: str) -> str | None:
+    """ptxas's note that it serialised a kernel's wgmma (every MMA waits for the one before: a silent
+    loss of most of the tensor-core rate), or None."""
+    for line in ptxas_out.splitlines():
+        if "wgmma" in line and "serialized" in line:
+            return line.strip()
+    return None
+
+
 def cuda_resources(obj: bytes, ptxas_out: str, symbol: str) -> tuple[int, dict]:
+    note = serialised_wgmma(ptxas_out)
+    if note:
+        raise BuildError(f"{symbol}: {note}")
     elf = codeobj.Elf(obj)
     if elf.machine != codeobj.EM_CUDA:
         raise BuildError(f"{symbol}: e_machine {elf.machine} is not EM_CUDA")

@@ -179,3 +179,13 @@ def test_param_size_disagreement_fails_naming_the_kernel(built, monkeypatch, tmp
     monkeypatch.setattr(catalog, "header_text", lambda: good_header)
     with pytest.raises(build.BuildError, match=r"fill_u32: code object says FillParams is 24 bytes.*mirror says 32"):
         build._build(ns, (t,), d / "src", tmp_path / "o", tmp_path / "w")
+
+
+def test_a_serialised_wgmma_fails_the_build_naming_ptxas_note():
+    note = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized "
+            "due to non wgmma instructions reading accumulator registers of  a wgmma between start and end of "
+            "the pipeline stage in the function 'hx_k'")
+    assert build.serialised_wgmma("ptxas info    : Used 96 registers\n" + note + "\n") == note
+    assert build.serialised_wgmma("ptxas info    : Used 96 registers, used 1 barriers\n") is None
+    with pytest.raises(build.BuildError, match="C7514"):
+        build.cuda_resources(b"", note, "hx_k")
