@@ -106,29 +106,26 @@ def test_second_build_is_incremental(built):
     assert before == {p: p.stat().st_mtime_ns for p in before}
 
 
+def _stale_report_after_touching(path, check, capsys) -> str:
+    """--check's complaint while `path` carries an extra line; the file is restored and --check passes again."""
+    original = path.read_text()
+    path.write_text(original + "\n// touched\n")
+    capsys.readouterr()
+    assert build.main(check) == 1
+    err = capsys.readouterr().err
+    path.write_text(original)
+    assert build.main(check) == 0
+    return err
+
+
 def test_check_passes_then_names_stale_kernels(built, capsys):
     d, args = built
     check = args + ["--check"]
     assert build.main(check) == 0
-    fill = d / "src" / "generic" / "fill.hip"
-    original = fill.read_text()
-    fill.write_text(original + "\n// touched\n")
-    capsys.readouterr()
-    assert build.main(check) == 1
-    err = capsys.readouterr().err
+    err = _stale_report_after_touching(d / "src" / "generic" / "fill.hip", check, capsys)
     assert "fill_u32" in err and "echo_params" not in err
-    fill.write_text(original)
-    assert build.main(check) == 0
-
-    header = d / "src" / "common" / "platform.h"
-    original = header.read_text()
-    header.write_text(original + "\n// touched\n")
-    capsys.readouterr()
-    assert build.main(check) == 1
-    err = capsys.readouterr().err
+    err = _stale_report_after_touching(d / "src" / "common" / "platform.h", check, capsys)
     assert "fill_u32" in err and "echo_params" in err
-    header.write_text(original)
-    assert build.main(check) == 0
 
 
 def test_check_notices_a_changed_object(built, capsys):
