@@ -191,7 +191,7 @@ HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t,
 // The math warpgroups' view of a unit: this lane's query rows and their windows, per half.
 struct Tile {
   hx_i32 m0, work_hi;
-  float* row[BQ / 4];       // this lane's output rows (query row h RQ + b2 RQ/2 + kq of the block)
+  float* row[BQ / 4];       // this lane's output rows (query row h RQ + b2 RQ/2 + kq of the block), at its key
   hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows
   bool fill[BQ / 4];        // clean and the row exists (hi -1 marks a row past M)
 };
@@ -264,7 +264,7 @@ HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], 
     const float z = keep + hx_shfl_xor(send, 2);
     const bool inside = (n >= t.lo[kq]) & (n < t.hi[kq]);
     const bool store = (n < t.work_hi) & (inside | t.fill[kq]);
-    hx_store_f32_if(store, t.row[kq] + n, inside ? z * scale : ninf);
+    hx_store_f32_if(store, t.row[kq], inside ? z * scale : ninf);
   }
 }
 static_assert(BQ >= 4, "two halves of at least two query rows");
@@ -397,7 +397,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   // Stage s's A descriptor is stage 0's plus s * BK * D / 16 in its address field (shared addresses stay
   // below 2^18: no carry out of the field).
   const hx_u64 adesc0 = hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));
-  hx_u32 kit = 0, qit = 0;
+  hx_u32 s = 0, phase = 0, qit = 0;  // the slot of the next K stage and its mbarrier parity
   for (;;) {
     const hx_u32 qb = qit & 1;
     hx_mbar_wait(qfull + 8 * qb, (qit >> 1) & 1);
@@ -416,13 +416,13 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     }
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] = p.out + (hx_i64)(t.m0 + h * RQ + b2 * (RQ / 2) + kq) * p.out_stride;
-    const hx_i32 work_lo = hx_uniform_i32(rec[2]);
+    hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the stage
+#pragma unroll
+    for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += n;
     const float* wrow = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW;
     const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D) + h * (NQ / 2) * D);
-    for (hx_i32 st = 0; st < ns; ++st, ++kit) {
-      const hx_u32 s = kit % S;
-      const hx_i32 n = work_lo + st * BK + 64 * g + key;
-      hx_mbar_wait(kfull + 8 * s, (kit / S) & 1);
+    for (hx_i32 st = 0; st < ns; ++st) {
+      hx_mbar_wait(kfull + 8 * s, phase);
       const float scale = 0.5f * ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];  // sums hold 2 relu
       hx_fence_regs(acc);
       hx_wgmma_fence();
@@ -433,6 +433,12 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       head_sums(acc, wrow, l, v);
       hx_mbar_arrive(kempty + 8 * s);
       reduce_store(t, v, n, scale, b1, b2);
+      n += BK;
+#pragma unroll
+      for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
+      const bool wrap = s == S - 1;
+      s = wrap ? 0 : s + 1;
+      phase ^= wrap;
     }
     hx_mbar_arrive(qempty + 8 * qb);
     ++qit;
