@@ -113,6 +113,9 @@ def plan_prefill(M: int, N: int, H: int, D: int, target: Target, *, kernel: str 
     return _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_rows)
 
 
+MAX_UNITS = 1 << 30  # persistent kernels index (row block, part) units in 32 bits, with the grid's stride on top
+
+
 @lru_cache(maxsize=256)
 def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_rows) -> PrefillPlan:
     spec = _pick_kernel(target.arch, H, D, kernel)
@@ -136,6 +139,9 @@ def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_row
     if not isinstance(reverse_rows, bool):
         raise ValueError(f"reverse_rows: expected a bool, got {reverse_rows!r}")
     units = row_blocks * split
+    if spec.persistent and units >= MAX_UNITS:
+        raise ValueError(f"split: {row_blocks} row blocks x {split} parts = {units} work units; {spec.key} counts "
+                         f"units in 32 bits (< {MAX_UNITS})")
     grid = (min(units, target.num_cus), 1, 1) if spec.persistent else (row_blocks, split, 1)
     variant = {spec.variant: H} if spec.variant else None
     return PrefillPlan(spec.key, grid, spec.block, rows_per_block, split, spec.tile, reverse_rows, row_blocks,

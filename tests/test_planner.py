@@ -31,6 +31,13 @@ def test_small_m_is_filled_by_the_key_split():
     assert fast.units >= H200.num_cus and fast.grid == (H200.num_cus, 1, 1)
 
 
+def test_a_persistent_kernel_refuses_more_work_units_than_its_32_bit_index():
+    p = plan_prefill(1 << 24, 1 << 20, 64, 128, H200, kernel="mqa_logits_wgmma", split=255)
+    assert p.units < (1 << 30)
+    with pytest.raises(ValueError, match=r"split: .* counts units in 32 bits"):
+        plan_prefill(1 << 24, 1 << 20, 64, 128, H200, kernel="mqa_logits_wgmma", split=256)
+
+
 def test_causal_long_rows_start_first_past_2048_keys():
     assert plan_prefill(64, 4096, 32, 128, MI355X).reverse_rows
     assert not plan_prefill(64, 1024, 32, 128, MI355X).reverse_rows

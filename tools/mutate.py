@@ -55,7 +55,7 @@ PLANTS = {
     # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
     "sm90a": [
         Plant("wrong_accumulator_head", "sm90a/mqa_logits_wgmma.hip",
-              "wrow + q * WROW + (l & 3) * WGROUP + 4 * m", "wrow + q * WROW + ((l + 1) & 3) * WGROUP + 4 * m"),
+              "(hx_lane_reread() & 3) * WGROUP;", "((hx_lane_reread() + 1) & 3) * WGROUP;"),
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
               "hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));", "hx_wgmma_desc_sw128(base + K_OFF + (1 - g) * (64 * D));"),
         Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",

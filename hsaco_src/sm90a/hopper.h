@@ -86,6 +86,14 @@ HX_INLINE __device__ hx_i32 hx_uniform_i32(hx_i32 v) {
   return r;
 }
 
+// The lane index, read afresh at each use (volatile): a lane-derived value kept live across the math loop
+// is what ptxas spills first.
+HX_INLINE __device__ hx_u32 hx_lane_reread() {
+  hx_u32 l;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+  return l;
+}
+
 HX_INLINE __device__ hx_i32 hx_shfl_xor_i32(hx_i32 v, int m) {
   hx_i32 r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));

@@ -31,6 +31,9 @@
 #ifndef HX_HEADS
 #error "define HX_HEADS (32 or 64)"
 #endif
+#ifndef HX_WREG
+#define HX_WREG (HX_HEADS == 64 ? 1 : 0)
+#endif
 
 namespace {
 
@@ -72,9 +75,9 @@ struct Unit {
   hx_prefill_part part;    // this CTA's columns of those rows
 };
 
-HX_INLINE __device__ Unit unit_at(const PrefillParams& p, hx_i64 u) {
+HX_INLINE __device__ Unit unit_at(const PrefillParams& p, hx_i32 u) {
   const hx_i32 row_blocks = hx_ceil_div(p.M, BQ);
-  const hx_i32 rbi = (hx_i32)(u / p.split), s = (hx_i32)(u % p.split);
+  const hx_i32 rbi = u / p.split, s = u % p.split;
   const hx_i32 rb = p.reverse_rows ? row_blocks - 1 - rbi : rbi;
   Unit t;
   t.m0 = rb * BQ;
@@ -91,12 +94,13 @@ HX_INLINE __device__ Unit unit_at(const PrefillParams& p, hx_i64 u) {
 
 static_assert((4 + 2 * BQ) * 4 <= REC_BYTES, "unit record");
 
-// Unit of this CTA's k-th turn, or -1 past the end (-2: none this round).
-HX_INLINE __device__ hx_i64 unit_index(hx_i64 units, hx_i32 k) {
-  const hx_i64 G = hx_grid_dim_x(), b = hx_block_x();
-  const hx_i64 base = (hx_i64)k * G;
+// Unit of this CTA's k-th turn, or -1 past the end (-2: none this round). 32-bit: the planner keeps
+// units below 2^30 (64-bit unit arithmetic cost the load warps registers they do not have).
+HX_INLINE __device__ hx_i32 unit_index(hx_i32 units, hx_i32 k) {
+  const hx_i32 G = (hx_i32)hx_grid_dim_x(), b = (hx_i32)hx_block_x();
+  const hx_i32 base = k * G;
   if (base >= units) return -1;
-  const hx_i64 u = base + ((k & 1) ? G - 1 - b : b);
+  const hx_i32 u = base + ((k & 1) ? G - 1 - b : b);
   return u < units ? u : -2;
 }
 
@@ -129,10 +133,10 @@ struct WarpUnit {
   bool row_ok;
 };
 
-HX_INLINE __device__ WarpUnit decode_unit(const PrefillParams& p, hx_i64 u, hx_i32 lane) {
+HX_INLINE __device__ WarpUnit decode_unit(const PrefillParams& p, hx_i32 u, hx_i32 lane) {
   WarpUnit w;
   const hx_i32 row_blocks = hx_ceil_div(p.M, BQ);
-  const hx_i32 rbi = (hx_i32)(u / p.split), part = (hx_i32)(u % p.split);
+  const hx_i32 rbi = u / p.split, part = u % p.split;
   w.t.m0 = (p.reverse_rows ? row_blocks - 1 - rbi : rbi) * BQ;
   w.t.m1 = hx_min_i32(p.M, w.t.m0 + BQ);
   w.my = {0, 0};
@@ -209,22 +213,36 @@ HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
   return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
 }
 
+// This lane's weights for query row q of the half: w2[2 jj + c] is head 8 jj + 2 t + c (see weight_slot),
+// t = l % 4 picks wt = wrow + t WGROUP. 16-byte loads that 8 lanes share.
+constexpr int RQ = BQ / 2;  // query rows of a half
+HX_INLINE __device__ void load_weights(const float* wt, hx_i32 q, float (&w2)[2 * JQ]) {
+#pragma unroll
+  for (int m = 0; m < JQ / 2; ++m) {
+    const hx_f32x4 wv = *(const hx_f32x4*)(wt + q * WROW + 4 * m);
+    w2[4 * m] = wv.x;
+    w2[4 * m + 1] = wv.y;
+    w2[4 * m + 2] = wv.z;
+    w2[4 * m + 3] = wv.w;
+  }
+}
+// Query rows whose weights stay in registers for a whole unit; the rest are read per stage. Per-stage reads
+// cost the math loop 2 JQ / 4 shared loads per row; at H = 32 all four rows do not fit in the registers.
+constexpr int WREG = HX_WREG;
+
 // relu(acc) x weight summed over this thread's heads: v[i * RQ + q], key row 8i + l/4 of the warp's 16,
 // query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj): head 8 jj + 2(l%4) + c of
-// that row, in register 4j + 2i + c. Weights straight from shared memory (8 lanes read each group:
-// broadcast), which keeps the math warpgroups inside their register budget.
-constexpr int RQ = BQ / 2;  // query rows of a half
-HX_INLINE __device__ void head_sums(const float (&acc)[64], const float* wrow, hx_i32 l, float (&v)[2 * RQ]) {
+// that row, in register 4j + 2i + c.
+HX_INLINE __device__ void head_sums(const float (&acc)[64], const float (&wq)[WREG > 0 ? WREG : 1][2 * JQ],
+                                    const float* wt, float (&v)[2 * RQ]) {
 #pragma unroll
   for (int q = 0; q < RQ; ++q) {
-    float w2[2 * JQ];  // w2[2 jj + c]: head 8 jj + 2 (l % 4) + c (see weight_slot)
+    float w2[2 * JQ];
+    if (q < WREG) {
 #pragma unroll
-    for (int m = 0; m < JQ / 2; ++m) {
-      const hx_f32x4 wv = *(const hx_f32x4*)(wrow + q * WROW + (l & 3) * WGROUP + 4 * m);
-      w2[4 * m] = wv.x;
-      w2[4 * m + 1] = wv.y;
-      w2[4 * m + 2] = wv.z;
-      w2[4 * m + 3] = wv.w;
+      for (int m = 0; m < 2 * JQ; ++m) w2[m] = wq[q < WREG ? q : 0][m];
+    } else {
+      load_weights(wt, q, w2);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -284,7 +302,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     for (int b = 0; b < 2; ++b) { hx_mbar_init(qfull + 8 * b, 64); hx_mbar_init(qempty + 8 * b, 128 * MATH_WGS); }
   }
   hx_barrier();
-  const hx_i64 units = (hx_i64)hx_ceil_div(p.M, BQ) * p.split;
+  const hx_i32 units = hx_ceil_div(p.M, BQ) * p.split;
 
   if (wg == 0) {
     hx_setmaxnreg_dec<LOAD_REGS>();
@@ -302,7 +320,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
         for (; published < end; ++published) hx_mbar_arrive(kfull + 8 * (published % S));
       };
       for (hx_i32 k = 0;; ++k) {
-        const hx_i64 u = unit_index(units, k);
+        const hx_i32 u = unit_index(units, k);
         if (u == -1) break;
         if (u < 0) continue;
         const WarpUnit wu = decode_unit(p, u, lane);
@@ -369,7 +387,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       // ------------------------------------------------------------ -inf fill outside the work range
       const hx_i32 ft = tid - 64, nft = 64;
       for (hx_i32 k = 0;; ++k) {
-        const hx_i64 u = unit_index(units, k);
+        const hx_i32 u = unit_index(units, k);
         if (u == -1) break;
         if (u < 0) continue;
         const Unit t = unit_at(p, u);
@@ -419,7 +437,11 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the stage
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += n;
-    const float* wrow = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW;
+    // This lane's weights (lane read afresh: a lane-derived address kept across the unit loop was spilled).
+    const float* wt = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW + (hx_lane_reread() & 3) * WGROUP;
+    float wq[WREG > 0 ? WREG : 1][2 * JQ];
+#pragma unroll
+    for (int q = 0; q < WREG; ++q) load_weights(wt, q, wq[q]);
     const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D) + h * (NQ / 2) * D);
     for (hx_i32 st = 0; st < ns; ++st) {
       hx_mbar_wait(kfull + 8 * s, phase);
@@ -430,7 +452,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       hx_wgmma_wait<0>();
       hx_fence_regs(acc);
       float v[2 * RQ];
-      head_sums(acc, wrow, l, v);
+      head_sums(acc, wq, wt, v);
       hx_mbar_arrive(kempty + 8 * s);
       reduce_store(t, v, n, scale, b1, b2);
       n += BK;
