@@ -39,14 +39,17 @@ class KernelSpec:
     persistent: bool = False    # grid of at most one block per CU walking every (row block, part) unit
     opt_in: bool = False        # picked only when forced (kernel=...): not yet through the whole gate
     min_part_tiles: int = 1     # the planner's own split keeps >= this many tiles per part (per-part costs)
+    unit_cost_tiles: int = 0    # persistent: what starting a unit costs, in tiles of work (measured)
 
 
 GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
 # sm_90a fp8 wgmma (hsaco_src/sm90a/mqa_logits_wgmma.hip): 256 (row, head) columns per row block.
 # Opt-in: the tensor cores' fp8 accumulation (about 14 bits kept) misses the per-row 1e-5 gate on rows
 # whose head sum cancels (seen: M=1, N=1, H=32, one logit 1.2% off); the generic kernel passes it everywhere.
+# A unit costs about two tiles of work to start (H200: (128, 32768) at H=64 took 63 us in 128 units of 64
+# tiles, 80 us in 1056 units of 8).
 WGMMA_SM90 = KernelSpec("mqa_logits_wgmma", block=640, tile=128, max_rows=8, fits=((32, 128), (64, 128)),
-                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, opt_in=True)
+                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, opt_in=True, unit_cost_tiles=2)
 # Fast paths register here: arch -> specs, tried in order before the generic kernel.
 FAST_PREFILL: dict[str, list[KernelSpec]] = {}
 PREFILL_KERNELS = {GENERIC.key: GENERIC}
@@ -130,7 +133,7 @@ def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_row
     row_blocks = -(-M // rows_per_block)
     max_split = tiles if spec.persistent else min(tiles, target.max_grid_y)
     if split is None:
-        split = _persistent_split(row_blocks, tiles, target.num_cus) if spec.persistent else \
+        split = _persistent_split(row_blocks, tiles, target.num_cus, spec.unit_cost_tiles) if spec.persistent else \
             min(max_split, max(1, -(-2 * target.num_cus // row_blocks)),  # ~2 blocks per CU
                 max(1, tiles // spec.min_part_tiles))
     split = _forced_int("split", split, 1, max_split)
@@ -148,18 +151,19 @@ def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_row
                        variant)
 
 
-def _persistent_split(row_blocks: int, tiles: int, cus: int) -> int:
-    """Key split of a persistent kernel: the fewest parts whose (row block, part) units fill the CUs' last
-    round to >= 98.5 % (units of near-equal size); parts keep >= 4 tiles, so per-unit costs stay small."""
-    best, best_eff = 1, 0.0
-    for s in range(1, max(1, tiles // 4) + 1):
+def _persistent_split(row_blocks: int, tiles: int, cus: int, unit_cost: int) -> int:
+    """Key split of a persistent kernel: the one whose rounds of units cost least, a round costing its
+    longest unit (tiles per part) plus the kernel's cost of starting a unit; ties go to fewer parts. A
+    last round left part empty can beat many short units (each pays the start)."""
+    best, best_cost = 1, None
+    for s in range(1, tiles + 1):
         units = row_blocks * s
-        eff = units / (-(-units // cus) * cus)
-        if eff >= 0.985:
-            return s
-        if eff > best_eff + 1e-9:
-            best, best_eff = s, eff
-        if units >= 64 * cus:
+        if units >= MAX_UNITS:
+            break
+        cost = -(-units // cus) * (-(-tiles // s) + unit_cost)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+        if units >= 64 * cus:  # past 64 rounds more parts only add starts
             break
     return best
 
