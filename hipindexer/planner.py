@@ -46,10 +46,10 @@ GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
 # sm_90a fp8 wgmma (hsaco_src/sm90a/mqa_logits_wgmma.hip): 256 (row, head) columns per row block.
 # Opt-in: the tensor cores' fp8 accumulation (about 14 bits kept) misses the per-row 1e-5 gate on rows
 # whose head sum cancels (seen: M=1, N=1, H=32, one logit 1.2% off); the generic kernel passes it everywhere.
-# A unit costs about two tiles of work to start (H200: (128, 32768) at H=64 took 63 us in 128 units of 64
-# tiles, 80 us in 1056 units of 8).
+# A unit costs about one tile of work to start (H200: (128, 32768) at H=64 took 62 us in 128 units of 64
+# tiles, 67 us in 1056 units of 8).
 WGMMA_SM90 = KernelSpec("mqa_logits_wgmma", block=640, tile=128, max_rows=8, fits=((32, 128), (64, 128)),
-                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, opt_in=True, unit_cost_tiles=2)
+                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, opt_in=True, unit_cost_tiles=1)
 # Fast paths register here: arch -> specs, tried in order before the generic kernel.
 FAST_PREFILL: dict[str, list[KernelSpec]] = {}
 PREFILL_KERNELS = {GENERIC.key: GENERIC}

@@ -53,6 +53,11 @@ template <int OFF>
 HX_INLINE __device__ void hx_cp_async16_at(hx_u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" :: "r"(dst), "l"(src), "n"(OFF) : "memory");
 }
+// 4 bytes at compile-time offsets (one each side) from two base addresses.
+template <int DOFF, int SOFF>
+HX_INLINE __device__ void hx_cp_async4_at(hx_u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%3], 4;" :: "r"(dst), "l"(src), "n"(DOFF), "n"(SOFF) : "memory");
+}
 HX_INLINE __device__ void hx_cp_async4(hx_u32 dst, const void* src, hx_u32 src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }

@@ -213,6 +213,27 @@ HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
   return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
 }
 
+// A whole row block's weights, one warp at fixed offsets: copy i of lane l is weight idx = l + 32 i,
+// row i / P and head l + 32 (i % P) (P = H / 32), so its slot is a lane base per i % P plus a constant.
+constexpr int WP = H / 32;
+template <int I, int N>
+struct CopyWeights {
+  __device__ __attribute__((always_inline)) static void run(const hx_u32 (&dst)[WP], const float* src) {
+    hx_cp_async4_at<4 * (I / WP) * WROW, 4 * 32 * I>(dst[I % WP], src);
+    CopyWeights<I + 1, N>::run(dst, src);
+  }
+};
+template <int N>
+struct CopyWeights<N, N> {
+  __device__ __attribute__((always_inline)) static void run(const hx_u32 (&)[WP], const float*) {}
+};
+HX_INLINE __device__ void copy_weights(hx_u32 dst, const float* src, hx_i32 lane) {
+  hx_u32 d[WP];
+#pragma unroll
+  for (int k = 0; k < WP; ++k) d[k] = dst + 4 * (hx_u32)weight_slot(lane + 32 * k);
+  CopyWeights<0, NQ / 32>::run(d, src + lane);
+}
+
 // This lane's weights for query row q of the half: w2[2 jj + c] is head 8 jj + 2 t + c (see weight_slot),
 // t = l % 4 picks wt = wrow + t WGROUP. 16-byte loads that 8 lanes share.
 constexpr int RQ = BQ / 2;  // query rows of a half
@@ -342,19 +363,26 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
           const hx_u32 qdst = base + Q_OFF + qb * (NQ * D);
           const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
           const hx_i32 qrows = (t.m1 - t.m0) * H;  // rows of the tile that exist
-#pragma unroll 8
-          for (int i = 0; i < NQ * D / 16 / 32; ++i) {
-            const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
-            const bool ok = r < qrows;
-            hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
-          }
           const hx_u32 wdst = base + W_OFF + qb * W_BYTES;
           const float* wsrc = p.weights + (hx_i64)t.m0 * H;
+          // A whole row block at fixed offsets: this warp also copies half of every K stage, which waits
+          // behind these copies (per-copy address arithmetic made a unit's start cost about two stages).
+          if (qrows == NQ) {
+            copy_tile_sw128<NQ>(qdst, qsrc, lane);
+            copy_weights(wdst, wsrc, lane);
+          } else {
 #pragma unroll 1
-          for (int i = 0; i < NQ / 32; ++i) {
-            const hx_i32 idx = lane + 32 * i;
-            const bool ok = idx < qrows;
-            hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + (ok ? idx : 0), ok ? 4 : 0);
+            for (int i = 0; i < NQ * D / 16 / 32; ++i) {
+              const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
+              const bool ok = r < qrows;
+              hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
+            }
+#pragma unroll 1
+            for (int i = 0; i < NQ / 32; ++i) {
+              const hx_i32 idx = lane + 32 * i;
+              const bool ok = idx < qrows;
+              hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + (ok ? idx : 0), ok ? 4 : 0);
+            }
           }
           hx_cp_async_arrive(qfull + 8 * qb);
           ++qit;
