@@ -15,7 +15,8 @@
 //                cut to 56 (setmaxnreg).
 //   warpgroups 1-4: math, warpgroup (g, h) takes keys [64g, 64g + 64) of every
 //                128-key stage times the query rows of half h (m64n128), registers
-//                raised to 104; relu x weight (weights read from shared memory),
+//                raised to 104; relu x weight (at H = 64 query row 0's weights
+//                in registers for the unit, the rest read from shared memory),
 //                head sum in registers and a quad transpose-reduce, kv_scale once
 //                per key, predicated stores with the -inf of rows outside their
 //                own window fused. Four math warps per scheduler: one's epilogue
