@@ -115,21 +115,23 @@ def write_cache(cache: np.ndarray, k_fp8, scale, slot_mapping, preshuffle: bool 
     flat[block[:, None], bs * D + SCALE_BYTES * t[:, None] + np.arange(SCALE_BYTES)[None, :]] = sbytes
 
 
-def shuffle_cache(cache: np.ndarray, D: int) -> np.ndarray:
-    """A block-flat cache -> a new preshuffled cache of the same shape."""
-    nb, bs = cache_view(cache, D)
+def _with_block_keys(cache: np.ndarray, D: int, permute) -> np.ndarray:
+    """A copy of a block-flat cache whose key bytes went through permute(keys, bs, D); scales untouched."""
+    _, bs = cache_view(cache, D)
     out = np.array(cache, copy=True, order="C")
     flat = _blocks(out, D)
-    flat[:, : bs * D] = shuffle_block_keys(flat[:, : bs * D], bs, D)
+    flat[:, : bs * D] = permute(flat[:, : bs * D], bs, D)
     return out
+
+
+def shuffle_cache(cache: np.ndarray, D: int) -> np.ndarray:
+    """A block-flat cache -> a new preshuffled cache of the same shape."""
+    return _with_block_keys(cache, D, shuffle_block_keys)
 
 
 def unshuffle_cache(cache: np.ndarray, D: int) -> np.ndarray:
-    nb, bs = cache_view(cache, D)
-    out = np.array(cache, copy=True, order="C")
-    flat = _blocks(out, D)
-    flat[:, : bs * D] = unshuffle_block_keys(flat[:, : bs * D], bs, D)
-    return out
+    """A preshuffled cache -> a new block-flat cache of the same shape (shuffle_cache's inverse)."""
+    return _with_block_keys(cache, D, unshuffle_block_keys)
 
 
 def gather_blocks(cache: np.ndarray, blocks, D: int, preshuffle: bool = False) -> tuple[np.ndarray, np.ndarray]:
