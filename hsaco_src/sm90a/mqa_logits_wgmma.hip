@@ -35,6 +35,9 @@
 #ifndef HX_WREG
 #define HX_WREG (HX_HEADS == 64 ? 1 : 0)
 #endif
+#ifndef HX_FOLD
+#define HX_FOLD (HX_HEADS == 64)
+#endif
 
 namespace {
 
@@ -51,6 +54,21 @@ constexpr int WROW = 4 * WGROUP;
 constexpr int BK = 128;          // keys per stage, 64 per math warpgroup
 constexpr int S = 8;             // stages of the key ring
 constexpr hx_u32 LAG = 4;        // stages a loader lane keeps in flight before publishing them
+// The folded linear term (HX_FOLD): 2 relu(x) = x + |x|, and sum_h w_h x_h = k . (sum_h w_h q_h) is linear
+// in the key, so the MMA computes it against one more B row per query row and term, q_eff = sum_h w_h q_h
+// split into four e4m3 terms (scales s, s/16, s/256, s/4096; each term's rounding error is at most 1/16
+// of the next scale's range, so the sum holds q_eff to about 2^-16 of its largest element). The epilogue
+// then needs one FFMA per accumulator (|x| w) instead of an FADD and an FFMA. Each half's B tile grows by
+// one 8-row block: column 8 x 16 + 2t + c holds term t of query row c of the half.
+constexpr bool FOLD = HX_FOLD;
+constexpr int NX = FOLD ? 8 : 0;                  // extra B rows per half
+constexpr int FTERMS = 4;
+constexpr int QHALF_ROWS = NQ / 2 + NX;
+constexpr hx_u32 QHALF_BYTES = QHALF_ROWS * D;   // a multiple of the 1024-byte swizzle atom
+constexpr hx_u32 Q_BYTES = 2 * QHALF_BYTES;
+constexpr int NACC = QHALF_ROWS / 2;              // accumulators per thread (m64 x QHALF_ROWS)
+static_assert(!FOLD || (BQ / 2 == 2 && NX == FTERMS * BQ / 2), "fold: two query rows per half, four terms each");
+static_assert(QHALF_BYTES % 1024 == 0, "half tiles start on swizzle atoms");
 static_assert(H == 32 || H == 64, "heads");
 constexpr int MATH_WGS = 4;      // (key half g, query half h) of every stage
 static_assert(HX_BLOCK == 128 * (1 + MATH_WGS), "one load/fill warpgroup + the math warpgroups");
@@ -61,13 +79,17 @@ static_assert(128 * LOAD_REGS + 128 * MATH_WGS * MATH_REGS <= (65536 / HX_BLOCK 
 
 // Dynamic shared memory layout, from a 1024-aligned base.
 constexpr hx_u32 K_OFF = 0;                          // S x [128 keys][128 B], swizzled
-constexpr hx_u32 Q_OFF = K_OFF + S * BK * D;          // 2 x [256 rows][128 B], swizzled
-constexpr hx_u32 SC_OFF = Q_OFF + 2 * NQ * D;         // S x 128 f32 kv_scale
+constexpr hx_u32 Q_OFF = K_OFF + S * BK * D;          // 2 x 2 halves x [QHALF_ROWS rows][128 B], swizzled
+constexpr hx_u32 SC_OFF = Q_OFF + 2 * Q_BYTES;        // S x 128 f32 kv_scale
 constexpr hx_u32 W_OFF = SC_OFF + S * BK * 4;         // 2 x BQ rows of weights (weight_slot)
 constexpr hx_u32 W_BYTES = BQ * WROW * 4;
 constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;        // 2 x unit record (int32): stages, m0, work lo, hi, BQ x (lo, hi)
 constexpr hx_u32 REC_BYTES = 128;
-constexpr hx_u32 BAR_OFF = REC_OFF + 2 * REC_BYTES;   // kfull[S], kempty[S], qfull[2], qempty[2]
+constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;    // fold: 4 math warpgroups x 4 warps x 32 lanes x f32x4 partials
+constexpr hx_u32 FX_BYTES = FOLD ? MATH_WGS * 4 * 32 * 16 : 0;
+constexpr hx_u32 FS_OFF = FX_OFF + FX_BYTES;          // fold: the first term's scale per Q buffer and query row
+constexpr hx_u32 FS_BYTES = FOLD ? 2 * BQ * 4 : 0;
+constexpr hx_u32 BAR_OFF = FS_OFF + FS_BYTES;         // kfull[S], kempty[S], qfull[2], qempty[2]
 constexpr hx_u32 SMEM_USED = BAR_OFF + (2 * S + 4) * 8;
 static_assert(SMEM_USED + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
 
@@ -202,9 +224,11 @@ struct Tile {
 };
 
 // Half h of a stage's product: 64 keys x the query rows [h RQ, (h+1) RQ) of the row block.
-HX_INLINE __device__ void issue_half(float (&acc)[64], hx_u64 adesc, hx_u64 bdesc) {
+HX_INLINE __device__ void mma_k32(float (&acc)[64], hx_u64 a, hx_u64 b, hx_u32 kk) { hx_wgmma_m64n128k32_e4m3(acc, a, b, kk); }
+HX_INLINE __device__ void mma_k32(float (&acc)[68], hx_u64 a, hx_u64 b, hx_u32 kk) { hx_wgmma_m64n136k32_e4m3(acc, a, b, kk); }
+HX_INLINE __device__ void issue_half(float (&acc)[NACC], hx_u64 adesc, hx_u64 bdesc) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) hx_wgmma_m64n128k32_e4m3(acc, adesc + 2 * kk, bdesc + 2 * kk, kk);
+  for (int kk = 0; kk < 4; ++kk) mma_k32(acc, adesc + 2 * kk, bdesc + 2 * kk, kk);
   hx_wgmma_commit();
 }
 
@@ -255,8 +279,8 @@ constexpr int WREG = HX_WREG;
 // relu(acc) x weight summed over this thread's heads: v[i * RQ + q], key row 8i + l/4 of the warp's 16,
 // query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj): head 8 jj + 2(l%4) + c of
 // that row, in register 4j + 2i + c.
-HX_INLINE __device__ void head_sums(const float (&acc)[64], const float (&wq)[WREG > 0 ? WREG : 1][2 * JQ],
-                                    const float* wt, float (&v)[2 * RQ]) {
+HX_INLINE __device__ void head_sums(const float (&acc)[NACC], const float (&wq)[WREG > 0 ? WREG : 1][2 * JQ],
+                                    const float* wt, const float (&sq)[2], float (&v)[2 * RQ]) {
 #pragma unroll
   for (int q = 0; q < RQ; ++q) {
     float w2[2 * JQ];
@@ -275,11 +299,15 @@ HX_INLINE __device__ void head_sums(const float (&acc)[64], const float (&wq)[WR
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const float x = acc[4 * j + 2 * i + c];
-          // 2 relu(x) = x + |x|, exact: one FADD with an |operand| on the FMA pipe, where a max would
-          // take the half-rate ALU pipe. The factor 2 leaves with the kv_scale.
-          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + c], sum);
+          // 2 relu(x) = x + |x|: with the fold, the x w part is the MMA's and |x| w is one FFMA with an
+          // |operand|; without it x + |x| is one FADD (FMA pipe, where a max would take the half-rate ALU
+          // pipe). The factor 2 leaves with the kv_scale.
+          if constexpr (FOLD) sum = __fmaf_rn(__builtin_fabsf(x), w2[2 * jj + c], sum);
+          else sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + c], sum);
         }
       }
+      // This lane's term t = l % 4 of query row q (column 128 + 2t + q), times that term's scale.
+      if constexpr (FOLD) sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], sq[q & 1], sum);
       v[i * RQ + q] = sum;
     }
   }
@@ -308,6 +336,76 @@ HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], 
   }
 }
 static_assert(BQ >= 4, "two halves of at least two query rows");
+
+// The fold's B rows for math warpgroup (g, h), at a unit's start: warpgroup g computes query row g of half h,
+// q_eff[d] = sum over heads of w[head] q[head][d], warp w over heads [16w, 16w + 16) and lane l over d in
+// [4l, 4l + 4); warp 0 adds the four warps' partials, takes the row's scale s (a power of two with
+// max |q_eff| / s <= 448) and writes the four e4m3 terms into rows 128 + 2t + g of the half. Both warpgroups
+// of the half then meet, and lane l keeps the scales of term l % 4 of both rows: sq[c] for row c.
+HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 base, hx_u32 qhalf, hx_u32 qb, hx_i32 mw, float (&sq)[2]) {
+  const hx_i32 g = mw & 1, h = mw >> 1;
+  const hx_u32 l = hx_lane_reread(), w = (hx_u32)hx_uniform_i32((hx_i32)(hx_thread_x() / 32) & 3);
+  const hx_i32 rb = h * RQ + g;  // query row of the row block
+  const float* wrow = (const float*)(sbase + W_OFF + qb * W_BYTES) + rb * WROW + 4 * w;
+  const hx_u32 qrow = qhalf + (hx_u32)(g * H + 16 * w) * D + (l & 3u) * 4u;
+  float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    // weight_slot: the float4 at (row, t WGROUP + 4w) holds heads 16w + {2t, 2t + 1, 8 + 2t, 9 + 2t}.
+    const hx_f32x4 wv = *(const hx_f32x4*)(wrow + t * WGROUP);
+    const float wh[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int hh = 2 * t + (e & 1) + 8 * (e >> 1);  // head 16w + hh, tile row g H + 16w + hh (hh % 8 swizzles)
+      hx_u32 word;
+      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(qrow + hh * D + (((l >> 2) ^ (hh & 7)) << 4)));
+      float x[4];
+      hx_e4m3x4_to_f32(word, x);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[i] = __fmaf_rn(wh[e], x[i], part[i]);
+    }
+  }
+  hx_f32x4* fx = (hx_f32x4*)(sbase + FX_OFF + mw * (4 * 32 * 16));
+  fx[w * 32 + l] = hx_f32x4{part[0], part[1], part[2], part[3]};
+  hx_named_barrier(1 + mw, 128);
+  float* fs = (float*)(sbase + FS_OFF) + (qb * 2 + h) * RQ;  // per Q buffer: read by both warpgroups of the half
+  if (w == 0) {
+    float qe[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int ww = 0; ww < 4; ++ww) {
+      const hx_f32x4 p4 = fx[ww * 32 + l];
+      qe[0] += p4.x; qe[1] += p4.y; qe[2] += p4.z; qe[3] += p4.w;
+    }
+    float m = fmaxf(fmaxf(__builtin_fabsf(qe[0]), __builtin_fabsf(qe[1])), fmaxf(__builtin_fabsf(qe[2]), __builtin_fabsf(qe[3])));
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) m = fmaxf(m, hx_shfl_xor(m, x));
+    // The smallest power of two s with m / s <= 448 (m / 448 rounded up to a power of two); 1 for a zero row.
+    const hx_u32 mb = __float_as_uint(m * (1.f / 448.f));
+    float s = mb == 0 ? 1.f : __uint_as_float((mb + 0x7FFFFFu) & 0xFF800000u);
+    if (l == 0) fs[g] = s;
+#pragma unroll
+    for (int t = 0; t < FTERMS; ++t) {
+      const float inv = 1.f / s;  // exact: s is a power of two
+      float y[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) y[i] = qe[i] * inv;
+      const hx_u32 word = hx_f32_to_e4m3x4(y);
+      float back[4];
+      hx_e4m3x4_to_f32(word, back);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qe[i] = __fmaf_rn(-s, back[i], qe[i]);
+      const hx_u32 row = NQ / 2 + 2 * t + g;
+      asm volatile("st.shared.u32 [%0], %1;" :: "r"(qhalf + row * D + (((l >> 2) ^ (row & 7)) << 4) + (l & 3u) * 4u), "r"(word)
+                   : "memory");
+      s *= 1.f / 16.f;
+    }
+    hx_fence_proxy_async();  // the terms are read by wgmma (async proxy)
+  }
+  hx_named_barrier(5 + h, 256);
+  const float t_scale = __uint_as_float((127u - 4u * (l & 3u)) << 23);  // 16^-t
+  sq[0] = fs[0] * t_scale;
+  sq[1] = fs[1] * t_scale;
+}
 
 }  // namespace
 
@@ -361,7 +459,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
           if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
           if (lane < BQ) { rec[4 + 2 * lane] = wu.my.lo; rec[5 + 2 * lane] = wu.row_ok ? wu.my.hi : -1; }
           hx_mbar_arrive(qfull + 8 * qb);  // releases the record; the copies arrive below
-          const hx_u32 qdst = base + Q_OFF + qb * (NQ * D);
+          const hx_u32 qdst = base + Q_OFF + qb * Q_BYTES;
           const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
           const hx_i32 qrows = (t.m1 - t.m0) * H;  // rows of the tile that exist
           const hx_u32 wdst = base + W_OFF + qb * W_BYTES;
@@ -369,14 +467,16 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
           // A whole row block at fixed offsets: this warp also copies half of every K stage, which waits
           // behind these copies (per-copy address arithmetic made a unit's start cost about two stages).
           if (qrows == NQ) {
-            copy_tile_sw128<NQ>(qdst, qsrc, lane);
+            copy_tile_sw128<NQ / 2>(qdst, qsrc, lane);
+            copy_tile_sw128<NQ / 2>(qdst + QHALF_BYTES, qsrc + (NQ / 2) * D, lane);
             copy_weights(wdst, wsrc, lane);
           } else {
 #pragma unroll 1
             for (int i = 0; i < NQ * D / 16 / 32; ++i) {
               const hx_i32 idx = lane + 32 * i, r = idx >> 3, c = idx & 7;
               const bool ok = r < qrows;
-              hx_cp_async16(qdst + hx_sw128_offset(r, c), qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
+              hx_cp_async16(qdst + (r >= NQ / 2 ? QHALF_BYTES : 0) + hx_sw128_offset(r % (NQ / 2), c),
+                            qsrc + (ok ? (hx_i64)r * D + c * 16 : 0), ok ? 16 : 0);
             }
 #pragma unroll 1
             for (int i = 0; i < NQ / 32; ++i) {
@@ -440,7 +540,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   const hx_i32 w = mt / 32, l = mt % 32;
   const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
   const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;   // this lane's key of the 64 after the quad reduce
-  float acc[64];
+  float acc[NACC];
   // Stage s's A descriptor is stage 0's plus s * BK * D / 16 in its address field (shared addresses stay
   // below 2^18: no carry out of the field).
   const hx_u64 adesc0 = hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));
@@ -471,7 +571,10 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     float wq[WREG > 0 ? WREG : 1][2 * JQ];
 #pragma unroll
     for (int q = 0; q < WREG; ++q) load_weights(wt, q, wq[q]);
-    const hx_u64 bdesc = hx_wgmma_desc_sw128(base + Q_OFF + qb * (NQ * D) + h * (NQ / 2) * D);
+    const hx_u32 qhalf = base + Q_OFF + qb * Q_BYTES + h * QHALF_BYTES;
+    float sq[2] = {0.f, 0.f};
+    if constexpr (FOLD) fold_query(sbase, base, qhalf, qb, mw, sq);
+    const hx_u64 bdesc = hx_wgmma_desc_sw128(qhalf);
     for (hx_i32 st = 0; st < ns; ++st) {
       hx_mbar_wait(kfull + 8 * s, phase);
       const float scale = 0.5f * ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];  // sums hold 2 relu
@@ -481,7 +584,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       hx_wgmma_wait<0>();
       hx_fence_regs(acc);
       float v[2 * RQ];
-      head_sums(acc, wq, wt, v);
+      head_sums(acc, wq, wt, sq, v);
       hx_mbar_arrive(kempty + 8 * s);
       reduce_store(t, v, n, scale, b1, b2);
       n += BK;
