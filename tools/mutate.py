@@ -67,6 +67,12 @@ PLANTS = {
               "t.row[kq] = p.out + (hx_i64)(t.m0 + (h * RQ + b2 * (RQ / 2) + kq + 1) % BQ) * p.out_stride;"),
         Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
               "inside ? z * scale : ninf", "inside ? z : ninf"),
+        # The H = 64 fold: the linear term's B rows, their scales, and the term itself.
+        Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma.hip",
+              "const hx_u32 row = NQ / 2 + 2 * t + g;", "const hx_u32 row = NQ / 2 + 2 * t + (1 - g);"),
+        Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
+        Plant("fold_linear_term_dropped", "sm90a/mqa_logits_wgmma.hip",
+              "sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], wt[FOLD_SCALE + q], sum);", "sum = sum;"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [

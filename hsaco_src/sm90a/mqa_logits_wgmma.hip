@@ -20,7 +20,11 @@
 //                head sum in registers and a quad transpose-reduce, kv_scale once
 //                per key, predicated stores with the -inf of rows outside their
 //                own window fused. Four math warps per scheduler: one's epilogue
-//                runs under another's MMAs.
+//                runs under another's MMAs. At H = 64 the linear half of
+//                2 relu(x) = x + |x| is the MMA's (HX_FOLD: m64n136, the extra
+//                columns hold sum_h w_h q_h per query row, computed at a unit's
+//                start), so the epilogue is one FFMA per accumulator; at H = 32
+//                two stages per iteration put one's stores under the next's MMA.
 // Work units are (row block, part of the key split) (hx_prefill_split owns
 // every column of a row block exactly once), high row blocks first when
 // reverse_rows; CTA b takes units b, then 2G-1-b, ... (snake order over
@@ -34,6 +38,9 @@
 #endif
 #ifndef HX_WREG
 #define HX_WREG (HX_HEADS == 64 ? 1 : 0)
+#endif
+#ifndef HX_PIPE2
+#define HX_PIPE2 (HX_HEADS == 32)
 #endif
 #ifndef HX_FOLD
 #define HX_FOLD (HX_HEADS == 64)
@@ -51,6 +58,7 @@ constexpr int JQ = H / 8;        // 8-column accumulator groups per query row
 // groups fall in distinct banks (see weight_slot).
 constexpr int WGROUP = 2 * JQ + (JQ == 8 ? 4 : 0);
 constexpr int WROW = 4 * WGROUP;
+constexpr int FOLD_SCALE = 2 * JQ;  // the fold's term scales, in the padding after a group's weights (H = 64)
 constexpr int BK = 128;          // keys per stage, 64 per math warpgroup
 constexpr int S = 8;             // stages of the key ring
 constexpr hx_u32 LAG = 4;        // stages a loader lane keeps in flight before publishing them
@@ -68,6 +76,7 @@ constexpr hx_u32 QHALF_BYTES = QHALF_ROWS * D;   // a multiple of the 1024-byte 
 constexpr hx_u32 Q_BYTES = 2 * QHALF_BYTES;
 constexpr int NACC = QHALF_ROWS / 2;              // accumulators per thread (m64 x QHALF_ROWS)
 static_assert(!FOLD || (BQ / 2 == 2 && NX == FTERMS * BQ / 2), "fold: two query rows per half, four terms each");
+static_assert(!FOLD || WGROUP >= FOLD_SCALE + 2, "fold: two scales fit in a weight group's padding");
 static_assert(QHALF_BYTES % 1024 == 0, "half tiles start on swizzle atoms");
 static_assert(H == 32 || H == 64, "heads");
 constexpr int MATH_WGS = 4;      // (key half g, query half h) of every stage
@@ -87,9 +96,7 @@ constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;        // 2 x unit record (int32
 constexpr hx_u32 REC_BYTES = 128;
 constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;    // fold: 4 math warpgroups x 4 warps x 32 lanes x f32x4 partials
 constexpr hx_u32 FX_BYTES = FOLD ? MATH_WGS * 4 * 32 * 16 : 0;
-constexpr hx_u32 FS_OFF = FX_OFF + FX_BYTES;          // fold: the first term's scale per Q buffer and query row
-constexpr hx_u32 FS_BYTES = FOLD ? 2 * BQ * 4 : 0;
-constexpr hx_u32 BAR_OFF = FS_OFF + FS_BYTES;         // kfull[S], kempty[S], qfull[2], qempty[2]
+constexpr hx_u32 BAR_OFF = FX_OFF + FX_BYTES;         // kfull[S], kempty[S], qfull[2], qempty[2]
 constexpr hx_u32 SMEM_USED = BAR_OFF + (2 * S + 4) * 8;
 static_assert(SMEM_USED + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
 
@@ -215,11 +222,13 @@ HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t,
   if (t < b - tail) row[tail + t] = ninf;
 }
 
-// The math warpgroups' view of a unit: this lane's query rows and their windows, per half.
+// The math warpgroups' view of a unit: this lane's query rows and their windows, per half. Keys are counted
+// from the end of the unit's work range (e = n - work.hi, negative inside it), which saves the register
+// that held work.hi.
 struct Tile {
-  hx_i32 m0, work_hi;
+  hx_i32 m0;
   float* row[BQ / 4];       // this lane's output rows (query row h RQ + b2 RQ/2 + kq of the block), at its key
-  hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows
+  hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
   bool fill[BQ / 4];        // clean and the row exists (hi -1 marks a row past M)
 };
 
@@ -280,7 +289,7 @@ constexpr int WREG = HX_WREG;
 // query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj): head 8 jj + 2(l%4) + c of
 // that row, in register 4j + 2i + c.
 HX_INLINE __device__ void head_sums(const float (&acc)[NACC], const float (&wq)[WREG > 0 ? WREG : 1][2 * JQ],
-                                    const float* wt, const float (&sq)[2], float (&v)[2 * RQ]) {
+                                    const float* wt, float (&v)[2 * RQ]) {
 #pragma unroll
   for (int q = 0; q < RQ; ++q) {
     float w2[2 * JQ];
@@ -307,7 +316,7 @@ HX_INLINE __device__ void head_sums(const float (&acc)[NACC], const float (&wq)[
         }
       }
       // This lane's term t = l % 4 of query row q (column 128 + 2t + q), times that term's scale.
-      if constexpr (FOLD) sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], sq[q & 1], sum);
+      if constexpr (FOLD) sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], wt[FOLD_SCALE + q], sum);
       v[i * RQ + q] = sum;
     }
   }
@@ -315,7 +324,7 @@ HX_INLINE __device__ void head_sums(const float (&acc)[NACC], const float (&wq)[
 
 // Quad transpose-reduce of the head sums (lane bit 0 keeps key row b1, bit 1 keeps query quarter b2),
 // kv_scale, stores with the -inf of rows outside their own window fused; branch-free (predicated stores).
-HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], hx_i32 n, float scale, hx_i32 b1,
+HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], hx_i32 e, float scale, hx_i32 b1,
                                        hx_i32 b2) {
   float h1[RQ];
 #pragma unroll
@@ -330,8 +339,8 @@ HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], 
     const float send = b2 ? h1[kq] : h1[kq + RQ / 2];
     const float keep = b2 ? h1[kq + RQ / 2] : h1[kq];
     const float z = keep + hx_shfl_xor(send, 2);
-    const bool inside = (n >= t.lo[kq]) & (n < t.hi[kq]);
-    const bool store = (n < t.work_hi) & (inside | t.fill[kq]);
+    const bool inside = (e >= t.lo[kq]) & (e < t.hi[kq]);
+    const bool store = (e < 0) & (inside | t.fill[kq]);
     hx_store_f32_if(store, t.row[kq], inside ? z * scale : ninf);
   }
 }
@@ -341,8 +350,9 @@ static_assert(BQ >= 4, "two halves of at least two query rows");
 // q_eff[d] = sum over heads of w[head] q[head][d], warp w over heads [16w, 16w + 16) and lane l over d in
 // [4l, 4l + 4); warp 0 adds the four warps' partials, takes the row's scale s (a power of two with
 // max |q_eff| / s <= 448) and writes the four e4m3 terms into rows 128 + 2t + g of the half. Both warpgroups
-// of the half then meet, and lane l keeps the scales of term l % 4 of both rows: sq[c] for row c.
-HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 base, hx_u32 qhalf, hx_u32 qb, hx_i32 mw, float (&sq)[2]) {
+// of the half then meet. Term t's scales of both rows (s_c 16^-t for row c) go where lane t's weights of
+// the half's first row end (FOLD_SCALE, in the padding of weight_slot's groups), read with the weights.
+HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i32 mw) {
   const hx_i32 g = mw & 1, h = mw >> 1;
   const hx_u32 l = hx_lane_reread(), w = (hx_u32)hx_uniform_i32((hx_i32)(hx_thread_x() / 32) & 3);
   const hx_i32 rb = h * RQ + g;  // query row of the row block
@@ -368,7 +378,6 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 base, hx_u32 qhalf, hx
   hx_f32x4* fx = (hx_f32x4*)(sbase + FX_OFF + mw * (4 * 32 * 16));
   fx[w * 32 + l] = hx_f32x4{part[0], part[1], part[2], part[3]};
   hx_named_barrier(1 + mw, 128);
-  float* fs = (float*)(sbase + FS_OFF) + (qb * 2 + h) * RQ;  // per Q buffer: read by both warpgroups of the half
   if (w == 0) {
     float qe[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -382,7 +391,8 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 base, hx_u32 qhalf, hx
     // The smallest power of two s with m / s <= 448 (m / 448 rounded up to a power of two); 1 for a zero row.
     const hx_u32 mb = __float_as_uint(m * (1.f / 448.f));
     float s = mb == 0 ? 1.f : __uint_as_float((mb + 0x7FFFFFu) & 0xFF800000u);
-    if (l == 0) fs[g] = s;
+    float* wpad = (float*)(sbase + W_OFF + qb * W_BYTES) + h * RQ * WROW + FOLD_SCALE + g;
+    if (l < 4) wpad[l * WGROUP] = s * __uint_as_float((127u - 4u * l) << 23);  // s 16^-l
 #pragma unroll
     for (int t = 0; t < FTERMS; ++t) {
       const float inv = 1.f / s;  // exact: s is a power of two
@@ -402,9 +412,6 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 base, hx_u32 qhalf, hx
     hx_fence_proxy_async();  // the terms are read by wgmma (async proxy)
   }
   hx_named_barrier(5 + h, 256);
-  const float t_scale = __uint_as_float((127u - 4u * (l & 3u)) << 23);  // 16^-t
-  sq[0] = fs[0] * t_scale;
-  sq[1] = fs[1] * t_scale;
 }
 
 }  // namespace
@@ -553,48 +560,74 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     if (ns == 0) break;
     Tile t;
     t.m0 = hx_uniform_i32(rec[1]);
-    t.work_hi = hx_uniform_i32(rec[3]);
+    const hx_i32 work_hi = hx_uniform_i32(rec[3]);
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) {
       const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
-      t.lo[kq] = rec[4 + 2 * r];
-      t.hi[kq] = rec[5 + 2 * r];
-      t.fill[kq] = p.clean && t.hi[kq] >= 0;
+      t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
+      t.lo[kq] = rec[4 + 2 * r] - work_hi;
+      t.hi[kq] = rec[5 + 2 * r] - work_hi;
     }
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] = p.out + (hx_i64)(t.m0 + h * RQ + b2 * (RQ / 2) + kq) * p.out_stride;
-    hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the stage
+    const hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the stage
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += n;
+    hx_i32 e = n - work_hi;
     // This lane's weights (lane read afresh: a lane-derived address kept across the unit loop was spilled).
     const float* wt = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW + (hx_lane_reread() & 3) * WGROUP;
     float wq[WREG > 0 ? WREG : 1][2 * JQ];
 #pragma unroll
     for (int q = 0; q < WREG; ++q) load_weights(wt, q, wq[q]);
     const hx_u32 qhalf = base + Q_OFF + qb * Q_BYTES + h * QHALF_BYTES;
-    float sq[2] = {0.f, 0.f};
-    if constexpr (FOLD) fold_query(sbase, base, qhalf, qb, mw, sq);
+    if constexpr (FOLD) fold_query(sbase, qhalf, qb, mw);
     const hx_u64 bdesc = hx_wgmma_desc_sw128(qhalf);
-    for (hx_i32 st = 0; st < ns; ++st) {
+    // One stage: wait for it, issue its MMA; then its head sums (freeing the slot); then its stores.
+    auto issue_stage = [&]() -> float {
       hx_mbar_wait(kfull + 8 * s, phase);
       const float scale = 0.5f * ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];  // sums hold 2 relu
       hx_fence_regs(acc);
       hx_wgmma_fence();
       issue_half(acc, adesc0 + (hx_u64)(s * (BK * D / 16)), bdesc);
+      return scale;
+    };
+    auto sum_stage = [&](float (&v)[2 * RQ]) {
       hx_wgmma_wait<0>();
       hx_fence_regs(acc);
-      float v[2 * RQ];
-      head_sums(acc, wq, wt, sq, v);
+      head_sums(acc, wq, wt, v);
       hx_mbar_arrive(kempty + 8 * s);
-      reduce_store(t, v, n, scale, b1, b2);
-      n += BK;
-#pragma unroll
-      for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
       const bool wrap = s == S - 1;
       s = wrap ? 0 : s + 1;
       phase ^= wrap;
+    };
+    auto store_stage = [&](const float (&v)[2 * RQ], float scale) {
+      reduce_store(t, v, e, scale, b1, b2);
+      e += BK;
+#pragma unroll
+      for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
+    };
+    hx_i32 st = 0;
+#if HX_PIPE2
+    // Two stages per iteration: the first's stores run under the second's MMA, and nothing is in flight at
+    // the back-edge (ptxas serialises every wgmma when one is in flight across a loop's branch).
+    for (; st + 2 <= ns; st += 2) {
+      float v0[2 * RQ], v1[2 * RQ];
+      const float scale0 = issue_stage();
+      sum_stage(v0);
+      const float scale1 = issue_stage();
+      store_stage(v0, scale0);
+      sum_stage(v1);
+      store_stage(v1, scale1);
     }
-    hx_mbar_arrive(qempty + 8 * qb);
+#endif
+    for (; st < ns; ++st) {
+      float v[2 * RQ];
+      const float scale = issue_stage();
+      sum_stage(v);
+      store_stage(v, scale);
+    }
+    // qb afresh (a shuffle): the value kept across the unit was what ptxas spilled.
+    hx_mbar_arrive(qempty + 8 * ((hx_u32)hx_uniform_i32((hx_i32)qit) & 1u));
     ++qit;
   }
 }
