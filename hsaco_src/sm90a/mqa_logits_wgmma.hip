@@ -15,16 +15,16 @@
 //                cut to 56 (setmaxnreg).
 //   warpgroups 1-4: math, warpgroup (g, h) takes keys [64g, 64g + 64) of every
 //                128-key stage times the query rows of half h (m64n128), registers
-//                raised to 104; relu x weight (at H = 64 query row 0's weights
-//                in registers for the unit, the rest read from shared memory),
+//                raised to 104; relu x weight (query row 0's weights in
+//                registers for the unit, the rest read from shared memory),
 //                head sum in registers and a quad transpose-reduce, kv_scale once
 //                per key, predicated stores with the -inf of rows outside their
 //                own window fused. Four math warps per scheduler: one's epilogue
 //                runs under another's MMAs. At H = 64 the linear half of
 //                2 relu(x) = x + |x| is the MMA's (HX_FOLD: m64n136, the extra
 //                columns hold sum_h w_h q_h per query row, computed at a unit's
-//                start), so the epilogue is one FFMA per accumulator; at H = 32
-//                two stages per iteration put one's stores under the next's MMA.
+//                start), so the epilogue is one FFMA per accumulator. Two stages
+//                per iteration put one's stores under the next's MMA.
 // Work units are (row block, part of the key split) (hx_prefill_split owns
 // every column of a row block exactly once), high row blocks first when
 // reverse_rows; CTA b takes units b, then 2G-1-b, ... (snake order over
@@ -37,10 +37,7 @@
 #error "define HX_HEADS (32 or 64)"
 #endif
 #ifndef HX_WREG
-#define HX_WREG (HX_HEADS == 64 ? 1 : 0)
-#endif
-#ifndef HX_PIPE2
-#define HX_PIPE2 (HX_HEADS == 32)
+#define HX_WREG 1
 #endif
 #ifndef HX_FOLD
 #define HX_FOLD (HX_HEADS == 64)
@@ -282,7 +279,8 @@ HX_INLINE __device__ void load_weights(const float* wt, hx_i32 q, float (&w2)[2 
   }
 }
 // Query rows whose weights stay in registers for a whole unit; the rest are read per stage. Per-stage reads
-// cost the math loop 2 JQ / 4 shared loads per row; at H = 32 all four rows do not fit in the registers.
+// cost the math loop 2 JQ / 4 shared loads per row; a second row in registers spills (64 accumulators, 68
+// with the fold, leave no room).
 constexpr int WREG = HX_WREG;
 
 // relu(acc) x weight summed over this thread's heads: v[i * RQ + q], key row 8i + l/4 of the warp's 16,
@@ -607,7 +605,6 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
     };
     hx_i32 st = 0;
-#if HX_PIPE2
     // Two stages per iteration: the first's stores run under the second's MMA, and nothing is in flight at
     // the back-edge (ptxas serialises every wgmma when one is in flight across a loop's branch).
     for (; st + 2 <= ns; st += 2) {
@@ -619,7 +616,6 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       sum_stage(v1);
       store_stage(v1, scale1);
     }
-#endif
     for (; st < ns; ++st) {
       float v[2 * RQ];
       const float scale = issue_stage();
