@@ -245,6 +245,7 @@ def driver_floor(tc: Toolchain) -> str:
 def flags_for(target: str, mode: str, kernel, variant: dict) -> list[str]:
     """Compiler flags with <src>/<work> placeholders so hashes survive a move."""
     defines = [f"-DHX_BLOCK={kernel.block}"] + [f"-D{k}={variant[k]}" for k in sorted(variant)]
+    defines += [f"-D{k}={v}" for k, v in getattr(kernel, "defines", ())]
     if getattr(kernel, "smem", 0):
         defines.append(f"-DHX_SMEM={kernel.smem}")
     incs = ["-I<src>/common", "-I<work>/include"]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hipindexer import catalog
-from hipindexer.planner import GENERIC, TARGETS, WGMMA_SM90, plan_prefill
+from hipindexer.planner import GENERIC, TARGETS, WGMMA_FOLD_SM90, WGMMA_SM90, plan_prefill
 from hipindexer.runtime.module import DEFAULT_MANIFEST
 
 H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
@@ -20,6 +20,14 @@ def test_sm90a_h32_h64_d128_can_take_the_wgmma_kernel_but_only_when_asked(H):
     assert p.kernel == WGMMA_SM90.key and p.variant == {"HX_HEADS": H}
     assert plan_prefill(4096, 32768, H, 128, H200).kernel == GENERIC.key  # opt-in until it meets the gate
     assert p.rows_per_block * H == 256 and p.block == 640 and p.tile == 128
+
+
+def test_the_fold_build_serves_only_h64_d128_and_only_by_name():
+    p = plan_prefill(4096, 32768, 64, 128, H200, kernel=WGMMA_FOLD_SM90.key)
+    assert p.kernel == "mqa_logits_wgmma_fold" and p.variant == {"HX_HEADS": 64} and p.rows_per_block == 4
+    assert plan_prefill(4096, 32768, 64, 128, H200).kernel == GENERIC.key
+    with pytest.raises(ValueError, match=r"kernel: 'mqa_logits_wgmma_fold' serves \(H, D\) in \[\(64, 128\)\]"):
+        plan_prefill(4096, 32768, 32, 128, H200, kernel=WGMMA_FOLD_SM90.key)
 
 
 @pytest.mark.parametrize("H,D", [(16, 128), (64, 64), (32, 256)])
@@ -59,6 +67,10 @@ def test_catalog_declares_the_kernel_and_the_peak_loop_for_sm90a_only():
     assert k.targets == ("sm_90a",) and k.params == "PrefillParams" and k.block == WGMMA_SM90.block
     assert sorted(v["HX_HEADS"] for v in k.variants) == [32, 64]
     assert 48 << 10 < k.smem <= 227 << 10
+    fold = catalog.KERNEL["mqa_logits_wgmma_fold"]
+    assert (fold.source, fold.symbol, fold.variants, fold.defines) == (k.source, k.symbol, ({"HX_HEADS": 64},),
+                                                                        (("HX_FOLD", 1),))
+    assert k.smem < fold.smem <= 227 << 10  # the fold's extra B rows and partial sums
     peak = catalog.KERNEL["wgmma_peak"]
     assert peak.targets == ("sm_90a",) and peak.params == "PeakParams"
 
@@ -67,7 +79,7 @@ def _sm90a_entries():
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip("no built kernels")
     entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
-               if e["target"] == "sm_90a" and e["name"] in ("mqa_logits_wgmma", "wgmma_peak")]
+               if e["target"] == "sm_90a" and e["name"] in ("mqa_logits_wgmma", "mqa_logits_wgmma_fold", "wgmma_peak")]
     if not entries:
         pytest.skip("the manifest has no sm_90a build")
     return entries
@@ -75,9 +87,10 @@ def _sm90a_entries():
 
 def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
     entries = _sm90a_entries()
-    assert {e["variant_key"] for e in entries} >= {"mqa_logits_wgmma.HX_HEADS-32", "mqa_logits_wgmma.HX_HEADS-64"}
+    assert {e["variant_key"] for e in entries} >= {"mqa_logits_wgmma.HX_HEADS-32", "mqa_logits_wgmma.HX_HEADS-64",
+                                                   "mqa_logits_wgmma_fold.HX_HEADS-64"}
     for e in entries:
         r = e["resources"]
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, e["variant_key"]
-        if e["name"] == "mqa_logits_wgmma":
-            assert e["dynamic_smem"] == catalog.KERNEL["mqa_logits_wgmma"].smem
+        if e["name"].startswith("mqa_logits_wgmma"):
+            assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem

@@ -3,6 +3,7 @@
     python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
     python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
     python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
+    python tools/mutate.py --suite cuda --set sm90a_fold                 # its H = 64 fold build's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
@@ -67,7 +68,10 @@ PLANTS = {
               "t.row[kq] = p.out + (hx_i64)(t.m0 + (h * RQ + b2 * (RQ / 2) + kq + 1) % BQ) * p.out_stride;"),
         Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
               "inside ? z * scale : ninf", "inside ? z : ninf"),
-        # The H = 64 fold: the linear term's B rows, their scales, and the term itself.
+    ],
+    # The same source built with HX_FOLD (mqa_logits_wgmma_fold, H = 64): the linear term's B rows, their
+    # scales, and the term itself. Run with --suite cuda --set sm90a_fold.
+    "sm90a_fold": [
         Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma.hip",
               "const hx_u32 row = NQ / 2 + 2 * t + g;", "const hx_u32 row = NQ / 2 + 2 * t + (1 - g);"),
         Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
@@ -96,6 +100,8 @@ SET_CMDS = {
               "--kernel mqa_logits_mfma",
     "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
              "--kernel mqa_logits_wgmma",
+    "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
+                  "--kernel mqa_logits_wgmma_fold",
 }
 
 SUITES = {

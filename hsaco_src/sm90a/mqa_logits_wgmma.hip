@@ -20,11 +20,12 @@
 //                head sum in registers and a quad transpose-reduce, kv_scale once
 //                per key, predicated stores with the -inf of rows outside their
 //                own window fused. Four math warps per scheduler: one's epilogue
-//                runs under another's MMAs. At H = 64 the linear half of
-//                2 relu(x) = x + |x| is the MMA's (HX_FOLD: m64n136, the extra
-//                columns hold sum_h w_h q_h per query row, computed at a unit's
-//                start), so the epilogue is one FFMA per accumulator. Two stages
-//                per iteration put one's stores under the next's MMA.
+//                runs under another's MMAs. Two stages per iteration put one's
+//                stores under the next's MMA (HX_PIPE2). Built with HX_FOLD (H = 64, the
+//                catalog's mqa_logits_wgmma_fold) the linear half of
+//                2 relu(x) = x + |x| is the MMA's (m64n136: the extra columns
+//                hold sum_h w_h q_h per query row, computed at a unit's start),
+//                so the epilogue is one FFMA per accumulator.
 // Work units are (row block, part of the key split) (hx_prefill_split owns
 // every column of a row block exactly once), high row blocks first when
 // reverse_rows; CTA b takes units b, then 2G-1-b, ... (snake order over
@@ -40,7 +41,12 @@
 #define HX_WREG 1
 #endif
 #ifndef HX_FOLD
-#define HX_FOLD (HX_HEADS == 64)
+#define HX_FOLD 0
+#endif
+// Two stages per loop iteration: one's stores run under the next's MMA (+2-3% measured at H = 32 and with
+// the fold); the plain H = 64 kernel spills a stage's scale across the MMA that way, so it keeps one.
+#ifndef HX_PIPE2
+#define HX_PIPE2 (HX_HEADS == 32 || HX_FOLD)
 #endif
 
 namespace {
@@ -64,7 +70,9 @@ constexpr hx_u32 LAG = 4;        // stages a loader lane keeps in flight before 
 // split into four e4m3 terms (scales s, s/16, s/256, s/4096; each term's rounding error is at most 1/16
 // of the next scale's range, so the sum holds q_eff to about 2^-16 of its largest element). The epilogue
 // then needs one FFMA per accumulator (|x| w) instead of an FADD and an FFMA. Each half's B tile grows by
-// one 8-row block: column 8 x 16 + 2t + c holds term t of query row c of the half.
+// one 8-row block: column 8 x 16 + 2t + c holds term t of query row c of the half. A separate kernel
+// (opt-in): the MMA's error on the linear term grows with |sum_h w_h x_h| over every head, where the plain
+// epilogue's grows with the kept heads' terms only, so rows whose weighted heads cancel fare worse.
 constexpr bool FOLD = HX_FOLD;
 constexpr int NX = FOLD ? 8 : 0;                  // extra B rows per half
 constexpr int FTERMS = 4;
@@ -605,6 +613,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
     };
     hx_i32 st = 0;
+#if HX_PIPE2
     // Two stages per iteration: the first's stores run under the second's MMA, and nothing is in flight at
     // the back-edge (ptxas serialises every wgmma when one is in flight across a loop's branch).
     for (; st + 2 <= ns; st += 2) {
@@ -616,6 +625,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
       sum_stage(v1);
       store_stage(v1, scale1);
     }
+#endif
     for (; st < ns; ++st) {
       float v[2 * RQ];
       const float scale = issue_stage();
