@@ -9,7 +9,8 @@ KARG="--kernel mqa_logits_wgmma"  # opt-in in the planner until it meets the per
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 for s in $STEPS; do case $s in
 sass)
-  for f in $K/mqa_logits_wgmma.HX_HEADS-32.cubin $K/mqa_logits_wgmma.HX_HEADS-64.cubin $K/wgmma_peak.cubin; do
+  for f in $K/mqa_logits_wgmma.HX_HEADS-32.cubin $K/mqa_logits_wgmma.HX_HEADS-64.cubin \
+           $K/mqa_logits_wgmma_fold.HX_HEADS-64.cubin $K/wgmma_peak.cubin; do
     cuobjdump -sass $f > $OUT/$(basename $f .cubin).sass
     echo "SASS $(basename $f): QGMMA $(grep -c QGMMA $OUT/$(basename $f .cubin).sass)" \
          "LDL/STL $(grep -cE '\bLDL|\bSTL' $OUT/$(basename $f .cubin).sass)" \
@@ -26,5 +27,6 @@ full)
   timeout ${FULL_S:-240} python3 -m hipindexer.cli check prefill --device cuda:0 --heads 32,64 --dims 128 --reruns 20 $KARG \
     2>&1 | tee $OUT/check_full.log | grep -vE '^\[' | tail -8 ;;
 mutate)
-  timeout ${MUT_S:-400} python3 tools/mutate.py --suite cuda --set sm90a 2>&1 | tee $OUT/mutate.log | tail -8 ;;
+  timeout ${MUT_S:-400} python3 tools/mutate.py --suite cuda --set sm90a 2>&1 | tee $OUT/mutate.log | tail -8
+  timeout ${MUT_S:-400} python3 tools/mutate.py --suite cuda --set sm90a_fold 2>&1 | tee $OUT/mutate_fold.log | tail -5 ;;
 esac; done
