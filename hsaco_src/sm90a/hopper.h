@@ -1,7 +1,8 @@
 // Hopper (sm_90a) tile primitives as inline PTX, freestanding: mbarriers,
 // cp.async with zero-fill, the async-proxy fence, wgmma (fence / issue /
-// commit / wait) with its shared-memory matrix descriptor, setmaxnreg and
-// warp shuffles. NVIDIA-only: include from sm90a kernels.
+// commit / wait) with its shared-memory matrix descriptor, setmaxnreg,
+// warp shuffles, named barriers and e4m3 <-> f32 conversions. NVIDIA-only:
+// include from sm90a kernels.
 #pragma once
 #include "platform.h"
 

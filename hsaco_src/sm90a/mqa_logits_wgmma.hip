@@ -363,7 +363,7 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i
   const hx_u32 l = hx_lane_reread(), w = (hx_u32)hx_uniform_i32((hx_i32)(hx_thread_x() / 32) & 3);
   const hx_i32 rb = h * RQ + g;  // query row of the row block
   const float* wrow = (const float*)(sbase + W_OFF + qb * W_BYTES) + rb * WROW + 4 * w;
-  const hx_u32 qrow = qhalf + (hx_u32)(g * H + 16 * w) * D + (l & 3u) * 4u;
+  const hx_u32 row0 = (hx_u32)(g * H + 16 * w);  // tile row of head 16w, a multiple of 8
   float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
@@ -372,9 +372,9 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i
     const float wh[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int hh = 2 * t + (e & 1) + 8 * (e >> 1);  // head 16w + hh, tile row g H + 16w + hh (hh % 8 swizzles)
+      const int hh = 2 * t + (e & 1) + 8 * (e >> 1);  // head 16w + hh
       hx_u32 word;
-      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(qrow + hh * D + (((l >> 2) ^ (hh & 7)) << 4)));
+      asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(qhalf + hx_sw128_offset(row0 + hh, l >> 2) + (l & 3u) * 4u));
       float x[4];
       hx_e4m3x4_to_f32(word, x);
 #pragma unroll
@@ -411,7 +411,7 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i
 #pragma unroll
       for (int i = 0; i < 4; ++i) qe[i] = __fmaf_rn(-s, back[i], qe[i]);
       const hx_u32 row = NQ / 2 + 2 * t + g;
-      asm volatile("st.shared.u32 [%0], %1;" :: "r"(qhalf + row * D + (((l >> 2) ^ (row & 7)) << 4) + (l & 3u) * 4u), "r"(word)
+      asm volatile("st.shared.u32 [%0], %1;" :: "r"(qhalf + hx_sw128_offset(row, l >> 2) + (l & 3u) * 4u), "r"(word)
                    : "memory");
       s *= 1.f / 16.f;
     }
