@@ -199,11 +199,12 @@ KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_l
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=204800))
-# The same kernel at H = 64 with the linear half of the ReLU folded into the MMA (HX_FOLD): faster, and
-# its error grows with |sum_h w_h x_h| instead of the kept heads' terms (see planner.WGMMA_FOLD_SM90).
+# The same kernel at H = 64 with the linear half of the ReLU folded into the MMA (HX_FOLD) and two math
+# warpgroups that keep every weight in registers (HX_MATH_WGS): faster, and its error grows with
+# |sum_h w_h x_h| instead of the kept heads' terms (see planner.WGMMA_FOLD_SM90).
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
-                      block=640, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
-                      defines=(("HX_FOLD", 1),)))
+                      block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
+                      defines=(("HX_FOLD", 1), ("HX_MATH_WGS", 2))))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
                       targets=("sm_90a",)))
 KERNEL = {k.key: k for k in KERNELS}

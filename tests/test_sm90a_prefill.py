@@ -69,7 +69,8 @@ def test_catalog_declares_the_kernel_and_the_peak_loop_for_sm90a_only():
     assert 48 << 10 < k.smem <= 227 << 10
     fold = catalog.KERNEL["mqa_logits_wgmma_fold"]
     assert (fold.source, fold.symbol, fold.variants, fold.defines) == (k.source, k.symbol, ({"HX_HEADS": 64},),
-                                                                        (("HX_FOLD", 1),))
+                                                                        (("HX_FOLD", 1), ("HX_MATH_WGS", 2)))
+    assert fold.block == WGMMA_FOLD_SM90.block == 384  # one load/fill warpgroup + two math warpgroups
     assert k.smem < fold.smem <= 227 << 10  # the fold's extra B rows and partial sums
     peak = catalog.KERNEL["wgmma_peak"]
     assert peak.targets == ("sm_90a",) and peak.params == "PeakParams"

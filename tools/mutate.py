@@ -64,19 +64,23 @@ PLANTS = {
               "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
               "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
         Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
-              "t.row[kq] = p.out + (hx_i64)(t.m0 + h * RQ + b2 * (RQ / 2) + kq) * p.out_stride;",
-              "t.row[kq] = p.out + (hx_i64)(t.m0 + (h * RQ + b2 * (RQ / 2) + kq + 1) % BQ) * p.out_stride;"),
+              "t[hh].row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;",
+              "t[hh].row[kq] = p.out + (hx_i64)(m0 + (r + 1) % BQ) * p.out_stride + n;"),
         Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
               "inside ? z * scale : ninf", "inside ? z : ninf"),
     ],
-    # The same source built with HX_FOLD (mqa_logits_wgmma_fold, H = 64): the linear term's B rows, their
-    # scales, and the term itself. Run with --suite cuda --set sm90a_fold.
+    # The same source built with HX_FOLD and two math warpgroups (mqa_logits_wgmma_fold, H = 64): the linear
+    # term's B rows, their scales, the term itself, and the second half's MMA of a warpgroup; the shared plants
+    # above are added to this set below (that build runs other code around them). Run with --suite cuda --set
+    # sm90a_fold.
     "sm90a_fold": [
         Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma.hip",
               "const hx_u32 row = NQ / 2 + 2 * t + g;", "const hx_u32 row = NQ / 2 + 2 * t + (1 - g);"),
         Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
         Plant("fold_linear_term_dropped", "sm90a/mqa_logits_wgmma.hip",
               "sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], wt[FOLD_SCALE + q], sum);", "sum = sum;"),
+        Plant("halves_swapped_in_mma", "sm90a/mqa_logits_wgmma.hip",
+              "hx_wgmma_desc_sw128(qtile + (h + hh) * QHALF_BYTES)", "hx_wgmma_desc_sw128(qtile + (h + 1 - hh) * QHALF_BYTES)"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [
@@ -93,6 +97,7 @@ PLANTS = {
               "c + 1, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane"),
     ],
 }
+PLANTS["sm90a_fold"] += PLANTS["sm90a"]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
     # the quick shapes plus one whose parts span two LDS chunks under a key split of 8

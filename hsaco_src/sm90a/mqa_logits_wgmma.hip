@@ -5,7 +5,8 @@
 // m64n256k32 e4m3 x e4m3 -> f32 product per 32 bytes of D and one K stream
 // serves every row of the row block.
 //
-// Persistent grid (gridDim.x <= SMs), 640 threads, warp-specialised:
+// Persistent grid (gridDim.x <= SMs), 640 threads (384 with two math
+// warpgroups), warp-specialised:
 //   warpgroup 0: warps 0 and 1 load (cp.async 16 B, 128-byte swizzle written
 //                by the lanes at fixed offsets, published on mbarriers after a
 //                group wait and a proxy fence, LAG stages behind the copies;
@@ -26,6 +27,15 @@
 //                2 relu(x) = x + |x| is the MMA's (m64n136: the extra columns
 //                hold sum_h w_h q_h per query row, computed at a unit's start),
 //                so the epilogue is one FFMA per accumulator.
+//   Two math warpgroups instead (HX_MATH_WGS = 2, the fold kernel): warpgroup g
+//                runs both halves of its keys, each half's MMA a commit group of
+//                its own (the first half summed under the second's MMA), with
+//                registers raised to 224: every weight stays in registers, so
+//                no shared loads in the epilogue. At 640 threads the weight loads
+//                were 17% of the shared-memory pipe (ncu), which the MMA operands
+//                otherwise keep 84-89% busy; with two warpgroups the warps wait
+//                longer on their MMAs, which only the fold's shorter epilogue
+//                repays (H200: fold +2-4%, plain H = 64 +2%, H = 32 -1%).
 // Work units are (row block, part of the key split) (hx_prefill_split owns
 // every column of a row block exactly once), high row blocks first when
 // reverse_rows; CTA b takes units b, then 2G-1-b, ... (snake order over
@@ -37,8 +47,11 @@
 #ifndef HX_HEADS
 #error "define HX_HEADS (32 or 64)"
 #endif
+#ifndef HX_MATH_WGS
+#define HX_MATH_WGS 4
+#endif
 #ifndef HX_WREG
-#define HX_WREG 1
+#define HX_WREG (HX_MATH_WGS == 2 ? 128 / HX_HEADS : 1)
 #endif
 #ifndef HX_FOLD
 #define HX_FOLD 0
@@ -46,7 +59,7 @@
 // Two stages per loop iteration: one's stores run under the next's MMA (+2-3% measured at H = 32 and with
 // the fold); the plain H = 64 kernel spills a stage's scale across the MMA that way, so it keeps one.
 #ifndef HX_PIPE2
-#define HX_PIPE2 (HX_HEADS == 32 || HX_FOLD)
+#define HX_PIPE2 (HX_HEADS == 32 || HX_FOLD || HX_MATH_WGS == 2)
 #endif
 
 namespace {
@@ -84,11 +97,13 @@ static_assert(!FOLD || (BQ / 2 == 2 && NX == FTERMS * BQ / 2), "fold: two query 
 static_assert(!FOLD || WGROUP >= FOLD_SCALE + 2, "fold: two scales fit in a weight group's padding");
 static_assert(QHALF_BYTES % 1024 == 0, "half tiles start on swizzle atoms");
 static_assert(H == 32 || H == 64, "heads");
-constexpr int MATH_WGS = 4;      // (key half g, query half h) of every stage
+constexpr int MATH_WGS = HX_MATH_WGS;  // 4: (key half g, query half h) of every stage; 2: key half g
+constexpr int HALVES = 4 / MATH_WGS;   // query halves per math warpgroup, one wgmma (and accumulator set) each
+static_assert(MATH_WGS == 4 || MATH_WGS == 2, "math warpgroups");
 static_assert(HX_BLOCK == 128 * (1 + MATH_WGS), "one load/fill warpgroup + the math warpgroups");
 // setmaxnreg moves registers inside the block's launch allocation (65536 / 640 -> 96 per thread):
 // an increase past what the decrease freed blocks forever.
-constexpr int LOAD_REGS = 56, MATH_REGS = 104;
+constexpr int LOAD_REGS = 56, MATH_REGS = MATH_WGS == 4 ? 104 : 224;
 static_assert(128 * LOAD_REGS + 128 * MATH_WGS * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
 
 // Dynamic shared memory layout, from a 1024-aligned base.
@@ -99,8 +114,8 @@ constexpr hx_u32 W_OFF = SC_OFF + S * BK * 4;         // 2 x BQ rows of weights 
 constexpr hx_u32 W_BYTES = BQ * WROW * 4;
 constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;        // 2 x unit record (int32): stages, m0, work lo, hi, BQ x (lo, hi)
 constexpr hx_u32 REC_BYTES = 128;
-constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;    // fold: 4 math warpgroups x 4 warps x 32 lanes x f32x4 partials
-constexpr hx_u32 FX_BYTES = FOLD ? MATH_WGS * 4 * 32 * 16 : 0;
+constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;    // fold: BQ rows x 4 warps x 32 lanes x f32x4 partials
+constexpr hx_u32 FX_BYTES = FOLD ? BQ * 4 * 32 * 16 : 0;
 constexpr hx_u32 BAR_OFF = FX_OFF + FX_BYTES;         // kfull[S], kempty[S], qfull[2], qempty[2]
 constexpr hx_u32 SMEM_USED = BAR_OFF + (2 * S + 4) * 8;
 static_assert(SMEM_USED + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
@@ -287,8 +302,8 @@ HX_INLINE __device__ void load_weights(const float* wt, hx_i32 q, float (&w2)[2 
   }
 }
 // Query rows whose weights stay in registers for a whole unit; the rest are read per stage. Per-stage reads
-// cost the math loop 2 JQ / 4 shared loads per row; a second row in registers spills (64 accumulators, 68
-// with the fold, leave no room).
+// cost the math loop 2 JQ / 4 shared loads per row; with four math warpgroups a second row in registers
+// spills (64 accumulators, 68 with the fold, leave no room), with two every row fits.
 constexpr int WREG = HX_WREG;
 
 // relu(acc) x weight summed over this thread's heads: v[i * RQ + q], key row 8i + l/4 of the warp's 16,
@@ -358,10 +373,10 @@ static_assert(BQ >= 4, "two halves of at least two query rows");
 // max |q_eff| / s <= 448) and writes the four e4m3 terms into rows 128 + 2t + g of the half. Both warpgroups
 // of the half then meet. Term t's scales of both rows (s_c 16^-t for row c) go where lane t's weights of
 // the half's first row end (FOLD_SCALE, in the padding of weight_slot's groups), read with the weights.
-HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i32 mw) {
-  const hx_i32 g = mw & 1, h = mw >> 1;
+HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qtile, hx_u32 qb, hx_i32 rb, hx_i32 mw) {
+  const hx_i32 g = rb % RQ, h = rb / RQ;
+  const hx_u32 qhalf = qtile + h * QHALF_BYTES;
   const hx_u32 l = hx_lane_reread(), w = (hx_u32)hx_uniform_i32((hx_i32)(hx_thread_x() / 32) & 3);
-  const hx_i32 rb = h * RQ + g;  // query row of the row block
   const float* wrow = (const float*)(sbase + W_OFF + qb * W_BYTES) + rb * WROW + 4 * w;
   const hx_u32 row0 = (hx_u32)(g * H + 16 * w);  // tile row of head 16w, a multiple of 8
   float part[4] = {0.f, 0.f, 0.f, 0.f};
@@ -381,7 +396,7 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i
       for (int i = 0; i < 4; ++i) part[i] = __fmaf_rn(wh[e], x[i], part[i]);
     }
   }
-  hx_f32x4* fx = (hx_f32x4*)(sbase + FX_OFF + mw * (4 * 32 * 16));
+  hx_f32x4* fx = (hx_f32x4*)(sbase + FX_OFF + rb * (4 * 32 * 16));
   fx[w * 32 + l] = hx_f32x4{part[0], part[1], part[2], part[3]};
   hx_named_barrier(1 + mw, 128);
   if (w == 0) {
@@ -417,7 +432,6 @@ HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qhalf, hx_u32 qb, hx_i
     }
     hx_fence_proxy_async();  // the terms are read by wgmma (async proxy)
   }
-  hx_named_barrier(5 + h, 256);
 }
 
 }  // namespace
@@ -553,7 +567,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
   const hx_i32 w = mt / 32, l = mt % 32;
   const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
   const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;   // this lane's key of the 64 after the quad reduce
-  float acc[NACC];
+  float acc[HALVES][NACC];
   // Stage s's A descriptor is stage 0's plus s * BK * D / 16 in its address field (shared addresses stay
   // below 2^18: no carry out of the field).
   const hx_u64 adesc0 = hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));
@@ -564,60 +578,81 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     const hx_i32* rec = (const hx_i32*)(sbase + REC_OFF + qb * REC_BYTES);
     const hx_i32 ns = hx_uniform_i32(rec[0]);
     if (ns == 0) break;
-    Tile t;
-    t.m0 = hx_uniform_i32(rec[1]);
+    Tile t[HALVES];
+    const hx_i32 m0 = hx_uniform_i32(rec[1]);
     const hx_i32 work_hi = hx_uniform_i32(rec[3]);
-#pragma unroll
-    for (int kq = 0; kq < RQ / 2; ++kq) {
-      const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
-      t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
-      t.lo[kq] = rec[4 + 2 * r] - work_hi;
-      t.hi[kq] = rec[5 + 2 * r] - work_hi;
-    }
-#pragma unroll
-    for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] = p.out + (hx_i64)(t.m0 + h * RQ + b2 * (RQ / 2) + kq) * p.out_stride;
     const hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the stage
-#pragma unroll
-    for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += n;
     hx_i32 e = n - work_hi;
-    // This lane's weights (lane read afresh: a lane-derived address kept across the unit loop was spilled).
-    const float* wt = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + h * RQ * WROW + (hx_lane_reread() & 3) * WGROUP;
-    float wq[WREG > 0 ? WREG : 1][2 * JQ];
 #pragma unroll
-    for (int q = 0; q < WREG; ++q) load_weights(wt, q, wq[q]);
-    const hx_u32 qhalf = base + Q_OFF + qb * Q_BYTES + h * QHALF_BYTES;
-    if constexpr (FOLD) fold_query(sbase, qhalf, qb, mw);
-    const hx_u64 bdesc = hx_wgmma_desc_sw128(qhalf);
-    // One stage: wait for it, issue its MMA; then its head sums (freeing the slot); then its stores.
+    for (int hh = 0; hh < HALVES; ++hh) {
+      t[hh].m0 = m0;
+#pragma unroll
+      for (int kq = 0; kq < RQ / 2; ++kq) {
+        const hx_i32 r = (h + hh) * RQ + b2 * (RQ / 2) + kq;
+        t[hh].fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
+        t[hh].lo[kq] = rec[4 + 2 * r] - work_hi;
+        t[hh].hi[kq] = rec[5 + 2 * r] - work_hi;
+        t[hh].row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;
+      }
+    }
+    // This lane's weights (lane read afresh: a lane-derived address kept across the unit loop was spilled).
+    const float* wt[HALVES];
+    float wq[HALVES][WREG > 0 ? WREG : 1][2 * JQ];
+#pragma unroll
+    for (int hh = 0; hh < HALVES; ++hh) {
+      wt[hh] = (const float*)(sbase + W_OFF + qb * (W_BYTES)) + (h + hh) * RQ * WROW + (hx_lane_reread() & 3) * WGROUP;
+#pragma unroll
+      for (int q = 0; q < WREG; ++q) load_weights(wt[hh], q, wq[hh][q]);
+    }
+    const hx_u32 qtile = base + Q_OFF + qb * Q_BYTES;
+    if constexpr (FOLD) {
+      // Warpgroup (g, h) computes query row (h + hh) RQ + g of each of its halves; then every warpgroup that
+      // multiplies those rows meets.
+#pragma unroll
+      for (int hh = 0; hh < HALVES; ++hh) fold_query(sbase, qtile, qb, (h + hh) * RQ + g, mw);
+      hx_named_barrier(5 + h, 256);
+    }
+    // One stage: wait for it, issue its MMAs (one group per half); then its head sums (freeing the slot),
+    // the first half's under the second's MMA; then its stores.
     auto issue_stage = [&]() -> float {
       hx_mbar_wait(kfull + 8 * s, phase);
       const float scale = 0.5f * ((const float*)(sbase + SC_OFF + s * (BK * 4)))[64 * g + key];  // sums hold 2 relu
-      hx_fence_regs(acc);
+#pragma unroll
+      for (int hh = 0; hh < HALVES; ++hh) hx_fence_regs(acc[hh]);
       hx_wgmma_fence();
-      issue_half(acc, adesc0 + (hx_u64)(s * (BK * D / 16)), bdesc);
+#pragma unroll
+      for (int hh = 0; hh < HALVES; ++hh)
+        issue_half(acc[hh], adesc0 + (hx_u64)(s * (BK * D / 16)), hx_wgmma_desc_sw128(qtile + (h + hh) * QHALF_BYTES));
       return scale;
     };
-    auto sum_stage = [&](float (&v)[2 * RQ]) {
-      hx_wgmma_wait<0>();
-      hx_fence_regs(acc);
-      head_sums(acc, wq, wt, v);
+    auto sum_stage = [&](float (&v)[HALVES][2 * RQ]) {
+#pragma unroll
+      for (int hh = 0; hh < HALVES; ++hh) {
+        if (hh + 1 < HALVES) hx_wgmma_wait<1>();
+        else hx_wgmma_wait<0>();
+        hx_fence_regs(acc[hh]);
+        head_sums(acc[hh], wq[hh], wt[hh], v[hh]);
+      }
       hx_mbar_arrive(kempty + 8 * s);
       const bool wrap = s == S - 1;
       s = wrap ? 0 : s + 1;
       phase ^= wrap;
     };
-    auto store_stage = [&](const float (&v)[2 * RQ], float scale) {
-      reduce_store(t, v, e, scale, b1, b2);
-      e += BK;
+    auto store_stage = [&](const float (&v)[HALVES][2 * RQ], float scale) {
 #pragma unroll
-      for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
+      for (int hh = 0; hh < HALVES; ++hh) {
+        reduce_store(t[hh], v[hh], e, scale, b1, b2);
+#pragma unroll
+        for (int kq = 0; kq < RQ / 2; ++kq) t[hh].row[kq] += BK;
+      }
+      e += BK;
     };
     hx_i32 st = 0;
 #if HX_PIPE2
     // Two stages per iteration: the first's stores run under the second's MMA, and nothing is in flight at
     // the back-edge (ptxas serialises every wgmma when one is in flight across a loop's branch).
     for (; st + 2 <= ns; st += 2) {
-      float v0[2 * RQ], v1[2 * RQ];
+      float v0[HALVES][2 * RQ], v1[HALVES][2 * RQ];
       const float scale0 = issue_stage();
       sum_stage(v0);
       const float scale1 = issue_stage();
@@ -627,7 +662,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     }
 #endif
     for (; st < ns; ++st) {
-      float v[2 * RQ];
+      float v[HALVES][2 * RQ];
       const float scale = issue_stage();
       sum_stage(v);
       store_stage(v, scale);
