@@ -246,7 +246,6 @@ HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t,
 // from the end of the unit's work range (e = n - work.hi, negative inside it), which saves the register
 // that held work.hi.
 struct Tile {
-  hx_i32 m0;
   float* row[BQ / 4];       // this lane's output rows (query row h RQ + b2 RQ/2 + kq of the block), at its key
   hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
   bool fill[BQ / 4];        // clean and the row exists (hi -1 marks a row past M)
@@ -367,12 +366,13 @@ HX_INLINE __device__ void reduce_store(const Tile& t, const float (&v)[2 * RQ], 
 }
 static_assert(BQ >= 4, "two halves of at least two query rows");
 
-// The fold's B rows for math warpgroup (g, h), at a unit's start: warpgroup g computes query row g of half h,
-// q_eff[d] = sum over heads of w[head] q[head][d], warp w over heads [16w, 16w + 16) and lane l over d in
-// [4l, 4l + 4); warp 0 adds the four warps' partials, takes the row's scale s (a power of two with
-// max |q_eff| / s <= 448) and writes the four e4m3 terms into rows 128 + 2t + g of the half. Both warpgroups
-// of the half then meet. Term t's scales of both rows (s_c 16^-t for row c) go where lane t's weights of
-// the half's first row end (FOLD_SCALE, in the padding of weight_slot's groups), read with the weights.
+// The fold's B rows for query row rb of the row block (row g of half h), by one math warpgroup at a unit's
+// start: q_eff[d] = sum over heads of w[head] q[head][d], warp w over heads [16w, 16w + 16) and lane l over d
+// in [4l, 4l + 4); warp 0 adds the four warps' partials, takes the row's scale s (a power of two with
+// max |q_eff| / s <= 448) and writes the four e4m3 terms into rows 128 + 2t + g of the half. Term t's scales
+// of both rows (s_c 16^-t for row c) go where lane t's weights of the half's first row end (FOLD_SCALE, in
+// the padding of weight_slot's groups), read with the weights. The caller then meets every warpgroup that
+// multiplies the half.
 HX_INLINE __device__ void fold_query(hx_u8* sbase, hx_u32 qtile, hx_u32 qb, hx_i32 rb, hx_i32 mw) {
   const hx_i32 g = rb % RQ, h = rb / RQ;
   const hx_u32 qhalf = qtile + h * QHALF_BYTES;
@@ -585,7 +585,6 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_
     hx_i32 e = n - work_hi;
 #pragma unroll
     for (int hh = 0; hh < HALVES; ++hh) {
-      t[hh].m0 = m0;
 #pragma unroll
       for (int kq = 0; kq < RQ / 2; ++kq) {
         const hx_i32 r = (h + hh) * RQ + b2 * (RQ / 2) + kq;
