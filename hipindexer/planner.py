@@ -62,7 +62,7 @@ def register_prefill(arch: str, spec: KernelSpec) -> None:
 
 register_prefill("sm_90a", WGMMA_SM90)
 # The same kernel with the linear half of 2 relu(x) = x + |x| computed by the MMA (H = 64 only), on two math
-# warpgroups: 8-11% faster on the H200. The tensor cores' error on that term grows with |sum_h w_h x_h| over
+# warpgroups: 4-8% faster on the H200. The tensor cores' error on that term grows with |sum_h w_h x_h| over
 # every head rather than with the kept heads' terms; seen on the H200: a one-key row whose terms cancel 56-fold came out 1.1% off
 # (row calc_diff 6.2e-5), a row the plain kernel passes. Opt-in, and only by name.
 WGMMA_FOLD_SM90 = replace(WGMMA_SM90, key="mqa_logits_wgmma_fold", block=384, max_rows=4, fits=((64, 128),),
