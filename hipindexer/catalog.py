@@ -112,6 +112,12 @@ class Struct:
         return "\n".join(lines) + "\n"
 
 
+# Accumulation class -> eps of the gate's per-element bound |out - ref| <= eps * A (hipindexer.gate).
+# fp32: CUDA-core FMA or the gfx950 MFMAs, which keep every product exactly and add in float32.
+# fp8_tc: Hopper fp8 wgmma, which aligns the products of each k32 step and truncates them to about 13 bits.
+ACCUMULATION = {"fp32": 2.0 ** -20, "fp8_tc": 2.0 ** -12}
+
+
 @dataclass(frozen=True)
 class Kernel:
     key: str  # catalog key, also the file stem of the code object
@@ -123,6 +129,17 @@ class Kernel:
     variants: tuple = field(default_factory=lambda: ({},))
     smem: int = 0  # dynamic shared memory bytes per block (-DHX_SMEM; the runtime raises the limit and launches with it)
     defines: tuple = ()  # ((NAME, value), ...) for every variant: one source built as two kernels
+    accumulation: str | None = None  # logits kernels: their class in ACCUMULATION (the gate's per-element eps)
+
+    def __post_init__(self):
+        if self.accumulation is not None and self.accumulation not in ACCUMULATION:
+            raise ValueError(f"{self.key}: accumulation class {self.accumulation!r} is not one of {list(ACCUMULATION)}")
+
+    @property
+    def eps(self) -> float:
+        if self.accumulation is None:
+            raise ValueError(f"{self.key} computes no logits: it has no accumulation class")
+        return ACCUMULATION[self.accumulation]
 
 
 _VARIANT_TOKEN = re.compile(r"^[A-Za-z0-9_]+$")
@@ -188,25 +205,27 @@ KERNELS = [
     Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64),
     Kernel("copy_u32x4", "generic/copy.hip", "hx_copy_u32x4", "CopyParams", block=256),
     Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64),
-    Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256),
+    Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256,
+           accumulation="fp32"),
 ]
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
-                      targets=("gfx950",)))
+                      targets=("gfx950",), accumulation="fp32"))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
-                      block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64})))
+                      block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
+                      accumulation="fp32"))
 # sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark.
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      smem=204800))
+                      smem=204800, accumulation="fp8_tc"))
 # The same kernel at H = 64 with the linear half of the ReLU folded into the MMA (HX_FOLD) and two math
 # warpgroups that keep every weight in registers (HX_MATH_WGS): faster, and its error grows with
 # |sum_h w_h x_h| instead of the kept heads' terms (see planner.WGMMA_FOLD_SM90).
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
-                      defines=(("HX_FOLD", 1), ("HX_MATH_WGS", 2))))
+                      defines=(("HX_FOLD", 1), ("HX_MATH_WGS", 2)), accumulation="fp8_tc"))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
-                      targets=("sm_90a",)))
+                      targets=("sm_90a",), accumulation="fp8_tc"))
 KERNEL = {k.key: k for k in KERNELS}
 
 

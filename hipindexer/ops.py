@@ -111,11 +111,12 @@ def _prefill_out(out, M: int, N: int, device: Device, stream) -> DeviceArray:
     return o
 
 
-def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True, out=None,
-                   stream=None, device=None, **tunables) -> DeviceArray:
+def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True, accumulation="fast",
+                   out=None, stream=None, device=None, **tunables) -> DeviceArray:
     """Prefill logits [M, N] float32 on a GPU (DESIGN.md 1.1); see hipindexer.reference for the math.
 
-    out may have a row stride larger than N (the padding columns stay untouched).
+    accumulation: "fast" (the fastest kernel, whatever its accumulation class) or "fp32" (fp32-class
+    kernels only). out may have a row stride larger than N (the padding columns stay untouched).
     Tunables (None = the planner decides): kernel, rows_per_block, split, reverse_rows.
     """
     _check_tunables(tunables)
@@ -137,7 +138,7 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
     o = _prefill_out(out, s.M, s.N, dev, st)
     if s.M == 0 or s.N == 0:
         return o
-    plan = plan_prefill(s.M, s.N, s.H, s.D, target_of(dev), **tunables)
+    plan = plan_prefill(s.M, s.N, s.H, s.D, target_of(dev), accumulation=accumulation, **tunables)
     kern = kernel_for(dev, plan.kernel, plan.variant)
     p = kern.params
     p.q, p.k, p.kv_scale, p.weights = qa.ptr, ka.ptr, sa.ptr, wa.ptr

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from .catalog import ACCUMULATION, KERNEL
+
 
 @dataclass(frozen=True)
 class Target:
@@ -37,22 +39,29 @@ class KernelSpec:
     rows: dict | None = None   # H -> the fixed rows per block of a kernel built per H (None: free)
     variant: str | None = None  # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
     persistent: bool = False    # grid of at most one block per CU walking every (row block, part) unit
-    opt_in: bool = False        # picked only when forced (kernel=...): not yet through the whole gate
     min_part_tiles: int = 1     # the planner's own split keeps >= this many tiles per part (per-part costs)
     unit_cost_tiles: int = 0    # persistent: what starting a unit costs, in tiles of work (measured)
 
+    @property
+    def accumulation(self) -> str:
+        """The kernel's accumulation class, as the catalog declares it ("fp32" or "fp8_tc")."""
+        return KERNEL[self.key].accumulation
+
 
 GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
-# sm_90a fp8 wgmma (hsaco_src/sm90a/mqa_logits_wgmma.hip): 256 (row, head) columns per row block.
-# Opt-in: the tensor cores' fp8 accumulation (about 14 bits kept) misses the per-row 1e-5 gate on rows
-# whose head sum cancels (seen: M=1, N=1, H=32, one logit 1.2% off); the generic kernel passes it everywhere.
-# A unit costs about one tile of work to start (H200: (128, 32768) at H=64 took 62 us in 128 units of 64
-# tiles, 67 us in 1056 units of 8).
+# sm_90a fp8 wgmma (hsaco_src/sm90a/mqa_logits_wgmma.hip): 256 (row, head) columns per row block; fp8
+# tensor-core accumulation class. A unit costs about one tile of work to start.
 WGMMA_SM90 = KernelSpec("mqa_logits_wgmma", block=640, tile=128, max_rows=8, fits=((32, 128), (64, 128)),
-                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, opt_in=True, unit_cost_tiles=1)
+                        rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, unit_cost_tiles=1)
+# The same kernel with the linear half of 2 relu(x) = x + |x| computed by the MMA (H = 64 only), on two math
+# warpgroups that keep every weight in registers: the faster of the two at H = 64. Its error on that term
+# grows with |sum_h w_h x_h| over every head rather than with the kept heads' terms: still inside the class.
+WGMMA_FOLD_SM90 = replace(WGMMA_SM90, key="mqa_logits_wgmma_fold", block=384, max_rows=4, fits=((64, 128),),
+                          rows={64: 4})
 # Fast paths register here: arch -> specs, tried in order before the generic kernel.
 FAST_PREFILL: dict[str, list[KernelSpec]] = {}
 PREFILL_KERNELS = {GENERIC.key: GENERIC}
+ACCUMULATIONS = ("fast", "fp32")
 
 
 def register_prefill(arch: str, spec: KernelSpec) -> None:
@@ -60,14 +69,8 @@ def register_prefill(arch: str, spec: KernelSpec) -> None:
     PREFILL_KERNELS[spec.key] = spec
 
 
-register_prefill("sm_90a", WGMMA_SM90)
-# The same kernel with the linear half of 2 relu(x) = x + |x| computed by the MMA (H = 64 only), on two math
-# warpgroups: 4-8% faster on the H200. The tensor cores' error on that term grows with |sum_h w_h x_h| over
-# every head rather than with the kept heads' terms; seen on the H200: a one-key row whose terms cancel 56-fold came out 1.1% off
-# (row calc_diff 6.2e-5), a row the plain kernel passes. Opt-in, and only by name.
-WGMMA_FOLD_SM90 = replace(WGMMA_SM90, key="mqa_logits_wgmma_fold", block=384, max_rows=4, fits=((64, 128),),
-                          rows={64: 4})
 register_prefill("sm_90a", WGMMA_FOLD_SM90)
+register_prefill("sm_90a", WGMMA_SM90)
 # gfx950 scaled-MFMA kernel (hsaco_src/gfx950/mqa_logits_mfma.hip): 4 waves x 2 rows share each K tile
 # (32 keys, staged through LDS); the split cuts the work range at 32-key tiles, >= 8 per part (two
 # 128-key LDS chunks: each part reloads its 8 rows of Q and weights, 32-64 KiB).
@@ -87,6 +90,12 @@ class PrefillPlan:
     reverse_rows: bool
     row_blocks: int = 0
     variant: dict | None = None   # the code object's variant defines (None: the only one)
+    accumulation: str = "fp32"    # the kernel's accumulation class
+
+    @property
+    def eps(self) -> float:
+        """The gate's per-element bound for this kernel: |out - ref| <= eps * A."""
+        return ACCUMULATION[self.accumulation]
 
     @property
     def units(self) -> int:
@@ -99,7 +108,11 @@ def _forced_int(name: str, value, lo: int, hi: int) -> int:
     return value
 
 
-def _pick_kernel(arch: str, H: int, D: int, forced: str | None) -> KernelSpec:
+def _pick_kernel(arch: str, H: int, D: int, forced: str | None, accumulation: str) -> KernelSpec:
+    """The forced kernel, or the first registered fast path that serves (H, D) in the accumulation asked
+    for ("fast": any class; "fp32": fp32-class only), else the generic kernel."""
+    if accumulation not in ACCUMULATIONS:
+        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
     if D % 16:
         raise ValueError(f"q: D must be a multiple of 16 for every kernel, got D={D}")
     if forced is not None:
@@ -109,26 +122,33 @@ def _pick_kernel(arch: str, H: int, D: int, forced: str | None) -> KernelSpec:
             raise ValueError(f"kernel: {forced!r} is not a prefill kernel for {arch}; choose from {have}")
         if spec.fits and (H, D) not in spec.fits:
             raise ValueError(f"kernel: {forced!r} serves (H, D) in {list(spec.fits)}, not ({H}, {D})")
+        if accumulation == "fp32" and spec.accumulation != "fp32":
+            raise ValueError(f"kernel: {forced!r} accumulates in the {spec.accumulation} class; "
+                             f"accumulation='fp32' takes fp32-class kernels only")
         return spec
     for spec in FAST_PREFILL.get(arch, []):
-        if (H, D) in spec.fits and not spec.opt_in:
+        if (H, D) in spec.fits and (accumulation == "fast" or spec.accumulation == "fp32"):
             return spec
     return GENERIC
 
 
-def plan_prefill(M: int, N: int, H: int, D: int, target: Target, *, kernel: str | None = None,
-                 rows_per_block: int | None = None, split: int | None = None,
+def plan_prefill(M: int, N: int, H: int, D: int, target: Target, *, accumulation: str = "fast",
+                 kernel: str | None = None, rows_per_block: int | None = None, split: int | None = None,
                  reverse_rows: bool | None = None) -> PrefillPlan:
-    """Plan one fp8_mqa_logits launch (M, N >= 1)."""
-    return _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_rows)
+    """Plan one fp8_mqa_logits launch (M, N >= 1).
+
+    accumulation: "fast" takes the fastest kernel for (H, D) on the target whatever its accumulation class;
+    "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
+    """
+    return _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, split, reverse_rows)
 
 
 MAX_UNITS = 1 << 30  # persistent kernels index (row block, part) units in 32 bits, with the grid's stride on top
 
 
 @lru_cache(maxsize=256)
-def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_rows) -> PrefillPlan:
-    spec = _pick_kernel(target.arch, H, D, kernel)
+def _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, split, reverse_rows) -> PrefillPlan:
+    spec = _pick_kernel(target.arch, H, D, kernel, accumulation)
     tiles = -(-N // spec.tile)
     fixed = spec.rows.get(H) if spec.rows else None
     if rows_per_block is None:
@@ -155,7 +175,7 @@ def _plan_prefill(M, N, H, D, target, kernel, rows_per_block, split, reverse_row
     grid = (min(units, target.num_cus), 1, 1) if spec.persistent else (row_blocks, split, 1)
     variant = {spec.variant: H} if spec.variant else None
     return PrefillPlan(spec.key, grid, spec.block, rows_per_block, split, spec.tile, reverse_rows, row_blocks,
-                       variant)
+                       variant, spec.accumulation)
 
 
 def _persistent_split(row_blocks: int, tiles: int, cus: int, unit_cost: int) -> int:

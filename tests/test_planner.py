@@ -106,3 +106,26 @@ def test_chunk_planner_rejects_bad_input():
         plan_prefill_chunks([1, 2], [1])
     with pytest.raises(ValueError, match="request 1"):
         plan_prefill_chunks([1, -2], [1, 1])
+
+
+@pytest.mark.parametrize("target,H,D,fast,fp32", [
+    (H200, 64, 128, "mqa_logits_wgmma_fold", "mqa_logits_generic"),
+    (H200, 32, 128, "mqa_logits_wgmma", "mqa_logits_generic"),
+    (H200, 16, 128, "mqa_logits_generic", "mqa_logits_generic"),
+    (H200, 64, 64, "mqa_logits_generic", "mqa_logits_generic"),
+    (MI355X, 64, 128, "mqa_logits_mfma", "mqa_logits_mfma"),
+    (MI355X, 32, 128, "mqa_logits_mfma", "mqa_logits_mfma"),
+    (MI355X, 48, 128, "mqa_logits_generic", "mqa_logits_generic"),
+])
+def test_the_default_is_the_fastest_kernel_and_fp32_keeps_to_its_class(target, H, D, fast, fp32):
+    p = plan_prefill(256, 4096, H, D, target)
+    assert (p.kernel, p.accumulation) == (fast, "fp8_tc" if "wgmma" in fast else "fp32")
+    q = plan_prefill(256, 4096, H, D, target, accumulation="fp32")
+    assert (q.kernel, q.accumulation, q.eps) == (fp32, "fp32", 2.0 ** -20)
+
+
+def test_fp32_refuses_a_forced_tensor_core_kernel_and_unknown_classes():
+    with pytest.raises(ValueError, match=r"kernel: 'mqa_logits_wgmma' accumulates in the fp8_tc class"):
+        plan_prefill(256, 4096, 64, 128, H200, accumulation="fp32", kernel="mqa_logits_wgmma")
+    with pytest.raises(ValueError, match=r"accumulation: expected one of \['fast', 'fp32'\], got 'fp16'"):
+        plan_prefill(256, 4096, 64, 128, H200, accumulation="fp16")
