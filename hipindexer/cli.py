@@ -30,49 +30,84 @@ def main() -> None:
     """Lightning-indexer kernels: fp8 MQA logits for prefill and paged decode."""
 
 
-def _report(outcomes, as_json: bool) -> None:
-    from .sweep import tally
+def _pow2(x: float) -> str:
+    import math
+    return "0" if x <= 0 else f"{x:.2e} (2^{math.log2(x):.1f})"
+
+
+def _report(outcomes, as_json: bool, verbose: bool = False) -> None:
+    from .sweep import kernel_figures, tally
     by_op = {}
     for o in outcomes:
         by_op.setdefault(o.op, []).append(o)
     summary = {op: tally(os) for op, os in by_op.items()}
+    figures = kernel_figures(outcomes)
     if as_json:
-        click.echo(json.dumps({"summary": summary, "cases": [o.__dict__ for o in outcomes]}, indent=1))
+        click.echo(json.dumps({"summary": summary, "kernels": figures, "cases": [o.__dict__ for o in outcomes]},
+                              indent=1))
     else:
         rows = [[op, t["run"], t["passed"], t["failed"], t["not applicable"]] for op, t in summary.items()]
         click.echo(_table(rows, ["op", "run", "passed", "failed", "not applicable"]))
+        if figures:
+            click.echo(_table([[k, f["cases"], _pow2(f["max_err_over_a"]), f["exceptions"],
+                                f"{f['worst_exception']:.2e}" if f["exceptions"] else "-"]
+                               for k, f in figures.items()],
+                              ["kernel", "cases", "max |out - ref| / A", "rows excused", "worst excused row"]))
+        reasons = {}
         for o in outcomes:
             if o.status == "not applicable":
-                click.echo(f"not applicable: {o.op} {o.case} ({o.message})")
+                reasons.setdefault(o.message.split(" (")[0], []).append(o)
+        for why, os_ in reasons.items():
+            click.echo(f"not applicable: {len(os_)} cases: {why}" + ("" if verbose else " (--verbose lists them)"))
+            if verbose:
+                for o in os_:
+                    click.echo(f"  {o.op} {o.case} ({o.message})")
     if any(t["failed"] for t in summary.values()):
         sys.exit(1)
 
 
 def _run_cases(cases, run) -> list:
+    """Run every case; failures are printed as they happen, progress goes to stderr: a bar on a terminal,
+    a plain counter otherwise (logs)."""
     from .sweep import FAIL
     outcomes = []
-    for i, case in enumerate(cases):
-        o = run(case)
-        outcomes.append(o)
-        if o.status == FAIL:
-            _progress(f"FAIL {o.op} {o.case}: {o.message}")
-        elif (i + 1) % 20 == 0 or i + 1 == len(cases):
-            _progress(f"[{i + 1}/{len(cases)}]")
+    tty = sys.stderr.isatty()
+    with click.progressbar(length=len(cases), file=sys.stderr, label="cases") if tty else _NoBar() as bar:
+        for i, case in enumerate(cases):
+            o = run(case)
+            outcomes.append(o)
+            if o.status == FAIL:
+                _progress(f"\nFAIL {o.op} {o.case}: {o.message}" if tty else f"FAIL {o.op} {o.case}: {o.message}")
+            elif not tty and ((i + 1) % 20 == 0 or i + 1 == len(cases)):
+                _progress(f"[{i + 1}/{len(cases)}]")
+            bar.update(1)
     return outcomes
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n):
+        pass
 
 
 @main.group(invoke_without_command=True)
 @click.option("--quick", is_flag=True, help="The small sweep (CI size).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
+@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
 @click.pass_context
-def check(ctx, quick: bool, seed: int, as_json: bool) -> None:
+def check(ctx, quick: bool, seed: int, as_json: bool, verbose: bool) -> None:
     """Correctness sweeps. Bare: the numpy reference against per-element float64 formulations."""
     if ctx.invoked_subcommand is not None:
         return
     from .sweep import reference_cases
     rng = np.random.default_rng(seed)
-    _report(_run_cases(list(reference_cases(quick)), lambda c: c(rng)), as_json)
+    _report(_run_cases(list(reference_cases(quick)), lambda c: c(rng)), as_json, verbose)
 
 
 def _device_or_exit(spec):
@@ -93,8 +128,12 @@ def _device_or_exit(spec):
 @click.option("--shapes", default=None, help="MxN,... (default: the sweep of the issue, or --quick's).")
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
+              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
 @click.option("--json", "as_json", is_flag=True)
-def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, as_json) -> None:
+@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, as_json,
+                  verbose) -> None:
     """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
     from .sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
     dev = _device_or_exit(device_spec)
@@ -104,10 +143,11 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     cases = list(prefill_device_cases(quick, tuple(int(h) for h in heads.split(",")),
                                       tuple(int(d) for d in dims.split(",")), shp))
     forced = {"kernel": kernel} if kernel else {}
+    forced["accumulation"] = accumulation
     outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
     if reruns and not quick:
         outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
-    _report(outcomes, as_json)
+    _report(outcomes, as_json, verbose)
 
 
 def _checkout_module(relpath: str):

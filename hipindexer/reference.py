@@ -1,11 +1,17 @@
 """The numpy oracle for both indexer ops (DESIGN.md 1.1-1.3).
 
 Same argument names and order as the device ops.  fp8 inputs are dequantised
-exactly and accumulated in float32 (or float64 with ``accumulate=np.float64``).
+exactly and accumulated in float32 (or float64 with ``accumulate=np.float64``,
+which also returns float64).
 Work is cut into row chunks (prefill) or key chunks (decode) whose score tensor
 stays under ``budget_bytes``, so the real chunk shapes run on a 24 GiB machine.
 ReLU is positive-homogeneous and kv_scale >= 0, so the scale is applied once
 after the head reduction, as the kernels do.
+
+``magnitude=True`` computes instead what each logit is made of,
+A = kv_scale[n] * sum_h |w[r, h]| * sum_d |q[r, h, d] * k[n, d]| (the same sums over
+absolute values, no ReLU needed): the scale of the accumulation error a kernel
+may make, which hipindexer.gate bounds per element.
 """
 from __future__ import annotations
 
@@ -50,21 +56,24 @@ def decode_valid_mask(context_lens, next_n: int, max_model_len: int, next_n_lens
     return np.arange(max_model_len)[None, :] < bound[:, None]
 
 
-def _output(out, shape, clean_logits: bool) -> np.ndarray:
+def _output(out, shape, clean_logits: bool, dtype=F32) -> np.ndarray:
     if out is None:
         # Nothing asked to keep: positions a row never owns are -inf when
         # cleaning, NaN (the poison the gate looks for) otherwise.
-        return np.full(shape, -np.inf if clean_logits else np.nan, np.float32)
-    if not isinstance(out, np.ndarray) or out.dtype != F32 or out.shape != shape:
-        raise ValueError(f"out: expected a float32 numpy array of shape {shape}, got "
+        return np.full(shape, -np.inf if clean_logits else np.nan, dtype)
+    if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != shape:
+        raise ValueError(f"out: expected a {np.dtype(dtype).name} numpy array of shape {shape}, got "
                          f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
     if clean_logits:
         out[...] = -np.inf
     return out
 
 
-def _head_sum(q_rows, k_cols, w_rows, acc) -> np.ndarray:
-    """sum_h relu(q[r, h] . k[n]) * w[r, h] -> [r, n], from [r, H, D] and [n, D]."""
+def _head_sum(q_rows, k_cols, w_rows, acc, magnitude=False) -> np.ndarray:
+    """sum_h relu(q[r, h] . k[n]) * w[r, h] -> [r, n], from [r, H, D] and [n, D]; with magnitude,
+    sum_h |w[r, h]| * (|q[r, h]| . |k[n]|)."""
+    if magnitude:
+        q_rows, k_cols, w_rows = np.abs(q_rows), np.abs(k_cols), np.abs(w_rows)
     r, H, D = q_rows.shape
     s = q_rows.reshape(r * H, D) @ k_cols.T
     np.maximum(s, 0, out=s)
@@ -72,13 +81,14 @@ def _head_sum(q_rows, k_cols, w_rows, acc) -> np.ndarray:
 
 
 def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True,
-                   out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET) -> np.ndarray:
-    """Prefill logits [M, N] float32 (DESIGN.md 1.1)."""
+                   out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET,
+                   magnitude=False) -> np.ndarray:
+    """Prefill logits [M, N] (DESIGN.md 1.1), in ``accumulate``'s dtype (float32 by default, as the op)."""
     s = prefill_shape(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke)
     acc = np.dtype(accumulate)
     q, k = np.asarray(q), np.asarray(k)
     kv_scale, weights = np.asarray(kv_scale), np.asarray(weights)
-    out = _output(out, (s.M, s.N), clean_logits)
+    out = _output(out, (s.M, s.N), clean_logits, acc)
     lo, hi = prefill_bounds(cu_seqlen_ks, cu_seqlen_ke, s.N)
     kf = k.astype(acc)
     rows = max(1, budget_bytes // max(1, s.H * s.N * acc.itemsize))
@@ -88,19 +98,21 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
         if not live.any():
             continue
         c0, c1 = int(lo[r0:r1][live].min()), int(hi[r0:r1][live].max())
-        vals = _head_sum(q[r0:r1].astype(acc), kf[c0:c1], weights[r0:r1], acc)
+        vals = _head_sum(q[r0:r1].astype(acc), kf[c0:c1], weights[r0:r1], acc, magnitude)
         vals *= kv_scale[c0:c1].astype(acc)
         n = np.arange(c0, c1)[None, :]
         ok = (n >= lo[r0:r1, None]) & (n < hi[r0:r1, None])
         block = out[r0:r1, c0:c1]
-        block[ok] = vals[ok].astype(np.float32)
+        block[ok] = vals[ok]
     return out
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len,
                          next_n_lens=None, preshuffle=False, split_kv=None, clean_logits=True,
-                         out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET) -> np.ndarray:
-    """Decode logits [B * next_n, max_model_len] float32 from a paged cache (DESIGN.md 1.2).
+                         out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET,
+                         magnitude=False) -> np.ndarray:
+    """Decode logits [B * next_n, max_model_len] from a paged cache (DESIGN.md 1.2), in ``accumulate``'s
+    dtype (float32 by default, as the op).
 
     split_kv is a device tunable; it is checked and otherwise has no effect here.
     """
@@ -112,7 +124,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     acc = np.dtype(accumulate)
     q, weights, bt = np.asarray(q), np.asarray(weights), np.asarray(block_tables)
     kv_cache = np.ascontiguousarray(kv_cache)
-    out = _output(out, (s.B * s.next_n, s.max_model_len), clean_logits)
+    out = _output(out, (s.B * s.next_n, s.max_model_len), clean_logits, acc)
     bound = decode_bounds(ctx, s.next_n, s.max_model_len, nn).reshape(s.B, s.next_n)
     # Keys per chunk so that live * H * keys scores stay under the budget.
     chunk = max(s.block_size, budget_bytes // max(1, s.next_n * s.H * acc.itemsize))
@@ -130,9 +142,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
             blocks = bt[b, c0 // s.block_size: -(-c1 // s.block_size)]
             keys, scales = gather_blocks(kv_cache, blocks, s.D, preshuffle)
             keys, scales = keys[: c1 - c0], scales[: c1 - c0]
-            vals = _head_sum(qb, keys.astype(acc), wb, acc) * scales.astype(acc)
+            vals = _head_sum(qb, keys.astype(acc), wb, acc, magnitude) * scales.astype(acc)
             n = np.arange(c0, c1)[None, :]
             ok = n < bound[b, :live, None]
             rows = out[b * s.next_n: b * s.next_n + live, c0:c1]
-            rows[ok] = vals[ok].astype(np.float32)
+            rows[ok] = vals[ok]
     return out

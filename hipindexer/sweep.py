@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import reference, testing
-from .gate import gate
+from .gate import GateResult, gate, gate_prefill
 
 PASS, FAIL, NA = "passed", "failed", "not applicable"
 
@@ -26,6 +26,15 @@ class Outcome:
     status: str
     message: str
     seconds: float = 0.0
+    kernel: str = ""               # the kernel that ran (device sweeps), or "reference"
+    err_over_a: float = 0.0        # the gate's figures (hipindexer.gate.GateResult)
+    exceptions: int = 0
+    worst_exception: float = 0.0
+
+    @classmethod
+    def of(cls, op: str, case: str, kernel: str, g: GateResult, note: str = "") -> "Outcome":
+        return cls(op, case, PASS if g else FAIL, g.message + note, kernel=kernel, err_over_a=g.err_over_a,
+                   exceptions=g.exceptions, worst_exception=g.worst_exception)
 
 
 def _prefill_case(rng, M, N, H, D, mode, clean) -> Outcome:
@@ -33,11 +42,13 @@ def _prefill_case(rng, M, N, H, D, mode, clean) -> Outcome:
     try:
         inp = testing.prefill_inputs(rng, M, N, H, D, mode)
     except testing.NotApplicable as e:
-        return Outcome("prefill", name, NA, e.why)
+        return Outcome("prefill", name, NA, str(e))
     got = reference.fp8_mqa_logits(*inp.args(), clean_logits=clean)
     want = testing.naive_mqa_logits(*inp.args(), clean_logits=clean)
-    g = gate(got, want, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N), clean)
-    return Outcome("prefill", name, PASS if g else FAIL, g.message)
+    A = reference.fp8_mqa_logits(*inp.args(), accumulate=np.float64, magnitude=True)
+    g = gate(got, want, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N), clean, magnitude=A,
+             accumulation="fp32")
+    return Outcome.of("prefill", name, "reference", g)
 
 
 def _decode_case(rng, case: testing.DecodeCase, clean) -> Outcome:
@@ -46,8 +57,9 @@ def _decode_case(rng, case: testing.DecodeCase, clean) -> Outcome:
     got = reference.fp8_paged_mqa_logits(*inp.args(), clean_logits=clean)
     want = testing.naive_paged_mqa_logits(*inp.args(), clean_logits=clean)
     valid = reference.decode_valid_mask(inp.context_lens, case.next_n, inp.max_model_len, inp.next_n_lens)
-    g = gate(got, want, valid, clean)
-    return Outcome("decode", name, PASS if g else FAIL, g.message)
+    A = reference.fp8_paged_mqa_logits(*inp.args(), accumulate=np.float64, magnitude=True)
+    g = gate(got, want, valid, clean, magnitude=A, accumulation="fp32")
+    return Outcome.of("decode", name, "reference", g)
 
 
 def reference_cases(quick: bool = False) -> Iterator[Callable[[np.random.Generator], Outcome]]:
@@ -118,33 +130,49 @@ def prefill_device_case(rng, device, M, N, H, D, mode, clean, **tunables) -> Out
     return o
 
 
-def _prefill_device_case(rng, device, M, N, H, D, mode, clean, **tunables) -> Outcome:
-    from .ops import fp8_mqa_logits
+def _prefill_device_case(rng, device, M, N, H, D, mode, clean, accumulation="fast", **tunables) -> Outcome:
+    from .ops import fp8_mqa_logits, target_of
+    from .planner import plan_prefill
     from .runtime import DeviceArray
     name = f"M{M}_N{N}_H{H}_D{D}_{mode}_{'clean' if clean else 'raw'}"
+    plan = plan_prefill(M, N, H, D, target_of(device), accumulation=accumulation, **tunables)
     try:
         inp = testing.prefill_inputs(rng, M, N, H, D, mode)
     except testing.NotApplicable as e:
-        return Outcome("prefill", name, NA, e.why)
+        return Outcome("prefill", name, NA, str(e), kernel=plan.kernel)
     out = DeviceArray.empty((M, N), np.float32, device).fill(np.nan)
-    fp8_mqa_logits(*inp.args(), clean_logits=clean, out=out, device=device, **tunables)
+    fp8_mqa_logits(*inp.args(), clean_logits=clean, accumulation=accumulation, out=out, device=device, **tunables)
     got = out.numpy()
     valid = reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N)
     msg = mask_gate(got, valid, clean)
     if msg:
-        return Outcome("prefill", name, FAIL, msg)
-    rows = np.arange(M) if M * N * H * D <= SAMPLE_ABOVE else sample_rows(rng, M, mode)
-    ref = reference.fp8_mqa_logits(inp.q[rows], inp.k, inp.kv_scale, inp.weights[rows], inp.cu_seqlen_ks[rows],
-                                   inp.cu_seqlen_ke[rows], clean_logits=clean, accumulate=np.float64)
-    g = gate(got[rows], ref, valid[rows], clean, rows=rows)
-    sampled = "" if len(rows) == M else f" on {len(rows)} sampled rows"
-    return Outcome("prefill", name, PASS if g else FAIL, g.message + sampled)
+        return Outcome("prefill", name, FAIL, msg, kernel=plan.kernel)
+    if M * N * H * D <= SAMPLE_ABOVE:
+        return Outcome.of("prefill", name, plan.kernel, gate_prefill(got, inp, clean, plan.accumulation))
+    rows = sample_rows(rng, M, mode)
+    g = gate_prefill(got, inp, clean, plan.accumulation, rows=rows)
+    return Outcome.of("prefill", name, plan.kernel, g, f" on {len(rows)} sampled rows")
 
 
 def prefill_device_cases(quick: bool, heads=PREFILL_HEADS, dims=PREFILL_DIMS, shapes=None):
     shapes = shapes or (QUICK_PREFILL_SHAPES if quick else PREFILL_SHAPES)
     for (M, N), H, D, mode, clean in itertools.product(shapes, heads, dims, testing.PREFILL_MODES, (True, False)):
         yield (M, N, H, D, mode, clean)
+
+
+def kernel_figures(outcomes: list[Outcome]) -> dict:
+    """Per kernel: cases run, the worst |out - ref| / A seen, rows excused as ill-conditioned, their worst
+    calc_diff."""
+    per = {}
+    for o in outcomes:
+        if o.status == NA or not o.kernel:
+            continue
+        f = per.setdefault(o.kernel, {"cases": 0, "max_err_over_a": 0.0, "exceptions": 0, "worst_exception": 0.0})
+        f["cases"] += 1
+        f["max_err_over_a"] = max(f["max_err_over_a"], o.err_over_a)
+        f["exceptions"] += o.exceptions
+        f["worst_exception"] = max(f["worst_exception"], o.worst_exception)
+    return per
 
 
 def bitwise_reruns(rng, device, M=2048, N=8192, H=64, D=128, runs=20, **tunables) -> Outcome:

@@ -58,7 +58,7 @@ def prefill_windows(mode: str, M: int, N: int) -> tuple[np.ndarray, np.ndarray]:
         R = len(edges) - 1
         K = N // R
         if K == 0:
-            raise NotApplicable(mode, f"{R} requests leave no keys each (N={N})")
+            raise NotApplicable(mode, f"leaves a request no keys ({R} requests, N={N})")
         ks, ke = np.zeros(M, np.int64), np.zeros(M, np.int64)
         for r, (a, e) in enumerate(zip(edges[:-1], edges[1:])):
             rows = m[a:e]

@@ -23,7 +23,8 @@ def test_prefill_windows_anywhere_in_int32(M, N, data, clean):
     n = np.arange(N)
     np.testing.assert_array_equal(valid, (n >= ks[:, None].astype(np.int64)) & (n < ke[:, None].astype(np.int64)))
     g = gate(reference.fp8_mqa_logits(*args, clean_logits=clean),
-             testing.naive_mqa_logits(*args, clean_logits=clean), valid, clean)
+             testing.naive_mqa_logits(*args, clean_logits=clean), valid, clean,
+             magnitude=reference.fp8_mqa_logits(*args, accumulate=np.float64, magnitude=True), accumulation="fp32")
     assert g, g.message
 
 
@@ -54,5 +55,7 @@ def test_decode_context_lengths(ctx, next_n, mml, bs, ragged, data):
         for j in range(next_n):
             want = np.arange(mml) <= ctx[b] - live[b] + j if j < live[b] else np.zeros(mml, bool)
             np.testing.assert_array_equal(valid[b * next_n + j], want)
-    g = gate(reference.fp8_paged_mqa_logits(*args), testing.naive_paged_mqa_logits(*args), valid, True)
+    g = gate(reference.fp8_paged_mqa_logits(*args), testing.naive_paged_mqa_logits(*args), valid, True,
+             magnitude=reference.fp8_paged_mqa_logits(*args, accumulate=np.float64, magnitude=True),
+             accumulation="fp32")
     assert g, g.message

@@ -23,15 +23,18 @@ def test_prefill_reference_matches_per_element_float64(mode, H, D):
             assert mode in ("cp", "multi_req")
             continue
         valid = reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N)
+        A = reference.fp8_mqa_logits(*inp.args(), accumulate=np.float64, magnitude=True)
         for clean in (True, False):
             want = testing.naive_mqa_logits(*inp.args(), clean_logits=clean)
             got = reference.fp8_mqa_logits(*inp.args(), clean_logits=clean)
             assert got.dtype == np.float32 and got.shape == (M, N)
-            g = gate(got, want, valid, clean)
+            g = gate(got, want, valid, clean, magnitude=A, accumulation="fp32")
             assert g, f"{mode} M={M} N={N} clean={clean}: {g.message}"
             assert g.diff < 1e-6
             got64 = reference.fp8_mqa_logits(*inp.args(), clean_logits=clean, accumulate=np.float64)
-            assert gate(got64, want, valid, clean).diff < 1e-12
+            assert got64.dtype == np.float64
+            g64 = gate(got64, want, valid, clean, magnitude=A, accumulation="fp32")
+            assert g64.diff < 1e-12 and g64.err_over_a < 2.0 ** -40
             ran += 1
     assert ran >= 2
 
@@ -94,7 +97,8 @@ def test_decode_reference_matches_per_element_float64(case):
         want = testing.naive_paged_mqa_logits(*inp.args(), clean_logits=clean)
         got = reference.fp8_paged_mqa_logits(*inp.args(), clean_logits=clean)
         assert got.shape == (case.B * case.next_n, inp.max_model_len)
-        g = gate(got, want, valid, clean)
+        A = reference.fp8_paged_mqa_logits(*inp.args(), accumulate=np.float64, magnitude=True)
+        g = gate(got, want, valid, clean, magnitude=A, accumulation="fp32")
         assert g, f"{case.name} clean={clean}: {g.message}"
     assert valid.any()
 

@@ -1,13 +1,12 @@
 """The HIP backend (hip.py over hip-python) on the emulated runtime: run only in a
 process of its own, by tests/test_emu_hip.py (-p emu_session)."""
 import ctypes
-import os
 
 import numpy as np
 import pytest
 
-from hipindexer import catalog, reference, testing
-from hipindexer.gate import gate
+from hipindexer import catalog, testing
+from hipindexer.gate import gate_prefill
 from hipindexer.runtime import Device, empty, from_numpy, get_kernel
 from hipindexer.runtime import info as _info
 from hipindexer.runtime.hip import HipError
@@ -83,8 +82,7 @@ def test_logits_tile_through_hip_python(dev, mode, H):
     get_kernel("logits_tile", device=dev).launch(
         grid=((N + 31) // 32, (M + 1) // 2), q=d[0], k=d[1], kv_scale=d[2], weights=d[3], ks=d[4], ke=d[5],
         out=out, out_stride=N, M=M, N=N, H=H, clean=1)
-    ref = reference.fp8_mqa_logits(*inp.args())
-    r = gate(out.numpy(), ref, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N), True)
+    r = gate_prefill(out.numpy(), inp, True, "fp32")
     assert r, r
 
 

@@ -1,11 +1,10 @@
 """hsaco_src/gfx950/logits_tile.hip against hipindexer.reference through the gate,
 launched straight through libhxemu (shared by the tests and tools/emu_plants.py)."""
-import ctypes
 
 import numpy as np
 
-from hipindexer import catalog, reference, testing
-from hipindexer.gate import gate
+from hipindexer import catalog, testing
+from hipindexer.gate import gate_prefill
 
 # (M, N, H, mode, clean): odd M (a half-empty last wave), N off the 32-key tile,
 # every window mode of DESIGN 3 that applies, both clean_logits settings.
@@ -28,8 +27,7 @@ def run(lib, M, N, H, mode, clean, seed=0):
     p = P(q=q, k=k, kv_scale=s, weights=w, ks=ks, ke=ke, out=out.ctypes.data, out_stride=N, M=M, N=N, H=H,
           clean=int(clean))
     lib.launch("hx_logits_tile", p, grid=((N + 31) // 32, (M + 1) // 2, 1), block=64)
-    ref = reference.fp8_mqa_logits(*inp.args(), clean_logits=clean)
-    return gate(out, ref, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N), clean)
+    return gate_prefill(out, inp, clean, "fp32")
 
 
 def caught(lib):
