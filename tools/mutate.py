@@ -52,6 +52,10 @@ PLANTS = {
               "else if (p.clean) *dst = neg_inf;", "else *dst = neg_inf;"),
         Plant("row_ignores_row_block", "generic/mqa_logits.hip",
               "const hx_i32 m0 = rb * p.rows_per_block;", "const hx_i32 m0 = 0 * rb;"),
+        # One logit 1% off in rows of 65,536 keys: no row's calc_diff moves by 1e-5; the per-element bound sees it.
+        Plant("one_wrong_element", "generic/mqa_logits.hip",
+              "for (int r = 0; r < HX_RG; ++r) acc[r] *= scale;",
+              "for (int r = 0; r < HX_RG; ++r) acc[r] *= scale * (n == 40000 ? 1.01f : 1.f);"),
     ],
     # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
     "sm90a": [
@@ -95,13 +99,17 @@ PLANTS = {
         Plant("dropped_kv_scale_gfx950", "gfx950/mqa_logits_mfma.hip", "(x + y) * st[t]", "(x + y)"),
         Plant("lds_buffers_swapped", "gfx950/mqa_logits_mfma.hip", "c + 1, chunks, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane",
               "c + 1, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane"),
+        Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "inside ? (x + y) * st[t] :",
+              "inside ? (x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f) :"),
     ],
 }
 PLANTS["sm90a_fold"] += PLANTS["sm90a"]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
     # the quick shapes plus one whose parts span two LDS chunks under a key split of 8
-    "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048 --reruns 0 "
+    "generic": "check prefill --heads 16,32 --dims 64 --shapes 1x1,1x113,17x76,64x128,61x256,2x65536 --reruns 0 "
+               "--kernel mqa_logits_generic",
+    "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
     "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
              "--kernel mqa_logits_wgmma",
@@ -154,12 +162,11 @@ def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[boo
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
 @click.option("--plants", default=None, help="Comma-separated plant names (default: the whole set).")
 @click.option("--cmd", default=None,
-              help="The hipindexer command that is the suite (default: `check prefill --quick --heads 16,32 "
-                   "--dims 64 --reruns 0`, or the set's own in SET_CMDS).")
+              help="The hipindexer command that is the suite (default: the set's own in SET_CMDS).")
 @click.option("--timeout", default=900, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
-    cmd = cmd or SET_CMDS.get(plant_set, "check prefill --quick --heads 16,32 --dims 64 --reruns 0")
+    cmd = cmd or SET_CMDS[plant_set]
     chosen = [p for p in PLANTS[plant_set] if plants is None or p.name in plants.split(",")]
     spec = SUITES[suite]
     results = []
