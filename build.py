@@ -334,7 +334,7 @@ def gfx950_occupancy(vgpr: int, agpr: int, lds: int, block: int) -> int:
     if lds > 0:
         wgs_per_cu = 163840 // (-(-lds // 1280) * 1280)
         waves_per_wg = -(-block // 64)
-        waves = min(waves, wgs_per_cu * waves_per_wg // 4)
+        waves = min(waves, -(-wgs_per_cu * waves_per_wg // 4))  # LLVM rounds up: a CU's waves over its 4 SIMDs
     return waves
 
 

@@ -147,7 +147,13 @@ def decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len
 def check_decode_values(shape: DecodeShape, context_lens: np.ndarray, block_tables: np.ndarray,
                         next_n_lens: np.ndarray | None) -> None:
     """Host-value checks: context lengths, live counts, and every block-table entry that is read."""
-    ctx = np.asarray(context_lens)
+    check_decode_lengths(shape, context_lens, next_n_lens)
+    check_decode_block_tables(shape, context_lens, block_tables)
+
+
+def check_decode_lengths(shape: DecodeShape, context_lens: np.ndarray | None, next_n_lens: np.ndarray | None) -> None:
+    """Context lengths >= 0 and live counts in 0..next_n (either may be None: not on the host)."""
+    ctx = np.asarray(context_lens) if context_lens is not None else np.zeros(0, np.int32)
     if (ctx < 0).any():
         b = int(np.argmax(ctx < 0))
         raise ValueError(f"context_lens: must be >= 0, got {int(ctx[b])} for sequence {b}")
@@ -158,7 +164,12 @@ def check_decode_values(shape: DecodeShape, context_lens: np.ndarray, block_tabl
             b = int(np.argmax(bad))
             raise ValueError(f"next_n_lens: each entry must be in 0..next_n={shape.next_n}, "
                              f"got {int(nl[b])} for sequence {b}")
-    need = blocks_needed(ctx, shape.block_size, shape.max_model_len)
+
+
+def check_decode_block_tables(shape: DecodeShape, context_lens: np.ndarray, block_tables: np.ndarray) -> None:
+    """Every block-table entry a sequence reads exists and names a block of the cache."""
+    ctx = np.asarray(context_lens)
+    need = blocks_needed(np.maximum(ctx, 0), shape.block_size, shape.max_model_len)
     if (need > shape.max_blocks).any():
         b = int(np.argmax(need > shape.max_blocks))
         raise ValueError(

@@ -196,6 +196,18 @@ STRUCTS.append(Struct("SplitProbeParams", [
     ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("owner", "ptr:i32"),
     ("M", "i32"), ("N", "i32"), ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"), ("reverse_rows", "i32"),
 ]))
+# Paged decode (DESIGN.md 1.2). Optional arrays are 0: next_n_lens (every row live), errors (no flags).
+STRUCTS.append(Struct("DecodeParams", [
+    ("q", "ptr:u8"), ("kv_cache", "ptr:u8"), ("weights", "ptr:f32"), ("context_lens", "ptr:i32"),
+    ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"), ("out", "ptr:f32"), ("errors", "ptr:i32"),
+    ("out_stride", "i64"),  # elements between rows of out (>= max_model_len)
+    ("num_blocks", "i64"),  # physical blocks in the cache: ids outside [0, num_blocks) are never read
+    ("B", "i32"), ("next_n", "i32"), ("H", "i32"), ("D", "i32"), ("block_size", "i32"),
+    ("max_blocks", "i32"),  # block_tables columns
+    ("max_model_len", "i32"), ("clean", "i32"), ("preshuffle", "i32"),
+]))
+# Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
+STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))
 # The fp8 wgmma peak loop (sm_90a): the benchmark's matrix-rate ceiling.
 STRUCTS.append(Struct("PeakParams", [("out", "ptr:f32"), ("iters", "i32")]))
 STRUCT = {s.name: s for s in STRUCTS}
@@ -208,6 +220,11 @@ KERNELS = [
     Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256,
            accumulation="fp32"),
 ]
+# Generic paged decode: any H, D % 16 == 0, any block_size, both layouts (hipindexer.planner.GENERIC_DECODE).
+KERNELS.append(Kernel("paged_mqa_logits_generic", "generic/paged_mqa_logits.hip", "hx_paged_mqa_logits_generic",
+                      "DecodeParams", block=128, accumulation="fp32"))
+KERNELS.append(Kernel("stream_read_u32x4", "generic/stream_read.hip", "hx_stream_read_u32x4", "StreamReadParams",
+                      block=256))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32"))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

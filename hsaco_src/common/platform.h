@@ -105,6 +105,27 @@ HX_INLINE __device__ void hx_barrier() { __syncthreads(); }
 #include "hx_emu_platform.h"
 #endif  // device
 
+// HX_SHARED(float, tile, 256) declares a workgroup array `tile`. In the
+// emulator it is carved from the workgroup's 160 KiB LDS arena, poisoned with
+// 0xFF bytes (NaN floats) at each workgroup start; every lane of the block
+// gets the same address because each lane's n-th HX_SHARED is the block's
+// n-th allocation. Use it at function scope, the same declarations in the
+// same order on every path.
+#if defined(HX_EMU)
+#define HX_SHARED(type, name, count) \
+  type* const name = (type*)hx_emu_shared(sizeof(type) * (count), alignof(type), __FILE__, __LINE__)
+#elif defined(HX_AMDGPU) || defined(HX_NVIDIA)
+#define HX_SHARED(type, name, count) __shared__ type name[count]
+#endif
+
+// *p |= v as one atomic operation (device error flags: several threads may set
+// different bits at once). The emulator runs one lane at a time.
+#if defined(HX_NVIDIA)
+HX_INLINE __device__ void hx_atomic_or(hx_i32* p, hx_i32 v) { atomicOr(p, v); }
+#else
+HX_INLINE HX_HD void hx_atomic_or(hx_i32* p, hx_i32 v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
+#endif
+
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
 struct alignas(8) hx_u32x2 { hx_u32 x, y; };
 struct alignas(16) hx_f32x4 { float x, y, z, w; };

@@ -156,18 +156,7 @@ HX_WAVE_FN void hx_workgroup_barrier(HX_SITE0) {
 }
 
 // ------------------------------------------------------------ shared memory
-// HX_SHARED(float, tile, 256) declares a workgroup array `tile`. In the
-// emulator it is carved from the workgroup's 160 KiB LDS arena, poisoned with
-// 0xFF bytes (NaN floats) at each workgroup start; every lane of the block
-// gets the same address because each lane's n-th HX_SHARED is the block's
-// n-th allocation. Use it at function scope, the same declarations in the
-// same order on every path.
-#if defined(HX_EMU)
-#define HX_SHARED(type, name, count) \
-  type* const name = (type*)hx_emu_shared(sizeof(type) * (count), alignof(type), __FILE__, __LINE__)
-#else
-#define HX_SHARED(type, name, count) __shared__ type name[count]
-#endif
+// HX_SHARED(type, name, count) comes from platform.h (every target uses it).
 
 // ---------------------------------------------------------------- buffers
 // A raw buffer (stride 0) over [ptr, ptr + num_records bytes). Offsets are

@@ -1,0 +1,156 @@
+"""Launch planning for paged decode, in pure Python from host shapes (graph-safe).
+
+``plan_decode`` sees (B, next_n, H, D, block_size, max_model_len), the cache
+layout, a ``planner.Target`` and the caller's forced choices, and returns a
+``DecodePlan``: the kernel, a grid of B * split_kv units and the figures the
+kernel works with. Nothing depends on values in device memory: the kernel
+balances a batch's real work across those units itself, from the lengths it
+reads (hsaco_src/common/decode_work.h), so one plan serves every step of a
+captured graph whatever its context lengths.
+
+Fast paths register with ``register_decode`` (arch -> specs, tried in order
+before the generic kernel), as prefill's do with ``planner.register_prefill``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .catalog import ACCUMULATION, KERNEL
+from .planner import ACCUMULATIONS, Target
+
+
+@dataclass(frozen=True)
+class DecodeKernelSpec:
+    """What the planner must know of a decode kernel."""
+    key: str
+    block: int                 # threads per block (fixed at build time)
+    fits: tuple = ()           # ((H, D), ...) it serves; () = any H, any D % 16 == 0 up to max_dim
+    block_sizes: tuple = ()    # block_size values it serves; () = any
+    layouts: tuple = (False, True)  # preshuffle values it serves
+    max_dim: int = 1024
+    variant: str | None = None      # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
+    units_per_cu: int = 8      # the default grid: about this many units per CU (SM), fewer for short contexts
+    head_pass: int = 16        # (row, head) pairs computed per pass over a staged key tile
+
+    @property
+    def accumulation(self) -> str:
+        return KERNEL[self.key].accumulation
+
+    def serves(self, H: int, D: int, block_size: int, preshuffle: bool) -> bool:
+        return ((not self.fits and D <= self.max_dim) or (H, D) in self.fits) and \
+            (not self.block_sizes or block_size in self.block_sizes) and bool(preshuffle) in self.layouts
+
+    def tile_keys(self, block_size: int, D: int) -> int:
+        """Keys a unit stages per tile (the generic kernel's hx_tiling): its shared key rows hold 128 keys
+        of D = 128 padded by 16 bytes, whole 16-key groups, whole blocks when a block fits."""
+        kt = min(self.block, self.block * 144 // (D + 16))
+        kt -= kt % 16
+        return (kt // block_size) * block_size if block_size <= kt else kt
+
+
+# hsaco_src/generic/paged_mqa_logits.hip: one key per thread, 128 keys per tile (D <= 128), 16 (row, head)
+# pairs per pass; fp32 FMAs.
+GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic", block=128)
+FAST_DECODE: dict[str, list[DecodeKernelSpec]] = {}
+DECODE_KERNELS = {GENERIC_DECODE.key: GENERIC_DECODE}
+DECODE_TUNABLES = ("kernel",)
+# A grid's units as blocks of threads: AMD counts the grid in threads (< 2^32), so that bounds it everywhere.
+GRID_THREADS = (1 << 32) - 1
+
+
+def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
+    FAST_DECODE.setdefault(arch, []).append(spec)
+    DECODE_KERNELS[spec.key] = spec
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    kernel: str
+    grid: tuple             # (units, 1, 1)
+    block: int
+    split_kv: int           # units per sequence on average: units = B * split_kv
+    units: int
+    tile: int               # keys a unit stages at once
+    head_pass: int          # (row, head) pairs per pass over a staged tile
+    key_reads: int          # times each key is read from memory per call
+    variant: dict | None = None
+    accumulation: str = "fp32"
+
+    @property
+    def eps(self) -> float:
+        """The gate's per-element bound for this kernel: |out - ref| <= eps * A."""
+        return ACCUMULATION[self.accumulation]
+
+
+def _pick(arch: str, H: int, D: int, block_size: int, preshuffle: bool, forced: str | None,
+          accumulation: str) -> DecodeKernelSpec:
+    if accumulation not in ACCUMULATIONS:
+        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
+    if D % 16:
+        raise ValueError(f"q: D must be a multiple of 16 for every kernel, got D={D}")
+    if forced is not None:
+        spec = DECODE_KERNELS.get(forced)
+        if spec is None or (spec is not GENERIC_DECODE and spec not in FAST_DECODE.get(arch, [])):
+            have = [GENERIC_DECODE.key] + [s.key for s in FAST_DECODE.get(arch, [])]
+            raise ValueError(f"kernel: {forced!r} is not a decode kernel for {arch}; choose from {have}")
+        if not spec.serves(H, D, block_size, preshuffle):
+            raise ValueError(f"kernel: {forced!r} does not serve H={H}, D={D}, block_size={block_size}, "
+                             f"preshuffle={bool(preshuffle)}")
+        if accumulation == "fp32" and spec.accumulation != "fp32":
+            raise ValueError(f"kernel: {forced!r} accumulates in the {spec.accumulation} class; "
+                             f"accumulation='fp32' takes fp32-class kernels only")
+        return spec
+    for spec in FAST_DECODE.get(arch, []):
+        if spec.serves(H, D, block_size, preshuffle) and (accumulation == "fast" or spec.accumulation == "fp32"):
+            return spec
+    if D > GENERIC_DECODE.max_dim:
+        raise ValueError(f"q: D={D} is past the generic decode kernel's {GENERIC_DECODE.max_dim}")
+    return GENERIC_DECODE
+
+
+def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_len: int, target: Target, *,
+                preshuffle: bool = False, accumulation: str = "fast", kernel: str | None = None,
+                split_kv: int | None = None) -> DecodePlan:
+    """Plan one fp8_paged_mqa_logits launch (B >= 1).
+
+    Grid: B * split_kv units of one block each. split_kv=None lets the planner choose about
+    ``units_per_cu`` units per CU, no more than a sequence of max_model_len keys has tiles; an explicit
+    split_kv is honoured exactly. However many units there are, the kernel shares the batch's real work
+    among them evenly (each key block weighted by its sequence's live rows), so split_kv sets the grain,
+    not which sequence a unit serves.
+
+    Keys are read from memory once per call for any next_n x H x D: a unit stages a tile of keys in shared
+    memory (up to 128 keys x (D + 16) bytes, 18 KiB; D <= 1024) and every live row's every head is
+    computed from it there, ``head_pass`` (row, head) pairs at a time with their queries staged as f32
+    (16 x D x 4 bytes). Rows past next_n_lens[b] do no work beyond their -inf fill.
+
+    accumulation: "fast" takes the fastest kernel serving the shape whatever its accumulation class,
+    "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
+    """
+    return _plan_decode(B, next_n, H, D, block_size, max_model_len, target, bool(preshuffle), accumulation,
+                        kernel, split_kv)
+
+
+@lru_cache(maxsize=256)
+def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle, accumulation, kernel,
+                 split_kv) -> DecodePlan:
+    for name, v, lo in (("B", B, 1), ("next_n", next_n, 1), ("H", H, 1), ("block_size", block_size, 1),
+                        ("max_model_len", max_model_len, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+    if next_n > 8:
+        raise ValueError(f"next_n: expected 1..8, got {next_n}")
+    spec = _pick(target.arch, H, D, block_size, preshuffle, kernel, accumulation)
+    tile = spec.tile_keys(block_size, D)
+    max_split = GRID_THREADS // spec.block // B
+    if split_kv is None:
+        tiles = -(-max_model_len // tile)
+        split_kv = max(1, min(-(-spec.units_per_cu * target.num_cus // B), tiles, max_split))
+    if isinstance(split_kv, bool) or not isinstance(split_kv, int) or not 1 <= split_kv <= max_split:
+        raise ValueError(f"split_kv: expected an int in [1, {max_split}] (B={B} sequences x split_kv units of "
+                         f"{spec.block} threads stay under 2^32 threads), got {split_kv!r}")
+    units = B * split_kv
+    variant = {spec.variant: H} if spec.variant else None
+    return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, min(spec.head_pass, H), 1,
+                      variant, spec.accumulation)

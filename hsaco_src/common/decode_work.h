@@ -1,0 +1,94 @@
+// Who computes and who fills what in paged decode (DESIGN.md 1.2): the work of
+// one sequence as read from device memory, and how a grid of units planned
+// from host shapes alone shares a batch's real work evenly.
+//
+// Every sequence b owns next_n output rows of max_model_len columns. Its
+// columns [0, fill_from) are cut into key blocks of block_size columns; each
+// block is computed by exactly one unit (values where a row is valid, -inf
+// elsewhere). Its columns [fill_from, max_model_len) hold no key of any row
+// and are only filled. A unit owns one contiguous piece of the batch's
+// concatenated block work, each block weighted by its sequence's live rows
+// (what computing it costs), and one contiguous piece of the concatenated
+// fill columns: each unit finds its pieces from an in-kernel prefix over the
+// lengths, so a skewed batch keeps every unit equally busy without a
+// schedule kernel or a host sync. Int32 lengths over their whole range never
+// overflow here (work sums are 64-bit).
+#pragma once
+#include "index_math.h"
+
+struct hx_decode_seq {
+  hx_i32 ctx;        // context length as read
+  hx_i32 live;       // live query rows; 0 when the sequence is malformed
+  hx_i32 keys;       // columns holding a key some live row sees: min(ctx, max_model_len), 0 without live rows
+  hx_i32 blocks;     // key blocks computed: ceil(keys / block_size)
+  hx_i32 fill_from;  // min(max_model_len, blocks * block_size): every column from here on is -inf in every row
+  bool malformed;    // ctx < 0, or live outside 0..next_n: the sequence is all -inf (error bit 2)
+};
+
+// live_in: next_n_lens[b], or next_n when the op has none.
+HX_INLINE HX_HD hx_decode_seq hx_decode_sequence(hx_i32 ctx, hx_i32 live_in, hx_i32 next_n, hx_i32 max_model_len,
+                                                 hx_i32 block_size) {
+  hx_decode_seq s;
+  s.ctx = ctx;
+  s.malformed = ctx < 0 || live_in < 0 || live_in > next_n;
+  s.live = s.malformed ? 0 : live_in;
+  s.keys = s.live > 0 ? hx_min_i32(ctx, max_model_len) : 0;
+  s.blocks = hx_ceil_div(s.keys, block_size);
+  s.fill_from = (hx_i32)((hx_i64)s.blocks * block_size < max_model_len ? (hx_i64)s.blocks * block_size
+                                                                          : max_model_len);
+  return s;
+}
+
+// What the sequence adds to the batch's block work and to its fill columns.
+HX_INLINE HX_HD hx_i64 hx_decode_work(hx_decode_seq s) { return (hx_i64)s.blocks * s.live; }
+HX_INLINE HX_HD hx_i64 hx_decode_fill(hx_decode_seq s, hx_i32 max_model_len) {
+  return (hx_i64)max_model_len - s.fill_from;
+}
+
+struct hx_range64 {
+  hx_i64 lo, hi;
+};
+
+// Part u of `parts` near-equal contiguous parts of [0, total): the first
+// total % parts parts are one longer. No product of total and u is formed,
+// so any int64 total works.
+HX_INLINE HX_HD hx_range64 hx_balanced_part(hx_i64 total, hx_i64 parts, hx_i64 u) {
+  const hx_i64 q = total / parts, r = total % parts;
+  hx_range64 p;
+  p.lo = u * q + (u < r ? u : r);
+  p.hi = p.lo + q + (u < r ? 1 : 0);
+  return p;
+}
+
+HX_INLINE HX_HD hx_i64 hx_clamp_i64(hx_i64 x, hx_i64 lo, hx_i64 hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// Key blocks [lo, hi) of a sequence whose block work starts at `start` of the
+// batch's, for a unit owning work [own.lo, own.hi): block i (worth `live`)
+// belongs to the unit where its first unit of work, start + i * live, falls.
+HX_INLINE HX_HD hx_range hx_owned_blocks(hx_range64 own, hx_i64 start, hx_decode_seq s) {
+  hx_range r;
+  if (s.live <= 0) {
+    r.lo = r.hi = 0;
+    return r;
+  }
+  const hx_i64 a = hx_clamp_i64(own.lo - start, 0, (hx_i64)s.blocks * s.live);
+  const hx_i64 e = hx_clamp_i64(own.hi - start, 0, (hx_i64)s.blocks * s.live);
+  r.lo = (hx_i32)((a + s.live - 1) / s.live);
+  r.hi = (hx_i32)((e + s.live - 1) / s.live);
+  return r;
+}
+
+// Fill columns [lo, hi) of a sequence whose fill starts at `start` of the
+// batch's, for a unit owning fill [own.lo, own.hi).
+HX_INLINE HX_HD hx_range hx_owned_fill(hx_range64 own, hx_i64 start, hx_decode_seq s, hx_i32 max_model_len) {
+  const hx_i64 f = hx_decode_fill(s, max_model_len);
+  hx_range r;
+  r.lo = s.fill_from + (hx_i32)hx_clamp_i64(own.lo - start, 0, f);
+  r.hi = s.fill_from + (hx_i32)hx_clamp_i64(own.hi - start, 0, f);
+  return r;
+}
+
+// Valid columns [0, bound) of row j of the sequence (0 for rows past its live ones).
+HX_INLINE HX_HD hx_i32 hx_decode_row_bound(hx_decode_seq s, hx_i32 j, hx_i32 max_model_len) {
+  return j < s.live ? hx_decode_valid_cols(s.ctx, s.live, j, max_model_len) : 0;
+}

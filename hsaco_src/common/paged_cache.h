@@ -1,0 +1,32 @@
+// Byte layout of the paged indexer K cache (DESIGN.md 1.3), shared by every
+// kernel that reads or writes it. A physical block of block_size tokens is
+// block_size * D fp8 key bytes, then block_size float32 scales; its keys are
+// token-major (block-flat) or in the 16x16 preshuffled order. Offsets are
+// 64-bit: pools past 4 GiB are real (block id * block bytes overflows 32 bits).
+#pragma once
+#include "platform.h"
+
+// Bytes of one physical block: block_size * (D + 4). A multiple of 16 (so
+// every key chunk of every block is 16-byte aligned) iff block_size % 4 == 0.
+HX_INLINE HX_HD hx_i64 hx_block_bytes(hx_i32 block_size, hx_i32 D) { return (hx_i64)block_size * (D + 4); }
+
+// Offset of key byte d of in-block token t, block-flat: token t's key at t * D.
+HX_INLINE HX_HD hx_i64 hx_flat_key_offset(hx_i32 t, hx_i32 d, hx_i32 D) { return (hx_i64)t * D + d; }
+
+// Offset of key byte d of in-block token t, preshuffled (block_size % 16 == 0,
+// D % 16 == 0): each group of 16 tokens is a 16 * D-byte tile of D / 16 chunks
+// of 256 bytes, chunk j holding bytes [16j, 16j + 16) of the 16 tokens,
+// token-major, so 16 lanes reading one chunk of 16 consecutive tokens touch
+// 256 contiguous bytes.
+HX_INLINE HX_HD hx_i64 hx_preshuffled_key_offset(hx_i32 t, hx_i32 d, hx_i32 D) {
+  return (hx_i64)(t / 16) * (16 * D) + (d / 16) * 256 + (t % 16) * 16 + d % 16;
+}
+
+HX_INLINE HX_HD hx_i64 hx_key_offset(bool preshuffled, hx_i32 t, hx_i32 d, hx_i32 D) {
+  return preshuffled ? hx_preshuffled_key_offset(t, d, D) : hx_flat_key_offset(t, d, D);
+}
+
+// Offset of in-block token t's float32 scale: after the block's key section, in both layouts.
+HX_INLINE HX_HD hx_i64 hx_scale_offset(hx_i32 block_size, hx_i32 D, hx_i32 t) {
+  return (hx_i64)block_size * D + 4 * (hx_i64)t;
+}
