@@ -150,6 +150,46 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     _report(outcomes, as_json, verbose)
 
 
+@check.command("decode")
+@click.option("--device", "device_spec", default=None, help="cuda:0, hip:0 or emu:gfx950 (default: the first GPU).")
+@click.option("--quick", is_flag=True, help="Every case small (CI size, the emulator).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
+@click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
+@click.option("--max-context", type=int, default=None, help="Leave out context values above this.")
+@click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
+@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
+              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kernel, accumulation, as_json,
+                 verbose) -> None:
+    """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
+    first), the two cache layouts, untrusted device values; without --quick also bitwise reruns and caches
+    past 4 GiB."""
+    from . import sweep
+    dev = _device_or_exit(device_spec)
+    _progress(f"device {dev!r}")
+    design = sweep.decode_design(quick, seed, max_cases, max_context)
+    _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
+              f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
+              f"case cap: {len(design.uncovered)}")
+    names = list(sweep.DECODE_AXES)
+    _progress(_table([[c[a] for a in names] for c in design.cases], names))
+    rng = np.random.default_rng(seed)
+    forced = {"kernel": kernel} if kernel else {}
+    cases = [sweep.decode_case_of(c) for c in design.cases]
+    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
+    outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **forced))
+    outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **forced))
+    if not quick:
+        if reruns:
+            outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **forced))
+        for bs, base in sweep.OFFSET_CASES:
+            outcomes.append(sweep.decode_offset_case(rng, dev, bs, base, accumulation=accumulation, **forced))
+    _report(outcomes, as_json, verbose)
+
+
 def _checkout_module(relpath: str):
     """A file of the source checkout this package runs from (build.py, tools/...), loaded by path;
     None where there is none (an installed wheel carries neither)."""

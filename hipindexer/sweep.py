@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import reference, testing
-from .gate import GateResult, gate, gate_prefill
+from .gate import GateResult, gate, gate_decode, gate_prefill
 
 PASS, FAIL, NA = "passed", "failed", "not applicable"
 
@@ -190,3 +190,233 @@ def bitwise_reruns(rng, device, M=2048, N=8192, H=64, D=128, runs=20, **tunables
             n = int((first.view(np.uint32) != got.view(np.uint32)).sum())
             return Outcome("prefill", f"bitwise_M{M}_N{N}_H{H}", FAIL, f"run {i} differs from run 0 in {n} positions")
     return Outcome("prefill", f"bitwise_M{M}_N{N}_H{H}", PASS, f"{runs} runs bitwise identical")
+
+
+# ------------------------------------------------------------------ device sweep (decode)
+
+# The matrix of the decode op; cheapest value first on each axis (covering.covering_design completes hard
+# items with them). "next_n": contexts of exactly next_n tokens; "above": contexts past max_model_len.
+DECODE_AXES = {
+    "B": (1, 3, 16, 64),
+    "next_n": (1, 2, 4, 6, 8),
+    "H": (16, 32, 64),
+    "D": (64, 128),
+    "context": (1, "next_n", 1000, "above", 8192, 32768, 131072),
+    "block_size": (16, 64, 1),
+    "preshuffle": (False, True),
+    "spread": ("equal", "pm30", "one_long"),
+    "ragged": ("off", "on", "zeros"),
+    "split_kv": (None, 1, 7),
+    "clean": (True, False),
+}
+ABOVE = (1000, 600)           # "above": contexts around 1000 with max_model_len 600
+QUICK_DECODE_FMAS = 1 << 30   # emulator: the most multiply-adds one case may take (about two seconds)
+FULL_DECODE_BYTES = 2 << 30   # GPU: the largest cache one case may build on the host
+FULL_DECODE_CASES = 40        # GPU: the pairwise design's cap (the rest of its pairs are reported)
+DECODE_SAMPLE_SEQS = 3        # sampled checks: values of this many sequences, plus the first, last and longest
+
+
+def decode_case_of(cfg: dict) -> tuple[testing.DecodeCase, bool]:
+    """A point of DECODE_AXES as (DecodeCase, clean_logits). Batches of 3 or more get one padding sequence
+    (context 0); ragged 'zeros' forces a quarter of the sequences (at least one) to next_n_lens 0."""
+    B, n, ctx = cfg["B"], cfg["next_n"], cfg["context"]
+    mml = None
+    if ctx == "next_n":
+        ctx = n
+    elif ctx == "above":
+        ctx, mml = ABOVE
+    rg = cfg["ragged"]
+    case = testing.DecodeCase(
+        B, n, cfg["H"], cfg["D"], cfg["block_size"], cfg["preshuffle"], mean_context=ctx, ragged=rg != "off",
+        max_model_len=mml, zero_contexts=1 if B >= 3 else 0, spread=cfg["spread"], live_min=1 if rg == "on" else 0,
+        zero_live=max(1, B // 4) if rg == "zeros" else 0, key_codes=B * ctx > (1 << 16), split_kv=cfg["split_kv"])
+    return case, cfg["clean"]
+
+
+def _decode_repair(cfg: dict) -> dict:
+    if cfg["preshuffle"] and cfg["block_size"] % 16:
+        cfg = {**cfg, "block_size": 16}
+    return cfg
+
+
+def decode_work(case: testing.DecodeCase) -> tuple[int, int]:
+    """(multiply-adds at full live rows, cache bytes) of a case, from its expected lengths."""
+    ctx = min(case.mean_context, case.max_model_len or case.mean_context)
+    keys = ctx + (case.B - 1) * max(1, ctx // 32) if case.spread == "one_long" else int(1.3 * ctx) * case.B
+    return keys * case.next_n * case.H * case.D, keys * (case.D + 4) + case.B * case.block_size * (case.D + 4)
+
+
+def decode_design(quick: bool, seed: int = 0, max_cases: int | None = None, max_context: int | None = None):
+    """The sampled decode matrix, a pairwise covering design: every pair of values of two axes in some case,
+    quick with each case within QUICK_DECODE_FMAS (pairs that cannot be are reported: the longest contexts
+    with the largest batches, heads or next_n), otherwise as far as FULL_DECODE_CASES cases allow with
+    caches within FULL_DECODE_BYTES."""
+    from .covering import covering_design
+    axes = dict(DECODE_AXES)
+    if max_context is not None:
+        axes["context"] = tuple(c for c in axes["context"] if not isinstance(c, int) or c <= max_context)
+    if quick:
+        fits = lambda cfg: decode_work(decode_case_of(cfg)[0])[0] <= QUICK_DECODE_FMAS  # noqa: E731
+    else:
+        fits = lambda cfg: decode_work(decode_case_of(cfg)[0])[1] <= FULL_DECODE_BYTES  # noqa: E731
+    return covering_design(axes, strength=2, seed=seed, feasible=fits, repair=_decode_repair,
+                           max_cases=max_cases or (None if quick else FULL_DECODE_CASES))
+
+
+def _errors_array(device):
+    from .runtime import DeviceArray
+    return DeviceArray.from_numpy(np.zeros(1, np.int32), device)
+
+
+def sample_sequences(rng, inp, count: int = DECODE_SAMPLE_SEQS) -> np.ndarray:
+    B = inp.q.shape[0]
+    seqs = {0, B - 1, int(np.argmax(inp.context_lens))}
+    seqs |= set(rng.choice(B, size=min(count, B), replace=False).tolist())
+    return np.array(sorted(seqs))
+
+
+def decode_device_case(rng, device, case: testing.DecodeCase, clean: bool, accumulation: str = "fast",
+                       **tunables) -> Outcome:
+    t0 = time.perf_counter()
+    o = _decode_device_case(rng, device, case, clean, accumulation, **tunables)
+    o.seconds = round(time.perf_counter() - t0, 3)
+    return o
+
+
+def _decode_device_case(rng, device, case, clean, accumulation, **tunables) -> Outcome:
+    from .decode import fp8_paged_mqa_logits
+    from .decode_plan import plan_decode
+    from .ops import target_of
+    from .runtime import DeviceArray
+    name = f"{case.name}_{'clean' if clean else 'raw'}"
+    inp = testing.decode_inputs(rng, case)
+    R, mml = case.B * case.next_n, inp.max_model_len
+    plan = plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, mml, target_of(device),
+                       preshuffle=case.preshuffle, accumulation=accumulation, split_kv=case.split_kv, **tunables)
+    out = DeviceArray.empty((R, mml), np.float32, device).fill(np.nan)
+    errors = _errors_array(device)
+    fp8_paged_mqa_logits(*inp.args(), split_kv=case.split_kv, clean_logits=clean, accumulation=accumulation,
+                         errors=errors, out=out, device=device, **tunables)
+    got = out.numpy()
+    flags = int(errors.numpy()[0])
+    if flags:
+        return Outcome("decode", name, FAIL, f"error flags {flags:#x} on valid inputs", kernel=plan.kernel)
+    valid = reference.decode_valid_mask(inp.context_lens, case.next_n, mml, inp.next_n_lens)
+    msg = mask_gate(got, valid, clean)
+    if msg:
+        return Outcome("decode", name, FAIL, msg, kernel=plan.kernel)
+    if R * mml * case.H * case.D <= SAMPLE_ABOVE:
+        return Outcome.of("decode", name, plan.kernel, gate_decode(got, inp, clean, plan.accumulation))
+    seqs = sample_sequences(rng, inp)
+    rows = (seqs[:, None] * case.next_n + np.arange(case.next_n)[None, :]).reshape(-1)
+    g = gate_decode(got[rows], testing.decode_subset(inp, seqs), clean, plan.accumulation)
+    return Outcome.of("decode", name, plan.kernel, g, f" on {len(seqs)} sampled sequences")
+
+
+def _decode_run(device, inp, clean=True, errors=None, **kw) -> np.ndarray:
+    from .decode import fp8_paged_mqa_logits
+    from .runtime import DeviceArray
+    out = DeviceArray.empty((inp.q.shape[0] * inp.q.shape[1], inp.max_model_len), np.float32, device).fill(np.nan)
+    fp8_paged_mqa_logits(*inp.args(), clean_logits=clean, errors=errors, out=out, device=device, **kw)
+    return out.numpy()
+
+
+def decode_layouts_agree(rng, device, **tunables) -> Outcome:
+    """One cache in both layouts: bitwise identical logits (and both pass the gate)."""
+    from .cache import shuffle_cache
+    case = testing.DecodeCase(3, 2, 32, 128, 64, False, mean_context=3000, ragged=True, live_min=1)
+    name = "layouts_block_flat_vs_preshuffled"
+    flat = testing.decode_inputs(rng, case)
+    shuf = testing.DecodeInputs(flat.q, shuffle_cache(flat.kv_cache, case.D), flat.weights, flat.context_lens,
+                                flat.block_tables, flat.max_model_len, flat.next_n_lens, True)
+    a, b = _decode_run(device, flat, **tunables), _decode_run(device, shuf, **tunables)
+    if not np.array_equal(a.view(np.uint32), b.view(np.uint32)):
+        n = int((a.view(np.uint32) != b.view(np.uint32)).sum())
+        return Outcome("decode", name, FAIL, f"{n} positions differ between the two layouts")
+    g = gate_decode(b, shuf, True, "fp32")
+    return Outcome("decode", name, PASS if g else FAIL, "bitwise identical; " + g.message)
+
+
+def decode_untrusted_values(rng, device, **tunables) -> Outcome:
+    """Device-only values out of range: block ids outside the pool (one past the end, one negative) give
+    -inf on their keys and error bit 0; a negative context length and a next_n_lens above next_n give
+    -inf rows and bit 2; every other position is bitwise what the clean inputs give."""
+    from .decode import ERROR_BLOCK_ID, ERROR_LENGTH
+    from .runtime import DeviceArray
+    case = testing.DecodeCase(4, 2, 16, 64, 16, False, mean_context=200, spread="equal", ragged=True, live_min=1)
+    name = "untrusted_device_values"
+    inp = testing.decode_inputs(rng, case)
+    nb = inp.kv_cache.shape[0]
+    good = _decode_run(device, inp, **tunables)
+    bt = inp.block_tables.copy()
+    bt[1, 2], bt[2, 0] = nb, -5          # read entries naming no block
+    ctx, nl = inp.context_lens.copy(), inp.next_n_lens.copy()
+    ctx[3] = -7                           # sequence 3: negative length
+    nl[0] = case.next_n + 1               # sequence 0: more live rows than next_n
+    dev = lambda a: DeviceArray.from_numpy(a, device)  # noqa: E731  (device values skip the host checks)
+    bad_inp = testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, dev(ctx), dev(bt), inp.max_model_len,
+                                   dev(nl), False)
+    errors = _errors_array(device)
+    got = _decode_run(device, bad_inp, errors=errors, **tunables)
+    flags = int(errors.numpy()[0])
+    want = good.copy()
+    bs, n = case.block_size, case.next_n
+    for b, blk in ((1, 2), (2, 0)):
+        want[b * n:(b + 1) * n, blk * bs:(blk + 1) * bs] = -np.inf
+    want[3 * n:4 * n] = -np.inf
+    want[0:n] = -np.inf
+    if flags != ERROR_BLOCK_ID | ERROR_LENGTH:
+        return Outcome("decode", name, FAIL, f"error flags {flags:#x}, expected {ERROR_BLOCK_ID | ERROR_LENGTH:#x}")
+    diff = want.view(np.uint32) != got.view(np.uint32)
+    if diff.any():
+        r, c = np.argwhere(diff)[0]
+        return Outcome("decode", name, FAIL, f"{int(diff.sum())} positions differ from the expected output, first "
+                                             f"row {r} col {c}: {got[r, c]} (expected {want[r, c]})")
+    return Outcome("decode", name, PASS, f"flags {flags:#x}; out-of-range keys and malformed rows -inf, "
+                                         "nothing else changed")
+
+
+def decode_bitwise_reruns(rng, device, runs: int = 20, **tunables) -> Outcome:
+    """The same large case `runs` times: every output bitwise identical."""
+    case = testing.DecodeCase(16, 4, 64, 128, 64, False, mean_context=16384, ragged=True, key_codes=True)
+    name = f"bitwise_{case.name}"
+    inp = testing.decode_inputs(rng, case)
+    from .runtime import DeviceArray
+    args = [DeviceArray.from_numpy(a, device) if isinstance(a, np.ndarray) else a for a in inp.args()]
+    dev_inp = testing.DecodeInputs(*args)
+    first = None
+    for i in range(runs):
+        got = _decode_run(device, dev_inp, **tunables)
+        if first is None:
+            first = got
+        elif not np.array_equal(first.view(np.uint32), got.view(np.uint32)):
+            n = int((first.view(np.uint32) != got.view(np.uint32)).sum())
+            return Outcome("decode", name, FAIL, f"run {i} differs from run 0 in {n} positions")
+    return Outcome("decode", name, PASS, f"{runs} runs bitwise identical")
+
+
+# Caches past 4 GiB: the batch's blocks sit above these many blocks of a larger pool.
+OFFSET_CASES = ((1, 1 << 25), (64, 1 << 19))
+
+
+def decode_offset_case(rng, device, block_size: int, base: int, **tunables) -> Outcome:
+    """A batch whose blocks sit at the top of a pool of base + its own blocks (64-bit offsets), against the
+    reference on the batch's own small pool. Not applicable without the device memory."""
+    from .runtime import DeviceArray
+    case = testing.DecodeCase(2, 2, 64, 128, block_size, False, mean_context=2000, ragged=True, live_min=1)
+    name = f"offset_bs{block_size}_above_{base}_blocks"
+    inp = testing.decode_inputs(rng, case)
+    nb = inp.kv_cache.shape[0]
+    need = (base + nb) * inp.kv_cache[0].nbytes
+    if getattr(device, "backend", "") == "emu" or need + (1 << 30) > getattr(device, "total_memory", 0):
+        return Outcome("decode", name, NA, f"needs {need / 2**30:.1f} GiB of device memory (and a GPU)")
+    pool = DeviceArray.empty((base + nb,) + inp.kv_cache.shape[1:], np.uint8, device)
+    pool[base:].copy_from(inp.kv_cache)
+    bt = inp.block_tables.astype(np.int64)
+    top = testing.DecodeInputs(inp.q, pool, inp.weights, inp.context_lens,
+                               np.where(bt < nb, bt + base, bt).astype(np.int32), inp.max_model_len,
+                               inp.next_n_lens, False)
+    got = _decode_run(device, top, **tunables)
+    del pool
+    g = gate_decode(got, inp, True, "fp32")
+    return Outcome("decode", name, PASS if g else FAIL, f"pool {need / 2**30:.1f} GiB; " + g.message)

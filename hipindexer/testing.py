@@ -110,14 +110,22 @@ class DecodeCase:
     max_model_len: int | None = None  # None: the longest context (rounded up to a block)
     zero_contexts: int = 0        # sequences forced to context 0 (graph-capture padding)
     vllm_view: bool = False       # hand the cache over as [nb, bs, 1, D + 4]
+    spread: str = "pm30"          # context lengths: one of SPREADS
+    live_min: int = 0             # ragged: next_n_lens drawn in live_min..next_n
+    zero_live: int = 0            # sequences forced to next_n_lens 0 (needs ragged)
+    key_codes: bool = False       # keys as random fp8 codes written straight into the pool (fast for long contexts)
+    split_kv: int | None = None   # the op's split_kv for this case (None: the planner's)
 
     @property
     def name(self) -> str:
         return (f"B{self.B}_n{self.next_n}_H{self.H}_D{self.D}_bs{self.block_size}"
                 f"{'_shuf' if self.preshuffle else ''}_ctx{self.mean_context}"
-                f"{'_ragged' if self.ragged else ''}"
+                f"{'' if self.spread == 'pm30' else '_' + self.spread}"
+                f"{'_ragged' if self.ragged else ''}{f'{self.live_min}' if self.live_min else ''}"
+                f"{f'_dead{self.zero_live}' if self.zero_live else ''}"
                 f"{f'_mml{self.max_model_len}' if self.max_model_len else ''}"
-                f"{f'_z{self.zero_contexts}' if self.zero_contexts else ''}")
+                f"{f'_z{self.zero_contexts}' if self.zero_contexts else ''}"
+                f"{f'_split{self.split_kv}' if self.split_kv else ''}")
 
 
 @dataclass
@@ -138,27 +146,59 @@ class DecodeInputs:
                 self.max_model_len, self.next_n_lens, self.preshuffle)
 
 
-def context_lengths(rng: np.random.Generator, B: int, mean: int) -> np.ndarray:
-    """Context lengths drawn uniformly within +-30% of a mean."""
+SPREADS = ("pm30", "equal", "one_long")
+
+
+def context_lengths(rng: np.random.Generator, B: int, mean: int, spread: str = "pm30") -> np.ndarray:
+    """Context lengths: drawn uniformly within +-30% of a mean (pm30), all equal to it (equal), or one
+    sequence at the mean and the rest at mean // 32 (one_long, as a batch with one long request)."""
+    if spread == "equal":
+        return np.full(B, mean, np.int32)
+    if spread == "one_long":
+        ctx = np.full(B, max(1, mean // 32), np.int32)
+        ctx[rng.integers(B)] = mean
+        return ctx
+    if spread != "pm30":
+        raise ValueError(f"spread: expected one of {SPREADS}, got {spread!r}")
     lo, hi = int(round(0.7 * mean)), int(round(1.3 * mean))
     return rng.integers(lo, hi + 1, size=B).astype(np.int32)
 
 
+KEY_CODE_MASK = 0xBF  # fp8 codes with exponent field <= 7: |x| < 2, never a NaN code
+
+
+def _code_cache(rng: np.random.Generator, num_blocks: int, block_size: int, D: int) -> np.ndarray:
+    """A pool of random keys (fp8 codes, |x| < 2) and scales in [2^-9, 2^-5), straight into the cache bytes."""
+    cache = np.empty((num_blocks, block_size * (D + SCALE_BYTES)), np.uint8)
+    cache[:, :block_size * D] = rng.integers(0, 256, size=(num_blocks, block_size * D), dtype=np.uint8)
+    cache[:, :block_size * D] &= KEY_CODE_MASK
+    scales = np.exp2(rng.uniform(-9, -5, size=(num_blocks, block_size))).astype(np.float32)
+    cache[:, block_size * D:] = scales.view(np.uint8).reshape(num_blocks, -1)
+    return cache.reshape(num_blocks, block_size, D + SCALE_BYTES)
+
+
 def decode_inputs(rng: np.random.Generator, case: DecodeCase) -> DecodeInputs:
+    """Inputs of a decode case. With key_codes the per-sequence keys/scales lists stay empty (the cache
+    holds random codes; read them back with cache.gather_keys)."""
     c = case
-    ctx = context_lengths(rng, c.B, c.mean_context)
+    ctx = context_lengths(rng, c.B, c.mean_context, c.spread)
     if c.zero_contexts:
         ctx[rng.choice(c.B, size=min(c.zero_contexts, c.B), replace=False)] = 0
     mml = c.max_model_len or max(1, int(ctx.max(initial=1)))
-    nn = rng.integers(0, c.next_n + 1, size=c.B).astype(np.int32) if c.ragged else None
+    nn = rng.integers(c.live_min, c.next_n + 1, size=c.B).astype(np.int32) if c.ragged else None
+    if nn is not None and c.zero_live:
+        nn[rng.choice(c.B, size=min(c.zero_live, c.B), replace=False)] = 0
     # One spare column, so even the longest sequence has a sentinel to over-read.
     width = int(-(-min(int(ctx.max(initial=0)), mml) // c.block_size)) + 1
     tables, num_blocks = make_block_tables(ctx, c.block_size, rng, max_model_len=mml, max_blocks=width)
-    # Token slots past a sequence's end hold random non-NaN codes: read but never used.
-    cache = random_fp8(rng, (max(num_blocks, 1), c.block_size, c.D + SCALE_BYTES)).view(np.uint8)
-    cache = np.ascontiguousarray(cache)
     keys, scales = [], []
-    for b in range(c.B):
+    if c.key_codes:
+        cache = _code_cache(rng, max(num_blocks, 1), c.block_size, c.D)  # random in either layout
+    else:
+        # Token slots past a sequence's end hold random non-NaN codes: read but never used.
+        cache = random_fp8(rng, (max(num_blocks, 1), c.block_size, c.D + SCALE_BYTES)).view(np.uint8)
+        cache = np.ascontiguousarray(cache)
+    for b in range(0 if c.key_codes else c.B):
         L = int(min(ctx[b], mml))
         k, s = quantize_keys(rng.standard_normal((L, c.D), dtype=np.float32) * 3)
         n = np.arange(L)
@@ -171,6 +211,18 @@ def decode_inputs(rng: np.random.Generator, case: DecodeCase) -> DecodeInputs:
     q = random_fp8(rng, (c.B, c.next_n, c.H, c.D))
     w = rng.standard_normal((c.B * c.next_n, c.H), dtype=np.float32)
     return DecodeInputs(q, cache, w, ctx, tables, mml, nn, c.preshuffle, keys, scales)
+
+
+def decode_subset(inp: DecodeInputs, seqs) -> DecodeInputs:
+    """The same cache with only sequences `seqs` of the batch (their rows of q and weights, in order)."""
+    seqs = np.asarray(seqs)
+    next_n = inp.q.shape[1]
+    rows = (seqs[:, None] * next_n + np.arange(next_n)[None, :]).reshape(-1)
+    pick = lambda lst: [lst[b] for b in seqs] if lst else []  # noqa: E731
+    return DecodeInputs(inp.q[seqs], inp.kv_cache, inp.weights[rows], inp.context_lens[seqs],
+                        inp.block_tables[seqs], inp.max_model_len,
+                        None if inp.next_n_lens is None else inp.next_n_lens[seqs], inp.preshuffle,
+                        pick(inp.keys), pick(inp.scales))
 
 
 def naive_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
