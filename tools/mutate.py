@@ -5,6 +5,7 @@
     python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
     python tools/mutate.py --suite cuda --set sm90a_fold                 # its H = 64 fold build's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
+    python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into its own output folder, and the
@@ -102,6 +103,30 @@ PLANTS = {
         Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "inside ? (x + y) * st[t] :",
               "inside ? (x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f) :"),
     ],
+    # The generic paged decode kernel and the decode index math (both targets): run with --set decode.
+    "decode": [
+        Plant("next_n_blind_bound", "common/decode_work.h",
+              "hx_decode_valid_cols(s.ctx, s.live, j, max_model_len)", "hx_decode_valid_cols(s.ctx, 1, 0, max_model_len)"),
+        Plant("batch_blind_row", "generic/paged_mqa_logits.hip",
+              "const hx_i64 r = (hx_i64)b * p.next_n + j;", "const hx_i64 r = j;"),
+        Plant("split_boundary_one_block_late", "common/decode_work.h",
+              "r.lo = (hx_i32)((a + s.live - 1) / s.live);",
+              "r.lo = (hx_i32)((a + s.live - 1) / s.live) + (a > 0 && a < (hx_i64)s.blocks * s.live);"),
+        Plant("block_table_column_off_by_one", "generic/paged_mqa_logits.hip",
+              "const hx_i32 col = first + t;", "const hx_i32 col = first + t + 1;"),
+        Plant("preshuffle_16_and_D_swapped", "common/paged_cache.h",
+              "(d / 16) * 256 + (t % 16) * 16 + d % 16", "(d / 16) * 16 + (t % 16) * D + d % 16"),
+        Plant("scale_of_the_next_token", "common/paged_cache.h",
+              "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
+              "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
+        Plant("dead_ragged_row_computed", "common/decode_work.h",
+              "j < s.live ? hx_decode_valid_cols(s.ctx, s.live, j, max_model_len) : 0",
+              "hx_decode_valid_cols(s.ctx, s.live, j, max_model_len)"),
+        Plant("out_of_range_block_clamped", "generic/paged_mqa_logits.hip",
+              "s.block[t] = ok ? (hx_i64)id * hx_block_bytes(p.block_size, p.D) : -1;",
+              "s.block[t] = (hx_i64)(id < 0 ? 0 : (id >= p.num_blocks ? p.num_blocks - 1 : id)) * "
+              "hx_block_bytes(p.block_size, p.D);"),
+    ],
 }
 PLANTS["sm90a_fold"] += PLANTS["sm90a"]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
@@ -115,6 +140,8 @@ SET_CMDS = {
              "--kernel mqa_logits_wgmma",
     "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
                   "--kernel mqa_logits_wgmma_fold",
+    # the quick pairwise decode sample plus the layout and untrusted-value checks
+    "decode": "check decode --quick --reruns 0 --kernel paged_mqa_logits_generic",
 }
 
 SUITES = {
