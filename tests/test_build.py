@@ -97,6 +97,7 @@ def test_occupancy_formula_matches_gfx950_doc():
     assert build.gfx950_occupancy(68, 0, 0, 256) == 7
     assert build.gfx950_occupancy(5, 0, 0, 256) == 8
     assert build.gfx950_occupancy(5, 0, 65536, 256) == 2  # 2 workgroups of 4 waves per CU over 4 SIMDs
+    assert build.gfx950_occupancy(94, 0, 30272, 128) == 3  # 5 workgroups of 2 waves: 10 waves, 3 on some SIMDs
 
 
 def test_second_build_is_incremental(built):

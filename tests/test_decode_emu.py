@@ -1,0 +1,33 @@
+"""The decode op through the emulated MI355X: the op's behaviour (tests/emu/decode_cases.py) and the quick
+sampled sweep (`hipindexer check decode --device emu:gfx950 --quick`)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "emu"))
+import emu_harness as H  # noqa: E402
+
+pytestmark = pytest.mark.toolchain
+
+
+def test_decode_op_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/decode_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert " passed" in p.stdout
+
+
+def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
+    p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "decode", "--device", "emu:gfx950",
+                        "--quick", "--json"], cwd=ROOT, env=H.child_env(emu_kernels), capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    summary = doc["summary"]["decode"]
+    assert summary["failed"] == 0 and summary["run"] >= 40, summary
+    names = {c["case"] for c in doc["cases"]}
+    assert {"layouts_block_flat_vs_preshuffled", "untrusted_device_values"} <= names
+    assert "sample: " in p.stderr and "covering" in p.stderr  # the design is printed
