@@ -48,8 +48,8 @@ struct hx_decode_smem {
   hx_u32x4* k;      // [KT][krow16] staged key rows
   hx_f32x4* q;      // [PASS][D / 4] the pass's queries
   float* w;         // [PASS] their head weights (0 past the pass's last pair)
-  float* scale;     // [KT] the tile's scales; < 0 marks a key whose block id is out of range
-  hx_i64* block;    // [KT] byte offsets of the tile's blocks; -1: out of range
+  float* scale;     // [KT] the tile's scales
+  hx_i64* block;    // [KT] byte offsets of the tile's blocks; -1: out of range (their keys are -inf)
   hx_i64* scan;     // [2 * HX_BLOCK] work / fill prefixes of a chunk of sequences
 };
 
@@ -112,7 +112,7 @@ HX_INLINE HX_DEV void hx_stage_tile(const DecodeParams& p, const hx_decode_tilin
     const hx_i32 n = c0 + t;
     const hx_i64 base = s.block[n / p.block_size - first];
     s.scale[t] = base >= 0 ? *(const float*)(p.kv_cache + base + hx_scale_offset(p.block_size, p.D, n % p.block_size))
-                           : -1.f;
+                           : 0.f;
   }
   hx_barrier();
 }
@@ -176,6 +176,7 @@ HX_INLINE HX_DEV void hx_compute_blocks(const DecodeParams& p, const hx_decode_t
   for (hx_i32 c0 = blocks.lo * p.block_size; c0 < cend; c0 += g.tile) {
     const hx_i32 c1 = hx_min_i32(cend, c0 + g.tile);
     const hx_i32 nk = hx_max_i32(0, hx_min_i32(c1, seq.keys) - c0);
+    const hx_i32 first = c0 / p.block_size;  // the tile's first block: s.block[0]
     if (nk > 0) hx_stage_tile(p, g, s, b, c0, nk);
     const hx_i32 n = c0 + t;
     const bool mine = n < c1;
@@ -189,8 +190,11 @@ HX_INLINE HX_DEV void hx_compute_blocks(const DecodeParams& p, const hx_decode_t
       }
       const float logit = hx_row_logit(p, g, s, r, t < nk);
       if (!mine) continue;
-      if (n < bound) *dst = s.scale[t] < 0.f ? neg_inf : logit * s.scale[t];  // scale >= 0: relu commutes
-      else if (p.clean) *dst = neg_inf;
+      if (n < bound) {  // a key of a block whose id is out of range is -inf; scale >= 0 commutes with relu
+        *dst = s.block[n / p.block_size - first] < 0 ? neg_inf : logit * s.scale[t];
+      } else if (p.clean) {
+        *dst = neg_inf;
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
-"""The decode op on the emulated MI355X (run by tests/test_decode_emu.py in a child pytest with
--p emu_session, whose HIP is the emulator)."""
+"""The decode op on a device: the emulated MI355X (tests/test_decode_emu.py runs this file in a child pytest
+with -p emu_session, whose HIP is the emulator), or the first GPU (`python -m pytest tests/emu/decode_cases.py`
+on a GPU machine, as tools/h200_decode.sh does)."""
 import numpy as np
 import pytest
 
@@ -8,7 +9,7 @@ from hipindexer.decode import ERROR_BLOCK_ID, ERROR_LENGTH
 from hipindexer.gate import gate_decode
 from hipindexer.runtime import Device, DeviceArray
 
-DEV = Device("emu:gfx950")
+DEV = Device()  # the emulated MI355X under -p emu_session; a GPU run straight through pytest
 NAN_BITS = np.float32(np.nan).view(np.uint32)
 
 

@@ -1,0 +1,117 @@
+"""The decode op on a real GPU: a captured graph replayed with new lengths, live rows and block tables
+written into the same device arrays, and caches past 4 GiB. Skips without a GPU (or its memory)."""
+import numpy as np
+import pytest
+
+from hipindexer import fp8_paged_mqa_logits, sweep, testing
+from hipindexer.gate import gate_decode
+from hipindexer.runtime import DeviceArray, Stream
+
+pytestmark = pytest.mark.gpu
+# key_codes: every token slot of the pool holds a key and a scale, read by whichever table names it.
+CASE = testing.DecodeCase(8, 4, 64, 128, 64, False, mean_context=3000, spread="equal", ragged=True, live_min=1,
+                          key_codes=True)
+
+
+def _steps(device):
+    """Step 1's inputs on the device, and step 2's: new context lengths (one padding sequence), next_n_lens
+    and block tables over the same pool, new queries and weights, all the same shapes."""
+    rng = np.random.default_rng(0)
+    one = testing.decode_inputs(rng, CASE)
+    nb, width = one.kv_cache.shape[0], one.block_tables.shape[1]
+    ctx = rng.integers(1, CASE.mean_context + 1, size=CASE.B).astype(np.int32)
+    ctx[3] = 0
+    nl = rng.integers(0, CASE.next_n + 1, size=CASE.B).astype(np.int32)
+    bt = np.full((CASE.B, width), np.iinfo(np.int32).max, np.int32)
+    pool = rng.permutation(nb).astype(np.int32)
+    for b, c in enumerate(ctx):
+        need = -(-int(c) // CASE.block_size)
+        bt[b, :need], pool = pool[:need], pool[need:]
+    two = testing.DecodeInputs(testing.random_fp8(rng, one.q.shape), one.kv_cache,
+                               rng.standard_normal(one.weights.shape, dtype=np.float32), ctx, bt,
+                               one.max_model_len, nl, False)
+    dev = [DeviceArray.from_numpy(a, device) if isinstance(a, np.ndarray) else a for a in one.args()]
+    return one, two, testing.DecodeInputs(*dev)
+
+
+def _write_step(on_device, inp):
+    for name in ("q", "weights", "context_lens", "block_tables", "next_n_lens"):
+        getattr(on_device, name).copy_from(getattr(inp, name))
+
+
+def _check(out, inp):
+    g = gate_decode(out.numpy(), inp, True, "fp32")
+    assert g, g.message
+
+
+def test_a_torch_cuda_graph_replays_with_new_lengths_and_tables(gpu_device):
+    torch = pytest.importorskip("torch")
+    if gpu_device.backend != "cuda" or not torch.cuda.is_available():
+        pytest.skip("torch CUDA graphs need a CUDA device")
+    one, two, d = _steps(gpu_device)
+    out = DeviceArray.empty((CASE.B * CASE.next_n, one.max_model_len), np.float32, gpu_device)
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), gpu_device)
+    s = torch.cuda.Stream()
+    ours = Stream(gpu_device, external=s.cuda_stream)
+    gpu_device.synchronize()
+    fp8_paged_mqa_logits(*d.args(), errors=errors, out=out, stream=ours)  # loads the kernel before capture
+    ours.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        fp8_paged_mqa_logits(*d.args(), errors=errors, out=out, stream=ours)
+    _write_step(d, two)
+    gpu_device.synchronize()
+    out.fill(np.nan)
+    gpu_device.synchronize()
+    g.replay()
+    torch.cuda.synchronize()
+    _check(out, two)
+    _write_step(d, one)
+    gpu_device.synchronize()
+    g.replay()
+    torch.cuda.synchronize()
+    _check(out, one)
+    assert int(errors.numpy()[0]) == 0
+
+
+def test_a_driver_graph_replays_with_new_lengths_and_tables(gpu_device):
+    if gpu_device.backend != "cuda":
+        pytest.skip("the driver graph API is exercised on CUDA")
+    from cuda.bindings import driver as cu
+    one, two, d = _steps(gpu_device)
+    out = DeviceArray.empty((CASE.B * CASE.next_n, one.max_model_len), np.float32, gpu_device)
+    s = Stream(gpu_device)
+    gpu_device.synchronize()
+    fp8_paged_mqa_logits(*d.args(), out=out, stream=s)
+    s.synchronize()
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    assert int(cu.cuStreamBeginCapture(s.handle, mode)[0]) == 0
+    fp8_paged_mqa_logits(*d.args(), out=out, stream=s)
+    err, graph = cu.cuStreamEndCapture(s.handle)
+    assert int(err) == 0
+    err, gexec = cu.cuGraphInstantiate(graph, 0)
+    assert int(err) == 0
+    try:
+        for step in (two, one):
+            _write_step(d, step)
+            out.fill(np.nan)
+            gpu_device.synchronize()
+            assert int(cu.cuGraphLaunch(gexec, s.handle)[0]) == 0
+            s.synchronize()
+            _check(out, step)
+    finally:
+        cu.cuGraphExecDestroy(gexec)
+        cu.cuGraphDestroy(graph)
+
+
+@pytest.mark.parametrize("block_size,base", sweep.OFFSET_CASES, ids=lambda v: str(v))
+def test_a_cache_past_4_gib_is_addressed_in_64_bits(gpu_device, block_size, base):
+    o = sweep.decode_offset_case(np.random.default_rng(1), gpu_device, block_size, base)
+    if o.status == sweep.NA:
+        pytest.skip(o.message)
+    assert o.status == sweep.PASS, o.message
+
+
+def test_device_values_out_of_range_are_never_read_through(gpu_device):
+    o = sweep.decode_untrusted_values(np.random.default_rng(2), gpu_device)
+    assert o.status == sweep.PASS, o.message
