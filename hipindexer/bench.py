@@ -64,6 +64,62 @@ def copy_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
     return 2 * n16 * 16 / (us * 1e-6)
 
 
+def read_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
+    """Our read-only streaming kernel's bytes read per second: the read ceiling of a memory-bound kernel."""
+    n16 = nbytes // 16
+    src = DeviceArray.empty((n16 * 16,), np.uint8, device).fill(1)
+    kern = get_kernel("stream_read_u32x4", device=device)
+    grid = device.num_cus * 8
+    out = DeviceArray.empty((grid,), np.uint32, device)
+
+    def run(_):
+        kern.launch(grid, stream=device.default_stream, src=src, out=out, n16=n16)
+    us = statistics.median(time_device(device, run, calls=5, repeats=repeats))
+    return n16 * 16 / (us * 1e-6)
+
+
+def time_graph(device, fn, calls: int, repeats: int) -> list[float] | None:
+    """Per-call device microseconds of `calls` calls fn(i, stream) captured once into a CUDA graph and
+    replayed `repeats` times (events around each replay); None where graphs are not available here
+    (not CUDA, or no cuda-bindings)."""
+    if device.backend != "cuda":
+        return None
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:
+        return None
+    from .runtime import Stream
+    s = Stream(device)
+    fn(0, s)  # loads everything a launch needs before the capture
+    s.synchronize()
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    if int(cu.cuStreamBeginCapture(s.handle, mode)[0]):
+        return None
+    for i in range(calls):
+        fn(i, s)
+    err, graph = cu.cuStreamEndCapture(s.handle)
+    if int(err):
+        return None
+    err, gexec = cu.cuGraphInstantiate(graph, 0)
+    if int(err):
+        cu.cuGraphDestroy(graph)
+        return None
+    try:
+        start, end = Event(device), Event(device)
+        cu.cuGraphLaunch(gexec, s.handle)  # warm-up
+        times = []
+        for _ in range(repeats):
+            start.record(s)
+            cu.cuGraphLaunch(gexec, s.handle)
+            end.record(s)
+            end.synchronize()
+            times.append(start.elapsed_ms(end) * 1e3 / calls)
+        return times
+    finally:
+        cu.cuGraphExecDestroy(gexec)
+        cu.cuGraphDestroy(graph)
+
+
 PEAK_KERNELS = {"sm_90a": ("wgmma_peak", 2 * 64 * 256 * 32 * 4 * 3)}  # FLOP per loop iteration of one block
 
 

@@ -331,5 +331,58 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
                        "of copy", "host us/call"]))
 
 
+@bench.command("decode")
+@click.option("--device", "device_spec", default=None)
+@click.option("--rows", default=None,
+              help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the issue's eight rows; tiny "
+                   "ones on the emulator)")
+@click.option("--heads", default="64,32", show_default=True)
+@click.option("--next-n", "next_ns", default="1,2,4,6,8,ragged", show_default=True,
+              help="next_n values; ragged = next_n 8 with half the rows live")
+@click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
+@click.option("--repeats", default=10, show_default=True)
+@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--json", "as_json", is_flag=True)
+def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, as_json) -> None:
+    """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
+    from .bench import copy_bandwidth, read_bandwidth
+    from .bench_decode import DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
+    dev = _device_or_exit(device_spec)
+    emulated = dev.backend == "emu"
+    if rows:
+        shapes = [(r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in rows.split(",")]
+    else:
+        shapes = EMULATOR_ROWS if emulated else DECODE_BENCH_ROWS
+    cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
+    ceiling_bytes = (16 << 20) if emulated else (2 << 30)
+    _progress(f"device {dev!r}: measuring the copy and read ceilings")
+    copy_bw, read_bw = copy_bandwidth(dev, ceiling_bytes), read_bandwidth(dev, ceiling_bytes)
+    results = []
+    for spread, B, ctx in shapes:
+        results += bench_decode_shape(dev, spread, B, ctx, tuple(int(h) for h in heads.split(",")),
+                                      tuple(next_ns.split(",")), cleans, repeats, _progress,
+                                      **({"kernel": kernel} if kernel else {}))
+    for r in results:
+        moved = r["key_bytes"] + r["logits_bytes"]
+        r["of_read"] = moved / (r["us"] * 1e-6) / read_bw
+        r["of_copy"] = moved / (r["us"] * 1e-6) / copy_bw
+    note = "emulated: these times are not speeds (the emulator runs the gfx950 sources on the CPU)" if emulated else None
+    if as_json:
+        click.echo(json.dumps({"device": repr(dev), "copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9,
+                               "note": note, "cases": results}, indent=1))
+        return
+    if note:
+        click.echo(note)
+    click.echo(f"copy ceiling (read + write): {copy_bw / 1e9:.0f} GB/s; read ceiling (read only): "
+               f"{read_bw / 1e9:.0f} GB/s")
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    click.echo(_table([[r["spread"], r["B"], r["ctx"], r["H"], r["next_n"], r["clean"], r["kernel"], r["split_kv"],
+                        f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", f"{r['GBps']:.0f}",
+                        f"{r['logits_bytes'] / 1e6:.1f}", pct(r["of_read"]), f"{r['tflops']:.2f}",
+                        f"{r['host_us']:.1f}"] for r in results],
+                      ["spread", "B", "ctx", "H", "next_n", "clean", "kernel", "split", "median us", "graph us",
+                       "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"]))
+
+
 if __name__ == "__main__":
     main()

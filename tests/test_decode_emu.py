@@ -31,3 +31,16 @@ def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
     names = {c["case"] for c in doc["cases"]}
     assert {"layouts_block_flat_vs_preshuffled", "untrusted_device_values"} <= names
     assert "sample: " in p.stderr and "covering" in p.stderr  # the design is printed
+
+
+def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu_kernels):
+    p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "bench", "decode", "--device", "emu:gfx950",
+                        "--rows", "equal:1x256,one_long:3x512", "--heads", "16", "--next-n", "2,ragged",
+                        "--clean", "both", "--repeats", "1", "--json"], cwd=ROOT, env=H.child_env(emu_kernels),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert "not speeds" in doc["note"] and doc["read_GBps"] > 0 and doc["copy_GBps"] > 0
+    assert len(doc["cases"]) == 2 * 2 * 2
+    r = doc["cases"][0]
+    assert r["key_bytes"] == 256 * 132 and r["kernel"] == "paged_mqa_logits_generic" and r["host_us"] > 0

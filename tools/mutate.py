@@ -8,7 +8,8 @@
     python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
-carry no plant hooks); the copy is built into its own output folder, and the
+carry no plant hooks); the copy is built into a copy of the clean build (so only
+what the plant touches is compiled again), and the
 suite (`hipindexer check prefill --quick` by default) runs against it through
 $HIPINDEXER_KERNELS (and $HX_EMU_ROOT for the emulator).  A plant is caught when
 the suite fails or crashes; an unmodified build must pass first.
@@ -198,19 +199,26 @@ def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
     spec = SUITES[suite]
     results = []
     with tempfile.TemporaryDirectory(prefix="hx-mutate-") as tmp:
+        # Every plant is built at the same source path, into a copy of the clean build: only the kernels
+        # whose sources the plant touches are compiled again.
+        src, clean, work = Path(tmp) / "src", Path(tmp) / "clean", Path(tmp) / "work"
         for plant in [None] + chosen:
             name = plant.name if plant else "(none: the suite must pass)"
-            d = Path(tmp) / (plant.name if plant else "clean")
-            shutil.copytree(ROOT / "hsaco_src", d / "src")
+            shutil.rmtree(src, ignore_errors=True)
+            shutil.copytree(ROOT / "hsaco_src", src)
+            out = clean
             if plant:
-                apply(d / "src", plant)
+                apply(src, plant)
+                out = Path(tmp) / "planted"
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.copytree(clean, out, symlinks=True)
             t0 = time.time()
-            b = build(d / "src", d / "kernels", d / "work", spec["targets"])
+            b = build(src, out, work, spec["targets"])
             if b.returncode != 0:
                 results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
                                 (b.stderr.strip().splitlines() or ["?"])[-1]})
             else:
-                ok, how = run_suite(d / "kernels", spec, cmd.split(), timeout)
+                ok, how = run_suite(out, spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
             click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)

@@ -1,0 +1,100 @@
+"""The decode benchmark (`hipindexer bench decode`), by the method of DESIGN.md section 4.
+
+Pinned: D = 128, block_size 64, block-flat on NVIDIA and preshuffled on gfx950, max_model_len = the
+longest context, every sequence at the stated context unless the row says otherwise (pm30: +-30%;
+one_long: one at the context, the rest at context / 32). The cache, the queries, the weights and the
+outputs are rotated over enough sets to cover 3x the L2; device time is the median of back-to-back calls
+between events and, for short calls on CUDA, of a captured graph's replays; host microseconds per call
+are measured with every input already on the device.
+
+Bytes: GB/s counts each sequence's key + scale bytes once (min(context, max_model_len) * (D + 4)); the
+logits written are reported beside (the whole output when clean_logits, the valid positions otherwise),
+and the fraction of the read ceiling counts both. TFLOP/s counts 2 * H * D per valid (row, key) pair.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from . import testing
+from .bench import L2_BYTES, host_us_per_call, time_device, time_graph
+from .decode import fp8_paged_mqa_logits
+from .decode_plan import plan_decode
+from .ops import target_of
+from .reference import decode_bounds
+from .runtime import DeviceArray
+
+D, BLOCK_SIZE = 128, 64
+DECODE_BENCH_ROWS = (("equal", 64, 131072), ("equal", 64, 32768), ("equal", 16, 131072), ("equal", 16, 32768),
+                     ("equal", 1, 131072), ("equal", 4, 8192), ("pm30", 64, 32768), ("one_long", 16, 131072))
+EMULATOR_ROWS = (("equal", 2, 512), ("one_long", 4, 2048))  # emulated times are not speeds: sizes only exercise it
+NEXT_N = ("1", "2", "4", "6", "8", "ragged")
+RAGGED_LIVE = (1, 7, 3, 5, 2, 6, 4, 4)   # ragged: next_n 8, half the rows live on average
+GRAPH_BELOW_US = 200.0                     # calls shorter than this are timed by graph replay as well
+
+
+def live_lens(next_n: str, B: int) -> tuple[int, np.ndarray | None]:
+    if next_n == "ragged":
+        return 8, (np.full(B, 4, np.int32) if B == 1 else np.resize(np.array(RAGGED_LIVE, np.int32), B))
+    return int(next_n), None
+
+
+def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), next_ns=NEXT_N, cleans=(True,),
+                       repeats: int = 10, progress=lambda msg: None, **tunables) -> list[dict]:
+    """Every (H, next_n, clean) row of one (spread, B, context): the cache is built and uploaded once."""
+    rng = np.random.default_rng(0)
+    preshuffle = device.arch == "gfx950"
+    base = testing.decode_inputs(rng, testing.DecodeCase(B, 8, 64, D, BLOCK_SIZE, preshuffle, mean_context=ctx,
+                                                         spread=spread, key_codes=True))
+    mml = base.max_model_len
+    key_bytes = int(np.minimum(base.context_lens, mml).astype(np.int64).sum()) * (D + 4)
+    out_bytes = B * 8 * mml * 4
+    sets = max(1, -(-3 * L2_BYTES.get(device.arch, 64 << 20) // (base.kv_cache.nbytes + out_bytes)))
+    caches = [DeviceArray.from_numpy(base.kv_cache, device) for _ in range(sets)]
+    outs = [DeviceArray.empty((B * 8, mml), np.float32, device) for _ in range(sets)]
+    ctx_d = DeviceArray.from_numpy(base.context_lens, device)
+    bt_d = DeviceArray.from_numpy(base.block_tables, device)
+    rows = []
+    for H in heads:
+        for label in next_ns:
+            next_n, nl = live_lens(label, B)
+            nl_d = None if nl is None else DeviceArray.from_numpy(nl, device)
+            qs = [DeviceArray.from_numpy(testing.random_fp8(rng, (B, next_n, H, D)), device) for _ in range(sets)]
+            ws = [DeviceArray.from_numpy(rng.standard_normal((B * next_n, H), dtype=np.float32), device)
+                  for _ in range(sets)]
+            bound = decode_bounds(base.context_lens, next_n, mml, nl)
+            pairs = int(bound.sum())
+            plan = plan_decode(B, next_n, H, D, BLOCK_SIZE, mml, target_of(device), preshuffle=preshuffle,
+                               **tunables)
+            for clean in cleans:
+                progress(f"{spread} B={B} ctx={ctx} H={H} next_n={label} clean={clean}")
+
+                def call(i, stream=None, clean=clean, qs=qs, ws=ws, nl_d=nl_d, next_n=next_n):
+                    j = i % sets
+                    fp8_paged_mqa_logits(qs[j], caches[j], ws[j], ctx_d, bt_d, mml, nl_d, preshuffle,
+                                         clean_logits=clean, out=outs[j][:B * next_n], stream=stream,
+                                         device=device, **tunables)
+                call(0)
+                device.synchronize()
+                t0 = time.perf_counter()
+                call(1)
+                device.synchronize()
+                once = max(time.perf_counter() - t0, 1e-6)
+                calls = max(1, min(50, int(0.05 / once)))
+                times = time_device(device, call, calls=calls, repeats=repeats)
+                us = statistics.median(times)
+                graph = time_graph(device, call, calls, repeats) if us < GRAPH_BELOW_US else None
+                logits_bytes = 4 * (B * next_n * mml if clean else pairs)
+                rows.append({
+                    "op": "decode", "spread": spread, "B": B, "ctx": ctx, "max_model_len": mml, "H": H, "D": D,
+                    "block_size": BLOCK_SIZE, "preshuffle": preshuffle, "next_n": label, "clean": clean,
+                    "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
+                    "us": us, "us_min": min(times), "us_graph": statistics.median(graph) if graph else None,
+                    "key_bytes": key_bytes, "logits_bytes": logits_bytes,
+                    "GBps": key_bytes / (us * 1e-6) / 1e9,
+                    "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,
+                    "host_us": host_us_per_call(device, call, calls=max(5, min(50, int(0.5 / once)))),
+                    "sets": sets})
+    return rows
