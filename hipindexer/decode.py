@@ -27,6 +27,8 @@ INT32_MAX = (1 << 31) - 1
 
 def _host_or_device(name: str, x, device, stream, fp8: bool = False):
     """numpy stays on the host until the checks pass; device arrays are imported (zero-copy) now."""
+    if type(x) is DeviceArray and x.device is device:  # the hot path: nothing to convert
+        return x.view(FP8) if fp8 and x.dtype == U8 else x
     if isinstance(x, np.ndarray) or np.isscalar(x) or isinstance(x, (list, tuple)):
         a = np.asarray(x)
         return a.view(FP8) if fp8 and a.dtype == U8 else a
@@ -64,6 +66,36 @@ def _errors(errors, device, stream) -> DeviceArray | None:
     return e
 
 
+_CHECKED: dict = {}   # shapes, dtypes and options -> (DecodeShape, DecodePlan): what is fixed across steps
+_CHECKED_MAX = 1024
+
+
+def _checked(dev, qa, ca, wa, cl, bt, nl, max_model_len, preshuffle, split_kv, accumulation, kernel):
+    """decode_shape and plan_decode, remembered for each combination of shapes and options already seen
+    (a serving loop calls the op with the same shapes every step)."""
+    key = (dev, qa.shape, qa.dtype, ca.shape, ca.dtype, wa.shape, wa.dtype, cl.shape, cl.dtype, bt.shape, bt.dtype,
+           None if nl is None else (nl.shape, nl.dtype), max_model_len, bool(preshuffle), split_kv, accumulation,
+           kernel)
+    try:
+        hit = _CHECKED.get(key)
+    except TypeError:  # an unhashable option: checked below, never remembered
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    s = decode_shape(qa, ca, wa, cl, bt, max_model_len, nl, preshuffle, split_kv)
+    if s.max_model_len > INT32_MAX:
+        raise ValueError(f"max_model_len: {s.max_model_len} is past int32")
+    extra = {} if kernel is None else {"kernel": kernel}
+    plan = None if s.B == 0 else plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
+                                             preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
+                                             **extra)
+    if key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[key] = (s, plan)
+    return s, plan
+
+
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens=None,
                          preshuffle=False, split_kv=None, clean_logits=True, accumulation="fast", errors=None,
                          out=None, stream=None, device=None, **tunables) -> DeviceArray:
@@ -88,25 +120,29 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     cl = _host_or_device("context_lens", context_lens, dev, st)
     bt = _host_or_device("block_tables", block_tables, dev, st)
     nl = None if next_n_lens is None else _host_or_device("next_n_lens", next_n_lens, dev, st)
-    s = decode_shape(qa, ca, wa, cl, bt, max_model_len, nl, preshuffle, split_kv)
-    if s.max_model_len > INT32_MAX:
-        raise ValueError(f"max_model_len: {s.max_model_len} is past int32")
-    host = lambda a: a if isinstance(a, np.ndarray) else None  # noqa: E731
-    check_decode_lengths(s, host(cl), host(nl))
-    if host(cl) is not None and host(bt) is not None:
-        check_decode_block_tables(s, cl, bt)
+    s, plan = _checked(dev, qa, ca, wa, cl, bt, nl, max_model_len, preshuffle, split_kv, accumulation,
+                       tunables.get("kernel"))
+    if type(cl) is not DeviceArray or type(bt) is not DeviceArray or (nl is not None and type(nl) is not DeviceArray):
+        host = lambda a: a if isinstance(a, np.ndarray) else None  # noqa: E731
+        check_decode_lengths(s, host(cl), host(nl))
+        if host(cl) is not None and host(bt) is not None:
+            check_decode_block_tables(s, cl, bt)
     o = _out(out, s.B * s.next_n, s.max_model_len, dev, st)
     ea = _errors(errors, dev, st)
-    if s.B == 0:
+    if plan is None:  # an empty batch
         return o
-    plan = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
-                       preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv, **tunables)
-    qa = to_device("q", qa, dev, st, fp8=True)
-    ca = to_device("kv_cache", ca, dev, st)
-    wa = to_device("weights", wa, dev, st)
-    cl = to_device("context_lens", cl, dev, st)
-    bt = to_device("block_tables", bt, dev, st)
-    nl = None if nl is None else to_device("next_n_lens", nl, dev, st)
+    if type(qa) is not DeviceArray:
+        qa = to_device("q", qa, dev, st, fp8=True)
+    if type(ca) is not DeviceArray:
+        ca = to_device("kv_cache", ca, dev, st)
+    if type(wa) is not DeviceArray:
+        wa = to_device("weights", wa, dev, st)
+    if type(cl) is not DeviceArray:
+        cl = to_device("context_lens", cl, dev, st)
+    if type(bt) is not DeviceArray:
+        bt = to_device("block_tables", bt, dev, st)
+    if nl is not None and type(nl) is not DeviceArray:
+        nl = to_device("next_n_lens", nl, dev, st)
     for name, a in (("q", qa), ("kv_cache", ca), ("weights", wa), ("context_lens", cl), ("block_tables", bt),
                     ("next_n_lens", nl)):
         if a is not None and not a.is_contiguous:
