@@ -41,6 +41,14 @@ class DecodeKernelSpec:
         return ((not self.fits and D <= self.max_dim) or (H, D) in self.fits) and \
             (not self.block_sizes or block_size in self.block_sizes) and bool(preshuffle) in self.layouts
 
+    def pairs_per_pass(self, D: int) -> int:
+        """(row, head) pairs a pass computes (the generic kernel's hx_tiling): head_pass, halved until their
+        f32 queries fit head_pass x 128 floats."""
+        p = self.head_pass
+        while p > 2 and p * D > self.head_pass * 128:
+            p //= 2
+        return p
+
     def tile_keys(self, block_size: int, D: int) -> int:
         """Keys a unit stages per tile (the generic kernel's hx_tiling): its shared key rows hold 128 keys
         of D = 128 padded by 16 bytes, whole 16-key groups, whole blocks when a block fits."""
@@ -152,5 +160,5 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
                          f"{spec.block} threads stay under 2^32 threads), got {split_kv!r}")
     units = B * split_kv
     variant = {spec.variant: H} if spec.variant else None
-    return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, min(spec.head_pass, H), 1,
+    return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, spec.pairs_per_pass(D), 1,
                       variant, spec.accumulation)

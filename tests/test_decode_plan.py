@@ -25,7 +25,7 @@ def test_the_default_grid_fits_the_work_and_the_target(B, next_n, H, D, block_si
     assert 1 <= plan.split_kv <= max(1, tiles)                    # no unit left without a possible tile
     assert plan.units * plan.block < 1 << 32                      # AMD counts the grid in threads
     assert plan.split_kv == 1 or plan.units <= GENERIC_DECODE.units_per_cu * t.num_cus + B
-    assert plan.key_reads == 1 and 1 <= plan.head_pass <= 16
+    assert plan.key_reads == 1 and plan.head_pass in (2, 4, 8, 16) and plan.head_pass * D <= 16 * 128
     assert 1 <= plan.tile <= 128 and (plan.tile % 16 == 0 if block_size > plan.tile else plan.tile % block_size == 0)
     assert plan == plan_decode(B, next_n, H, D, block_size, max_model_len, t)  # a function of shapes alone
 

@@ -56,7 +56,7 @@ struct hx_decode_smem {
 struct hx_decode_tiling {
   hx_i32 krow16;    // 16-byte chunks per staged key row (D / 16 + 1)
   hx_i32 tile;      // keys per tile: whole blocks when a block fits, else a 16-key multiple of one
-  hx_i32 pass;      // pairs per pass: PASS, fewer for D > 128
+  hx_i32 pass;      // pairs per pass: PASS, halved until the pass's queries fit for D > 128
   bool aligned16;   // every key chunk 16-byte aligned (block bytes % 16 == 0)
 };
 
@@ -66,7 +66,8 @@ HX_INLINE HX_DEV hx_decode_tiling hx_tiling(const DecodeParams& p) {
   hx_i32 kt = hx_min_i32(KT, (KT * KROW_MAX) / (16 * g.krow16));
   kt -= kt % 16;  // whole 16-token groups: a preshuffled tile starts on one
   g.tile = p.block_size <= kt ? (kt / p.block_size) * p.block_size : kt;
-  g.pass = hx_min_i32(PASS, QF_MAX / p.D);
+  g.pass = PASS;
+  while (g.pass > 2 && g.pass * p.D > QF_MAX) g.pass /= 2;
   g.aligned16 = hx_block_bytes(p.block_size, p.D) % 16 == 0;
   return g;
 }
@@ -117,11 +118,40 @@ HX_INLINE HX_DEV void hx_stage_tile(const DecodeParams& p, const hx_decode_tilin
   hx_barrier();
 }
 
+// sum over the pass's NP pairs of relu(q . k) * w at this thread's key k. Every pair, padding ones too
+// (zero queries and weights): a branch-free body whose NP chains of FMAs the compiler can interleave,
+// with constant indices that keep acc in registers.
+template <int NP>
+HX_INLINE HX_DEV float hx_pass_logit(const hx_u32x4* k, const hx_decode_smem& s, hx_i32 chunks) {
+  float acc[NP];
+  for (int pp = 0; pp < NP; ++pp) acc[pp] = 0.f;
+  for (hx_i32 c = 0; c < chunks; ++c) {
+    float kf[16];
+    hx_unpack16(k[c], kf);
+    const hx_f32x4* qc = s.q + 4 * c;
+    for (int pp = 0; pp < NP; ++pp) {
+      const hx_f32x4* qv = qc + pp * 4 * chunks;
+      float a = acc[pp];
+      for (int e = 0; e < 4; ++e) {
+        const hx_f32x4 x = qv[e];
+        a += x.x * kf[4 * e];
+        a += x.y * kf[4 * e + 1];
+        a += x.z * kf[4 * e + 2];
+        a += x.w * kf[4 * e + 3];
+      }
+      acc[pp] = a;
+    }
+  }
+  float logit = 0.f;
+  for (int pp = 0; pp < NP; ++pp) logit += (acc[pp] > 0.f ? acc[pp] : 0.f) * s.w[pp];
+  return logit;
+}
+
 // Row r's logit at this thread's key: sum over heads of relu(q . k) * w, pass by pass.
 HX_INLINE HX_DEV float hx_row_logit(const DecodeParams& p, const hx_decode_tiling& g, const hx_decode_smem& s,
                                     hx_i64 r, bool has_key) {
   const hx_i32 t = (hx_i32)hx_thread_x(), chunks = p.D / 16, d4 = p.D / 4;
-  float logit = 0.f;
+  float logit = 0.f;  // heads summed in order, pass after pass
   for (hx_i32 h0 = 0; h0 < p.H; h0 += g.pass) {
     const hx_i32 pc = hx_min_i32(g.pass, p.H - h0);
     for (hx_i32 i = t; i < g.pass * chunks; i += HX_BLOCK) {
@@ -136,30 +166,10 @@ HX_INLINE HX_DEV float hx_row_logit(const DecodeParams& p, const hx_decode_tilin
     hx_barrier();
     if (has_key) {
       const hx_u32x4* k = s.k + t * g.krow16;
-      float acc[PASS];
-      for (int pp = 0; pp < PASS; ++pp) acc[pp] = 0.f;
-      for (hx_i32 c = 0; c < chunks; ++c) {
-        float kf[16];
-        hx_unpack16(k[c], kf);
-        const hx_f32x4* qc = s.q + 4 * c;
-        for (int pp = 0; pp < PASS; ++pp) {  // constant bounds keep acc in registers
-          if (pp >= pc) break;
-          const hx_f32x4* qv = qc + pp * d4;
-          float a = acc[pp];
-          for (int e = 0; e < 4; ++e) {
-            const hx_f32x4 x = qv[e];
-            a += x.x * kf[4 * e];
-            a += x.y * kf[4 * e + 1];
-            a += x.z * kf[4 * e + 2];
-            a += x.w * kf[4 * e + 3];
-          }
-          acc[pp] = a;
-        }
-      }
-      for (int pp = 0; pp < PASS; ++pp) {
-        if (pp >= pc) break;
-        logit += (acc[pp] > 0.f ? acc[pp] : 0.f) * s.w[pp];
-      }
+      if (g.pass == 16) logit += hx_pass_logit<16>(k, s, chunks);
+      else if (g.pass == 8) logit += hx_pass_logit<8>(k, s, chunks);
+      else if (g.pass == 4) logit += hx_pass_logit<4>(k, s, chunks);
+      else logit += hx_pass_logit<2>(k, s, chunks);
     }
     hx_barrier();  // the next pass overwrites the queries
   }
@@ -234,6 +244,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_logits_generic(const HX_G
   // Pass 2: walk the sequences in chunks, with running prefixes, and do what falls in this unit's pieces.
   hx_i64 work_base = 0, fill_base = 0;
   for (hx_i32 b0 = 0; b0 < p.B; b0 += HX_BLOCK) {
+    if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // uniform: this unit's pieces are done
     const hx_i32 b = b0 + t;
     hx_decode_seq mine = {};
     if (b < p.B) {
