@@ -218,7 +218,8 @@ DECODE_SAMPLE_SEQS = 3        # sampled checks: values of this many sequences, p
 
 def decode_case_of(cfg: dict) -> tuple[testing.DecodeCase, bool]:
     """A point of DECODE_AXES as (DecodeCase, clean_logits). Batches of 3 or more get one padding sequence
-    (context 0); ragged 'zeros' forces a quarter of the sequences (at least one) to next_n_lens 0."""
+    (context 0); ragged 'zeros' forces a quarter of the sequences (at least one, none of a batch of one) to
+    next_n_lens 0."""
     B, n, ctx = cfg["B"], cfg["next_n"], cfg["context"]
     mml = None
     if ctx == "next_n":
@@ -229,7 +230,7 @@ def decode_case_of(cfg: dict) -> tuple[testing.DecodeCase, bool]:
     case = testing.DecodeCase(
         B, n, cfg["H"], cfg["D"], cfg["block_size"], cfg["preshuffle"], mean_context=ctx, ragged=rg != "off",
         max_model_len=mml, zero_contexts=1 if B >= 3 else 0, spread=cfg["spread"], live_min=1 if rg == "on" else 0,
-        zero_live=max(1, B // 4) if rg == "zeros" else 0, key_codes=B * ctx > (1 << 16), split_kv=cfg["split_kv"])
+        zero_live=max(1, B // 4) if rg == "zeros" and B > 1 else 0, key_codes=B * ctx > (1 << 16), split_kv=cfg["split_kv"])
     return case, cfg["clean"]
 
 
