@@ -97,4 +97,8 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                     "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,
                     "host_us": host_us_per_call(device, call, calls=max(5, min(50, int(0.5 / once)))),
                     "sets": sets})
+                r = rows[-1]
+                graph_us = f", graph {r['us_graph']:.1f} us" if r["us_graph"] else ""
+                progress(f"  {r['us']:.1f} us{graph_us}, {r['GBps']:.0f} GB/s of keys, {r['tflops']:.2f} TFLOP/s, "
+                         f"host {r['host_us']:.1f} us/call")
     return rows
