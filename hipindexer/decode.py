@@ -127,6 +127,12 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         check_decode_lengths(s, host(cl), host(nl))
         if host(cl) is not None and host(bt) is not None:
             check_decode_block_tables(s, cl, bt)
+    for name, a in (("q", qa), ("kv_cache", ca), ("weights", wa), ("context_lens", cl), ("block_tables", bt),
+                    ("next_n_lens", nl)):  # device arrays as given (a numpy upload is contiguous and aligned)
+        if type(a) is DeviceArray and not a.is_contiguous:
+            raise ValueError(f"{name}: expected a C-contiguous array, got strides {a.strides} for shape {a.shape}")
+        if name in ("q", "kv_cache") and type(a) is DeviceArray and a.ptr % 16:
+            raise ValueError(f"{name}: the kernels read 16-byte vectors; the data pointer must be 16-byte aligned")
     o = _out(out, s.B * s.next_n, s.max_model_len, dev, st)
     ea = _errors(errors, dev, st)
     if plan is None:  # an empty batch
@@ -143,13 +149,6 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         bt = to_device("block_tables", bt, dev, st)
     if nl is not None and type(nl) is not DeviceArray:
         nl = to_device("next_n_lens", nl, dev, st)
-    for name, a in (("q", qa), ("kv_cache", ca), ("weights", wa), ("context_lens", cl), ("block_tables", bt),
-                    ("next_n_lens", nl)):
-        if a is not None and not a.is_contiguous:
-            raise ValueError(f"{name}: expected a C-contiguous array, got strides {a.strides} for shape {a.shape}")
-    for name, a in (("q", qa), ("kv_cache", ca)):
-        if a.ptr % 16:
-            raise ValueError(f"{name}: the kernels read 16-byte vectors; the data pointer must be 16-byte aligned")
     kern = kernel_for(dev, plan.kernel, plan.variant)
     p = kern.params
     p.q, p.kv_cache, p.weights, p.context_lens = qa.ptr, ca.ptr, wa.ptr, cl.ptr

@@ -4,19 +4,21 @@
 // Grid: one block per unit, units planned on the host from shapes alone; each
 // unit finds its share of the batch's real work from the lengths in device
 // memory (decode_work.h), so the grid is graph-safe and a skewed batch stays
-// balanced. A unit walks its key blocks a tile at a time: the tile's
-// block-table entries are loaded once each, its keys and scales staged in
-// shared memory once, and then every live row's every head reads them there,
-// 16 (row, head) pairs per pass with those pairs' queries as f32 in shared
-// memory. So a sequence's keys are read from memory once whatever next_n x H
-// x D is. Thread t owns key t of the tile: it converts each 16-byte chunk of
-// its key once per pass and multiplies it with the pass's queries, which
-// every thread reads at the same address (a broadcast). Dead rows (j >= live)
-// and columns no row sees get -inf without any work; the unit's fill columns
-// too (clean_logits). Untrusted device values: a block id outside
-// [0, num_blocks), or a table column past max_blocks, is never read through:
-// its keys come out -inf and error bit 0 is set; a malformed sequence
-// (negative length, live rows outside 0..next_n) is all -inf with bit 2.
+// balanced. A unit walks its key blocks a tile at a time (whole blocks when a
+// block fits in a tile, so each block-table entry a unit reads is loaded once;
+// a block longer than a tile has its entry loaded once per tile of it): the
+// tile's keys and scales are staged in shared memory once, and then every
+// live row's every head reads them there, 16 (row, head) pairs per pass with
+// those pairs' queries as f32 in shared memory. So a sequence's keys are read
+// from memory once whatever next_n x H x D is. Thread t owns key t of the
+// tile: it converts each 16-byte chunk of its key once per pass and
+// multiplies it with the pass's queries, which every thread reads at the same
+// address (a broadcast). Dead rows (j >= live) and columns no row sees get
+// -inf without any work; the unit's fill columns too (clean_logits).
+// Untrusted device values: a block id outside [0, num_blocks), or a table
+// column past max_blocks, is never read through: its keys come out -inf and
+// error bit 0 is set; a malformed sequence (negative length, live rows
+// outside 0..next_n) is all -inf with bit 2.
 #include "decode_work.h"
 #include "paged_cache.h"
 #include "hx_params.h"

@@ -198,3 +198,12 @@ def test_an_empty_batch_launches_nothing():
     case = testing.DecodeCase(0, 2, 8, 64, 16, False, 50, max_model_len=40)
     inp = testing.decode_inputs(np.random.default_rng(13), case)
     assert fp8_paged_mqa_logits(*inp.args(), device=DEV).shape == (0, 40)
+
+
+def test_a_strided_device_array_is_refused_before_anything_is_copied():
+    inp = testing.decode_inputs(np.random.default_rng(14), testing.DecodeCase(3, 2, 8, 64, 16, False, 50))
+    w = _dev(np.concatenate([inp.weights, inp.weights], axis=1))[:, :8]
+    args = list(inp.args())
+    args[2] = w
+    with pytest.raises(ValueError, match="weights: expected a C-contiguous array"):
+        fp8_paged_mqa_logits(*args, device=DEV)
