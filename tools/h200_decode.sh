@@ -4,10 +4,14 @@
 # summary.txt last (at most 7 files).
 #   STEPS="build tests check mutate bench" (default: all, about 6-8 minutes); BENCH_ARGS adds bench options
 #   (e.g. BENCH_ARGS="--heads 64 --next-n 1,2,8" when time is short); CHECK_ARGS adds check options.
+#   PLANTS (default build/plants/decode): the decode plant builds, made where the compilers are with
+#   `python tools/mutate.py --suite cuda --set decode --builds build/plants/decode --build-only` and carried
+#   here with hipindexer/kernels.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"build tests check mutate bench"}
 PY=${PY:-python3}
+PLANTS=${PLANTS:-build/plants/decode}
 DEVICE=${DEVICE:-cuda:0}; SUITE=${SUITE:-cuda}  # DEVICE=emu:gfx950 SUITE=emu rehearses the script without a GPU
 S=$OUT/summary.txt; : > "$S"
 T0=$(date +%s)
@@ -33,8 +37,13 @@ check)
   run check 200 $PY -m hipindexer.cli check decode --device $DEVICE $CHECK_ARGS
   say "$(grep -E '^FAIL' "$OUT/check.log" | cut -c1-400 | head -5)"
   say "$(grep -A12 -E '^op ' "$OUT/check.log" | head -12)" ;;
-mutate)
-  run mutate 200 $PY tools/mutate.py --suite $SUITE --set decode
+mutate)  # on the plant builds made beside the checkout (no compiler needed here), else built here
+  if [ -f "$PLANTS/clean/manifest.json" ]; then
+    run mutate 200 $PY tools/mutate.py --suite $SUITE --set decode --builds "$PLANTS" --prebuilt
+  else
+    say "(no plant builds in $PLANTS: building them here)"
+    run mutate 300 $PY tools/mutate.py --suite $SUITE --set decode
+  fi
   say "$(tail -9 "$OUT/mutate.log")" ;;
 bench)
   s=$(date +%s)

@@ -6,6 +6,8 @@
     python tools/mutate.py --suite cuda --set sm90a_fold                 # its H = 64 fold build's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
     python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
+    python tools/mutate.py --suite cuda --set decode --builds DIR --build-only   # compile here ...
+    python tools/mutate.py --suite cuda --set decode --builds DIR --prebuilt     # ... run on the GPU machine
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into a copy of the clean build (so only
@@ -185,6 +187,23 @@ def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[boo
         return False, f"suite crashed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}"
 
 
+def _build_tree(root: Path, plant: Plant | None, targets: list[str]) -> tuple[Path, str | None]:
+    """Build one tree, root/clean or root/<plant>: every plant is built at the same source path into a copy of
+    the clean build, so only the kernels whose sources the plant touches are compiled again. Returns the tree
+    and why its build failed (None when it built)."""
+    src, work = root / "src", root / "work"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(ROOT / "hsaco_src", src)
+    out = root / "clean"
+    if plant:
+        apply(src, plant)
+        out = root / plant.name
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(root / "clean", out, symlinks=True)
+    b = build(src, out, work, targets)
+    return out, None if b.returncode == 0 else "build failed: " + (b.stderr.strip().splitlines() or ["?"])[-1]
+
+
 @click.command()
 @click.option("--suite", type=click.Choice(sorted(SUITES)), required=True)
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
@@ -192,31 +211,39 @@ def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[boo
 @click.option("--cmd", default=None,
               help="The hipindexer command that is the suite (default: the set's own in SET_CMDS).")
 @click.option("--timeout", default=900, show_default=True)
+@click.option("--builds", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the clean and planted builds here (default: a temporary folder).")
+@click.option("--build-only", is_flag=True, help="Build every plant into --builds and run no suite.")
+@click.option("--prebuilt", is_flag=True,
+              help="Run the suites on the builds already in --builds (made by --build-only, e.g. on a machine "
+                   "with the compilers), compiling nothing.")
 @click.option("--json", "as_json", is_flag=True)
-def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
+def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, as_json) -> None:
     cmd = cmd or SET_CMDS[plant_set]
     chosen = [p for p in PLANTS[plant_set] if plants is None or p.name in plants.split(",")]
     spec = SUITES[suite]
+    if (build_only or prebuilt) and builds is None:
+        raise click.UsageError("--build-only and --prebuilt need --builds DIR")
     results = []
     with tempfile.TemporaryDirectory(prefix="hx-mutate-") as tmp:
-        # Every plant is built at the same source path, into a copy of the clean build: only the kernels
-        # whose sources the plant touches are compiled again.
-        src, clean, work = Path(tmp) / "src", Path(tmp) / "clean", Path(tmp) / "work"
+        root = (builds or Path(tmp)).resolve()
+        root.mkdir(parents=True, exist_ok=True)
         for plant in [None] + chosen:
             name = plant.name if plant else "(none: the suite must pass)"
-            shutil.rmtree(src, ignore_errors=True)
-            shutil.copytree(ROOT / "hsaco_src", src)
-            out = clean
-            if plant:
-                apply(src, plant)
-                out = Path(tmp) / "planted"
-                shutil.rmtree(out, ignore_errors=True)
-                shutil.copytree(clean, out, symlinks=True)
             t0 = time.time()
-            b = build(src, out, work, spec["targets"])
-            if b.returncode != 0:
-                results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
-                                (b.stderr.strip().splitlines() or ["?"])[-1]})
+            if prebuilt:
+                out, failed = root / (plant.name if plant else "clean"), None
+                if not (out / "manifest.json").is_file():
+                    raise SystemExit(f"--prebuilt: no build of {name} in {out}")
+            else:
+                out, failed = _build_tree(root, plant, spec["targets"])
+            if build_only:
+                click.echo(f"{name}: {failed or 'built'}", err=True)
+                if failed and plant is None:
+                    raise SystemExit(f"the unmodified kernels do not build: {failed}")
+                continue
+            if failed:
+                results.append({"plant": name, "caught": bool(plant), "how": failed})
             else:
                 ok, how = run_suite(out, spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
@@ -224,6 +251,9 @@ def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
             click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)
             if plant is None and results[-1]["caught"]:
                 raise SystemExit("the unmodified kernels fail the suite; fix that first")
+    if build_only:
+        click.echo(f"built {1 + len(chosen)} trees under {root}")
+        return
     planted = results[1:]
     if as_json:
         click.echo(json.dumps(results, indent=1))
