@@ -5,12 +5,15 @@
     python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
     python tools/mutate.py --suite cuda --set sm90a_fold                 # its H = 64 fold build's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
+    python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
+    python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
-carry no plant hooks); the copy is built into its own output folder, and the
-suite (`hipindexer check prefill --quick` by default) runs against it through
-$HIPINDEXER_KERNELS (and $HX_EMU_ROOT for the emulator).  A plant is caught when
-the suite fails or crashes; an unmodified build must pass first.
+carry no plant hooks); the copy is built into its own output folder, starting
+from the unplanted build's objects so only the touched kernels recompile, and
+the set's suite (SET_CMDS) runs against it through $HIPINDEXER_KERNELS (and
+$HX_EMU_ROOT for the emulator).  A plant is caught when the suite fails or
+crashes; an unmodified build must pass first.
 """
 from __future__ import annotations
 
@@ -132,6 +135,20 @@ def apply(src: Path, plant: Plant) -> None:
     path.write_text(text.replace(plant.old, plant.new))
 
 
+def _build_plant(d: Path, clean: Path, plant: Plant | None, targets: list[str]) -> subprocess.CompletedProcess:
+    """The planted copy of hsaco_src/ built into d/kernels. A plant's build starts from the clean build's
+    objects, so build.py recompiles only the kernels whose sources the plant touched."""
+    if d.exists():
+        shutil.rmtree(d)
+    shutil.copytree(ROOT / "hsaco_src", d / "src")
+    if plant:
+        apply(d / "src", plant)
+        for part in ("kernels", "work"):
+            if (clean / part).is_dir():
+                shutil.copytree(clean / part, d / part)
+    return build(d / "src", d / "kernels", d / "work", targets)
+
+
 def build(src: Path, out: Path, work: Path, targets: list[str]) -> subprocess.CompletedProcess:
     argv = [sys.executable, str(ROOT / "build.py"), "--quiet", "--src", str(src), "--out", str(out),
             "--work", str(work)]
@@ -164,24 +181,34 @@ def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[boo
 @click.option("--cmd", default=None,
               help="The hipindexer command that is the suite (default: the set's own in SET_CMDS).")
 @click.option("--timeout", default=900, show_default=True)
+@click.option("--builds", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep each plant's build in DIR/<plant>/ (default: a temporary folder).")
+@click.option("--build-only", is_flag=True, help="Build every plant into --builds and run no suite.")
+@click.option("--prebuilt", is_flag=True,
+              help="Run the suites on the builds already in --builds (made by --build-only, e.g. on a machine "
+                   "with the compilers); build nothing.")
 @click.option("--json", "as_json", is_flag=True)
-def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
+def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, as_json) -> None:
     cmd = cmd or SET_CMDS[plant_set]
     chosen = [p for p in PLANTS[plant_set] if plants is None or p.name in plants.split(",")]
     spec = SUITES[suite]
+    if (build_only or prebuilt) and builds is None:
+        raise click.UsageError("--build-only and --prebuilt need --builds DIR")
     results = []
     with tempfile.TemporaryDirectory(prefix="hx-mutate-") as tmp:
+        root = builds or Path(tmp)
         for plant in [None] + chosen:
             name = plant.name if plant else "(none: the suite must pass)"
-            d = Path(tmp) / (plant.name if plant else "clean")
-            shutil.copytree(ROOT / "hsaco_src", d / "src")
-            if plant:
-                apply(d / "src", plant)
+            d = root / (plant.name if plant else "clean")
             t0 = time.time()
-            b = build(d / "src", d / "kernels", d / "work", spec["targets"])
-            if b.returncode != 0:
+            b = None if prebuilt else _build_plant(d, root / "clean", plant, spec["targets"])
+            if b is not None and b.returncode != 0:
                 results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
                                 (b.stderr.strip().splitlines() or ["?"])[-1]})
+            elif build_only:
+                results.append({"plant": name, "caught": None, "how": "built"})
+            elif not (d / "kernels" / "manifest.json").is_file():
+                raise SystemExit(f"--prebuilt: no build of {name} in {d}")
             else:
                 ok, how = run_suite(d / "kernels", spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
@@ -189,6 +216,9 @@ def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
             click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)
             if plant is None and results[-1]["caught"]:
                 raise SystemExit("the unmodified kernels fail the suite; fix that first")
+    if build_only:
+        click.echo(f"built {len(results)} trees under {builds}")
+        return
     planted = results[1:]
     if as_json:
         click.echo(json.dumps(results, indent=1))
