@@ -213,7 +213,8 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
                 ok, how = run_suite(d / "kernels", spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
-            click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)
+            verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]
+            click.echo(f"{name}: {verdict} ({results[-1]['how']})", err=True)
             if plant is None and results[-1]["caught"]:
                 raise SystemExit("the unmodified kernels fail the suite; fix that first")
     if build_only:
