@@ -110,6 +110,6 @@ def bench_prefill(device, M: int, N: int, H: int, D: int, clean: bool = True, re
     # Fewest bytes: inputs once, the written logits once (valid pairs, plus the fill when clean).
     nbytes = inp.q.nbytes + inp.k.nbytes + inp.kv_scale.nbytes + inp.weights.nbytes + 8 * M + 4 * (M * N if clean else pairs)
     return {"op": "prefill", "M": M, "N": N, "H": H, "D": D, "mode": mode, "clean": clean,
-            "kernel": plan.kernel, "split": plan.split, "bytes": nbytes,
+            "kernel": plan.kernel, "accumulation": plan.accumulation, "split": plan.split, "bytes": nbytes,
             "us": us, "us_min": min(times), "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,
             "host_us": host_us_per_call(device, call, calls=50), "sets": sets}

@@ -255,8 +255,10 @@ def bench() -> None:
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
 @click.option("--repeats", default=10, show_default=True)
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
+              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
 @click.option("--json", "as_json", is_flag=True)
-def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, as_json) -> None:
+def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the measured bandwidth ceiling."""
     from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, matrix_peak
     dev = _device_or_exit(device_spec)
@@ -272,7 +274,8 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
         for H in (int(h) for h in heads.split(",")):
             for cl in cleans:
                 _progress(f"M={M} N={N} H={H} clean={cl}")
-                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **({"kernel": kernel} if kernel else {}))
+                r = bench_prefill(dev, M, N, H, dim, cl, repeats, accumulation=accumulation,
+                                  **({"kernel": kernel} if kernel else {}))
                 r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
                 r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
                 r["of_copy"] = r["GBps"] * 1e9 / bw
