@@ -260,8 +260,10 @@ def bench() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the measured bandwidth ceiling."""
-    from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, matrix_peak
+    from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, emulated, matrix_peak
     dev = _device_or_exit(device_spec)
+    if emulated(dev):
+        _progress("emulated device: the times below measure the CPU emulator and are not speeds")
     shp = (tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes
            else PREFILL_BENCH_SHAPES)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
@@ -281,9 +283,11 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
                 r["of_copy"] = r["GBps"] * 1e9 / bw
                 rows.append(r)
     if as_json:
-        click.echo(json.dumps({"device": repr(dev), "copy_GBps": bw / 1e9,
+        click.echo(json.dumps({"device": repr(dev), "emulated": emulated(dev), "copy_GBps": bw / 1e9,
                                "matrix_peak_TFLOPs": peak / 1e12 if peak else None, "cases": rows}, indent=1))
         return
+    if emulated(dev):
+        click.echo("EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds")
     click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
     click.echo("matrix-rate ceiling (our fp8 peak loop): " + (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target"))
     pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
