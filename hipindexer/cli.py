@@ -24,7 +24,65 @@ def _table(rows: list[list], header: list[str]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in cols[1:]])
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Usage errors as one line on stderr and exit code 2, never a traceback or a usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(0)
+
+
+class IntList(click.ParamType):
+    """Comma-separated positive integers: "32,64"."""
+    name = "N,N,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            out = tuple(int(x) for x in str(value).split(","))
+        except ValueError:
+            self.fail(f"expected comma-separated integers such as 32,64, got {value!r}", param, ctx)
+        if not out or min(out) < 1:
+            self.fail(f"expected integers >= 1, got {value!r}", param, ctx)
+        return out
+
+
+class Shapes(click.ParamType):
+    """Comma-separated MxN pairs: "128x1024,1x113"."""
+    name = "MxN,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            out = tuple(tuple(int(x) for x in s.split("x")) for s in str(value).split(","))
+        except ValueError:
+            out = ()
+        if not out or any(len(s) != 2 or min(s) < 1 for s in out):
+            self.fail(f"expected comma-separated MxN pairs of positive integers such as 128x1024,1x113, "
+                      f"got {value!r}", param, ctx)
+        return out
+
+
+DEVICE_HELP = ("The device: cuda:N, hip:N, or emu:gfx950 (the CPU emulator of the gfx950 kernels, in a source "
+               "checkout after python build.py). Default: the first GPU, HIP then CUDA.")
+ACCUMULATION_HELP = "fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only."
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hipindexer")
 def main() -> None:
     """Lightning-indexer kernels: fp8 MQA logits for prefill and paged decode."""
@@ -111,25 +169,48 @@ def check(ctx, quick: bool, seed: int, as_json: bool, verbose: bool) -> None:
 
 
 def _device_or_exit(spec):
+    """The device of --device; a malformed spec is a usage error (exit 2), no such device exit 3."""
     from .runtime import Device, NoDeviceError
+    from .runtime import emu
     try:
         return Device(spec)
+    except ValueError as e:
+        raise click.UsageError(f"--device: {e}") from None
     except NoDeviceError as e:
-        click.echo(f"Error: {e}", err=True)
+        hint = ""
+        if spec is None and emu.library_path().is_file():
+            hint = "; the gfx950 emulator is built here: pass --device emu:gfx950 to run the gfx950 kernels on the CPU"
+        click.echo(f"Error: {e}{hint}", err=True)
         sys.exit(NO_GPU_EXIT)
 
 
+def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
+    """--kernel and --accumulation as planner tunables, refused (exit 2) before anything runs if the planner
+    would refuse them for some (H, D) asked for."""
+    from .ops import target_of
+    from .planner import plan_prefill
+    tunables = {"accumulation": accumulation} | ({"kernel": kernel} if kernel else {})
+    for H in heads:
+        for D in dims:
+            try:
+                plan_prefill(1, 1, H, D, target_of(dev), **tunables)
+            except ValueError as e:
+                raise click.UsageError(f"--kernel {kernel} at H={H}, D={D}: {e}" if kernel else str(e)) from None
+    return tunables
+
+
 @check.command("prefill")
-@click.option("--device", "device_spec", default=None, help="cuda:0, hip:0 or emu:gfx950 (default: the first GPU).")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
 @click.option("--quick", is_flag=True, help="Small shapes only (CI size).")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--heads", default="32,64,16", show_default=True)
-@click.option("--dims", default="64,128", show_default=True)
-@click.option("--shapes", default=None, help="MxN,... (default: the sweep of the issue, or --quick's).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--heads", type=IntList(), default="32,64,16", show_default=True, help="Head counts H.")
+@click.option("--dims", type=IntList(), default="64,128", show_default=True, help="Head dimensions D.")
+@click.option("--shapes", type=Shapes(), default=None,
+              help="MxN,... (default: the full sweep's fourteen shapes, or --quick's five).")
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
+              help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
 def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, as_json,
@@ -137,13 +218,10 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
     from .sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
     dev = _device_or_exit(device_spec)
+    forced = _check_kernel(kernel, dev, heads, dims, accumulation)
     _progress(f"device {dev!r}")
     rng = np.random.default_rng(seed)
-    shp = tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes else None
-    cases = list(prefill_device_cases(quick, tuple(int(h) for h in heads.split(",")),
-                                      tuple(int(d) for d in dims.split(",")), shp))
-    forced = {"kernel": kernel} if kernel else {}
-    forced["accumulation"] = accumulation
+    cases = list(prefill_device_cases(quick, heads, dims, shapes))
     outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
     if reruns and not quick:
         outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
@@ -248,24 +326,27 @@ def bench() -> None:
 
 
 @bench.command("prefill")
-@click.option("--device", "device_spec", default=None)
-@click.option("--shapes", default=None, help="MxN,... (default: the five shapes of DESIGN.md's method)")
-@click.option("--heads", default="64,32", show_default=True)
-@click.option("--dim", default=128, show_default=True)
-@click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
-@click.option("--repeats", default=10, show_default=True)
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@click.option("--shapes", type=Shapes(), default=None,
+              help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768))")
+@click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
+@click.option("--dim", type=click.IntRange(min=16), default=128, show_default=True, help="Head dimension D.")
+@click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True,
+              help="clean_logits of the timed calls.")
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed batches; the median is reported.")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
+              help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the measured bandwidth ceiling."""
     from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, emulated, matrix_peak
     dev = _device_or_exit(device_spec)
+    tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
     if emulated(dev):
         _progress("emulated device: the times below measure the CPU emulator and are not speeds")
-    shp = (tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes
-           else PREFILL_BENCH_SHAPES)
+    shp = shapes or PREFILL_BENCH_SHAPES
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     _progress(f"device {dev!r}: measuring the copy ceiling")
     bw = copy_bandwidth(dev)
@@ -273,11 +354,10 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
     peak = matrix_peak(dev)
     rows = []
     for (M, N) in shp:
-        for H in (int(h) for h in heads.split(",")):
+        for H in heads:
             for cl in cleans:
                 _progress(f"M={M} N={N} H={H} clean={cl}")
-                r = bench_prefill(dev, M, N, H, dim, cl, repeats, accumulation=accumulation,
-                                  **({"kernel": kernel} if kernel else {}))
+                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **tunables)
                 r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
                 r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
                 r["of_copy"] = r["GBps"] * 1e9 / bw
