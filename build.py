@@ -5,7 +5,9 @@
                     [-j N] [--quiet] [--src DIR] [--out DIR] [--work DIR]
 
 Objects land in <out>/<target>/<variant_key>.<hsaco|cubin> (default out:
-hipindexer/kernels), described by <out>/manifest.json. Incremental: an
+hipindexer/kernels), described by <out>/manifest.json; the kernels the
+catalog marks test_only go to <out>/test-only/ with a manifest of their own,
+so a wheel never carries them. Incremental: an
 object is rebuilt only when its source_hash, flags or compiler changed or the
 file is missing / differs from its recorded sha256. --check compiles nothing:
 it verifies the manifest against the objects and the sources and exits 1
@@ -30,6 +32,7 @@ from hxbuild.builder import build  # noqa: E402
 from hxbuild.hipindexer_modules import emubuild  # noqa: E402
 from hxbuild.process import BuildError, ToolchainError  # noqa: E402,F401
 from hxbuild.toolchains import TARGETS, find_toolchain  # noqa: E402,F401
+from hxbuild.trees import trees  # noqa: E402
 
 EMU = emubuild.TARGET  # host emulation of the gfx950 objects: development and CI only, never in wheels
 
@@ -40,7 +43,9 @@ def _log(quiet: bool, msg: str) -> None:
 
 
 def _gfx950_entries(out: Path) -> list[dict]:
-    return [e for e in json.loads((out / manifest.NAME).read_text())["kernels"] if e["target"] == "gfx950"]
+    """The gfx950 kernels of every tree: the emulator runs the test-only ones too."""
+    return [e for tree in trees(out) for e in json.loads((tree.out / manifest.NAME).read_text())["kernels"]
+            if e["target"] == "gfx950"]
 
 
 def main(argv=None) -> int:
@@ -63,13 +68,13 @@ def main(argv=None) -> int:
 
     try:
         if a.check:
-            problems = manifest.check(out, src, targets)
+            problems = [p for tree in trees(out) for p in manifest.check(tree, src, targets)]
             if emu and not problems:
                 problems = emubuild.check_target(out, _gfx950_entries(out))
             for p in problems:
                 print(f"stale: {p}", file=sys.stderr)
             if not problems:
-                log(f"manifest {out / manifest.NAME} is current")
+                log(f"every manifest under {out} is current")
             return 1 if problems else 0
         build(targets, src, out, work, force=a.force, jobs=a.jobs, log=log)
         if emu:

@@ -6,7 +6,8 @@
     resources.py           what an object uses (registers, LDS, shared memory, occupancy),
                            read from its metadata and cross-checked against the compiler's report
     manifest.py            manifest.json: which entries are current, --check, writing it
-    builder.py             an incremental build of one output tree
+    trees.py               where each kernel goes: shipped, or test-only (never in a wheel)
+    builder.py             an incremental build of every tree
     hipindexer_modules.py  the package files the build reads (catalog, codeobj, emubuild)
     process.py             running a tool; the build's errors
 

@@ -1,4 +1,4 @@
-"""An incremental build of one output tree: compile what is not current, keep what is, write the manifest."""
+"""An incremental build: compile what is not current, keep what is, write each tree's manifest."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import concurrent.futures
 from pathlib import Path
 
 from . import manifest
-from .compile import compile_job
+from .compile import SUFFIX, compile_job
 from .hipindexer_modules import catalog
 from .jobs import PARAMS_HEADER, plan
 from .process import BuildError
-from .toolchains import find_toolchain
+from .toolchains import Toolchain, find_toolchain
+from .trees import Tree, trees
 
 
 def write_params_header(work: Path) -> str:
@@ -31,19 +32,24 @@ def _summary(target: str, e: dict) -> str:
     return f"built, param_size {e['param_size']}, {res}"
 
 
-def build(targets, src: Path, out: Path, work: Path, force=False, jobs=1, log=lambda msg: None) -> Path:
-    """Builds every catalog kernel for `targets` into `out`; returns the manifest's path. Raises BuildError
-    (ToolchainError when a target has no compiler) naming every kernel that failed."""
+def build(targets, src: Path, out: Path, work: Path, force=False, jobs=1, log=lambda msg: None) -> list[Path]:
+    """Builds every catalog kernel for `targets` into its tree under `out` (trees.py); returns the manifests'
+    paths. Raises BuildError (ToolchainError when a target has no compiler) naming every kernel that failed."""
     header = write_params_header(work)
     tcs = {t: find_toolchain(t, work) for t in targets}
     for t, tc in tcs.items():
         log(f"[{t}] {tc.mode}: {tc.path} ({tc.version})"
             + (f" + {tc.ptxas} ({tc.ptxas_version}, PTX ISA {tc.ptx_isa})" if tc.ptxas else ""))
+    return [build_tree(tree, tcs, header, src, work, force, jobs, log) for tree in trees(out)]
 
+
+def build_tree(tree: Tree, tcs: dict[str, Toolchain], header: str, src: Path, work: Path, force: bool, jobs: int,
+               log) -> Path:
+    out = tree.out
     old = manifest.read(out)
     old_entries = manifest.entries_by_key(old)
     results, todo = {}, []
-    for job in plan(targets, src, header, {t: tc.mode for t, tc in tcs.items()}):
+    for job in plan(tree.kernels, tuple(tcs), src, header, {t: tc.mode for t, tc in tcs.items()}):
         e = old_entries.get((job.target, job.key))
         if not force and e is not None and manifest.is_current(e, job, tcs[job.target], out):
             results[(job.target, job.key)] = e
@@ -66,7 +72,18 @@ def build(targets, src: Path, out: Path, work: Path, force=False, jobs=1, log=la
     if errors:
         raise BuildError("\n".join(errors))
 
-    new = manifest.assemble(results, old, targets, tcs)
+    new = manifest.assemble(tree.kernels, results, old, tuple(tcs), tcs)
     mpath = manifest.write(out, new)
+    _remove_unlisted_objects(out, tuple(tcs), new)
     log(f"wrote {mpath} ({len(new['kernels'])} kernels)")
     return mpath
+
+
+def _remove_unlisted_objects(out: Path, targets, new: dict) -> None:
+    """Objects of the built targets that the manifest no longer lists (a kernel left the catalog or moved to
+    the other tree) go: a wheel packs every object in <out>/<target>/."""
+    listed = {out / e["object"] for e in new["kernels"]}
+    for t in targets:
+        for obj in (out / t).glob(f"*.{SUFFIX[t]}"):
+            if obj not in listed:
+                obj.unlink()

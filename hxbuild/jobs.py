@@ -90,10 +90,10 @@ def source_hash(source: Path, src_root: Path, header: str, flags: list[str]) -> 
     return h.hexdigest()
 
 
-def plan(targets, src: Path, header: str, modes: dict) -> list[Job]:
-    """Every job of the catalog for `targets`, in catalog order; modes: target -> Toolchain.mode."""
+def plan(kernels, targets, src: Path, header: str, modes: dict) -> list[Job]:
+    """Every job of `kernels` (catalog.Kernel) for `targets`, in their order; modes: target -> Toolchain.mode."""
     jobs = []
-    for k in catalog.KERNELS:
+    for k in kernels:
         source = src / k.source
         if not source.is_file():
             raise BuildError(f"{k.key}: source {source} is missing")

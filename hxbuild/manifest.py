@@ -15,6 +15,7 @@ from pathlib import Path
 from .hipindexer_modules import catalog
 from .jobs import Job, plan
 from .toolchains import TARGETS, Toolchain
+from .trees import Tree
 
 SCHEMA = 1
 NAME = "manifest.json"
@@ -41,8 +42,9 @@ def is_current(entry: dict, job: Job, tc: Toolchain, out: Path) -> bool:
             and sha256_of(obj) == entry["sha256"])
 
 
-def check(out: Path, src: Path, targets) -> list[str]:
-    """Stale or missing kernels, by name; empty when everything is current. Compiles nothing."""
+def check(tree: Tree, src: Path, targets) -> list[str]:
+    """Stale or missing kernels of `tree`, by name; empty when everything is current. Compiles nothing."""
+    out = tree.out
     mpath = out / NAME
     if not mpath.is_file():
         return [f"{mpath} is missing: run build.py"]
@@ -53,7 +55,7 @@ def check(out: Path, src: Path, targets) -> list[str]:
     wanted = set()
     for t in targets:
         mode = manifest.get("toolchains", {}).get(t, {}).get("mode", "clang" if t == "gfx950" else "nvcc")
-        for job in plan([t], src, header, {t: mode}):
+        for job in plan(tree.kernels, [t], src, header, {t: mode}):
             wanted.add((t, job.key))
             e = have.get((t, job.key))
             if e is None:
@@ -68,22 +70,22 @@ def check(out: Path, src: Path, targets) -> list[str]:
                 problems.append(f"[{t}] {job.key}: sources, params header or flags changed since it was built ({e['source']})")
     for (t, key) in have:
         if t in targets and (t, key) not in wanted:
-            problems.append(f"[{t}] {key}: in the manifest but not in the catalog")
+            problems.append(f"[{t}] {key}: in {mpath} but the catalog does not put it there")
     return problems
 
 
-def assemble(results: dict, old: dict, targets, toolchains: dict) -> dict:
-    """The new manifest: this build's entries, plus the old ones of targets not built this time that the
-    catalog still has; entries in catalog order."""
+def assemble(kernels, results: dict, old: dict, targets, toolchains: dict) -> dict:
+    """The new manifest of a tree holding `kernels`: this build's entries, plus the old ones of targets not
+    built this time that are still among `kernels`; entries in catalog order."""
     results = dict(results)
-    known = {(t, catalog.variant_key(k, v)) for k in catalog.KERNELS for t in k.targets for v in k.variants}
+    known = {(t, catalog.variant_key(k, v)) for k in kernels for t in k.targets for v in k.variants}
     for key, e in entries_by_key(old).items():
         if key[0] not in targets and key in known:
             results.setdefault(key, e)
     tcs = {t: v for t, v in old.get("toolchains", {}).items() if t not in targets}
     tcs.update({t: tc.describe() for t, tc in toolchains.items()})
     order = {(t, catalog.variant_key(k, v)): i
-             for i, (k, t, v) in enumerate((k, t, v) for k in catalog.KERNELS for t in TARGETS for v in k.variants)}
+             for i, (k, t, v) in enumerate((k, t, v) for k in kernels for t in TARGETS for v in k.variants)}
     return {
         "schema": SCHEMA,
         "kernels": sorted(results.values(), key=lambda e: order.get((e["target"], e["variant_key"]), 1 << 30)),

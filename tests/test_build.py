@@ -44,25 +44,65 @@ def built(tmp_path_factory):
     return d, args
 
 
-def _manifest(d):
-    return json.loads((d / "out" / "manifest.json").read_text())
+def _manifest(d, tree=""):
+    return json.loads((d / "out" / tree / "manifest.json").read_text())
+
+
+def _entries(d):
+    """(folder its object path is relative to, entry) of every kernel, shipped and test-only."""
+    return [(d / "out" / tree, e) for tree in ("", "test-only") for e in _manifest(d, tree)["kernels"]]
+
+
+def _keys(kernels):
+    return {(t, catalog.variant_key(k, v)) for k in kernels for t in k.targets if t in TARGETS for v in k.variants}
 
 
 def test_manifest_lists_every_kernel_for_every_target(built):
     d, _ = built
-    m = _manifest(d)
-    assert m["schema"] == 1 and m["driver_floor"]
-    got = {(e["target"], e["variant_key"]) for e in m["kernels"]}
-    want = {(t, catalog.variant_key(k, v)) for k in catalog.KERNELS for t in k.targets if t in TARGETS for v in k.variants}
-    assert got == want
-    for t in TARGETS:
-        assert m["toolchains"][t]["compiler_version"]
+    for tree, test_only in (("", False), ("test-only", True)):
+        m = _manifest(d, tree)
+        assert m["schema"] == 1 and m["driver_floor"]
+        got = {(e["target"], e["variant_key"]) for e in m["kernels"]}
+        assert got == _keys(k for k in catalog.KERNELS if k.test_only == test_only), tree
+        for t in TARGETS:
+            assert m["toolchains"][t]["compiler_version"]
+
+
+def test_test_only_kernels_are_built_apart_from_the_shipped_ones(built):
+    """A wheel packs <out>/manifest.json and <out>/<target>/*: nothing of the tests may be there."""
+    d, _ = built
+    test_only = {k.key for k in catalog.KERNELS if k.test_only}
+    assert {"echo_params", "split_probe", "logits_tile"} <= test_only
+    assert not {"fill_u32", "copy_u32x4", "wgmma_peak"} & test_only  # DeviceArray.fill and the bench ceilings
+    assert not test_only & {e["name"] for e in _manifest(d)["kernels"]}
+    shipped_files = {p.name for t in TARGETS for p in (d / "out" / t).iterdir()}
+    assert not {n for n in shipped_files if n.split(".")[0] in test_only}, shipped_files
+    for root, e in _entries(d):
+        assert (root / e["object"]).is_file() and (e["name"] in test_only) == (root.name == "test-only")
+
+
+def test_the_wheel_globs_pick_up_no_test_only_object():
+    tomllib = pytest.importorskip("tomllib")
+    import fnmatch
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hipindexer"]
+    assert any(fnmatch.fnmatch("kernels/gfx950/fill_u32.hsaco", g) for g in globs)
+    for path in ("kernels/test-only/gfx950/echo_params.hsaco", "kernels/test-only/manifest.json",
+                 "kernels/emu-gfx950/fill_u32.so"):
+        assert not any(fnmatch.fnmatch(path, g) for g in globs), path
+
+
+def test_an_object_the_manifest_no_longer_lists_is_removed(built):
+    d, args = built
+    stray = d / "out" / TARGETS[0] / f"echo_params.{'hsaco' if TARGETS[0] == 'gfx950' else 'cubin'}"
+    stray.write_bytes(b"left over from a build before echo_params became test-only")
+    assert build.main(args) == 0
+    assert not stray.exists()
 
 
 def test_objects_are_raw_elf_for_the_right_machine(built):
     d, _ = built
-    for e in _manifest(d)["kernels"]:
-        data = (d / "out" / e["object"]).read_bytes()
+    for root, e in _entries(d):
+        data = (root / e["object"]).read_bytes()
         assert data[:4] == b"\x7fELF", e["object"]
         elf = codeobj.Elf(data)
         assert elf.machine == (224 if e["target"] == "gfx950" else 190)
@@ -71,8 +111,8 @@ def test_objects_are_raw_elf_for_the_right_machine(built):
 
 def test_param_size_from_code_object_equals_mirror(built):
     d, _ = built
-    for e in _manifest(d)["kernels"]:
-        data = (d / "out" / e["object"]).read_bytes()
+    for root, e in _entries(d):
+        data = (root / e["object"]).read_bytes()
         want = catalog.STRUCT[e["params"]].size
         if e["target"] == "gfx950":
             _, size = codeobj.amdgpu_param_struct(codeobj.amdgpu_kernel(data, e["symbol"]))
@@ -85,14 +125,14 @@ def test_param_size_from_code_object_equals_mirror(built):
 @pytest.mark.skipif("gfx950" not in TARGETS, reason="no AMD toolchain")
 def test_gfx950_note_resources_equal_asm_report(built):
     d, _ = built
-    for e in _manifest(d)["kernels"]:
+    for root, e in _entries(d):
         if e["target"] != "gfx950":
             continue
         r = e["resources"]
         for k in ("vgpr", "agpr", "sgpr", "scratch", "occupancy", "lds"):
             assert r["asm"][k] == r[k], (e["variant_key"], k)
         assert r["max_flat_workgroup_size"] == e["block"]
-        assert codeobj.Elf((d / "out" / e["object"]).read_bytes()).abiversion == 3  # code object v5
+        assert codeobj.Elf((root / e["object"]).read_bytes()).abiversion == 3  # code object v5
 
 
 def test_occupancy_formula_matches_gfx950_doc():
@@ -107,10 +147,11 @@ def test_occupancy_formula_matches_gfx950_doc():
 def test_second_build_is_incremental(built):
     d, args = built
     before = {p: p.stat().st_mtime_ns for p in (d / "out").rglob("*.*") if p.suffix != ".json"}
-    manifest = (d / "out" / "manifest.json").read_text()
+    manifests = {p: p.read_text() for p in (d / "out").rglob("manifest.json")}
+    assert len(manifests) == 2
     assert build.main(args) == 0
     assert before == {p: p.stat().st_mtime_ns for p in before}
-    assert (d / "out" / "manifest.json").read_text() == manifest
+    assert manifests == {p: p.read_text() for p in manifests}
 
 
 ENTRY_FIELDS = {"name", "symbol", "target", "variant", "variant_key", "object", "sha256", "source", "source_hash",
@@ -120,9 +161,9 @@ ENTRY_FIELDS = {"name", "symbol", "target", "variant", "variant_key", "object", 
 
 def test_manifest_entries_carry_every_field_the_runtime_and_tools_read(built):
     d, _ = built
-    m = _manifest(d)
-    assert set(m) == {"schema", "kernels", "toolchains", "driver_floor"}
-    for e in m["kernels"]:
+    for tree in ("", "test-only"):
+        assert set(_manifest(d, tree)) == {"schema", "kernels", "toolchains", "driver_floor"}
+    for _, e in _entries(d):
         assert set(e) == ENTRY_FIELDS, e["variant_key"]
         assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem
         assert "<src>" in " ".join(e["flags"]) and str(d) not in " ".join(e["flags"])  # hashes survive a move
