@@ -43,9 +43,8 @@ def test_the_planner_picks_it_for_every_fast_shape_and_only_those():
 def test_quick_sweep_with_the_mfma_kernel_passes_on_the_emulator(emu_kernels):
     # --kernel forces it, so a planner change cannot quietly route the sweep elsewhere
     for forced in ([], ["--kernel", KERNEL]):
-        p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "prefill", "--device", "emu:gfx950",
-                            "--quick", "--heads", "32,64", "--dims", "128", "--json", *forced], cwd=ROOT,
-                           env=H.child_env(emu_kernels), capture_output=True, text=True, timeout=1200)
+        p = H.run_cli(emu_kernels, "check", "prefill", "--device", "emu:gfx950", "--quick", "--heads", "32,64",
+                      "--dims", "128", "--json", *forced)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         summary = json.loads(p.stdout)["summary"]["prefill"]
         assert summary["failed"] == 0 and summary["run"] >= 100, summary

@@ -7,15 +7,14 @@
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
-carry no plant hooks); the copy is built into its own output folder, and the
-suite (`hipindexer check prefill --quick` by default) runs against it through
-$HIPINDEXER_KERNELS (and $HX_EMU_ROOT for the emulator).  A plant is caught when
-the suite fails or crashes; an unmodified build must pass first.
+carry no plant hooks); the copy is built into the kernels/ folder of a copy of
+the hipindexer package (tools/package_copy.py), and the suite (`hipindexer
+check prefill --quick` by default) runs on that package copy. A plant is caught
+when the suite fails or crashes; an unmodified build must pass first.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tools.package_copy import PackageCopy  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -124,19 +125,9 @@ def apply(src: Path, plant: Plant) -> None:
     path.write_text(text.replace(plant.old, plant.new))
 
 
-def build(src: Path, out: Path, work: Path, targets: list[str]) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(ROOT / "build.py"), "--quiet", "--src", str(src), "--out", str(out),
-            "--work", str(work)]
-    for t in targets:
-        argv += ["--target", t]
-    return subprocess.run(argv, capture_output=True, text=True)
-
-
-def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
-    env = {**os.environ, "HIPINDEXER_KERNELS": str(out), "HX_EMU_ROOT": str(out / "emu-gfx950")}
-    argv = [sys.executable, "-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"]
+def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+        p = pkg.run(["-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"], timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
     try:
@@ -171,12 +162,13 @@ def main(suite, plant_set, plants, cmd, timeout, as_json) -> None:
             if plant:
                 apply(d / "src", plant)
             t0 = time.time()
-            b = build(d / "src", d / "kernels", d / "work", spec["targets"])
+            pkg = PackageCopy(d / "pkg").refresh()
+            b = pkg.build(spec["targets"], src=d / "src")
             if b.returncode != 0:
                 results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
                                 (b.stderr.strip().splitlines() or ["?"])[-1]})
             else:
-                ok, how = run_suite(d / "kernels", spec, cmd.split(), timeout)
+                ok, how = run_suite(pkg, spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
             click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)

@@ -12,11 +12,8 @@ from pathlib import Path
 
 from .device import Device, _as_stream
 
-import os
-
-# $HIPINDEXER_KERNELS points the runtime at another build (the mutation harness's planted kernels).
-DEFAULT_MANIFEST = Path(os.environ.get("HIPINDEXER_KERNELS") or Path(__file__).resolve().parent.parent / "kernels"
-                        ) / "manifest.json"
+# The package's own build (build.py --out); another build is loaded by passing its manifest's path.
+DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifest.json"
 
 
 class KernelLookupError(LookupError):

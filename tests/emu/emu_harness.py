@@ -136,34 +136,39 @@ def logits_tile_lib(plant=None) -> EmuLib:
     return EmuLib(so, BUILD / "lib")
 
 
-def build_emu_package():
-    """gfx950 objects + their emulated twins, built (incrementally) by build.py into BUILD/pkg/kernels."""
+def _package_copy(kernels: Path):
+    """The package copy (tools/package_copy.py) whose kernels/ folder is `kernels`."""
+    import sys
+    sys.path.insert(0, str(ROOT))
+    from tools.package_copy import PackageCopy
+    return PackageCopy(Path(kernels).parent.parent)
+
+
+def build_emu_package() -> Path:
+    """gfx950 objects + their emulated twins, built (incrementally) by build.py into the kernels/ folder of a
+    package copy under BUILD/pkg, which it returns: the children below import that copy, so its runtime and
+    its emulator run this build."""
     import importlib.util
     import sys
     spec = importlib.util.spec_from_file_location("_hx_build_emu_test", ROOT / "build.py")
     build = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = build
     spec.loader.exec_module(build)
-    build.find_toolchain("gfx950", BUILD / "pkg" / "work")  # raises ToolchainError when missing
-    pkg = BUILD / "pkg"
-    rc = build.main(["--target", "gfx950", "--target", "emu-gfx950", "--out", str(pkg / "kernels"),
-                     "--work", str(pkg / "work"), "-j", "2", "--quiet"])
-    assert rc == 0
-    return pkg / "kernels"
+    pkg = _package_copy(BUILD / "pkg" / "hipindexer" / "kernels").refresh()
+    build.find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
+    p = pkg.build(["gfx950", "emu-gfx950"], extra=["-j", "2"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    return pkg.kernels
 
 
-def child_env(kernels: Path) -> dict:
-    """Environment of a process whose HIP is the emulator running `kernels`."""
-    import os
-    return {**os.environ, "HX_EMU_ROOT": str(kernels / "emu-gfx950"), "HX_EMU_MANIFEST": str(kernels / "manifest.json"),
-            "HIPINDEXER_KERNELS": str(kernels),
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "emu"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def run_cli(kernels: Path, *args, timeout=1200):
+    """`python -m hipindexer.cli *args` on the package copy that holds `kernels`."""
+    return _package_copy(kernels).run(["-m", "hipindexer.cli", *args], timeout=timeout)
 
 
 def run_child_pytest(kernels: Path, *files):
-    """Run test files in a child pytest whose HIP is the emulator (-p emu_session)."""
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider",
-                           "-m", "", *files], cwd=ROOT, env=child_env(kernels), capture_output=True, text=True,
-                          timeout=900)
+    """Run test files (relative to the checkout) in a child pytest whose hipindexer is the package copy that
+    holds `kernels` and whose HIP is the emulator (-p emu_session)."""
+    return _package_copy(kernels).run(
+        ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
+         "-c", ROOT / "pyproject.toml", *(ROOT / f for f in files)], ROOT / "tests" / "emu", timeout=900)
