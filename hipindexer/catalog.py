@@ -26,7 +26,9 @@ _SCALARS = {
 
 @dataclass(frozen=True)
 class Blob:
-    """Opaque bytes with their own alignment (e.g. a 128-byte, 64-aligned TMA descriptor)."""
+    """A field of opaque bytes with its own alignment: how a parameter struct carries a CUDA TMA
+    descriptor (CUtensorMap: 128 bytes, 64-byte aligned), which sm_90a kernels take by value in their
+    parameter struct (a __grid_constant__ parameter is where cp.async.bulk.tensor may read one)."""
 
     size: int
     align: int = 1

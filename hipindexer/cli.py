@@ -90,7 +90,7 @@ def _device_or_exit(spec):
 @click.option("--seed", default=0, show_default=True)
 @click.option("--heads", default="32,64,16", show_default=True)
 @click.option("--dims", default="64,128", show_default=True)
-@click.option("--shapes", default=None, help="MxN,... (default: the sweep of the issue, or --quick's).")
+@click.option("--shapes", default=None, help="MxN,... (default: hipindexer.sweep.PREFILL_SHAPES, or --quick's).")
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--json", "as_json", is_flag=True)

@@ -91,7 +91,7 @@ def test_isa_lint_is_clean_for_both_variants(emu_kernels):
 
 @pytest.mark.toolchain
 def test_isa_report_reads_any_gfx950_assembly(tmp_path):
-    """The report takes plain clang -S output (how another kernel, e.g. an anchor, is compared)."""
+    """The report takes plain clang -S output (how another project's kernel is compared)."""
     lint, rep = _tool("isa_lint"), _tool("isa_report")
     src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
     asm = tmp_path / "k.s"

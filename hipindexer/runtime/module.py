@@ -28,13 +28,6 @@ class CodeObjectMismatch(RuntimeError):
     pass
 
 
-def _catalog_mirror(name):
-    from .. import catalog
-    if hasattr(catalog, "STRUCT"):
-        return catalog.STRUCT[name].ctype()
-    return catalog.struct(name).ctype()
-
-
 class Manifest:
     """manifest.json plus where its objects live; `structs` overrides the catalog's mirrors (tests)."""
 
@@ -51,7 +44,10 @@ class Manifest:
         return sorted({e["target"] for e in self.entries if name is None or e["name"] == name})
 
     def mirror(self, struct_name):
-        return self._structs.get(struct_name) or _catalog_mirror(struct_name)
+        if struct_name in self._structs:
+            return self._structs[struct_name]
+        from .. import catalog
+        return catalog.STRUCT[struct_name].ctype()
 
     def find(self, name, arch, variant=None):
         """The entry for (name, variant) on `arch`, with its param size checked against the ctypes mirror."""
