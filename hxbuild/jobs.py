@@ -32,8 +32,8 @@ class Job:
 def flags_for(target: str, mode: str, kernel, variant: dict) -> list[str]:
     """Compiler flags, with <src>/<work> placeholders; "|" splits nvcc's from ptxas's in nvcc+ptxas mode."""
     defines = [f"-DHX_BLOCK={kernel.block}"] + [f"-D{k}={variant[k]}" for k in sorted(variant)]
-    defines += [f"-D{k}={v}" for k, v in getattr(kernel, "defines", ())]
-    if getattr(kernel, "smem", 0):
+    defines += [f"-D{k}={v}" for k, v in kernel.defines]
+    if kernel.smem:
         defines.append(f"-DHX_SMEM={kernel.smem}")
     incs = ["-I<src>/common", "-I<work>/include"]
     if target == "gfx950":
