@@ -26,7 +26,9 @@ _SCALARS = {
 
 @dataclass(frozen=True)
 class Blob:
-    """Opaque bytes with their own alignment (e.g. a 128-byte, 64-aligned TMA descriptor)."""
+    """A field of opaque bytes with its own alignment: how a parameter struct carries a CUDA TMA
+    descriptor (CUtensorMap: 128 bytes, 64-byte aligned), which sm_90a kernels take by value in their
+    parameter struct (a __grid_constant__ parameter is where cp.async.bulk.tensor may read one)."""
 
     size: int
     align: int = 1
@@ -130,6 +132,7 @@ class Kernel:
     smem: int = 0  # dynamic shared memory bytes per block (-DHX_SMEM; the runtime raises the limit and launches with it)
     defines: tuple = ()  # ((NAME, value), ...) for every variant: one source built as two kernels
     accumulation: str | None = None  # logits kernels: their class in ACCUMULATION (the gate's per-element eps)
+    test_only: bool = False  # built for the tests into kernels/test-only/: never in a wheel or in `hipindexer info`
 
     def __post_init__(self):
         if self.accumulation is not None and self.accumulation not in ACCUMULATION:
@@ -202,14 +205,14 @@ STRUCT = {s.name: s for s in STRUCTS}
 
 KERNELS = [
     Kernel("fill_u32", "generic/fill.hip", "hx_fill_u32", "FillParams", block=256),
-    Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64),
+    Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64, test_only=True),
     Kernel("copy_u32x4", "generic/copy.hip", "hx_copy_u32x4", "CopyParams", block=256),
-    Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64),
+    Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64, test_only=True),
     Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256,
            accumulation="fp32"),
 ]
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
-                      targets=("gfx950",), accumulation="fp32"))
+                      targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
                       block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),

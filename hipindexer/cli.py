@@ -5,6 +5,7 @@ Exit codes: 0 success, 1 a failed check, 2 usage, 3 a command needs a GPU and th
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -20,7 +21,7 @@ def _progress(msg: str) -> None:
 def _table(rows: list[list], header: list[str]) -> str:
     cols = [header] + [[str(x) for x in r] for r in rows]
     widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths))  # noqa: E731
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in cols[1:]])
 
 
@@ -256,18 +257,58 @@ def build(args) -> None:
 
 
 def _toolchains() -> dict:
+    """target -> {mode, path, version[, ptxas, ptxas_version]} or {missing: why}; {note} without a checkout."""
     mod = _checkout_module("build.py")
     if mod is None:
-        return {"note": "no source checkout: toolchains are only needed to build"}
+        return {"note": "no source checkout here: toolchains are only needed to build"}
     from pathlib import Path
     found = {}
     for target in mod.TARGETS:
         try:
             tc = mod.find_toolchain(target, Path(mod.ROOT) / "build")
             found[target] = {"mode": tc.mode, "path": str(tc.path), "version": tc.version}
+            if tc.ptxas:
+                found[target].update(ptxas=tc.ptxas, ptxas_version=tc.ptxas_version)
         except Exception as e:  # a missing toolchain is information here, not an error
             found[target] = {"missing": str(e)}
     return found
+
+
+def _toolchain_lines(toolchains: dict) -> list[str]:
+    if "note" in toolchains:
+        return [f"toolchains: {toolchains['note']}"]
+    lines = []
+    for target, tc in toolchains.items():
+        if "missing" in tc:
+            lines.append(f"toolchain {target}: missing: {tc['missing']}")
+            continue
+        line = f"toolchain {target}: {tc['mode']}, {tc['path']}, {tc['version']}"
+        if tc.get("ptxas"):
+            line += f"; ptxas {tc['ptxas']}, {tc['ptxas_version']}"
+        lines.append(line)
+    return lines
+
+
+def _with_accumulation(manifest: dict) -> None:
+    """Each kernel's accumulation class from the catalog (None: it computes no logits); the runtime's
+    report knows code objects, not what they compute."""
+    from . import catalog
+    manifest["accumulation_classes"] = dict(catalog.ACCUMULATION)
+    for k in manifest.get("kernels", []):
+        known = catalog.KERNEL.get(k["name"])
+        k["accumulation"] = known.accumulation if known else "not in the catalog"
+
+
+def _kernel_table(kernels: list[dict]) -> str:
+    rows = []
+    for k in kernels:
+        r = k.get("resources", {})
+        res = (f"vgpr {r.get('vgpr')} agpr {r.get('agpr')} sgpr {r.get('sgpr')} lds {r.get('lds')} "
+               f"scratch {r.get('scratch')} occ {r.get('occupancy')}" if k["target"] == "gfx950" else
+               f"regs {r.get('registers')} smem {r.get('shared')} spill {r.get('spill_stores')}/{r.get('spill_loads')}")
+        rows.append([k["target"], k["variant_key"], k["param_size"], k.get("dynamic_smem", 0),
+                     k.get("accumulation") or "-", res])
+    return _table(rows, ["target", "kernel", "params", "dynamic smem", "accumulation", "resources"])
 
 
 def _isa_info(as_json: bool) -> None:
@@ -288,13 +329,16 @@ def _isa_info(as_json: bool) -> None:
 @click.option("--isa", is_flag=True, help="gfx950 ISA report instead: resources and each kernel's hot loop "
                                           "(instruction mix, MFMA and VALU cycles per tile; tools/isa_report.py).")
 def info(as_json: bool, isa: bool) -> None:
-    """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources."""
+    """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources,
+    dynamic shared memory and accumulation class ("-": it computes no logits)."""
     if isa:
         _isa_info(as_json)
         return
     from .runtime.info import collect_info
     report = collect_info()
     report["toolchains"] = _toolchains()
+    if report["manifest"].get("present"):
+        _with_accumulation(report["manifest"])
     if as_json:
         click.echo(json.dumps(report, indent=1, default=str))
         return
@@ -303,21 +347,16 @@ def info(as_json: bool, isa: bool) -> None:
         click.echo(f"backend {b['name']}: {state}")
     for d in report["devices"]:
         click.echo(f"device {d['spec']}: " + (d.get("error") or f"{d['name']} ({d['arch']}, {d['num_cus']} CUs)"))
-    for t, tc in report["toolchains"].items():
-        click.echo(f"toolchain {t}: {tc}")
+    for line in _toolchain_lines(report["toolchains"]):
+        click.echo(line)
     m = report["manifest"]
     if not m.get("present"):
         click.echo(f"manifest: missing ({m.get('why_not')})")
         return
     click.echo(f"manifest {m['path']}: targets {', '.join(m['targets'])}")
-    rows = []
-    for k in m["kernels"]:
-        r = k.get("resources", {})
-        res = (f"vgpr {r.get('vgpr')} agpr {r.get('agpr')} sgpr {r.get('sgpr')} lds {r.get('lds')} "
-               f"scratch {r.get('scratch')} occ {r.get('occupancy')}" if k["target"] == "gfx950" else
-               f"regs {r.get('registers')} smem {r.get('shared')} spill {r.get('spill_stores')}/{r.get('spill_loads')}")
-        rows.append([k["target"], k["variant_key"], k["param_size"], res])
-    click.echo(_table(rows, ["target", "kernel", "params", "resources"]))
+    click.echo(_kernel_table(m["kernels"]))
+    classes = ", ".join(f"{c} (eps 2^{math.log2(e):g})" for c, e in m["accumulation_classes"].items())
+    click.echo(f"accumulation classes: {classes}: |out - ref| <= eps * A per element (hipindexer.gate)")
 
 
 @main.group()

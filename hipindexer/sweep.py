@@ -1,8 +1,9 @@
 """Correctness sweeps: cases, outcomes and their tally.
 
 The reference sweep checks the numpy reference against the per-element float64
-formulations of hipindexer.testing; device sweeps (later) check kernels against
-the reference with the same gate and the same tally.
+formulations of hipindexer.testing; the device sweeps (prefill_device_cases,
+bitwise_reruns) check kernels against the reference with the same gate and the
+same tally.
 """
 from __future__ import annotations
 

@@ -33,8 +33,8 @@ MFMA and VALU of one wave issue to different units and overlap across the
 waves of a SIMD, so the goal is VALU cycles <= MFMA cycles per tile.
 
 A "tile" is what one loop iteration's MFMAs divided by the kernel's MFMAs per
-tile (--tile-mfmas, or the catalog kernel's figure below) cover; for the
-anchor prefill kernel (32 keys x 4 rows at 32 heads) that is 8 MFMAs.
+tile (--tile-mfmas, or the catalog kernel's figure below) cover; for a
+prefill kernel whose tile is 32 keys x 4 rows at 32 heads, that is 8 MFMAs.
 """
 from __future__ import annotations
 

@@ -9,16 +9,15 @@
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
-carry no plant hooks); the copy is built into its own output folder, starting
-from the unplanted build's objects so only the touched kernels recompile, and
-the set's suite (SET_CMDS) runs against it through $HIPINDEXER_KERNELS (and
-$HX_EMU_ROOT for the emulator).  A plant is caught when the suite fails or
-crashes; an unmodified build must pass first.
+carry no plant hooks); the copy is built into the kernels/ folder of a copy of
+the hipindexer package (tools/package_copy.py), starting from the unplanted
+build's objects so only the kernels whose sources the plant touched recompile,
+and the set's suite (SET_CMDS) runs on that package copy. A plant is caught
+when the suite fails or crashes; an unmodified build must pass first.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tools.package_copy import PackageCopy  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -136,32 +137,24 @@ def apply(src: Path, plant: Plant) -> None:
 
 
 def _build_plant(d: Path, clean: Path, plant: Plant | None, targets: list[str]) -> subprocess.CompletedProcess:
-    """The planted copy of hsaco_src/ built into d/kernels. A plant's build starts from the clean build's
-    objects, so build.py recompiles only the kernels whose sources the plant touched."""
+    """The planted copy of hsaco_src/ built into the package copy d/pkg. A plant's build starts from the
+    clean build's objects, so build.py recompiles only the kernels whose sources the plant touched."""
     if d.exists():
         shutil.rmtree(d)
     shutil.copytree(ROOT / "hsaco_src", d / "src")
+    pkg = PackageCopy(d / "pkg")
     if plant:
         apply(d / "src", plant)
-        for part in ("kernels", "work"):
-            if (clean / part).is_dir():
-                shutil.copytree(clean / part, d / part)
-    return build(d / "src", d / "kernels", d / "work", targets)
+        clean_pkg = PackageCopy(clean / "pkg")
+        for have, want in ((clean_pkg.kernels, pkg.kernels), (clean_pkg.root / "work", pkg.root / "work")):
+            if have.is_dir():
+                shutil.copytree(have, want)
+    return pkg.refresh().build(targets, src=d / "src")
 
 
-def build(src: Path, out: Path, work: Path, targets: list[str]) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(ROOT / "build.py"), "--quiet", "--src", str(src), "--out", str(out),
-            "--work", str(work)]
-    for t in targets:
-        argv += ["--target", t]
-    return subprocess.run(argv, capture_output=True, text=True)
-
-
-def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
-    env = {**os.environ, "HIPINDEXER_KERNELS": str(out), "HX_EMU_ROOT": str(out / "emu-gfx950")}
-    argv = [sys.executable, "-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"]
+def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+        p = pkg.run(["-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"], timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
     try:
@@ -202,15 +195,16 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
             d = root / (plant.name if plant else "clean")
             t0 = time.time()
             b = None if prebuilt else _build_plant(d, root / "clean", plant, spec["targets"])
+            pkg = PackageCopy(d / "pkg")
             if b is not None and b.returncode != 0:
                 results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
                                 (b.stderr.strip().splitlines() or ["?"])[-1]})
             elif build_only:
                 results.append({"plant": name, "caught": None, "how": "built"})
-            elif not (d / "kernels" / "manifest.json").is_file():
+            elif not (pkg.kernels / "manifest.json").is_file():
                 raise SystemExit(f"--prebuilt: no build of {name} in {d}")
             else:
-                ok, how = run_suite(d / "kernels", spec, cmd.split(), timeout)
+                ok, how = run_suite(pkg.refresh(), spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
             verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]

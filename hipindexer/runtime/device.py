@@ -1,4 +1,4 @@
-"""Devices, streams and events over a backend (hip.py, cuda.py, later a CPU emulator).
+"""Devices, streams and events over a backend (hip.py, cuda.py, or emu.py: the gfx950 CPU emulator).
 
 A backend is any object with the method set of hip.HipBackend; BACKENDS maps a
 spec prefix to a factory, so `register_backend("emu", ...)` is all a third one

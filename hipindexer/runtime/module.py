@@ -12,11 +12,8 @@ from pathlib import Path
 
 from .device import Device, _as_stream
 
-import os
-
-# $HIPINDEXER_KERNELS points the runtime at another build (the mutation harness's planted kernels).
-DEFAULT_MANIFEST = Path(os.environ.get("HIPINDEXER_KERNELS") or Path(__file__).resolve().parent.parent / "kernels"
-                        ) / "manifest.json"
+# The package's own build (build.py --out); another build is loaded by passing its manifest's path.
+DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifest.json"
 
 
 class KernelLookupError(LookupError):
@@ -29,13 +26,6 @@ class ParamSizeError(RuntimeError):
 
 class CodeObjectMismatch(RuntimeError):
     pass
-
-
-def _catalog_mirror(name):
-    from .. import catalog
-    if hasattr(catalog, "STRUCT"):
-        return catalog.STRUCT[name].ctype()
-    return catalog.struct(name).ctype()
 
 
 class Manifest:
@@ -54,7 +44,10 @@ class Manifest:
         return sorted({e["target"] for e in self.entries if name is None or e["name"] == name})
 
     def mirror(self, struct_name):
-        return self._structs.get(struct_name) or _catalog_mirror(struct_name)
+        if struct_name in self._structs:
+            return self._structs[struct_name]
+        from .. import catalog
+        return catalog.STRUCT[struct_name].ctype()
 
     def find(self, name, arch, variant=None):
         """The entry for (name, variant) on `arch`, with its param size checked against the ctypes mirror."""

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from built_kernels import manifest_of_test_kernels
 from hipindexer import fp8_mqa_logits, reference, testing
 from hipindexer.gate import gate_prefill
 from hipindexer.ops import target_of
@@ -27,7 +28,7 @@ def test_every_column_of_every_row_has_exactly_one_owner(M, N, data):
     plan = plan_prefill(M, N, 16, 64, target_of(DEV), rows_per_block=rpb, split=split,
                         reverse_rows=data.draw(st.booleans()))
     owner = DeviceArray.empty((plan.split, M, N), np.int32, DEV).fill(0)
-    kern = get_kernel("split_probe", device=DEV)
+    kern = get_kernel("split_probe", device=DEV, manifest=manifest_of_test_kernels())
     kern.launch(plan.grid, ks=DeviceArray.from_numpy(ks, DEV), ke=DeviceArray.from_numpy(ke, DEV), owner=owner,
                 M=M, N=N, rows_per_block=plan.rows_per_block, split=plan.split, tile=plan.tile,
                 reverse_rows=int(plan.reverse_rows))
