@@ -15,17 +15,18 @@ H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
 
 
 @pytest.mark.parametrize("H", [32, 64])
-def test_sm90a_h32_h64_d128_can_take_the_wgmma_kernel_but_only_when_asked(H):
+def test_sm90a_h32_h64_d128_take_a_tensor_core_kernel_by_default(H):
     p = plan_prefill(4096, 32768, H, 128, H200, kernel=WGMMA_SM90.key)
-    assert p.kernel == WGMMA_SM90.key and p.variant == {"HX_HEADS": H}
-    assert plan_prefill(4096, 32768, H, 128, H200).kernel == GENERIC.key  # opt-in until it meets the gate
+    assert p.kernel == WGMMA_SM90.key and p.variant == {"HX_HEADS": H} and p.accumulation == "fp8_tc"
+    assert plan_prefill(4096, 32768, H, 128, H200).kernel == (WGMMA_SM90.key if H == 32 else WGMMA_FOLD_SM90.key)
+    assert plan_prefill(4096, 32768, H, 128, H200, accumulation="fp32").kernel == GENERIC.key
     assert p.rows_per_block * H == 256 and p.block == 640 and p.tile == 128
 
 
-def test_the_fold_build_serves_only_h64_d128_and_only_by_name():
+def test_the_fold_build_serves_only_h64_d128():
     p = plan_prefill(4096, 32768, 64, 128, H200, kernel=WGMMA_FOLD_SM90.key)
     assert p.kernel == "mqa_logits_wgmma_fold" and p.variant == {"HX_HEADS": 64} and p.rows_per_block == 4
-    assert plan_prefill(4096, 32768, 64, 128, H200).kernel == GENERIC.key
+    assert plan_prefill(4096, 32768, 64, 128, H200).kernel == WGMMA_FOLD_SM90.key
     with pytest.raises(ValueError, match=r"kernel: 'mqa_logits_wgmma_fold' serves \(H, D\) in \[\(64, 128\)\]"):
         plan_prefill(4096, 32768, 32, 128, H200, kernel=WGMMA_FOLD_SM90.key)
 
