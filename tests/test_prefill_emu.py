@@ -27,8 +27,7 @@ def test_quick_prefill_sweep_passes_on_the_emulator(emu_kernels):
 
 
 def test_bench_on_the_emulator_is_quick_and_says_its_times_are_not_speeds(emu_kernels):
-    p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "bench", "prefill", "--device", "emu:gfx950",
-                        "--shapes", "8x64", "--heads", "32", "--clean", "true", "--repeats", "1"],
-                       cwd=ROOT, env=H.child_env(emu_kernels), capture_output=True, text=True, timeout=120)
+    p = H.run_cli(emu_kernels, "bench", "prefill", "--device", "emu:gfx950", "--shapes", "8x64", "--heads", "32",
+                  "--clean", "true", "--repeats", "1", timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "EMULATED" in p.stdout and "not speeds" in p.stdout
