@@ -359,6 +359,20 @@ def info(as_json: bool, isa: bool) -> None:
     click.echo(f"accumulation classes: {classes}: |out - ref| <= eps * A per element (hipindexer.gate)")
 
 
+def _today() -> str:
+    import datetime
+    return datetime.date.today().isoformat()
+
+
+def _driver(dev) -> str | None:
+    """The driver's version as the backend reports it (CUDA: 12080 is 12.8)."""
+    try:
+        v = dev._b.runtime_version()
+    except Exception:  # a backend without the call is still benchmarkable
+        return None
+    return f"{v // 1000}.{v % 1000 // 10}" if dev.backend == "cuda" else str(v)
+
+
 @main.group()
 def bench() -> None:
     """Benchmarks (device time by events, host time per call, ceilings measured on the same run)."""
@@ -402,7 +416,8 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
                 r["of_copy"] = r["GBps"] * 1e9 / bw
                 rows.append(r)
     if as_json:
-        click.echo(json.dumps({"device": repr(dev), "emulated": emulated(dev), "copy_GBps": bw / 1e9,
+        click.echo(json.dumps({"op": "prefill", "date": _today(), "device": repr(dev), "driver": _driver(dev),
+                               "emulated": emulated(dev), "copy_GBps": bw / 1e9,
                                "matrix_peak_TFLOPs": peak / 1e12 if peak else None, "cases": rows}, indent=1))
         return
     if emulated(dev):
