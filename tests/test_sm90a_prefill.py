@@ -4,6 +4,8 @@ Its correctness proof is the device sweep (`hipindexer check prefill --device cu
 what a machine without a GPU can check.
 """
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,114 @@ def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, e["variant_key"]
         if e["name"].startswith("mqa_logits_wgmma"):
             assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem
+
+
+# Every hopper.h primitive at least once, so that ptxas checks the PTX of those no shipped kernel uses yet (bulk
+# and tensor copies, expect-tx, turn-taking, every wgmma shape). Assembled, never run.
+HOPPER_PROBE = r"""
+#include "hx_params.h"
+#include "hopper.h"
+
+HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT PeakParams p) {
+  __shared__ __align__(1024) hx_u8 tile[32 * 1024];
+  __shared__ __align__(8) hx_u64 bars[8];
+  const hx_u32 tid = hx_thread_x(), lane = hx_lane_reread(), wg = (hx_u32)hx_uniform_i32((hx_i32)(tid / 128));
+  const hx_u32 t = hx_smem_u32(tile), b = hx_smem_u32(bars), tx = b + 32;
+  const hx_u8* src = (const hx_u8*)p.out;
+  const hx_ring<2> ring{b, b + 16};
+  if (tid == 0) {
+    ring.init(1, 256);
+    hx_mbar_init(tx, 1);
+    hx_mbar_init_fence();
+  }
+  hx_barrier();
+  if (wg == 0) {
+    hx_setmaxnreg_dec<40>();
+    if (tid >= 32) return;
+    ring.wait_empty(0);
+    hx_copy_tile_sw128<16>(t, src, lane);
+    hx_copy_tile_sw128_rows<16, 2>(t + 2048, src, p.iters, lane);
+    hx_cp_async16(t + 4096 + 16 * lane, src + 16 * lane, 16);
+    hx_cp_async16_at<32>(t + 4096, src);
+    hx_cp_async4(t + 8192 + 4 * lane, src + 4 * lane, 4);
+    hx_cp_async4_at<8, 16>(t + 8192, src);
+    hx_cp_async_commit();
+    hx_cp_async_wait<0>();
+    hx_fence_proxy_async();
+    hx_cp_async_arrive(ring.full_at(ring.slot(0)));
+    ring.arrive_full(0);
+    if (lane == 0) {
+      hx_tma_prefetch_map(src);
+      ring.arrive_full_expect_tx(1, 3072);
+      hx_mbar_expect_tx(tx, 16);
+      hx_mbar_arrive_expect_tx(tx, 16);
+      hx_bulk_g2s(t + 16384, src, 1024, ring.full_at(1));
+      hx_tma_load_2d(t + 17408, src, 0, (hx_i32)lane, ring.full_at(1));
+      hx_tma_load_3d(t + 18432, src, 0, 1, (hx_i32)lane, ring.full_at(1));
+      hx_bulk_g2s(t + 19456, src, 16, tx);
+    }
+    if (hx_mbar_test(tx, 0) && ring.test_empty(1)) hx_mbar_wait(tx, 1);
+    return;
+  }
+  hx_setmaxnreg_inc<232>();
+  const hx_u32 w = wg - 1;
+  ring.wait_full(0);
+  hx_ring_pos<2> at;
+  hx_wait_full(ring, at);
+  float acc64[64], acc68[68], acc128[128];
+  const hx_u64 d = hx_wgmma_desc_sw128(t);
+  hx_fence_regs(acc64);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc64, d, d + 64);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc64);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc68, d, d + 64);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc68);
+  hx_wgmma_fence();
+  hx_wgmma_k32(acc128, d, d + 64, 0);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc128);
+  float s = acc68[67] + acc128[127];
+  hx_static_for<64>([&](auto i) { s += acc64[i]; });
+  hx_release(ring, at);
+  at.next();
+  ring.arrive_empty(0);
+  hx_bar_sync(1, 256);
+  hx_bar_arrive(2, 256);
+  hx_turn_start(3, w);
+  hx_turn_wait(3, w);
+  hx_turn_pass(3, w);
+  float x[4];
+  hx_e4m3x4_to_f32((hx_u32)hx_shfl_xor_i32((hx_i32)lane, 1), x);
+  const float y[4] = {s, x[1], x[2], hx_shfl_xor(x[3], 2)};
+  hx_store_f32_if(at.phase == 0, p.out + tid, hx_bits_to_f32(hx_f32_to_e4m3x4(y)));
+}
+"""
+
+
+@pytest.mark.toolchain
+def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
+    from by_path import load
+    build = load("_hx_build_probe", Path(__file__).resolve().parents[1] / "build.py")
+    try:
+        tc = build.find_nvidia()
+    except build.ToolchainError as e:
+        pytest.skip(str(e))
+    src, work, out = tmp_path / "src", tmp_path / "work", tmp_path / "out"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "hsaco_src", src)
+    (src / "sm90a" / "hopper_probe.hip").write_text(HOPPER_PROBE)
+    (work / "include").mkdir(parents=True)
+    header = build.catalog.header_text()
+    (work / "include" / "hx_params.h").write_text(header)
+    k = build.catalog.Kernel("hopper_probe", "sm90a/hopper_probe.hip", "hx_hopper_probe", "PeakParams", block=384,
+                             targets=("sm_90a",))
+    flags = build.flags_for("sm_90a", tc.mode, k, {})
+    source = src / k.source
+    job = build.Job(k, "sm_90a", {}, k.key, flags, build.source_hash(source, src, header, flags), source)
+    entry = build.compile_job(job, tc, src, work, out)  # raises on a ptxas error or a serialised wgmma
+    assert entry["resources"]["spill_stores"] == 0
