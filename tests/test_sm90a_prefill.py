@@ -17,17 +17,17 @@ H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
 
 
 @pytest.mark.parametrize("H", [32, 64])
-def test_sm90a_h32_h64_d128_can_take_the_wgmma_kernel_but_only_when_asked(H):
+def test_sm90a_h32_h64_d128_take_the_wgmma_kernel_by_name_and_by_default_at_h32(H):
     p = plan_prefill(4096, 32768, H, 128, H200, kernel=WGMMA_SM90.key)
     assert p.kernel == WGMMA_SM90.key and p.variant == {"HX_HEADS": H}
-    assert plan_prefill(4096, 32768, H, 128, H200).kernel == GENERIC.key  # opt-in until it meets the gate
+    assert plan_prefill(4096, 32768, H, 128, H200).kernel == (WGMMA_SM90.key if H == 32 else WGMMA_FOLD_SM90.key)
     assert p.rows_per_block * H == 256 and p.block == 640 and p.tile == 128
 
 
-def test_the_fold_build_serves_only_h64_d128_and_only_by_name():
+def test_the_fold_kernel_serves_only_h64_d128_where_it_is_the_default():
     p = plan_prefill(4096, 32768, 64, 128, H200, kernel=WGMMA_FOLD_SM90.key)
     assert p.kernel == "mqa_logits_wgmma_fold" and p.variant == {"HX_HEADS": 64} and p.rows_per_block == 4
-    assert plan_prefill(4096, 32768, 64, 128, H200).kernel == GENERIC.key
+    assert plan_prefill(4096, 32768, 64, 128, H200) == p
     with pytest.raises(ValueError, match=r"kernel: 'mqa_logits_wgmma_fold' serves \(H, D\) in \[\(64, 128\)\]"):
         plan_prefill(4096, 32768, 32, 128, H200, kernel=WGMMA_FOLD_SM90.key)
 
@@ -70,8 +70,8 @@ def test_catalog_declares_the_kernel_and_the_peak_loop_for_sm90a_only():
     assert sorted(v["HX_HEADS"] for v in k.variants) == [32, 64]
     assert 48 << 10 < k.smem <= 227 << 10
     fold = catalog.KERNEL["mqa_logits_wgmma_fold"]
-    assert (fold.source, fold.symbol, fold.variants, fold.defines) == (k.source, k.symbol, ({"HX_HEADS": 64},),
-                                                                        (("HX_FOLD", 1), ("HX_MATH_WGS", 2)))
+    assert (fold.source, fold.symbol, fold.variants, fold.defines) == (
+        "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold", ({"HX_HEADS": 64},), ())
     assert fold.block == WGMMA_FOLD_SM90.block == 384  # one load/fill warpgroup + two math warpgroups
     assert k.smem < fold.smem <= 227 << 10  # the fold's extra B rows and partial sums
     peak = catalog.KERNEL["wgmma_peak"]

@@ -246,8 +246,6 @@ HX_INLINE __device__ void hx_bar_sync(hx_u32 id, hx_u32 count) {
 HX_INLINE __device__ void hx_bar_arrive(hx_u32 id, hx_u32 count) {
   asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(count) : "memory");
 }
-// The same as hx_bar_sync, under its former name.
-HX_INLINE __device__ void hx_named_barrier(hx_u32 id, hx_u32 count) { hx_bar_sync(id, count); }
 // Two warpgroups w = 0, 1 taking turns at a section (issuing their MMAs, say, so that one's epilogue runs under
 // the other's) on barriers base and base + 1 (256 threads each): between hx_turn_wait and hx_turn_pass the other
 // warpgroup is outside its own section, and it sees this one's earlier memory accesses once its own wait
