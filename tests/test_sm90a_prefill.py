@@ -123,7 +123,7 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
     if (tid >= 32) return;
     ring.wait_empty(0);
     hx_copy_tile_sw128<16>(t, src, lane);
-    hx_copy_tile_sw128_rows<16, 2>(t + 2048, src, p.iters, lane);
+    hx_copy_tile_sw128_rows<16, 2>(t + 2048, src, 3, p.iters, lane);
     hx_cp_async16(t + 4096 + 16 * lane, src + 16 * lane, 16);
     hx_cp_async16_at<32>(t + 4096, src);
     hx_cp_async4(t + 8192 + 4 * lane, src + 4 * lane, 4);

@@ -7,8 +7,8 @@
     python tools/sass_mix.py --json ...
 
 The hot loop is the innermost back edge (a branch to a lower address) whose address range holds the
-most QGMMA (a range holding another QGMMA-bearing loop is an outer one, e.g. a unit loop). Its instructions are counted once each, as laid out:
-a predicated-off path counts as much as a taken one, and out-of-line code the loop branches to (the
+most QGMMA (a range holding another QGMMA-bearing loop is an outer one, e.g. a unit loop). Its
+instructions are counted once each, as laid out: a predicated-off path counts as much as a taken one, and out-of-line code the loop branches to (the
 mbarrier retry loops ptxas moves past the kernel's end) is not counted. The classes are what bounds a
 wgmma kernel: the MMAs themselves, the FP work of the epilogue, shared-memory traffic, synchronisation.
 """

@@ -133,7 +133,9 @@ struct hx_ring {
   // Producer: this thread's share of use it is in place (the writer fenced what wgmma reads).
   __device__ void arrive_full(hx_u32 it) const { hx_mbar_arrive(full_at(it % S)); }
   // Producer of bulk / tensor copies: arrives and expects `bytes` of copies completing on full_at(slot(it)).
-  __device__ void arrive_full_expect_tx(hx_u32 it, hx_u32 bytes) const { hx_mbar_arrive_expect_tx(full_at(it % S), bytes); }
+  __device__ void arrive_full_expect_tx(hx_u32 it, hx_u32 bytes) const {
+    hx_mbar_arrive_expect_tx(full_at(it % S), bytes);
+  }
   // Consumer: wait until use it is in place; release it when done reading.
   __device__ void wait_full(hx_u32 it) const { hx_mbar_wait(full_at(it % S), (it / S) & 1); }
   __device__ void arrive_empty(hx_u32 it) const { hx_mbar_arrive(empty_at(it % S)); }
@@ -150,9 +152,13 @@ struct hx_ring_pos {
   }
 };
 template <int S>
-HX_INLINE __device__ void hx_wait_full(const hx_ring<S>& r, const hx_ring_pos<S>& at) { hx_mbar_wait(r.full_at(at.slot), at.phase); }
+HX_INLINE __device__ void hx_wait_full(const hx_ring<S>& r, const hx_ring_pos<S>& at) {
+  hx_mbar_wait(r.full_at(at.slot), at.phase);
+}
 template <int S>
-HX_INLINE __device__ void hx_release(const hx_ring<S>& r, const hx_ring_pos<S>& at) { hx_mbar_arrive(r.empty_at(at.slot)); }
+HX_INLINE __device__ void hx_release(const hx_ring<S>& r, const hx_ring_pos<S>& at) {
+  hx_mbar_arrive(r.empty_at(at.slot));
+}
 
 // ---------------------------------------------------------------- cp.async (generic proxy)
 // 16 bytes global -> shared through L2 only; src_bytes 0 writes zeros (and reads nothing).
@@ -196,15 +202,17 @@ HX_INLINE __device__ void hx_copy_tile_sw128(hx_u32 dst, const hx_u8* src, hx_u3
   const hx_u8* s = src + r0 * 128u + c * 16u;
   hx_static_for<ROWS / 4>([&](auto i) { hx_cp_async16_at<512 * i>((i & 1) ? odd : even, s); });
 }
-// The same tile where only rows [0, live) exist in global memory: the others are written as zeros (and not
-// read). A tail path: per-copy addresses, UNROLL copies per loop iteration.
+// Rows [row0, row0 + ROWS) of a tensor of `rows` 128-byte rows at `base` as such a tile, by one warp: rows at
+// or past `rows` are written as zeros, their copies naming `base` and reading nothing (no address past the
+// tensor is formed). A tail path: per-copy addresses, UNROLL copies per loop iteration.
 template <int ROWS, int UNROLL>
-HX_INLINE __device__ void hx_copy_tile_sw128_rows(hx_u32 dst, const hx_u8* src, hx_i32 live, hx_u32 lane) {
+HX_INLINE __device__ void hx_copy_tile_sw128_rows(hx_u32 dst, const hx_u8* base, hx_i32 row0, hx_i32 rows,
+                                                  hx_u32 lane) {
 #pragma unroll UNROLL
   for (int i = 0; i < ROWS * 8 / 32; ++i) {
     const hx_i32 idx = (hx_i32)lane + 32 * i, r = idx >> 3, c = idx & 7;
-    const bool ok = r < live;
-    hx_cp_async16(dst + hx_sw128_offset(r, c), src + (ok ? (hx_i64)r * 128 + c * 16 : 0), ok ? 16 : 0);
+    const bool ok = row0 + r < rows;
+    hx_cp_async16(dst + hx_sw128_offset(r, c), base + (ok ? (hx_i64)(row0 + r) * 128 + c * 16 : 0), ok ? 16 : 0);
   }
 }
 
@@ -348,9 +356,15 @@ HX_INLINE __device__ void hx_wgmma_m64n136k32_e4m3(float (&d)[68], hx_u64 a, hx_
 }
 
 // One k32 step at the shape the accumulator array names (N = 2 x its length).
-HX_INLINE __device__ void hx_wgmma_k32(float (&d)[64], hx_u64 a, hx_u64 b, hx_u32 acc) { hx_wgmma_m64n128k32_e4m3(d, a, b, acc); }
-HX_INLINE __device__ void hx_wgmma_k32(float (&d)[68], hx_u64 a, hx_u64 b, hx_u32 acc) { hx_wgmma_m64n136k32_e4m3(d, a, b, acc); }
-HX_INLINE __device__ void hx_wgmma_k32(float (&d)[128], hx_u64 a, hx_u64 b, hx_u32 acc) { hx_wgmma_m64n256k32_e4m3(d, a, b, acc); }
+HX_INLINE __device__ void hx_wgmma_k32(float (&d)[64], hx_u64 a, hx_u64 b, hx_u32 acc) {
+  hx_wgmma_m64n128k32_e4m3(d, a, b, acc);
+}
+HX_INLINE __device__ void hx_wgmma_k32(float (&d)[68], hx_u64 a, hx_u64 b, hx_u32 acc) {
+  hx_wgmma_m64n136k32_e4m3(d, a, b, acc);
+}
+HX_INLINE __device__ void hx_wgmma_k32(float (&d)[128], hx_u64 a, hx_u64 b, hx_u32 acc) {
+  hx_wgmma_m64n256k32_e4m3(d, a, b, acc);
+}
 // D = A[64 x 128] B[N x 128]^T over 128-byte rows: four k32 steps, each 32 bytes further into both tiles, the
 // first overwriting D. Issued, not committed.
 template <int R>

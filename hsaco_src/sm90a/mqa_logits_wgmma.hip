@@ -93,7 +93,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
       using V = float[2 * RQ];
       auto issue = [&]() -> float {
         hx_wait_full(sm.k, at);
-        const float scale = 0.5f * ((const float*)(sm.ptr + SC_OFF + at.slot * (BK * 4)))[64 * g + key];  // sums hold 2 relu
+        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
         hx_fence_regs(acc);
         hx_wgmma_fence();
         hx_wgmma_k128(acc, adesc0 + (hx_u64)(at.slot * (BK * D / 16)), hx_wgmma_desc_sw128(qtile + h * QHALF_BYTES));

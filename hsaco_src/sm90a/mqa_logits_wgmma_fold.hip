@@ -103,7 +103,8 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
       const hx_f32x4 p4 = fx[ww * 32 + l];
       qe[0] += p4.x; qe[1] += p4.y; qe[2] += p4.z; qe[3] += p4.w;
     }
-    float m = fmaxf(fmaxf(__builtin_fabsf(qe[0]), __builtin_fabsf(qe[1])), fmaxf(__builtin_fabsf(qe[2]), __builtin_fabsf(qe[3])));
+    float m = fmaxf(fmaxf(__builtin_fabsf(qe[0]), __builtin_fabsf(qe[1])),
+                    fmaxf(__builtin_fabsf(qe[2]), __builtin_fabsf(qe[3])));
 #pragma unroll
     for (int x = 1; x < 32; x <<= 1) m = fmaxf(m, hx_shfl_xor(m, x));
     // The smallest power of two s with m / s <= 448 (m / 448 rounded up to a power of two); 1 for a zero row.
@@ -171,13 +172,14 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
       using V = float[2][2 * RQ];
       auto issue = [&]() -> float {
         hx_wait_full(sm.k, at);
-        const float scale = 0.5f * ((const float*)(sm.ptr + SC_OFF + at.slot * (BK * 4)))[64 * g + key];  // sums hold 2 relu
+        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
         hx_fence_regs(acc[0]);
         hx_fence_regs(acc[1]);
         hx_wgmma_fence();
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          hx_wgmma_k128(acc[hh], adesc0 + (hx_u64)(at.slot * (BK * D / 16)), hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES));
+          hx_wgmma_k128(acc[hh], adesc0 + (hx_u64)(at.slot * (BK * D / 16)),
+                        hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES));
           hx_wgmma_commit();
         }
         return scale;

@@ -53,7 +53,7 @@ struct PrefillCta {
   static constexpr hx_u32 SC_OFF = Q_OFF + 2 * Q_BYTES;   // S x 128 f32 kv_scale
   static constexpr hx_u32 W_OFF = SC_OFF + S * BK * 4;    // 2 slots x BQ rows of weights (weight_slot)
   static constexpr hx_u32 W_BYTES = BQ * WROW * 4;
-  static constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;  // 2 slots x unit record (int32): stages, m0, work lo, hi, BQ x (lo, hi)
+  static constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;  // 2 slots x unit record (record())
   static constexpr hx_u32 REC_BYTES = 128;
   static constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;  // then a kernel's own scratch, then the barriers
   static_assert((4 + 2 * BQ) * 4 <= REC_BYTES, "unit record");
@@ -177,9 +177,8 @@ struct PrefillCta {
   HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,
                                             hx_i32 half, hx_i32 lane) {
     const hx_i32 r_base = half * (BK / 2);
-    const hx_u8* src = p.k + (hx_i64)(n0 + r_base) * D;
-    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, src, lane);
-    else hx_copy_tile_sw128_rows<BK / 2, 8>(kdst + r_base * 128, src, p.N - n0 - r_base, lane);
+    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)(n0 + r_base) * D, lane);
+    else hx_copy_tile_sw128_rows<BK / 2, 8>(kdst + r_base * 128, p.k, n0 + r_base, p.N, lane);
 #pragma unroll
     for (int i = 0; i < BK / 2 / 32; ++i) {
       const hx_i32 idx = r_base + lane + 32 * i;
@@ -188,16 +187,17 @@ struct PrefillCta {
     }
   }
 
-  // Warp 0's part of a unit's start: its record, Q and weights into slot qb. A whole row block at fixed offsets:
-  // this warp also copies half of every K stage, which waits behind these copies (per-copy address arithmetic
-  // made a unit's start cost about two stages).
-  HX_INLINE __device__ void load_unit(const PrefillParams& p, const Smem& s, hx_u32 qb, const WarpUnit& wu,
+  // Warp 0's part of a unit's start: its record, Q and weights as use qit of the Q slots. A whole row block at
+  // fixed offsets: this warp also copies half of every K stage, which waits behind these copies (per-copy
+  // address arithmetic made a unit's start cost about two stages).
+  HX_INLINE __device__ void load_unit(const PrefillParams& p, const Smem& s, hx_u32 qit, const WarpUnit& wu,
                                       hx_i32 ns, hx_i32 lane) {
     const Unit& t = wu.t;
+    const hx_u32 qb = s.q.slot(qit);
     hx_i32* rec = (hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
     if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
     if (lane < BQ) { rec[4 + 2 * lane] = wu.my.lo; rec[5 + 2 * lane] = wu.row_ok ? wu.my.hi : -1; }
-    s.q.arrive_full(qb);  // releases the record; the copies arrive below
+    s.q.arrive_full(qit);  // releases the record; the copies arrive below
     const hx_u32 qdst = s.base + Q_OFF + qb * Q_BYTES, wdst = s.base + W_OFF + qb * W_BYTES;
     const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
     const float* wsrc = p.weights + (hx_i64)t.m0 * H;
@@ -207,8 +207,8 @@ struct PrefillCta {
       hx_copy_tile_sw128<NQ / 2>(qdst + QHALF_BYTES, qsrc + (NQ / 2) * D, lane);
       copy_weights(wdst, wsrc, lane);
     } else {
-      hx_copy_tile_sw128_rows<NQ / 2, 1>(qdst, qsrc, qrows, lane);
-      hx_copy_tile_sw128_rows<NQ / 2, 1>(qdst + QHALF_BYTES, qsrc + (NQ / 2) * D, qrows - NQ / 2, lane);
+      hx_copy_tile_sw128_rows<NQ / 2, 1>(qdst, qsrc, 0, qrows, lane);
+      hx_copy_tile_sw128_rows<NQ / 2, 1>(qdst + QHALF_BYTES, qsrc, NQ / 2, qrows, lane);
 #pragma unroll 1
       for (int i = 0; i < NQ / 32; ++i) {
         const hx_i32 idx = lane + 32 * i;
@@ -241,7 +241,7 @@ struct PrefillCta {
           publish_upto(kit);
           s.q.wait_empty(qit);
         }
-        load_unit(p, s, qit & 1, wu, ns, lane);  // Q rides in the copy group of the unit's first stage
+        load_unit(p, s, qit, wu, ns, lane);  // Q rides in the copy group of the unit's first stage
         ++qit;
       }
       for (hx_i32 st = 0; st < ns; ++st, ++kit) {
@@ -260,10 +260,9 @@ struct PrefillCta {
     publish_upto(kit);
     if (warp == 0) {  // the end marker: a record with no stages, both of warp 0's arrivals
       s.q.wait_empty(qit);
-      const hx_u32 qb = qit & 1;
-      if (lane == 0) ((hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES))[0] = 0;
-      s.q.arrive_full(qb);
-      s.q.arrive_full(qb);
+      if (lane == 0) ((hx_i32*)(s.ptr + REC_OFF + s.q.slot(qit) * REC_BYTES))[0] = 0;
+      s.q.arrive_full(qit);
+      s.q.arrive_full(qit);
     }
     hx_cp_async_wait<0>();  // every issued copy lands before the CTA may exit
   }
@@ -312,11 +311,15 @@ struct PrefillCta {
   HX_INLINE __device__ const hx_i32* record(const Smem& s, hx_u32 qb) {
     return (const hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
   }
+  // kv_scale of key k (of 128) in K stage `slot`.
+  HX_INLINE __device__ float kv_scale_at(const Smem& s, hx_u32 slot, hx_i32 k) {
+    return ((const float*)(s.ptr + SC_OFF + slot * (BK * 4)))[k];
+  }
   // A math lane's view of one half of a unit: the query rows it stores and their windows. Keys are counted from
   // the end of the unit's work range (e = n - work.hi, negative inside it), which saves the register that held
   // work.hi.
   struct Tile {
-    float* row[BQ / 4];             // this lane's output rows (half h: row h RQ + b2 RQ/2 + kq of the block), at its key
+    float* row[BQ / 4];             // this lane's output rows (half h: h RQ + b2 RQ/2 + kq), at its key
     hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
     bool fill[BQ / 4];              // clean and the row exists (hi -1 marks a row past M)
   };
@@ -335,7 +338,8 @@ struct PrefillCta {
   // The head sums v[i RQ + q] of key row 8i + l/4 of the warp's 16 and query row q of the half, reduced across
   // the quad (lane bit 0 keeps key row b1, bit 1 keeps query quarter b2), times kv_scale, stored with the -inf of
   // rows outside their own window fused; branch-free (predicated stores). Then the next stage's keys.
-  HX_INLINE __device__ void reduce_store(Tile& t, const float (&v)[2 * RQ], hx_i32 e, float scale, hx_i32 b1, hx_i32 b2) {
+  HX_INLINE __device__ void reduce_store(Tile& t, const float (&v)[2 * RQ], hx_i32 e, float scale, hx_i32 b1,
+                                         hx_i32 b2) {
     float h1[RQ];
 #pragma unroll
     for (int x = 0; x < RQ; ++x) {
