@@ -150,7 +150,7 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
   const hx_u32 w = wg - 1;
   ring.wait_full(0);
   hx_ring_pos<2> at;
-  hx_wait_full(ring, at);
+  ring.wait_full(at);
   float acc64[64], acc68[68], acc128[128];
   const hx_u64 d = hx_wgmma_desc_sw128(t);
   hx_fence_regs(acc64);
@@ -171,7 +171,7 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
   hx_fence_regs(acc128);
   float s = acc68[67] + acc128[127];
   hx_static_for<64>([&](auto i) { s += acc64[i]; });
-  hx_release(ring, at);
+  ring.arrive_empty(at);
   at.next();
   ring.arrive_empty(0);
   hx_bar_sync(1, 256);

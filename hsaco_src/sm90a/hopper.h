@@ -115,6 +115,19 @@ HX_INLINE __device__ void hx_mbar_wait(hx_u32 bar, hx_u32 parity) {
 // producer's data, empty[s] once every consumer has released it. Use `it` of the ring (its it-th fill) is
 // stage it % S in phase it / S; the producer's first pass finds every empty[s] completed (the fresh
 // barrier's previous phase), so it never waits before the ring has wrapped.
+
+// A place in a ring as (stage, parity) instead of a use count: what a consumer's loop carries in two uniform
+// registers without a division.
+template <int S>
+struct hx_ring_pos {
+  hx_u32 slot = 0, phase = 0;
+  __device__ void next() {
+    const bool wrap = slot == S - 1;
+    slot = wrap ? 0 : slot + 1;
+    phase ^= wrap;
+  }
+};
+
 template <int S>
 struct hx_ring {
   hx_u32 full, empty;  // shared addresses of full[0] and empty[0]: S consecutive 8-byte mbarriers each
@@ -136,29 +149,12 @@ struct hx_ring {
   __device__ void arrive_full_expect_tx(hx_u32 it, hx_u32 bytes) const {
     hx_mbar_arrive_expect_tx(full_at(it % S), bytes);
   }
-  // Consumer: wait until use it is in place; release it when done reading.
+  // Consumer: wait until use it (or the stage at a place) is in place; release it when done reading.
   __device__ void wait_full(hx_u32 it) const { hx_mbar_wait(full_at(it % S), (it / S) & 1); }
   __device__ void arrive_empty(hx_u32 it) const { hx_mbar_arrive(empty_at(it % S)); }
+  __device__ void wait_full(const hx_ring_pos<S>& at) const { hx_mbar_wait(full_at(at.slot), at.phase); }
+  __device__ void arrive_empty(const hx_ring_pos<S>& at) const { hx_mbar_arrive(empty_at(at.slot)); }
 };
-// A consumer's place in a ring as (stage, parity) instead of a use count: what a loop carries in two uniform
-// registers without a division.
-template <int S>
-struct hx_ring_pos {
-  hx_u32 slot = 0, phase = 0;
-  __device__ void next() {
-    const bool wrap = slot == S - 1;
-    slot = wrap ? 0 : slot + 1;
-    phase ^= wrap;
-  }
-};
-template <int S>
-HX_INLINE __device__ void hx_wait_full(const hx_ring<S>& r, const hx_ring_pos<S>& at) {
-  hx_mbar_wait(r.full_at(at.slot), at.phase);
-}
-template <int S>
-HX_INLINE __device__ void hx_release(const hx_ring<S>& r, const hx_ring_pos<S>& at) {
-  hx_mbar_arrive(r.empty_at(at.slot));
-}
 
 // ---------------------------------------------------------------- cp.async (generic proxy)
 // 16 bytes global -> shared through L2 only; src_bytes 0 writes zeros (and reads nothing).

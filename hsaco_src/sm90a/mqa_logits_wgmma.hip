@@ -92,7 +92,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
 
       using V = float[2 * RQ];
       auto issue = [&]() -> float {
-        hx_wait_full(sm.k, at);
+        sm.k.wait_full(at);
         const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
         hx_fence_regs(acc);
         hx_wgmma_fence();
@@ -104,7 +104,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
         hx_wgmma_wait<0>();
         hx_fence_regs(acc);
         head_sums(acc, w0, wt, v);
-        hx_release(sm.k, at);
+        sm.k.arrive_empty(at);
         at.next();
       };
       auto store = [&](const V& v, float scale) {

@@ -171,7 +171,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
 
       using V = float[2][2 * RQ];
       auto issue = [&]() -> float {
-        hx_wait_full(sm.k, at);
+        sm.k.wait_full(at);
         const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
         hx_fence_regs(acc[0]);
         hx_fence_regs(acc[1]);
@@ -191,7 +191,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
         hx_wgmma_wait<0>();
         hx_fence_regs(acc[1]);
         head_sums(acc[1], wq[1], wt[1], v[1]);
-        hx_release(sm.k, at);
+        sm.k.arrive_empty(at);
         at.next();
       };
       auto store = [&](const V& v, float scale) {
