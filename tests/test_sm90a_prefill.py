@@ -208,3 +208,18 @@ def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
     job = build.Job(k, "sm_90a", {}, k.key, flags, build.source_hash(source, src, header, flags), source)
     entry = build.compile_job(job, tc, src, work, out)  # raises on a ptxas error or a serialised wgmma
     assert entry["resources"]["spill_stores"] == 0
+
+
+def test_sass_mix_takes_the_innermost_loop_with_the_most_mmas():
+    from by_path import load
+    mix = load("_hx_sass_mix", Path(__file__).resolve().parents[1] / "tools" / "sass_mix.py")
+    lines = ["        Function : k"]
+    code = [(0x00, "MOV R1, R2"), (0x10, "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT"),
+            (0x20, "FFMA R3, R4, R5, R3"), (0x30, "@!P0 BRA 0x10"),  # inner loop: 1 QGMMA, 1 FFMA
+            (0x40, "LDS R6, [R7]"), (0x50, "@P1 BRA 0x0"),          # outer loop around it
+            (0x60, "@!P2 BRA 0x60"), (0x70, "EXIT")]                 # a wait loop with no MMA
+    lines += [f"        /*{a:04x}*/                   {t} ;" for a, t in code]
+    m = mix.mix(mix.parse("\n".join(lines))["k"])
+    assert m["loop"] == ["0x10", "0x30"] and m["mma_shapes"] == ["QGMMA.64x128x32.F32.E4M3.E4M3"]
+    assert m["counts"] == {"QGMMA": 1, "FFMA": 1, "BRANCH": 1, "TOTAL": 3}
+    assert m["kernel_qgmma"] == 1 and m["kernel_local_memory"] == 0
