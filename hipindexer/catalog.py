@@ -217,16 +217,17 @@ KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile",
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
                       block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       accumulation="fp32"))
-# sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark.
+# sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark: four math
+# warpgroups, m64n128 each (hsaco_src/sm90a/mqa_logits_wgmma.hip on prefill_cta.h and hopper.h).
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=204800, accumulation="fp8_tc"))
-# The same kernel at H = 64 with the linear half of the ReLU folded into the MMA (HX_FOLD) and two math
-# warpgroups that keep every weight in registers (HX_MATH_WGS): faster, and its error grows with
-# |sum_h w_h x_h| instead of the kept heads' terms (see planner.WGMMA_FOLD_SM90).
-KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
-                      block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
-                      defines=(("HX_FOLD", 1), ("HX_MATH_WGS", 2)), accumulation="fp8_tc"))
+# At H = 64 with the linear half of the ReLU folded into the MMA (m64n136) and two math warpgroups that keep every
+# weight in registers: faster, and its error grows with |sum_h w_h x_h| instead of the kept heads' terms (see
+# planner.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis (64 only).
+KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
+                      "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
+                      accumulation="fp8_tc"))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
                       targets=("sm_90a",), accumulation="fp8_tc"))
 KERNEL = {k.key: k for k in KERNELS}

@@ -53,8 +53,8 @@ GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
 # tensor-core accumulation class. A unit costs about one tile of work to start.
 WGMMA_SM90 = KernelSpec("mqa_logits_wgmma", block=640, tile=128, max_rows=8, fits=((32, 128), (64, 128)),
                         rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, unit_cost_tiles=1)
-# The same kernel with the linear half of 2 relu(x) = x + |x| computed by the MMA (H = 64 only), on two math
-# warpgroups that keep every weight in registers: the faster of the two at H = 64. Its error on that term
+# The fold kernel (hsaco_src/sm90a/mqa_logits_wgmma_fold.hip): the linear half of 2 relu(x) = x + |x| computed by
+# the MMA (H = 64 only), on two math warpgroups that keep every weight in registers: the faster of the two at H = 64. Its error on that term
 # grows with |sum_h w_h x_h| over every head rather than with the kept heads' terms: still inside the class.
 WGMMA_FOLD_SM90 = replace(WGMMA_SM90, key="mqa_logits_wgmma_fold", block=384, max_rows=4, fits=((64, 128),),
                           rows={64: 4})

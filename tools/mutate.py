@@ -3,7 +3,7 @@
     python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
     python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
     python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
-    python tools/mutate.py --suite cuda --set sm90a_fold                 # its H = 64 fold build's plants
+    python tools/mutate.py --suite cuda --set sm90a_fold                 # the sm_90a fold kernel's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
@@ -61,34 +61,35 @@ PLANTS = {
               "for (int r = 0; r < HX_RG; ++r) acc[r] *= scale;",
               "for (int r = 0; r < HX_RG; ++r) acc[r] *= scale * (n == 40000 ? 1.01f : 1.f);"),
     ],
-    # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
+    # sm_90a wgmma prefill kernels (H in {32, 64}, D = 128): the plain kernel's own plants; those in the pieces both
+    # kernels share (prefill_cta.h) are added below to both sets. Run with --suite cuda --set sm90a.
     "sm90a": [
-        Plant("wrong_accumulator_head", "sm90a/mqa_logits_wgmma.hip",
-              "(hx_lane_reread() & 3) * WGROUP;", "((hx_lane_reread() + 1) & 3) * WGROUP;"),
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
-              "hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));", "hx_wgmma_desc_sw128(base + K_OFF + (1 - g) * (64 * D));"),
-        Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",
-              "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
-              "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
-              "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
-        Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
-              "t[hh].row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;",
-              "t[hh].row[kq] = p.out + (hx_i64)(m0 + (r + 1) % BQ) * p.out_stride + n;"),
-        Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
-              "inside ? z * scale : ninf", "inside ? z : ninf"),
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
+        # One wrong element in a long row: the logit at key column 40000 of every row, 10% off. A row's calc_diff
+        # moves by less than 1e-5 at N = 65536 (the suite's 4x65536 shape); only the per-element bound sees it.
+        Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma.hip",
+              "reduce_store(t, v, e, scale, b1, b2);",
+              "reduce_store(t, v, e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2);"),
     ],
-    # The same source built with HX_FOLD and two math warpgroups (mqa_logits_wgmma_fold, H = 64): the linear
-    # term's B rows, their scales, the term itself, and the second half's MMA of a warpgroup; the shared plants
-    # above are added to this set below (that build runs other code around them). Run with --suite cuda --set
-    # sm90a_fold.
+    # The fold kernel (mqa_logits_wgmma_fold, H = 64): the linear term's B rows, their scales, the term itself, the
+    # second half's MMA of a warpgroup, and the plain kernel's own plants at their place in this source. Run with
+    # --suite cuda --set sm90a_fold.
     "sm90a_fold": [
-        Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma.hip",
+        Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma_fold.hip",
               "const hx_u32 row = NQ / 2 + 2 * t + g;", "const hx_u32 row = NQ / 2 + 2 * t + (1 - g);"),
-        Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
-        Plant("fold_linear_term_dropped", "sm90a/mqa_logits_wgmma.hip",
-              "sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], wt[FOLD_SCALE + q], sum);", "sum = sum;"),
-        Plant("halves_swapped_in_mma", "sm90a/mqa_logits_wgmma.hip",
-              "hx_wgmma_desc_sw128(qtile + (h + hh) * QHALF_BYTES)", "hx_wgmma_desc_sw128(qtile + (h + 1 - hh) * QHALF_BYTES)"),
+        Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma_fold.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
+        Plant("fold_linear_term_dropped", "sm90a/mqa_logits_wgmma_fold.hip",
+              "sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], term_scale[q], sum);", "sum = sum;"),
+        Plant("halves_swapped_in_mma", "sm90a/mqa_logits_wgmma_fold.hip",
+              "hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES)", "hx_wgmma_desc_sw128(qtile + (1 - hh) * QHALF_BYTES)"),
+        Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma_fold.hip",
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
+        Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma_fold.hip",
+              "reduce_store(t[hh], v[hh], e, scale, b1, b2);",
+              "reduce_store(t[hh], v[hh], e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2);"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [
@@ -107,7 +108,21 @@ PLANTS = {
               "inside ? (x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f) :"),
     ],
 }
-PLANTS["sm90a_fold"] += PLANTS["sm90a"]
+# The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
+SM90A_SHARED = [
+    Plant("wrong_accumulator_head", "sm90a/prefill_cta.h",
+          "(hx_lane_reread() & 3) * WGROUP;", "((hx_lane_reread() + 1) & 3) * WGROUP;"),
+    Plant("split_boundary_one_tile_short", "sm90a/prefill_cta.h",
+          "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
+          "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
+          "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
+    Plant("wrong_row_in_row_block", "sm90a/prefill_cta.h",
+          "t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;",
+          "t.row[kq] = p.out + (hx_i64)(m0 + (r + 1) % BQ) * p.out_stride + n;"),
+    Plant("dropped_kv_scale_sm90a", "sm90a/prefill_cta.h", "inside ? z * scale : ninf", "inside ? z : ninf"),
+]
+PLANTS["sm90a"] += SM90A_SHARED
+PLANTS["sm90a_fold"] += SM90A_SHARED
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
     # the quick shapes plus one whose parts span two LDS chunks under a key split of 8
@@ -115,9 +130,10 @@ SET_CMDS = {
                "--kernel mqa_logits_generic",
     "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
-    "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
+    # sm_90a: small shapes for the tails and splits, 4x65536 for one wrong element in a long row
+    "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560,4x65536 --reruns 0 "
              "--kernel mqa_logits_wgmma",
-    "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
+    "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560,4x65536 --reruns 0 "
                   "--kernel mqa_logits_wgmma_fold",
 }
 
