@@ -191,24 +191,29 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
 
 @pytest.mark.toolchain
 def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
-    from by_path import load
-    build = load("_hx_build_probe", Path(__file__).resolve().parents[1] / "build.py")
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from hxbuild.compile import compile_job
+    from hxbuild.hipindexer_modules import catalog
+    from hxbuild.jobs import Job, flags_for, source_hash
+    from hxbuild.process import ToolchainError
+    from hxbuild.toolchains import find_nvidia
     try:
-        tc = build.find_nvidia()
-    except build.ToolchainError as e:
+        tc = find_nvidia()
+    except ToolchainError as e:
         pytest.skip(str(e))
     src, work, out = tmp_path / "src", tmp_path / "work", tmp_path / "out"
     shutil.copytree(Path(__file__).resolve().parents[1] / "hsaco_src", src)
     (src / "sm90a" / "hopper_probe.hip").write_text(HOPPER_PROBE)
     (work / "include").mkdir(parents=True)
-    header = build.catalog.header_text()
+    header = catalog.header_text()
     (work / "include" / "hx_params.h").write_text(header)
-    k = build.catalog.Kernel("hopper_probe", "sm90a/hopper_probe.hip", "hx_hopper_probe", "PeakParams", block=384,
-                             targets=("sm_90a",))
-    flags = build.flags_for("sm_90a", tc.mode, k, {})
+    k = catalog.Kernel("hopper_probe", "sm90a/hopper_probe.hip", "hx_hopper_probe", "PeakParams", block=384,
+                       targets=("sm_90a",))
+    flags = flags_for("sm_90a", tc.mode, k, {})
     source = src / k.source
-    job = build.Job(k, "sm_90a", {}, k.key, flags, build.source_hash(source, src, header, flags), source)
-    entry = build.compile_job(job, tc, src, work, out)  # raises on a ptxas error or a serialised wgmma
+    job = Job(k, "sm_90a", {}, k.key, flags, source_hash(source, src, header, flags), source)
+    entry = compile_job(job, tc, src, work, out)  # raises on a ptxas error or a serialised wgmma
     assert entry["resources"]["spill_stores"] == 0
 
 
