@@ -149,21 +149,47 @@ def test_dlpack_strided_view_and_deleter():
     assert d.shape == (3, 5) and d.strides == (32, 4) and not d.is_contiguous
     np.testing.assert_array_equal(np.from_dlpack(d), a[1:4, 2:7])
     assert d.__cuda_array_interface__["strides"] == (32, 4)
-    n0 = len(dlpack._EXPORTS)
+    alive = weakref.ref(d)
     cap = d.__dlpack__(stream=-1)
-    assert len(dlpack._EXPORTS) == n0 + 1
-    del cap  # never consumed: the capsule destructor frees the export
+    del d
     gc.collect()
-    assert len(dlpack._EXPORTS) == n0
+    assert alive() is not None, "the capsule holds the export"
+    del cap  # never consumed: the capsule's destructor frees the export
+    gc.collect()
+    assert alive() is None
+    d = _host_view(a)[1:4, 2:7]
+    alive = weakref.ref(d)
     cap = d.__dlpack__(stream=-1, max_version=(1, 0))
     view = from_capsule(cap, _HostDevice())
-    del cap
+    del cap, d
     gc.collect()
-    assert len(dlpack._EXPORTS) == n0 + 1  # consumed: alive until our importer drops it
+    assert alive() is not None, "consumed: alive until our importer drops it"
     assert view.shape == (3, 5) and view.strides == (32, 4)
     del view
     gc.collect()
-    assert len(dlpack._EXPORTS) == n0
+    assert alive() is None
+
+
+class _RocmHostDevice(_HostDevice):
+    default_stream = type("NullStream", (), {"handle": 0})()  # the consumer's default: no cross-stream wait
+
+    def dlpack_device(self):
+        return (dlpack.KDL_ROCM, 0)
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_consumer_that_refuses_the_capsule_raises_its_own_error_and_nothing_leaks(versioned):
+    a = np.arange(10, dtype=np.float32)
+    d = DeviceArray(a.ctypes.data, a.shape, a.dtype, _RocmHostDevice(), owner=a)
+    alive = weakref.ref(d)
+    # numpy takes the capsule, then refuses a device tensor: the capsule dies while numpy's error is pending.
+    producer = d if versioned else type("Legacy", (), {"__dlpack__": lambda s: d.__dlpack__(),
+                                                       "__dlpack_device__": lambda s: d.__dlpack_device__()})()
+    with pytest.raises((BufferError, RuntimeError), match="(?i)device"):
+        np.from_dlpack(producer)
+    del d, producer
+    gc.collect()
+    assert alive() is None, "the refused export is still held"
 
 
 def test_dlpack_import_calls_producer_deleter():
