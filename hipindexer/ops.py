@@ -13,7 +13,7 @@ import numpy as np
 from .arguments import F32, FP8, U8, prefill_shape
 from .planner import TARGETS, TUNABLES, Target, plan_prefill
 from .runtime import Device, DeviceArray, as_device_array, get_kernel
-from .runtime.device import _as_stream
+from .runtime.device import as_stream
 
 _DL_BACKEND = {2: "cuda", 13: "cuda", 10: "hip"}
 _targets: dict = {}
@@ -121,7 +121,7 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
     """
     _check_tunables(tunables)
     dev = resolve_device(device, (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out))
-    st = _as_stream(stream, dev)
+    st = as_stream(stream, dev)
     qa = to_device("q", q, dev, st, fp8=True)
     ka = to_device("k", k, dev, st, fp8=True)
     sa = to_device("kv_scale", kv_scale, dev, st)

@@ -291,6 +291,7 @@ def test_info_never_raises():
 # -- the shared layers end to end over a host-memory backend (what the GPU run will exercise for real) --
 class _HostBackend:
     name, dlpack_device_type, wave_size = "fakehost", dlpack.KDL_CPU, 64
+    named_streams = rcuda.CudaBackend.named_streams
 
     def __init__(self):
         self.bufs, self.launches = {}, []
@@ -340,50 +341,86 @@ class _HostBackend:
         self.launches.append((fn, grid, block, stream))
 
 
-def test_shared_layers_over_a_host_backend(tmp_path):
-    import hashlib
-
-    from hipindexer import catalog
+@pytest.fixture
+def host_backend():
+    """A host-memory backend registered as "fakehost" (removed again after the test)."""
     from hipindexer.runtime import device as rdevice
-    from hipindexer.runtime import get_kernel, register_backend
+    from hipindexer.runtime import register_backend
     hb = _HostBackend()
     register_backend("fakehost", lambda: hb)
     try:
-        dev = Device("fakehost:0")
-        assert dev is Device("fakehost") and dev.arch == "fake_arch" and dev.dlpack_device() == (1, 0)
-        a = np.arange(100, dtype=np.float32).reshape(10, 10)
-        d = DeviceArray.from_numpy(a, device=dev)
-        np.testing.assert_array_equal(d.numpy(), a)
-        np.testing.assert_array_equal(d[2:5, 3:7].numpy(), a[2:5, 3:7])
-        d[2:5, 3:7].fill(np.nan)
-        assert np.isnan(d.numpy()[2:5, 3:7]).all() and d.numpy()[1, 3] == 13
-        np.testing.assert_array_equal(d.copy().numpy().view(np.uint32), d.numpy().view(np.uint32))
-        np.testing.assert_array_equal(np.from_dlpack(d), d.numpy())
-        obj = tmp_path / "fake_arch" / "fill_u32.bin"
-        obj.parent.mkdir()
-        obj.write_bytes(b"code")
-        e = dict(_entry("fake_arch", size=catalog.STRUCT["FillParams"].size), object="fake_arch/fill_u32.bin",
-                 sha256=hashlib.sha256(b"code").hexdigest())
-        (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
-        m = Manifest(tmp_path / "manifest.json")
-        out = DeviceArray.empty(50, np.uint32, dev)
-        k = get_kernel("fill_u32", device=dev, manifest=m)
-        assert get_kernel("fill_u32", device=dev, manifest=m) is k
-        k.launch(3, dst=out, value=0xABCD, count=50)
-        assert (out.numpy() == 0xABCD).all() and hb.launches[-1] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
-        k.launch((2, 1), 64, params=k.mirror(dst=out.ptr, value=9, count=5))
-        assert list(out.numpy()[:6]) == [9] * 5 + [0xABCD]
-        with pytest.raises(TypeError, match="FillParams"):
-            k.launch(1, params=_Params())
-        from hipindexer.runtime import CodeObjectMismatch
-        (obj.parent / "tampered.bin").write_bytes(b"tampered")  # modules are cached per object path
-        e["object"] = "fake_arch/tampered.bin"
-        (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
-        m2 = Manifest(tmp_path / "manifest.json")
-        with pytest.raises(CodeObjectMismatch, match="sha256"):
-            get_kernel("fill_u32", device=dev, manifest=m2)
-        del d, out, k
-        gc.collect()
+        yield hb
     finally:
         rdevice.BACKENDS.pop("fakehost")
         Device._cache.pop(("fakehost", 0), None)
+
+
+def test_shared_layers_over_a_host_backend(tmp_path, host_backend):
+    import hashlib
+
+    from hipindexer import catalog
+    from hipindexer.runtime import get_kernel
+    hb = host_backend
+    dev = Device("fakehost:0")
+    assert dev is Device("fakehost") and dev.arch == "fake_arch" and dev.dlpack_device() == (1, 0)
+    a = np.arange(100, dtype=np.float32).reshape(10, 10)
+    d = DeviceArray.from_numpy(a, device=dev)
+    np.testing.assert_array_equal(d.numpy(), a)
+    np.testing.assert_array_equal(d[2:5, 3:7].numpy(), a[2:5, 3:7])
+    d[2:5, 3:7].fill(np.nan)
+    assert np.isnan(d.numpy()[2:5, 3:7]).all() and d.numpy()[1, 3] == 13
+    np.testing.assert_array_equal(d.copy().numpy().view(np.uint32), d.numpy().view(np.uint32))
+    np.testing.assert_array_equal(np.from_dlpack(d), d.numpy())
+    obj = tmp_path / "fake_arch" / "fill_u32.bin"
+    obj.parent.mkdir()
+    obj.write_bytes(b"code")
+    e = dict(_entry("fake_arch", size=catalog.STRUCT["FillParams"].size), object="fake_arch/fill_u32.bin",
+             sha256=hashlib.sha256(b"code").hexdigest())
+    (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
+    m = Manifest(tmp_path / "manifest.json")
+    out = DeviceArray.empty(50, np.uint32, dev)
+    k = get_kernel("fill_u32", device=dev, manifest=m)
+    assert get_kernel("fill_u32", device=dev, manifest=m) is k
+    k.launch(3, dst=out, value=0xABCD, count=50)
+    assert (out.numpy() == 0xABCD).all() and hb.launches[-1] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
+    k.launch((2, 1), 64, params=k.mirror(dst=out.ptr, value=9, count=5))
+    assert list(out.numpy()[:6]) == [9] * 5 + [0xABCD]
+    with pytest.raises(TypeError, match="FillParams"):
+        k.launch(1, params=_Params())
+    with pytest.raises(TypeError, match=r"external=5\)"):
+        k.launch(3, dst=out, value=1, count=50, stream=5)
+    from hipindexer.runtime import CodeObjectMismatch
+    (obj.parent / "tampered.bin").write_bytes(b"tampered")  # modules are cached per object path
+    e["object"] = "fake_arch/tampered.bin"
+    (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
+    m2 = Manifest(tmp_path / "manifest.json")
+    with pytest.raises(CodeObjectMismatch, match="sha256"):
+        get_kernel("fill_u32", device=dev, manifest=m2)
+    del d, out, k
+    gc.collect()
+
+
+def test_streams_are_objects_or_the_named_ints(host_backend):
+    from hipindexer.runtime import Event, Stream
+    from hipindexer.runtime.device import as_stream
+    dev = Device("fakehost:0")
+    assert as_stream(None, dev) is dev.default_stream
+    own = Stream(dev)
+    assert as_stream(own, dev) is own
+    for h in (0, 1, 2, np.int64(2)):
+        st = as_stream(h, dev)
+        assert st.handle == h and not st._owned and as_stream(h, dev) is st  # one wrapper per named handle
+    assert as_stream(type("CudaStream", (), {"__cuda_stream__": lambda s: (0, 0x5000)})(), dev).handle == 0x5000
+    assert as_stream(type("CupyStream", (), {"ptr": 0x6000})(), dev).handle == 0x6000
+    assert Stream(dev, external=0x7000).handle == 0x7000  # a foreign handle, wrapped on purpose
+    for bad in (5, 0x7F00DEAD, -1, 3):
+        with pytest.raises(TypeError, match=rf"Stream\(device, external={bad}\)"):
+            as_stream(bad, dev)
+    for bad in (True, "0", 1.0):
+        with pytest.raises(TypeError, match="stream: expected"):
+            as_stream(bad, dev)
+    with pytest.raises(TypeError, match="external=5"):
+        Event(dev).record(5)
+    with pytest.raises(TypeError, match="external=5"):
+        DeviceArray.empty(4, np.float32, dev, stream=5)
+

@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from . import dlpack as _dl
-from .device import Device, Stream, _as_stream
+from .device import Device, Stream, as_stream
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 
@@ -60,7 +60,7 @@ class DeviceArray:
     @classmethod
     def empty(cls, shape, dtype, device=None, stream=None):
         device = Device(device)
-        stream = _as_stream(stream, device)
+        stream = as_stream(stream, device)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         alloc = _Allocation(device, nbytes, stream)
@@ -148,7 +148,7 @@ class DeviceArray:
     # -- data movement --
     def numpy(self, stream=None):
         """Copy to host; synchronises `stream` (default: the array's)."""
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         span = self._span()
         buf = np.empty(span, np.uint8)
         if span:
@@ -161,7 +161,7 @@ class DeviceArray:
         """Write `src` (numpy or a contiguous DeviceArray of the same nbytes) into this contiguous array."""
         if not self.is_contiguous:
             raise ValueError("copy_from needs a contiguous destination")
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         if isinstance(src, DeviceArray):
             if not src.is_contiguous or src.nbytes != self.nbytes:
                 raise ValueError("copy_from needs a contiguous source of the same size")
@@ -181,7 +181,7 @@ class DeviceArray:
 
     def fill(self, value, stream=None):
         """Memset with the element pattern of `value` (D8 when all bytes agree, else D32); no kernel."""
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         unit, word = _memset_pattern(np.array(value).astype(self.dtype).reshape(1).view(np.uint8).tobytes())
         rows = self._derive(self.ptr, self.shape[1:], self.strides[1:]) if self.ndim >= 2 else None
         if self.is_contiguous:
@@ -273,7 +273,7 @@ def _from_cai(obj, device, stream):
     if cai.get("mask") is not None:
         raise TypeError("masked CUDA Array Interface arrays are not supported")
     device = Device(device)
-    st = _as_stream(stream, device)
+    st = as_stream(stream, device)
     theirs = cai.get("stream")
     if theirs is not None and int(theirs) != st.handle:
         st.wait(Stream(device, external=int(theirs)))
@@ -291,7 +291,7 @@ def _from_dlpack(obj, device, stream):
         hint = " (host memory: use DeviceArray.from_numpy)" if dev_type == _dl.KDL_CPU else ""
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}{hint}")
     device = Device(device if device is not None else f"{_DL_BACKEND[dev_type]}:{dev_id}")
-    st = _as_stream(stream, device)
+    st = as_stream(stream, device)
     try:
         cap = obj.__dlpack__(stream=st.handle, max_version=(1, 0))
     except TypeError:  # producers predating DLPack 1.0 keywords

@@ -10,7 +10,7 @@ import json
 import threading
 from pathlib import Path
 
-from .device import Device, _as_stream
+from .device import Device, as_stream
 
 import os
 
@@ -177,8 +177,7 @@ class Kernel:
         block = self.block if block is None else block
         if block is None:
             raise ValueError(f"kernel {self.name}: no block size in the manifest; pass block=")
-        s = stream.handle if hasattr(stream, "handle") else (
-            self.device.default_stream.handle if stream is None else _as_stream(stream, self.device).handle)
+        s = as_stream(stream, self.device).handle
         self.device.activate()
         smem = self.dynamic_smem if shared_mem is None else shared_mem
         self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, self._args)

@@ -98,6 +98,15 @@ def test_bad_input_is_named_before_any_launch(arg, bad, exc, match):
         fp8_mqa_logits(*args, device=DEV)
 
 
+def test_a_made_up_stream_handle_is_refused_and_the_named_ones_work():
+    inp = _inputs(seed=3)
+    with pytest.raises(TypeError, match=r"Stream\(device, external=5\)"):
+        fp8_mqa_logits(*inp.args(), device=DEV, stream=5)
+    a = fp8_mqa_logits(*inp.args(), device=DEV).numpy()
+    b = fp8_mqa_logits(*inp.args(), device=DEV, stream=0).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
 def test_out_must_be_a_device_array_of_the_right_shape():
     inp = _inputs()
     with pytest.raises(TypeError, match="out: expected a device array"):
