@@ -2,6 +2,7 @@
 import ctypes
 import gc
 import json
+import sys
 import weakref
 
 import ml_dtypes
@@ -424,3 +425,54 @@ def test_streams_are_objects_or_the_named_ints(host_backend):
     with pytest.raises(TypeError, match="external=5"):
         DeviceArray.empty(4, np.float32, dev, stream=5)
 
+
+
+class _TorchLikeFp8:
+    """What a PyTorch fp8 CUDA tensor offers: a CUDA Array Interface that raises, DLPack that may raise too,
+    and view(<its framework's uint8>) giving a tensor of the same bytes that exports."""
+    __module__ = "fakeframework"
+
+    def __init__(self, base, dtype="float8_e4m3fn", dlpack_ok=False):
+        self.base, self.dtype, self.dlpack_ok = base, f"fakeframework.{dtype}", dlpack_ok
+
+    @property
+    def __cuda_array_interface__(self):
+        raise TypeError(f"{self.dtype} is not supported by __cuda_array_interface__")
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, 0)
+
+    def __dlpack__(self, **kw):
+        if not self.dlpack_ok:
+            raise BufferError(f"{self.dtype} is not supported by DLPack")
+        return self.base.__dlpack__(stream=-1, max_version=kw.get("max_version"))
+
+    def view(self, dtype):
+        if dtype is not sys.modules["fakeframework"].uint8:
+            raise TypeError("view(): argument 'dtype' must be a fakeframework.dtype")
+        return self.base.view(np.uint8)
+
+
+@pytest.fixture
+def fakeframework(monkeypatch):
+    import types
+    mod = types.ModuleType("fakeframework")
+    mod.uint8 = object()
+    monkeypatch.setitem(sys.modules, "fakeframework", mod)
+    return mod
+
+
+def test_a_refused_array_interface_falls_back_to_dlpack_then_to_the_bytes(host_backend, fakeframework):
+    dev = Device("fakehost:0")
+    bits = np.arange(96, dtype=np.uint8).reshape(4, 24)
+    base = DeviceArray.from_numpy(bits.view(ml_dtypes.float8_e4m3fn), dev)
+    via_dlpack = as_device_array(_TorchLikeFp8(base, dlpack_ok=True), device=dev)
+    assert via_dlpack.ptr == base.ptr and via_dlpack.shape == (4, 24) and via_dlpack.dtype == np.uint8
+    via_bytes = as_device_array(_TorchLikeFp8(base), device=dev)
+    assert via_bytes.ptr == base.ptr and via_bytes.shape == (4, 24) and via_bytes.dtype == ml_dtypes.float8_e4m3fn
+    np.testing.assert_array_equal(via_bytes.numpy().view(np.uint8), bits)
+    other = as_device_array(_TorchLikeFp8(base, dtype="float8_e5m2"), device=dev)
+    assert other.dtype == ml_dtypes.float8_e5m2  # read as what it is, so an op names the wrong format
+    with pytest.raises(TypeError, match="refuses every way in.*__cuda_array_interface__ raised TypeError.*"
+                                        "__dlpack__ raised BufferError.*'float4_zz' has no numpy equivalent"):
+        as_device_array(_TorchLikeFp8(base, dtype="float4_zz"), device=dev)

@@ -1,5 +1,7 @@
 """The prefill op on the emulated MI355X (run by tests/test_prefill_emu.py in a child
 pytest with -p emu_session, whose HIP is the emulator)."""
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -105,6 +107,40 @@ def test_a_made_up_stream_handle_is_refused_and_the_named_ones_work():
     a = fp8_mqa_logits(*inp.args(), device=DEV).numpy()
     b = fp8_mqa_logits(*inp.args(), device=DEV, stream=0).numpy()
     np.testing.assert_array_equal(a, b)
+
+
+class _Fp8Tensor:
+    """A stand-in for a PyTorch float8_e4m3fn tensor on the device: its CUDA Array Interface and DLPack
+    raise, and view(<its framework's uint8>) gives the same bytes as an exporting array."""
+    __module__ = "fakeframework"
+    dtype = "fakeframework.float8_e4m3fn"
+
+    def __init__(self, base):
+        self.base = base
+
+    @property
+    def __cuda_array_interface__(self):
+        raise TypeError("float8_e4m3fn is not supported by __cuda_array_interface__")
+
+    def __dlpack_device__(self):
+        return self.base.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        raise BufferError("float8_e4m3fn is not supported by DLPack")
+
+    def view(self, dtype):
+        assert dtype is sys.modules["fakeframework"].uint8
+        return self.base.view(np.uint8)
+
+
+def test_an_fp8_tensor_that_refuses_both_protocols_passes_straight_in(monkeypatch):
+    import types
+    monkeypatch.setitem(sys.modules, "fakeframework", types.SimpleNamespace(uint8=object()))
+    inp = _inputs(seed=4)
+    q, k = DeviceArray.from_numpy(inp.q, DEV), DeviceArray.from_numpy(inp.k, DEV)
+    want = fp8_mqa_logits(q, k, *inp.args()[2:], device=DEV).numpy()
+    got = fp8_mqa_logits(_Fp8Tensor(q), _Fp8Tensor(k), *inp.args()[2:], device=DEV).numpy()
+    np.testing.assert_array_equal(got, want)
 
 
 def test_out_must_be_a_device_array_of_the_right_shape():
