@@ -137,10 +137,12 @@ def _dim3(d):
 
 
 class Kernel:
-    """One code object's function on one device, with its packed parameter buffer prebuilt.
+    """One code object's function on one device, with a packed parameter buffer per thread.
 
-    launch() only rewrites the buffer and enqueues: no host synchronisation, no device
-    allocation (capturable into graphs). The buffer is per kernel: not thread-safe."""
+    launch() only fills the calling thread's buffer and enqueues: no host synchronisation, no device
+    allocation (capturable into graphs). The driver copies the buffer during the launch call, so it
+    only has to stay unchanged until that call returns; a buffer of its own per thread guarantees that
+    when several threads launch the same kernel."""
 
     def __init__(self, device, manifest, entry, mirror):
         self.device, self.entry, self.mirror = device, entry, mirror
@@ -153,25 +155,38 @@ class Kernel:
         if self.dynamic_smem:
             device.activate()
             device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
-        self.params = mirror()  # zero-filled, so padding bytes stay zero
-        self._addr = ctypes.addressof(self.params)
-        self._args = device._b.launch_args(self._addr, self.param_size)
         self._launch = device._b.launch
+        self._local = threading.local()
+
+    def _buffer(self):
+        """This thread's (parameter struct, launch arguments pointing at it)."""
+        try:
+            return self._local.buffer
+        except AttributeError:
+            params = self.mirror()  # zero-filled, so padding bytes stay zero
+            self._local.buffer = (params, self.device._b.launch_args(ctypes.addressof(params), self.param_size))
+            return self._local.buffer
+
+    @property
+    def params(self):
+        """The calling thread's parameter struct: what its next launch() sends, less the fields it sets."""
+        return self._buffer()[0]
 
     def launch(self, grid, block=None, params=None, stream=None, shared_mem=None, **fields):
         """Enqueue on `stream` (default: the device's). `params` is an instance of `self.mirror`;
-        keyword fields fill the cached one instead (DeviceArrays are taken by pointer).
+        keyword fields fill this thread's buffer instead (DeviceArrays are taken by pointer).
         shared_mem: dynamic shared bytes (default: the code object's own requirement)."""
+        p, args = self._buffer()
+        addr = ctypes.addressof(p)
         if params is not None:
             if type(params) is not self.mirror:
                 raise TypeError(f"kernel {self.name}: params must be a {self.mirror.__name__}, "
                                 f"got {type(params).__name__}")
-            ctypes.memmove(self._addr, ctypes.addressof(params), self.param_size)
-        p = self.params
+            ctypes.memmove(addr, ctypes.addressof(params), self.param_size)
         for k, v in fields.items():
             if isinstance(v, (bytes, bytearray, memoryview)):  # blob fields
                 f = getattr(self.mirror, k)
-                ctypes.memmove(self._addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
+                ctypes.memmove(addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
             else:
                 setattr(p, k, v.ptr if hasattr(v, "ptr") else v)
         block = self.block if block is None else block
@@ -180,7 +195,7 @@ class Kernel:
         s = as_stream(stream, self.device).handle
         self.device.activate()
         smem = self.dynamic_smem if shared_mem is None else shared_mem
-        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, self._args)
+        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, args)
 
     def __repr__(self):
         return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"

@@ -143,6 +143,41 @@ def test_an_fp8_tensor_that_refuses_both_protocols_passes_straight_in(monkeypatc
     np.testing.assert_array_equal(got, want)
 
 
+def test_threads_launching_at_once_each_get_their_own_logits():
+    """Each thread calls the op on inputs of its own (two shapes, so the plans differ too) while the
+    interpreter switches threads as often as it can: every result must be its own inputs' logits."""
+    import threading
+    shapes = [(37, 300), (20, 150)]
+    sets = [_inputs(*shapes[t % 2], seed=10 + t) for t in range(4)]
+    want = [fp8_mqa_logits(*inp.args(), device=DEV).numpy() for inp in sets]
+    for inp, w in zip(sets, want):
+        ref = reference.fp8_mqa_logits(*inp.args(), accumulate=np.float64)
+        g = gate(w, ref, reference.valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, w.shape[1]), True)
+        assert g, g.message
+    args = [[DeviceArray.from_numpy(a, DEV) for a in inp.args()] for inp in sets]
+    outs = [DeviceArray.empty(w.shape, np.float32, DEV) for w in want]
+    start, wrong = threading.Barrier(len(sets)), []
+
+    def worker(t):
+        start.wait()
+        for i in range(12):
+            outs[t].fill(np.nan)
+            got = fp8_mqa_logits(*args[t], out=outs[t]).numpy()
+            if not np.array_equal(got, want[t]):
+                wrong.append((t, i))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(sets))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong, f"(thread, call) pairs whose logits were not their own: {wrong}"
+
+
 def test_out_must_be_a_device_array_of_the_right_shape():
     inp = _inputs()
     with pytest.raises(TypeError, match="out: expected a device array"):
