@@ -15,6 +15,7 @@ from hipindexer.runtime import cuda as rcuda
 from hipindexer.runtime import dlpack
 from hipindexer.runtime import hip as rhip
 from hipindexer.runtime.array import from_capsule
+from host_backend import HostBackend, registered
 
 
 def _no_gpu():
@@ -290,70 +291,12 @@ def test_info_never_raises():
 
 
 # -- the shared layers end to end over a host-memory backend (what the GPU run will exercise for real) --
-class _HostBackend:
-    name, dlpack_device_type, wave_size = "fakehost", dlpack.KDL_CPU, 64
-    named_streams = rcuda.CudaBackend.named_streams
-
-    def __init__(self):
-        self.bufs, self.launches = {}, []
-
-    available = lambda self: True  # noqa: E731
-    device_count = lambda self: 1  # noqa: E731
-    why_unavailable = lambda self: None  # noqa: E731
-    bindings_version = lambda self: "test"  # noqa: E731
-    library_path = lambda self: "none"  # noqa: E731
-    activate = lambda self, i: None  # noqa: E731
-    arch = lambda self, i: "fake_arch"  # noqa: E731
-    device_name = lambda self, i: "host"  # noqa: E731
-    num_cus = lambda self, i: 4  # noqa: E731
-    total_memory = lambda self, i: 1 << 30  # noqa: E731
-
-    def malloc(self, n, stream):
-        b = ctypes.create_string_buffer(n)
-        self.bufs[ctypes.addressof(b)] = b
-        return ctypes.addressof(b), True
-
-    def free(self, ptr, stream, ordered):
-        del self.bufs[ptr]
-
-    def memcpy_htod(self, dst, src, n, s):
-        ctypes.memmove(dst, src, n)
-    memcpy_dtoh = memcpy_dtod = memcpy_htod
-
-    def memset_d8(self, dst, v, n, s):
-        ctypes.memset(dst, v, n)
-
-    def memset_d32(self, dst, v, n, s):
-        np.ctypeslib.as_array((ctypes.c_uint32 * n).from_address(dst))[:] = v
-
-    stream_create = lambda self: 0x100  # noqa: E731
-    stream_destroy = stream_synchronize = stream_wait_event = lambda self, *a: None  # noqa: E731
-    event_create = lambda self, timing=True: 0x200  # noqa: E731
-    event_destroy = event_record = event_synchronize = lambda self, *a: None  # noqa: E731
-    device_synchronize = lambda self, i: None  # noqa: E731
-    module_load = lambda self, image: image  # noqa: E731
-    module_function = lambda self, mod, sym: sym  # noqa: E731
-    launch_args = rcuda.CudaBackend.launch_args
-
-    def launch(self, fn, grid, block, shmem, stream, args):
-        from hipindexer import catalog
-        params = catalog.STRUCT["FillParams"].ctype().from_address(ctypes.c_uint64.from_address(args[0]).value)
-        (ctypes.c_uint32 * params.count).from_address(params.dst)[:] = [params.value] * params.count
-        self.launches.append((fn, grid, block, stream))
-
-
 @pytest.fixture
 def host_backend():
     """A host-memory backend registered as "fakehost" (removed again after the test)."""
-    from hipindexer.runtime import device as rdevice
-    from hipindexer.runtime import register_backend
-    hb = _HostBackend()
-    register_backend("fakehost", lambda: hb)
-    try:
+    hb = HostBackend()
+    with registered(hb):
         yield hb
-    finally:
-        rdevice.BACKENDS.pop("fakehost")
-        Device._cache.pop(("fakehost", 0), None)
 
 
 def test_shared_layers_over_a_host_backend(tmp_path, host_backend):
@@ -383,7 +326,7 @@ def test_shared_layers_over_a_host_backend(tmp_path, host_backend):
     k = get_kernel("fill_u32", device=dev, manifest=m)
     assert get_kernel("fill_u32", device=dev, manifest=m) is k
     k.launch(3, dst=out, value=0xABCD, count=50)
-    assert (out.numpy() == 0xABCD).all() and hb.launches[-1] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
+    assert (out.numpy() == 0xABCD).all() and hb.launches[-1][:4] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
     k.launch((2, 1), 64, params=k.mirror(dst=out.ptr, value=9, count=5))
     assert list(out.numpy()[:6]) == [9] * 5 + [0xABCD]
     with pytest.raises(TypeError, match="FillParams"):
