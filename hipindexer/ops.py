@@ -4,14 +4,15 @@ Arguments may be numpy arrays (copied to the device on the op's stream, freed
 stream-ordered after the launch), DeviceArrays, or foreign device arrays
 (``__cuda_array_interface__`` / ``__dlpack__``, zero-copy).  fp8 arguments may
 also arrive as uint8 (the form fp8 takes across interop), read as e4m3fn.
-Everything is validated before any launch; the op returns without synchronising.
+Every argument is checked and the launch planned before anything is copied to
+the device; the op returns without synchronising.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .arguments import F32, FP8, U8, prefill_shape
-from .planner import TARGETS, TUNABLES, Target, plan_prefill
+from .planner import TARGETS, TUNABLES, Target, check_accumulation, plan_prefill
 from .runtime import Device, DeviceArray, as_device_array, get_kernel
 from .runtime.device import as_stream
 
@@ -60,34 +61,39 @@ def resolve_device(device, args) -> Device:
     return Device()
 
 
-def to_device(name: str, x, device: Device, stream, fp8: bool = False) -> DeviceArray:
-    """A DeviceArray on `device` for argument `name` (uploading numpy arrays)."""
-    if type(x) is DeviceArray and x.device is device:  # the hot path: nothing to convert
-        if fp8 and x.dtype == U8:
-            return x.view(FP8)
-        return x
+def adopt(name: str, x, device: Device, stream, fp8: bool = False):
+    """Argument `name` as a DeviceArray on `device` or, for host data, as a numpy array not yet copied:
+    what the checks read (shape, dtype) without anything having moved. fp8 arguments may be uint8."""
+    if type(x) is DeviceArray and x.device is device:
+        return x.view(FP8) if fp8 and x.dtype == U8 else x
     if x is None:
         raise TypeError(f"{name}: expected an array, got None")
     if isinstance(x, np.ndarray) or np.isscalar(x) or isinstance(x, (list, tuple)):
         a = np.asarray(x)
-        if fp8 and a.dtype == U8:
-            a = a.view(FP8)
-        arr = DeviceArray.from_numpy(a, device, stream)
     else:
         try:
-            arr = as_device_array(x, device=device, stream=stream)
+            a = as_device_array(x, device=device, stream=stream)
         except TypeError as e:
             raise TypeError(f"{name}: {e}") from None
-        if fp8 and arr.dtype == U8:
-            arr = arr.view(FP8)
-    if arr.device is not device:
-        raise ValueError(f"{name}: lives on {arr.device!r}, but the op runs on {device!r}")
-    return arr
+        if a.device is not device:
+            raise ValueError(f"{name}: lives on {a.device!r}, but the op runs on {device!r}")
+    return a.view(FP8) if fp8 and a.dtype == U8 else a
 
 
-def _contiguous(name: str, a: DeviceArray) -> None:
+def upload(x, device: Device, stream) -> DeviceArray:
+    """What adopt() returned, on the device: numpy arrays are copied (on `stream`), DeviceArrays pass."""
+    return x if isinstance(x, DeviceArray) else DeviceArray.from_numpy(x, device, stream)
+
+
+def check_resident(name: str, a, align: int = 0) -> None:
+    """A device-resident argument must be C-contiguous (and `align`-byte aligned where given); host arrays
+    are copied contiguous and aligned, so they pass."""
+    if not isinstance(a, DeviceArray):
+        return
     if not a.is_contiguous:
         raise ValueError(f"{name}: expected a C-contiguous array, got strides {a.strides} for shape {a.shape}")
+    if align and a.ptr % align:
+        raise ValueError(f"{name}: the kernels read {align}-byte vectors; the data pointer must be {align}-byte aligned")
 
 
 def _check_tunables(tunables: dict, known=TUNABLES) -> None:
@@ -96,12 +102,13 @@ def _check_tunables(tunables: dict, known=TUNABLES) -> None:
         raise TypeError(f"unknown tunable(s) {unknown}; the prefill op takes {list(known)}")
 
 
-def _prefill_out(out, M: int, N: int, device: Device, stream) -> DeviceArray:
+def _check_out(out, M: int, N: int, device: Device, stream):
+    """out= as a DeviceArray of [M, N] float32 rows (a row stride >= N allowed), or None to allocate."""
     if out is None:
-        return DeviceArray.empty((M, N), np.float32, device, stream)
+        return None
     if isinstance(out, np.ndarray):
         raise TypeError("out: expected a device array (a numpy out would be a copy, and the result lost)")
-    o = to_device("out", out, device, stream)
+    o = adopt("out", out, device, stream)
     if o.dtype != F32 or o.ndim != 2 or o.shape != (M, N):
         raise ValueError(f"out: expected a float32 [M={M}, N={N}] device array, got {o.dtype.name} {o.shape}")
     if o.readonly:
@@ -120,26 +127,29 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
     Tunables (None = the planner decides): kernel, rows_per_block, split, reverse_rows.
     """
     _check_tunables(tunables)
+    check_accumulation(accumulation)
     dev = resolve_device(device, (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out))
     st = as_stream(stream, dev)
-    qa = to_device("q", q, dev, st, fp8=True)
-    ka = to_device("k", k, dev, st, fp8=True)
-    sa = to_device("kv_scale", kv_scale, dev, st)
-    wa = to_device("weights", weights, dev, st)
-    ksa = to_device("cu_seqlen_ks", cu_seqlen_ks, dev, st)
-    kea = to_device("cu_seqlen_ke", cu_seqlen_ke, dev, st)
+    qa = adopt("q", q, dev, st, fp8=True)
+    ka = adopt("k", k, dev, st, fp8=True)
+    sa = adopt("kv_scale", kv_scale, dev, st)
+    wa = adopt("weights", weights, dev, st)
+    ksa = adopt("cu_seqlen_ks", cu_seqlen_ks, dev, st)
+    kea = adopt("cu_seqlen_ke", cu_seqlen_ke, dev, st)
     s = prefill_shape(qa, ka, sa, wa, ksa, kea)
-    for name, a in (("q", qa), ("k", ka), ("kv_scale", sa), ("weights", wa),
-                    ("cu_seqlen_ks", ksa), ("cu_seqlen_ke", kea)):
-        _contiguous(name, a)
-    for name, a in (("q", qa), ("k", ka)):
-        if a.ptr % 16:
-            raise ValueError(f"{name}: the kernels read 16-byte vectors; the data pointer must be 16-byte aligned")
-    o = _prefill_out(out, s.M, s.N, dev, st)
-    if s.M == 0 or s.N == 0:
+    check_resident("q", qa, align=16)
+    check_resident("k", ka, align=16)
+    for name, a in (("kv_scale", sa), ("weights", wa), ("cu_seqlen_ks", ksa), ("cu_seqlen_ke", kea)):
+        check_resident(name, a)
+    o = _check_out(out, s.M, s.N, dev, st)
+    plan = plan_prefill(s.M, s.N, s.H, s.D, target_of(dev), accumulation=accumulation, **tunables) \
+        if s.M and s.N else None
+    kern = kernel_for(dev, plan.kernel, plan.variant) if plan else None
+    if o is None:
+        o = DeviceArray.empty((s.M, s.N), np.float32, dev, st)
+    if plan is None:
         return o
-    plan = plan_prefill(s.M, s.N, s.H, s.D, target_of(dev), accumulation=accumulation, **tunables)
-    kern = kernel_for(dev, plan.kernel, plan.variant)
+    qa, ka, sa, wa, ksa, kea = (upload(a, dev, st) for a in (qa, ka, sa, wa, ksa, kea))
     p = kern.params
     p.q, p.k, p.kv_scale, p.weights = qa.ptr, ka.ptr, sa.ptr, wa.ptr
     p.ks, p.ke, p.out = ksa.ptr, kea.ptr, o.ptr
