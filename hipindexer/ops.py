@@ -6,8 +6,17 @@ stream-ordered after the launch), DeviceArrays, or foreign device arrays
 also arrive as uint8 (the form fp8 takes across interop), read as e4m3fn.
 Every argument is checked and the launch planned before anything is copied to
 the device; the op returns without synchronising.
+
+An inference stack calls an op once per layer per step with the same shapes, so
+a call whose arrays are all DeviceArrays keeps its prepared launch (plan, kernel,
+packed arguments) under the arrays' layouts and the options; the next call with
+the same key packs its pointers and enqueues, nothing else. The cache is per
+thread: a prepared launch's parameter struct must not change between one
+thread's packing and its launch call.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -19,6 +28,7 @@ from .runtime.device import as_stream
 _DL_BACKEND = {2: "cuda", 13: "cuda", 10: "hip"}
 _targets: dict = {}
 _kernels: dict = {}
+PREPARED_PER_THREAD = 256  # distinct (layouts, options) a thread keeps; the oldest goes first
 
 
 def kernel_for(device: Device, key: str, variant: dict | None = None):
@@ -118,6 +128,57 @@ def _check_out(out, M: int, N: int, device: Device, stream):
     return o
 
 
+class _NotResident(Exception):
+    """An argument that is not a DeviceArray: the call takes the full path."""
+
+
+def _absent(a):
+    if a is None:
+        return None
+    raise _NotResident
+
+
+def resident_key(arrays, *options):
+    """The prepared-launch key of a call whose arrays are all DeviceArrays (None for an absent optional
+    one), else None: host and foreign arrays take the full path every call."""
+    try:
+        return (*[a.layout if type(a) is DeviceArray else _absent(a) for a in arrays], *options)
+    except _NotResident:
+        return None
+
+
+class _PerThread(threading.local):
+    def __init__(self):
+        self.prepared = {}
+
+
+_local = _PerThread()
+
+
+def prepared(key):
+    """This thread's prepared launch under `key`, or None (also for no key, or one that does not hash)."""
+    try:
+        return _local.prepared.get(key)
+    except TypeError:  # an unhashable option: the full path checks it
+        return None
+
+
+def remember(key, entry) -> None:
+    """Keep `entry` under `key` for this thread (nothing without a key, or with one that does not hash)."""
+    cache = _local.prepared
+    if key is None:
+        return
+    if len(cache) >= PREPARED_PER_THREAD:
+        del cache[next(iter(cache))]
+    try:
+        cache[key] = entry
+    except TypeError:
+        pass
+
+
+PREFILL_POINTERS = ("q", "k", "kv_scale", "weights", "ks", "ke", "out")
+
+
 def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True, accumulation="fast",
                    out=None, stream=None, device=None, **tunables) -> DeviceArray:
     """Prefill logits [M, N] float32 on a GPU (DESIGN.md 1.1); see hipindexer.reference for the math.
@@ -126,16 +187,33 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
     kernels only). out may have a row stride larger than N (the padding columns stay untouched).
     Tunables (None = the planner decides): kernel, rows_per_block, split, reverse_rows.
     """
+    arrays = (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out)
+    key = resident_key(arrays, clean_logits, accumulation, device, *tunables.items())
+    hit = prepared(key)
+    if hit is None or (q.ptr | k.ptr) % 16:  # a misaligned pointer: the full path says which
+        return _fp8_mqa_logits(arrays, clean_logits, accumulation, stream, device, tunables, key)
+    launch, dev, shape = hit
+    st = dev.default_stream if stream is None else as_stream(stream, dev)
+    if out is None:
+        out = DeviceArray.empty(shape, np.float32, dev, st)
+    launch(st.handle, q.ptr, k.ptr, kv_scale.ptr, weights.ptr, cu_seqlen_ks.ptr, cu_seqlen_ke.ptr, out.ptr)
+    return out
+
+
+def _fp8_mqa_logits(arrays, clean_logits, accumulation, stream, device, tunables, key):
+    """The full path: check, plan, upload host arrays, prepare the launch (kept under `key` when one is
+    given), launch."""
     _check_tunables(tunables)
     check_accumulation(accumulation)
-    dev = resolve_device(device, (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out))
+    dev = resolve_device(device, arrays)
     st = as_stream(stream, dev)
+    q, k, kv_scale, weights, ks, ke, out = arrays
     qa = adopt("q", q, dev, st, fp8=True)
     ka = adopt("k", k, dev, st, fp8=True)
     sa = adopt("kv_scale", kv_scale, dev, st)
     wa = adopt("weights", weights, dev, st)
-    ksa = adopt("cu_seqlen_ks", cu_seqlen_ks, dev, st)
-    kea = adopt("cu_seqlen_ke", cu_seqlen_ke, dev, st)
+    ksa = adopt("cu_seqlen_ks", ks, dev, st)
+    kea = adopt("cu_seqlen_ke", ke, dev, st)
     s = prefill_shape(qa, ka, sa, wa, ksa, kea)
     check_resident("q", qa, align=16)
     check_resident("k", ka, align=16)
@@ -149,13 +227,11 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
         o = DeviceArray.empty((s.M, s.N), np.float32, dev, st)
     if plan is None:
         return o
+    launch = kern.prepare(plan.grid, plan.block, pointers=PREFILL_POINTERS,
+                          out_stride=o.strides[0] // 4 if s.M > 1 else s.N, M=s.M, N=s.N, H=s.H, D=s.D,
+                          rows_per_block=plan.rows_per_block, split=plan.split, tile=plan.tile,
+                          clean=int(bool(clean_logits)), reverse_rows=int(plan.reverse_rows))
+    remember(key, (launch, dev, (s.M, s.N)))
     qa, ka, sa, wa, ksa, kea = (upload(a, dev, st) for a in (qa, ka, sa, wa, ksa, kea))
-    p = kern.params
-    p.q, p.k, p.kv_scale, p.weights = qa.ptr, ka.ptr, sa.ptr, wa.ptr
-    p.ks, p.ke, p.out = ksa.ptr, kea.ptr, o.ptr
-    p.out_stride = o.strides[0] // 4 if s.M > 1 else s.N
-    p.M, p.N, p.H, p.D = s.M, s.N, s.H, s.D
-    p.rows_per_block, p.split, p.tile = plan.rows_per_block, plan.split, plan.tile
-    p.clean, p.reverse_rows = int(bool(clean_logits)), int(plan.reverse_rows)
-    kern.launch(plan.grid, plan.block, stream=st)
+    launch(st.handle, qa.ptr, ka.ptr, sa.ptr, wa.ptr, ksa.ptr, kea.ptr, o.ptr)
     return o

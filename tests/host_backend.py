@@ -61,6 +61,7 @@ class HostBackend:
     stream_destroy = stream_synchronize = stream_wait_event = lambda self, *a: None  # noqa: E731
     event_create = lambda self, timing=True: 0x200  # noqa: E731
     event_destroy = event_record = event_synchronize = lambda self, *a: None  # noqa: E731
+    event_elapsed_ms = lambda self, start, end: 1.0  # noqa: E731
     device_synchronize = lambda self, i: None  # noqa: E731
     module_load = lambda self, image: image  # noqa: E731
     module_function = lambda self, mod, sym: sym  # noqa: E731

@@ -78,3 +78,78 @@ def test_a_launch_sends_its_own_arguments(hopper):
     got = sent(hb)
     assert [got[f] for f in ("q", "k", "kv_scale", "weights", "ks", "ke", "out")] == [a.ptr for a in args] + [wide.ptr]
     assert got["clean"] == 1 and got["out_stride"] == 310
+
+
+def _resident(dev, inp):
+    return [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+
+
+def test_a_repeated_call_reuses_its_prepared_launch_without_checking_or_planning_again(hopper, monkeypatch):
+    from hipindexer import ops
+    hb, dev = hopper
+    args = _resident(dev, _inputs())
+    out = DeviceArray.empty((24, 300), np.float32, dev)
+    fp8_mqa_logits(*args, out=out)
+    for name in ("prefill_shape", "plan_prefill", "kernel_for", "adopt"):
+        monkeypatch.setattr(ops, name, lambda *a, **k: pytest.fail("a prepared call checked or planned again"))
+    other = _resident(dev, _inputs(seed=1))
+    out2 = DeviceArray.empty((24, 300), np.float32, dev)
+    fp8_mqa_logits(*other, out=out2)
+    got = sent(hb)
+    assert [got[f] for f in ("q", "k", "kv_scale", "weights", "ks", "ke", "out")] == \
+        [a.ptr for a in other] + [out2.ptr], "the pointers of this call, not of the first"
+
+
+@pytest.mark.parametrize("first,second,field,values", [
+    (dict(), dict(clean_logits=False), "clean", (1, 0)),
+    (dict(split=1), dict(split=2), "split", (1, 2)),
+    (dict(reverse_rows=False), dict(reverse_rows=True), "reverse_rows", (0, 1)),
+])
+def test_a_call_with_other_options_gets_a_launch_of_its_own(hopper, first, second, field, values):
+    hb, dev = hopper
+    args = _resident(dev, _inputs())
+    out = DeviceArray.empty((24, 300), np.float32, dev)
+    for kw, want in ((first, values[0]), (second, values[1]), (first, values[0])):
+        fp8_mqa_logits(*args, out=out, **kw)
+        assert sent(hb)[field] == want, (kw, field)
+
+
+def test_shapes_strides_and_accumulation_each_key_their_launch(hopper):
+    hb, dev = hopper
+    small, big = _resident(dev, _inputs(M=8, N=100)), _resident(dev, _inputs(M=24, N=300))
+    wide = DeviceArray.empty((24, 320), np.float32, dev)
+    calls = [(small, DeviceArray.empty((8, 100), np.float32, dev), {}, (8, 100, 100), "hx_mqa_logits_wgmma"),
+             (big, wide[:, :300], {}, (24, 300, 320), "hx_mqa_logits_wgmma"),
+             (big, DeviceArray.empty((24, 300), np.float32, dev), {}, (24, 300, 300), "hx_mqa_logits_wgmma"),
+             (big, wide[:, :300], {"accumulation": "fp32"}, (24, 300, 320), "hx_mqa_logits_generic")]
+    for _ in range(2):
+        for args, out, kw, (M, N, stride), symbol in calls:
+            fp8_mqa_logits(*args, out=out, **kw)
+            got = sent(hb)
+            assert (got["M"], got["N"], got["out_stride"], got["out"]) == (M, N, stride, out.ptr)
+            assert hb.launches[-1][0] == symbol
+
+
+def test_a_prepared_call_still_refuses_a_misaligned_pointer_and_allocates_a_missing_out(hopper):
+    hb, dev = hopper
+    inp = _inputs()
+    args = _resident(dev, inp)
+    first = fp8_mqa_logits(*args)
+    second = fp8_mqa_logits(*args)
+    assert first.shape == second.shape == (24, 300) and first.ptr != second.ptr and sent(hb)["out"] == second.ptr
+    padded = DeviceArray.from_numpy(np.concatenate([inp.k.view(np.uint8).ravel(), np.zeros(16, np.uint8)]), dev)
+    for offset in (16, 8):
+        k = DeviceArray(padded.ptr + offset, inp.k.shape, inp.k.dtype, dev, owner=padded)
+        if offset == 16:
+            fp8_mqa_logits(args[0], k, *args[2:])
+        else:
+            with pytest.raises(ValueError, match="k: .* must be 16-byte aligned"):
+                fp8_mqa_logits(args[0], k, *args[2:])
+
+
+def test_the_benchmark_reports_host_microseconds_per_call(hopper, monkeypatch):
+    from hipindexer import bench
+    hb, dev = hopper
+    monkeypatch.setitem(bench.L2_BYTES, "sm_90a", 1 << 20)  # a few input sets, not the H200's 60 MiB worth
+    r = bench.bench_prefill(dev, 16, 256, 64, 128, repeats=2)
+    assert r["host_us"] > 0 and r["kernel"] == "mqa_logits_wgmma_fold" and len(hb.launches) > 50

@@ -28,7 +28,7 @@ UNITS = {"sm_90a": 132, "gfx950": 256}
 class NullBackend:
     """A device that allocates addresses, loads nothing and launches nothing."""
     name, dlpack_device_type = "null", 2
-    named_streams = rcuda.CudaBackend.named_streams
+    named_streams = {0: "the NULL stream", 1: "CU_STREAM_LEGACY", 2: "CU_STREAM_PER_THREAD"}
 
     def __init__(self, arch):
         self._arch, self.wave_size, self._next, self.launches = arch, WAVE[arch], 1 << 40, 0
@@ -60,7 +60,7 @@ class NullBackend:
     launch_args = rcuda.CudaBackend.launch_args
 
     def launch(self, fn, grid, block, shared_mem, stream, args):
-        ctypes.c_uint64.from_address(args[0]).value  # the one read a driver must make of the arguments
+        self.struct_at = ctypes.c_uint64.from_address(args[0]).value  # where a driver reads the parameters
         self.launches += 1
 
 
@@ -96,7 +96,7 @@ def main(arch, shapes, heads, sets):
                      DeviceArray.empty(M, i32, dev), DeviceArray.empty(M, i32, dev)) for _ in range(sets)]
             outs = [DeviceArray.empty((M, N), f32, dev) for _ in range(sets)]
 
-            def call(i):
+            def call(i, args=args, outs=outs):
                 j = i % sets
                 fp8_mqa_logits(*args[j], out=outs[j])
             n0 = backend.launches

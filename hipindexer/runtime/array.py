@@ -6,6 +6,7 @@ The real format is explicit metadata: `DeviceArray.format` ('float8_e4m3fn'),
 and importers pass `dtype=ml_dtypes.float8_e4m3fn` to reinterpret. No CAI
 `descr` trick: consumers would read it as a struct layout.
 """
+import functools
 import math
 import operator
 import sys
@@ -77,6 +78,16 @@ class DeviceArray:
         return out
 
     # -- properties --
+    @functools.cached_property
+    def layout(self) -> str:
+        """What an op's checks read of the array, as one string (its hash is computed once): device, dtype,
+        shape, strides, read-only. A DeviceArray does not change after construction (views are new
+        arrays), so neither does its layout; ops key their prepared launches on it."""
+        # The device object's id, not only its name: a key holding this string is kept next to a launch that
+        # holds the device, so the id stays that device's.
+        return (f"{self.device.backend}:{self.device.index}@{id(self.device):x} {self.dtype.str}{self.dtype.name} "
+                f"{self.shape} {self.strides} {'ro' if self.readonly else 'rw'}")
+
     @property
     def stream(self):
         return self._stream if self._stream is not None else self.device.default_stream

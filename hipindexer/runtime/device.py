@@ -53,7 +53,11 @@ def _parse(spec):
                      "".join(f", '{n}:N'" for n in BACKENDS if n not in ("hip", "cuda", "emu")))
 
 
-_tls = threading.local()
+class _Current(threading.local):
+    device = None  # the Device last made current on this thread by us
+
+
+_tls = _Current()
 
 
 class Device:
@@ -100,9 +104,9 @@ class Device:
 
     def activate(self):
         """Make this device current on this thread; cheap when it already is (we are the only switcher we track)."""
-        if getattr(_tls, "current", None) is not self:
+        if _tls.device is not self:
             self._b.activate(self.index)
-            _tls.current = self
+            _tls.device = self
 
     @property
     def default_stream(self):

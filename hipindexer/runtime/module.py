@@ -7,6 +7,7 @@ code object itself declared at build time), checked at lookup, before any launch
 import ctypes
 import hashlib
 import json
+import struct
 import threading
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def load_manifest(path=None):
 
 
 def _module(device, manifest, entry):
-    key = (device.backend, device.index, str((manifest.root / entry["object"]).resolve()))
+    key = (device, str((manifest.root / entry["object"]).resolve()))
     mod = _modules.get(key)
     if mod is None:
         path = manifest.root / entry["object"]
@@ -119,7 +120,7 @@ def get_kernel(name, variant=None, device=None, manifest=None):
     device = Device(device)
     manifest = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     entry, mirror = manifest.find(name, device.arch, variant)
-    key = (device.backend, device.index, id(manifest), entry["variant_key"])
+    key = (device, manifest, entry["variant_key"])  # the objects themselves: a key keeps them alive and unique
     k = _kernels.get(key)
     if k is None:
         with _lock:
@@ -197,5 +198,42 @@ class Kernel:
         smem = self.dynamic_smem if shared_mem is None else shared_mem
         self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, args)
 
+    def prepare(self, grid, block=None, shared_mem=None, pointers=(), **fields) -> "PreparedLaunch":
+        """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the 8-byte
+        fields named in `pointers` (in struct order) given per call."""
+        return PreparedLaunch(self, grid, block, shared_mem, pointers, fields)
+
     def __repr__(self):
         return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"
+
+
+class PreparedLaunch:
+    """One kernel launch set up for repeated calls: a parameter struct of its own with every field but
+    the per-call pointers filled, the grid, the block and the shared memory. A call packs the pointers
+    with one struct.pack_into and enqueues. The driver copies the struct during the launch call, so a
+    prepared launch used by one thread at a time needs no other protection."""
+
+    __slots__ = ("_activate", "_args", "_block", "_fn", "_grid", "_launch", "_pack", "_smem", "kernel", "params")
+
+    def __init__(self, kernel, grid, block, shared_mem, pointers, fields):
+        mirror = kernel.mirror
+        slots = [getattr(mirror, name) for name in pointers]
+        if any(f.size != 8 for f in slots) or [f.offset for f in slots] != sorted(f.offset for f in slots):
+            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be 8-byte fields in struct order")
+        layout, end = "<", 0
+        for f in slots:
+            layout, end = layout + f"{f.offset - end}xQ", f.offset + 8
+        self._pack = struct.Struct(layout).pack_into
+        self.kernel, self.params = kernel, mirror(**fields)  # unnamed padding stays zero
+        self._args = kernel.device._b.launch_args(ctypes.addressof(self.params), kernel.param_size)
+        block = kernel.block if block is None else block
+        if block is None:
+            raise ValueError(f"kernel {kernel.name}: no block size in the manifest; pass block=")
+        self._fn, self._grid, self._block = kernel._fn, _dim3(grid), _dim3(block)
+        self._smem = kernel.dynamic_smem if shared_mem is None else shared_mem
+        self._launch, self._activate = kernel._launch, kernel.device.activate
+
+    def __call__(self, stream_handle: int, *pointers: int) -> None:
+        self._pack(self.params, 0, *pointers)
+        self._activate()
+        self._launch(self._fn, self._grid, self._block, self._smem, stream_handle, self._args)
