@@ -185,6 +185,9 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
 
     accumulation: "fast" (the fastest kernel, whatever its accumulation class) or "fp32" (fp32-class
     kernels only). out may have a row stride larger than N (the padding columns stay untouched).
+    stream: None (the device's default stream), a hipindexer Stream, an object with __cuda_stream__ or
+    a CuPy-style .ptr, or an int the driver names (0, and 1, 2 on CUDA); wrap any other handle with
+    hipindexer.Stream(device, external=handle). Calls from several threads at once are safe.
     Tunables (None = the planner decides): kernel, rows_per_block, split, reverse_rows.
     """
     arrays = (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out)
