@@ -360,7 +360,7 @@ def test_streams_are_objects_or_the_named_ints(host_backend):
     for bad in (5, 0x7F00DEAD, -1, 3):
         with pytest.raises(TypeError, match=rf"Stream\(device, external={bad}\)"):
             as_stream(bad, dev)
-    for bad in (True, "0", 1.0):
+    for bad in (True, "0", 1.0, DeviceArray.empty(4, np.float32, dev)):
         with pytest.raises(TypeError, match="stream: expected"):
             as_stream(bad, dev)
     with pytest.raises(TypeError, match="external=5"):

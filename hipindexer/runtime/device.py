@@ -157,7 +157,9 @@ def as_stream(stream, device):
         return stream
     if isinstance(stream, numbers.Integral) and not isinstance(stream, bool):
         return device.named_stream(int(stream))
-    if hasattr(stream, "__cuda_stream__") or hasattr(stream, "ptr"):
+    if hasattr(stream, "__cuda_stream__"):
+        return Stream(device, external=stream)
+    if hasattr(stream, "ptr") and not hasattr(stream, "__dlpack__"):  # an array's .ptr is its data, not a stream
         return Stream(device, external=stream)
     raise TypeError(f"stream: expected None, a hipindexer Stream, an object with __cuda_stream__ or .ptr, "
                     f"or one of {sorted(device.named_streams)}; got {type(stream).__name__}")
