@@ -419,3 +419,28 @@ def test_a_refused_array_interface_falls_back_to_dlpack_then_to_the_bytes(host_b
     with pytest.raises(TypeError, match="refuses every way in.*__cuda_array_interface__ raised TypeError.*"
                                         "__dlpack__ raised BufferError.*'float4_zz' has no numpy equivalent"):
         as_device_array(_TorchLikeFp8(base, dtype="float4_zz"), device=dev)
+
+
+class _TwoDevices(HostBackend):
+    """Two devices; records which one the driver has current."""
+    current = None
+    device_count = lambda self: 2  # noqa: E731
+
+    def activate(self, index):
+        self.current = index
+
+    def device_synchronize(self, index):
+        self.activate(index)
+
+
+def test_activate_follows_every_switch_to_another_device():
+    hb = _TwoDevices(name="twodev")
+    with registered(hb) as d0:
+        d0.activate()
+        d1 = Device("twodev:1")  # probing a new device makes it current
+        d0.activate()
+        assert hb.current == 0
+        d1.synchronize()  # the backend makes d1 current to wait on it
+        d0.activate()
+        assert hb.current == 0
+    Device._cache.pop(("twodev", 1), None)

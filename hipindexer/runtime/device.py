@@ -93,6 +93,7 @@ class Device:
     def _init(self, name, index, b):
         self.backend, self.index, self._b = name, index, b
         b.activate(index)
+        _tls.device = self  # what activate() trusts must follow every switch
         self.arch = b.arch(index)
         self.name = b.device_name(index)
         self.num_cus = b.num_cus(index)
@@ -130,6 +131,7 @@ class Device:
         return (self._b.dlpack_device_type, self.index)
 
     def synchronize(self):
+        self.activate()  # the backend makes this device current to wait on it; activate() must know
         self._b.device_synchronize(self.index)
 
     def __repr__(self):
