@@ -179,14 +179,26 @@ class _RocmHostDevice(_HostDevice):
         return (dlpack.KDL_ROCM, 0)
 
 
+class _LegacyProducer:
+    """A producer from before DLPack 1.0: no max_version, so its consumers take legacy capsules."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, stream=None):
+        return self.arr.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
 @pytest.mark.parametrize("versioned", [True, False])
 def test_a_consumer_that_refuses_the_capsule_raises_its_own_error_and_nothing_leaks(versioned):
     a = np.arange(10, dtype=np.float32)
     d = DeviceArray(a.ctypes.data, a.shape, a.dtype, _RocmHostDevice(), owner=a)
     alive = weakref.ref(d)
     # numpy takes the capsule, then refuses a device tensor: the capsule dies while numpy's error is pending.
-    producer = d if versioned else type("Legacy", (), {"__dlpack__": lambda s: d.__dlpack__(),
-                                                       "__dlpack_device__": lambda s: d.__dlpack_device__()})()
+    producer = d if versioned else _LegacyProducer(d)
     with pytest.raises((BufferError, RuntimeError), match="(?i)device"):
         np.from_dlpack(producer)
     del d, producer
