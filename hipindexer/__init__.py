@@ -1,7 +1,37 @@
-"""hipindexer: lightning-indexer kernels (fp8 MQA logits) as precompiled HIP code objects, driven from Python."""
+"""hipindexer: lightning-indexer kernels (fp8 MQA logits) as precompiled HIP code objects, driven from Python.
+
+    import hipindexer
+    dev = hipindexer.Device()                      # first GPU; Device("emu:gfx950") where the emulator is built
+    logits = hipindexer.fp8_mqa_logits(q, k, kv_scale, weights, ks, ke, device=dev)
+    hipindexer.reference.fp8_mqa_logits(...)       # the same math in numpy
+
+The names that reach the runtime (and with it hip-python and cuda-bindings) and the modules resolve on
+first use, so `import hipindexer` stays quick and loads no GPU library.
+"""
+import importlib
+
+from .planner import plan_prefill, plan_prefill_chunks
+
 __version__ = "0.1.0"
 
-from .ops import fp8_mqa_logits  # noqa: E402
-from .planner import plan_prefill, plan_prefill_chunks  # noqa: E402
+_FROM = {"fp8_mqa_logits": ".ops", "Device": ".runtime", "DeviceArray": ".runtime", "Stream": ".runtime",
+         "Event": ".runtime"}
+_MODULES = ("cache", "gate", "ops", "reference", "runtime", "testing")
 
-__all__ = ["fp8_mqa_logits", "plan_prefill", "plan_prefill_chunks"]
+__all__ = ["Device", "DeviceArray", "Event", "Stream", "cache", "fp8_mqa_logits", "gate", "plan_prefill",
+           "plan_prefill_chunks", "reference", "testing"]
+
+
+def __getattr__(name):
+    if name in _FROM:
+        value = getattr(importlib.import_module(_FROM[name], __name__), name)
+    elif name in _MODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_FROM, *_MODULES})

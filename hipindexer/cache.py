@@ -48,11 +48,13 @@ def dequantize_keys(k_fp8, scale) -> np.ndarray:
     return np.asarray(k_fp8).astype(np.float32) * np.asarray(scale, np.float32)[:, None]
 
 
-def _blocks(cache: np.ndarray, D: int) -> np.ndarray:
+def _blocks(cache: np.ndarray, D: int, d_from: str = "D") -> np.ndarray:
     """The cache as [num_blocks, block bytes], sharing memory with it."""
-    nb, bs = cache_view(cache, D)
+    if not isinstance(cache, np.ndarray):
+        raise TypeError(f"cache: expected a numpy array, got {type(cache).__name__}")
+    nb, bs = cache_view(cache, D, "cache", d_from)
     if not cache.flags.c_contiguous:
-        raise ValueError("kv_cache: expected a C-contiguous array")
+        raise ValueError("cache: expected a C-contiguous array")
     return cache.reshape(nb, bs * (D + SCALE_BYTES))
 
 
@@ -83,27 +85,44 @@ def new_cache(num_blocks: int, block_size: int, D: int, fill: int = 0) -> np.nda
 
 
 def write_cache(cache: np.ndarray, k_fp8, scale, slot_mapping, preshuffle: bool = False) -> None:
-    """Write token i's key and scale at slot_mapping[i] = block * block_size + offset (-1 skips)."""
+    """Write token i's key and scale at slot_mapping[i] = block * block_size + offset (-1 skips).
+
+    cache: [num_blocks, block_size, D + 4] uint8 (or vLLM's [.., block_size, 1, D + 4]), written in place;
+    k_fp8: [N, D] float8_e4m3fn; scale: [N] float32; slot_mapping: [N] integers in -1 .. slots - 1.
+    A wrong dtype raises TypeError, a wrong shape, a slot out of range or a repeated slot ValueError;
+    nothing is written then.
+    """
     k_fp8 = np.asarray(k_fp8)
-    if k_fp8.dtype != FP8 or k_fp8.ndim != 2:
-        raise TypeError(f"k_fp8: expected a [N, D] float8_e4m3fn array, got {k_fp8.dtype} {k_fp8.shape}")
+    if k_fp8.dtype != FP8:
+        raise TypeError(f"k_fp8: expected dtype float8_e4m3fn, got {k_fp8.dtype}")
+    if k_fp8.ndim != 2:
+        raise ValueError(f"k_fp8: expected a 2-D array [N, D], got shape {k_fp8.shape}")
     N, D = k_fp8.shape
     scale = np.asarray(scale)
-    if scale.dtype != np.float32 or scale.shape != (N,):
-        raise TypeError(f"scale: expected [N={N}] float32, got {scale.dtype} {scale.shape}")
+    if scale.dtype != np.float32:
+        raise TypeError(f"scale: expected dtype float32, got {scale.dtype}")
+    if scale.shape != (N,):
+        raise ValueError(f"scale: expected shape [N={N}] (one per row of k_fp8), got {scale.shape}")
     slots = np.asarray(slot_mapping)
-    if slots.shape != (N,) or slots.dtype.kind not in "iu":
-        raise TypeError(f"slot_mapping: expected [N={N}] integers, got {slots.dtype} {slots.shape}")
-    flat = _blocks(cache, D)
-    nb, bs = cache_view(cache, D)
+    if slots.dtype.kind not in "iu":
+        raise TypeError(f"slot_mapping: expected integers, got {slots.dtype}")
+    if slots.shape != (N,):
+        raise ValueError(f"slot_mapping: expected shape [N={N}] (one per row of k_fp8), got {slots.shape}")
+    flat = _blocks(cache, D, "k_fp8's D (last dim)")
+    nb, bs = flat.shape[0], flat.shape[1] // (D + SCALE_BYTES)
     if preshuffle:
         check_preshuffle(bs, D)
+    if slots.size and slots.min() < -1:
+        raise ValueError(f"slot_mapping: slot {int(slots.min())} is below -1 (-1 skips a token, no other "
+                         f"negative slot exists)")
+    if slots.size and slots.max() >= nb * bs:  # compared before any cast: a huge unsigned slot must not wrap
+        raise ValueError(f"slot_mapping: slot {int(slots.max())} is past the cache's {nb} x {bs} slots")
     keep = slots >= 0
     slots = slots[keep].astype(np.int64)
-    if slots.size and slots.max() >= nb * bs:
-        raise ValueError(f"slot_mapping: slot {int(slots.max())} is past the cache's {nb} x {bs} slots")
     if np.unique(slots).size != slots.size:
         raise ValueError("slot_mapping: a slot appears twice")
+    if not flat.flags.writeable:
+        raise ValueError("cache: the array is read-only")
     block, t = slots // bs, slots % bs
     kbytes = k_fp8[keep].view(np.uint8)
     if preshuffle:
@@ -117,7 +136,7 @@ def write_cache(cache: np.ndarray, k_fp8, scale, slot_mapping, preshuffle: bool 
 
 def _with_block_keys(cache: np.ndarray, D: int, permute) -> np.ndarray:
     """A copy of a block-flat cache whose key bytes went through permute(keys, bs, D); scales untouched."""
-    _, bs = cache_view(cache, D)
+    _, bs = cache_view(cache, D, "cache", "D")
     out = np.array(cache, copy=True, order="C")
     flat = _blocks(out, D)
     flat[:, : bs * D] = permute(flat[:, : bs * D], bs, D)
@@ -137,7 +156,7 @@ def unshuffle_cache(cache: np.ndarray, D: int) -> np.ndarray:
 def gather_blocks(cache: np.ndarray, blocks, D: int, preshuffle: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Keys [len(blocks) * bs, D] fp8 and scales [len(blocks) * bs] float32 of the given blocks, in order."""
     flat = _blocks(np.ascontiguousarray(cache), D)
-    nb, bs = cache_view(cache, D)
+    nb, bs = cache_view(cache, D, "cache", "D")
     raw = flat[np.asarray(blocks, np.int64)]
     keys = raw[:, : bs * D]
     if preshuffle:
@@ -149,7 +168,7 @@ def gather_blocks(cache: np.ndarray, blocks, D: int, preshuffle: bool = False) -
 def gather_keys(cache: np.ndarray, block_table_row, n_tokens: int, D: int,
                 preshuffle: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One request's first n_tokens keys and scales as the contiguous [N, D] + [N] buffers prefill takes."""
-    nb, bs = cache_view(cache, D)
+    nb, bs = cache_view(cache, D, "cache", "D")
     need = -(-int(n_tokens) // bs)
     row = np.asarray(block_table_row)
     if row.shape[0] < need:

@@ -108,11 +108,15 @@ def _forced_int(name: str, value, lo: int, hi: int) -> int:
     return value
 
 
+def check_accumulation(accumulation) -> None:
+    if accumulation not in ACCUMULATIONS:
+        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
+
+
 def _pick_kernel(arch: str, H: int, D: int, forced: str | None, accumulation: str) -> KernelSpec:
     """The forced kernel, or the first registered fast path that serves (H, D) in the accumulation asked
     for ("fast": any class; "fp32": fp32-class only), else the generic kernel."""
-    if accumulation not in ACCUMULATIONS:
-        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
+    check_accumulation(accumulation)
     if D % 16:
         raise ValueError(f"q: D must be a multiple of 16 for every kernel, got D={D}")
     if forced is not None:

@@ -6,14 +6,16 @@ The real format is explicit metadata: `DeviceArray.format` ('float8_e4m3fn'),
 and importers pass `dtype=ml_dtypes.float8_e4m3fn` to reinterpret. No CAI
 `descr` trick: consumers would read it as a struct layout.
 """
+import functools
 import math
 import operator
+import sys
 
 import ml_dtypes
 import numpy as np
 
 from . import dlpack as _dl
-from .device import Device, Stream, _as_stream
+from .device import Device, Stream, as_stream
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 
@@ -60,7 +62,7 @@ class DeviceArray:
     @classmethod
     def empty(cls, shape, dtype, device=None, stream=None):
         device = Device(device)
-        stream = _as_stream(stream, device)
+        stream = as_stream(stream, device)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         alloc = _Allocation(device, nbytes, stream)
@@ -76,6 +78,16 @@ class DeviceArray:
         return out
 
     # -- properties --
+    @functools.cached_property
+    def layout(self) -> str:
+        """What an op's checks read of the array, as one string (its hash is computed once): device, dtype,
+        shape, strides, read-only. A DeviceArray does not change after construction (views are new
+        arrays), so neither does its layout; ops key their prepared launches on it."""
+        # The device object's id, not only its name: a key holding this string is kept next to a launch that
+        # holds the device, so the id stays that device's.
+        return (f"{self.device.backend}:{self.device.index}@{id(self.device):x} {self.dtype.str}{self.dtype.name} "
+                f"{self.shape} {self.strides} {'ro' if self.readonly else 'rw'}")
+
     @property
     def stream(self):
         return self._stream if self._stream is not None else self.device.default_stream
@@ -148,7 +160,7 @@ class DeviceArray:
     # -- data movement --
     def numpy(self, stream=None):
         """Copy to host; synchronises `stream` (default: the array's)."""
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         span = self._span()
         buf = np.empty(span, np.uint8)
         if span:
@@ -161,7 +173,7 @@ class DeviceArray:
         """Write `src` (numpy or a contiguous DeviceArray of the same nbytes) into this contiguous array."""
         if not self.is_contiguous:
             raise ValueError("copy_from needs a contiguous destination")
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         if isinstance(src, DeviceArray):
             if not src.is_contiguous or src.nbytes != self.nbytes:
                 raise ValueError("copy_from needs a contiguous source of the same size")
@@ -181,7 +193,7 @@ class DeviceArray:
 
     def fill(self, value, stream=None):
         """Memset with the element pattern of `value` (D8 when all bytes agree, else D32); no kernel."""
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         unit, word = _memset_pattern(np.array(value).astype(self.dtype).reshape(1).view(np.uint8).tobytes())
         rows = self._derive(self.ptr, self.shape[1:], self.strides[1:]) if self.ndim >= 2 else None
         if self.is_contiguous:
@@ -254,26 +266,44 @@ def from_numpy(a, device=None, stream=None):
 def as_device_array(obj, device=None, dtype=None, stream=None):
     """Zero-copy view of a device array from any framework: DeviceArray, `__cuda_array_interface__`
     (its stream is waited on by ours) or `__dlpack__` (our stream is passed to the producer).
+    A protocol the object offers but refuses passes to the next one, and where both refuse, to the
+    object's bytes as its own framework's uint8 (`obj.view(uint8)`), read back as the dtype its
+    `dtype` names: PyTorch's fp8 tensors refuse the CUDA Array Interface, and older releases DLPack.
     `dtype` reinterprets the bytes (e.g. uint8 -> ml_dtypes.float8_e4m3fn)."""
-    if isinstance(obj, DeviceArray):
-        arr = obj
-    elif hasattr(obj, "__cuda_array_interface__"):
-        arr = _from_cai(obj, device, stream)
-    elif hasattr(obj, "__dlpack__"):
-        arr = _from_dlpack(obj, device, stream)
-    else:
-        raise TypeError(f"{type(obj).__name__} is not a device array (no __cuda_array_interface__ or __dlpack__)")
+    arr = obj if isinstance(obj, DeviceArray) else _import(obj, device, stream)
     if dtype is not None and np.dtype(dtype) != arr.dtype:
         arr = arr.view(dtype)
     return arr
 
 
-def _from_cai(obj, device, stream):
-    cai = obj.__cuda_array_interface__
+def _import(obj, device, stream, bytes_fallback=True):
+    refused = []
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        pass
+    except Exception as e:
+        refused.append(f"__cuda_array_interface__ raised {type(e).__name__}: {e}")
+    else:
+        return _from_cai(obj, cai, device, stream)
+    if hasattr(obj, "__dlpack__"):
+        arr = _from_dlpack(obj, device, stream, refused)
+        if arr is not None:
+            return arr
+    if not refused:
+        raise TypeError(f"{type(obj).__name__} is not a device array (no __cuda_array_interface__ or __dlpack__)")
+    if bytes_fallback:
+        arr = _from_bytes(obj, device, stream, refused)
+        if arr is not None:
+            return arr
+    raise TypeError(f"{type(obj).__name__} refuses every way in: {'; '.join(refused)}")
+
+
+def _from_cai(obj, cai, device, stream):
     if cai.get("mask") is not None:
         raise TypeError("masked CUDA Array Interface arrays are not supported")
     device = Device(device)
-    st = _as_stream(stream, device)
+    st = as_stream(stream, device)
     theirs = cai.get("stream")
     if theirs is not None and int(theirs) != st.handle:
         st.wait(Stream(device, external=int(theirs)))
@@ -285,18 +315,44 @@ def _from_cai(obj, device, stream):
 _DL_BACKEND = {_dl.KDL_CUDA: "cuda", _dl.KDL_CUDA_MANAGED: "cuda", _dl.KDL_ROCM: "hip"}
 
 
-def _from_dlpack(obj, device, stream):
+def _from_dlpack(obj, device, stream, refused):
+    """The DLPack import, or None (the reason appended to `refused`) when the producer refuses."""
     dev_type, dev_id = obj.__dlpack_device__()
     if dev_type not in _DL_BACKEND:
         hint = " (host memory: use DeviceArray.from_numpy)" if dev_type == _dl.KDL_CPU else ""
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}{hint}")
     device = Device(device if device is not None else f"{_DL_BACKEND[dev_type]}:{dev_id}")
-    st = _as_stream(stream, device)
+    st = as_stream(stream, device)
     try:
-        cap = obj.__dlpack__(stream=st.handle, max_version=(1, 0))
-    except TypeError:  # producers predating DLPack 1.0 keywords
-        cap = obj.__dlpack__(stream=st.handle)
+        try:
+            cap = obj.__dlpack__(stream=st.handle, max_version=(1, 0))
+        except TypeError:  # producers predating DLPack 1.0 keywords
+            cap = obj.__dlpack__(stream=st.handle)
+    except Exception as e:
+        refused.append(f"__dlpack__ raised {type(e).__name__}: {e}")
+        return None
     return from_capsule(cap, device, st)
+
+
+def _from_bytes(obj, device, stream, refused):
+    """`obj.view(uint8)` imported and read back as the dtype `obj.dtype` names, or None."""
+    view = getattr(obj, "view", None)
+    framework = sys.modules.get(type(obj).__module__.partition(".")[0])
+    u8 = getattr(framework, "uint8", None)
+    if view is None or u8 is None:
+        return None
+    name = str(getattr(obj, "dtype", "")).rpartition(".")[2]  # "torch.float8_e4m3fn" -> "float8_e4m3fn"
+    try:
+        dtype = np.dtype(name)  # ml_dtypes registers its names ("float8_e4m3fn") with numpy
+    except (TypeError, ValueError):
+        refused.append(f"its dtype {name!r} has no numpy equivalent to read its bytes as")
+        return None
+    try:
+        raw = view(u8)
+    except Exception as e:
+        refused.append(f"view(uint8) raised {type(e).__name__}: {e}")
+        return None
+    return _import(raw, device, stream, bytes_fallback=False).view(dtype)
 
 
 def from_capsule(cap, device, stream=None):

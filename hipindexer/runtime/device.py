@@ -4,6 +4,7 @@ A backend is any object with the method set of hip.HipBackend; BACKENDS maps a
 spec prefix to a factory, so `register_backend("emu", ...)` is all a third one
 needs. Everything here deals in int handles.
 """
+import numbers
 import threading
 
 from . import cuda as _cuda
@@ -52,7 +53,11 @@ def _parse(spec):
                      "".join(f", '{n}:N'" for n in BACKENDS if n not in ("hip", "cuda", "emu")))
 
 
-_tls = threading.local()
+class _Current(threading.local):
+    device = None  # the Device last made current on this thread by us
+
+
+_tls = _Current()
 
 
 class Device:
@@ -88,18 +93,21 @@ class Device:
     def _init(self, name, index, b):
         self.backend, self.index, self._b = name, index, b
         b.activate(index)
+        _tls.device = self  # what activate() trusts must follow every switch
         self.arch = b.arch(index)
         self.name = b.device_name(index)
         self.num_cus = b.num_cus(index)
         self.total_memory = b.total_memory(index)
         self.wave_size = b.wave_size
+        self.named_streams = dict(getattr(b, "named_streams", {0: "the null stream"}))
         self._default_stream = None
+        self._named = {}
 
     def activate(self):
         """Make this device current on this thread; cheap when it already is (we are the only switcher we track)."""
-        if getattr(_tls, "current", None) is not self:
+        if _tls.device is not self:
             self._b.activate(self.index)
-            _tls.current = self
+            _tls.device = self
 
     @property
     def default_stream(self):
@@ -107,10 +115,23 @@ class Device:
             self._default_stream = Stream(self)
         return self._default_stream
 
+    def named_stream(self, handle: int):
+        """The Stream for one of the integers that name a stream on this device's driver (`named_streams`)."""
+        st = self._named.get(handle)
+        if st is None:
+            if handle not in self.named_streams:
+                names = ", ".join(f"{k} ({v})" for k, v in sorted(self.named_streams.items()))
+                raise TypeError(f"stream: the int {handle} names no stream on {self.backend} (those that do: {names}); "
+                                f"pass a Stream, an object with __cuda_stream__, or wrap a handle you own explicitly "
+                                f"with hipindexer.Stream(device, external={handle})")
+            st = self._named[handle] = Stream(self, external=handle)
+        return st
+
     def dlpack_device(self):
         return (self._b.dlpack_device_type, self.index)
 
     def synchronize(self):
+        self.activate()  # the backend makes this device current to wait on it; activate() must know
         self._b.device_synchronize(self.index)
 
     def __repr__(self):
@@ -120,10 +141,30 @@ class Device:
         return (Device, (f"{self.backend}:{self.index}",))
 
 
-def _as_stream(stream, device):
+def as_stream(stream, device):
+    """The Stream that `stream=` names on `device`.
+
+    Accepted: None (the device's default stream), a Stream of this device, an object with
+    `__cuda_stream__` (CuPy, PyTorch, cuda.core) or a CuPy-style `.ptr`, and the integers that name a
+    stream on every driver of the device's kind (its backend's `named_streams`: 0, 1 and 2 on CUDA).
+    Any other int is refused: the driver cannot tell a stale or made-up handle from a stream, and
+    launching on one crashes the process. A foreign handle is wrapped on purpose, with
+    `Stream(device, external=handle)`.
+    """
     if stream is None:
         return device.default_stream
-    return stream if isinstance(stream, Stream) else Stream(device, external=stream)
+    if isinstance(stream, Stream):
+        if stream.device is not device:
+            raise ValueError(f"stream: belongs to {stream.device!r}, but the call runs on {device!r}")
+        return stream
+    if isinstance(stream, numbers.Integral) and not isinstance(stream, bool):
+        return device.named_stream(int(stream))
+    if hasattr(stream, "__cuda_stream__"):
+        return Stream(device, external=stream)
+    if hasattr(stream, "ptr") and not hasattr(stream, "__dlpack__"):  # an array's .ptr is its data, not a stream
+        return Stream(device, external=stream)
+    raise TypeError(f"stream: expected None, a hipindexer Stream, an object with __cuda_stream__ or .ptr, "
+                    f"or one of {sorted(device.named_streams)}; got {type(stream).__name__}")
 
 
 class Stream:
@@ -175,7 +216,7 @@ class Event:
         self.handle = self.device._b.event_create(timing)
 
     def record(self, stream=None):
-        self.device._b.event_record(self.handle, _as_stream(stream, self.device).handle)
+        self.device._b.event_record(self.handle, as_stream(stream, self.device).handle)
         return self
 
     def synchronize(self):

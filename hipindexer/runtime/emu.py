@@ -38,6 +38,7 @@ def _mapped_hip_libraries():
 
 class EmuBackend(_hip.HipBackend):
     """HipBackend whose library is the emulator, redirected on first use rather than at construction."""
+    named_streams = {0: "the null stream"}  # the emulator knows no per-thread stream
 
     def __init__(self):
         self.library = library_path()

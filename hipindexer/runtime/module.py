@@ -7,10 +7,11 @@ code object itself declared at build time), checked at lookup, before any launch
 import ctypes
 import hashlib
 import json
+import struct
 import threading
 from pathlib import Path
 
-from .device import Device, _as_stream
+from .device import Device, as_stream
 
 # The package's own build (build.py --out); another build is loaded by passing its manifest's path.
 DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifest.json"
@@ -93,7 +94,7 @@ def load_manifest(path=None):
 
 
 def _module(device, manifest, entry):
-    key = (device.backend, device.index, str((manifest.root / entry["object"]).resolve()))
+    key = (device, str((manifest.root / entry["object"]).resolve()))
     mod = _modules.get(key)
     if mod is None:
         path = manifest.root / entry["object"]
@@ -112,7 +113,7 @@ def get_kernel(name, variant=None, device=None, manifest=None):
     device = Device(device)
     manifest = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     entry, mirror = manifest.find(name, device.arch, variant)
-    key = (device.backend, device.index, id(manifest), entry["variant_key"])
+    key = (device, manifest, entry["variant_key"])  # the objects themselves: a key keeps them alive and unique
     k = _kernels.get(key)
     if k is None:
         with _lock:
@@ -130,10 +131,12 @@ def _dim3(d):
 
 
 class Kernel:
-    """One code object's function on one device, with its packed parameter buffer prebuilt.
+    """One code object's function on one device, with a packed parameter buffer per thread.
 
-    launch() only rewrites the buffer and enqueues: no host synchronisation, no device
-    allocation (capturable into graphs). The buffer is per kernel: not thread-safe."""
+    launch() only fills the calling thread's buffer and enqueues: no host synchronisation, no device
+    allocation (capturable into graphs). The driver copies the buffer during the launch call, so it
+    only has to stay unchanged until that call returns; a buffer of its own per thread guarantees that
+    when several threads launch the same kernel."""
 
     def __init__(self, device, manifest, entry, mirror):
         self.device, self.entry, self.mirror = device, entry, mirror
@@ -146,35 +149,84 @@ class Kernel:
         if self.dynamic_smem:
             device.activate()
             device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
-        self.params = mirror()  # zero-filled, so padding bytes stay zero
-        self._addr = ctypes.addressof(self.params)
-        self._args = device._b.launch_args(self._addr, self.param_size)
         self._launch = device._b.launch
+        self._local = threading.local()
+
+    def _buffer(self):
+        """This thread's (parameter struct, launch arguments pointing at it)."""
+        try:
+            return self._local.buffer
+        except AttributeError:
+            params = self.mirror()  # zero-filled, so padding bytes stay zero
+            self._local.buffer = (params, self.device._b.launch_args(ctypes.addressof(params), self.param_size))
+            return self._local.buffer
+
+    @property
+    def params(self):
+        """The calling thread's parameter struct: what its next launch() sends, less the fields it sets."""
+        return self._buffer()[0]
 
     def launch(self, grid, block=None, params=None, stream=None, shared_mem=None, **fields):
         """Enqueue on `stream` (default: the device's). `params` is an instance of `self.mirror`;
-        keyword fields fill the cached one instead (DeviceArrays are taken by pointer).
+        keyword fields fill this thread's buffer instead (DeviceArrays are taken by pointer).
         shared_mem: dynamic shared bytes (default: the code object's own requirement)."""
+        p, args = self._buffer()
+        addr = ctypes.addressof(p)
         if params is not None:
             if type(params) is not self.mirror:
                 raise TypeError(f"kernel {self.name}: params must be a {self.mirror.__name__}, "
                                 f"got {type(params).__name__}")
-            ctypes.memmove(self._addr, ctypes.addressof(params), self.param_size)
-        p = self.params
+            ctypes.memmove(addr, ctypes.addressof(params), self.param_size)
         for k, v in fields.items():
             if isinstance(v, (bytes, bytearray, memoryview)):  # blob fields
                 f = getattr(self.mirror, k)
-                ctypes.memmove(self._addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
+                ctypes.memmove(addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
             else:
                 setattr(p, k, v.ptr if hasattr(v, "ptr") else v)
         block = self.block if block is None else block
         if block is None:
             raise ValueError(f"kernel {self.name}: no block size in the manifest; pass block=")
-        s = stream.handle if hasattr(stream, "handle") else (
-            self.device.default_stream.handle if stream is None else _as_stream(stream, self.device).handle)
+        s = as_stream(stream, self.device).handle
         self.device.activate()
         smem = self.dynamic_smem if shared_mem is None else shared_mem
-        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, self._args)
+        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, args)
+
+    def prepare(self, grid, block=None, shared_mem=None, pointers=(), **fields) -> "PreparedLaunch":
+        """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the 8-byte
+        fields named in `pointers` (in struct order) given per call."""
+        return PreparedLaunch(self, grid, block, shared_mem, pointers, fields)
 
     def __repr__(self):
         return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"
+
+
+class PreparedLaunch:
+    """One kernel launch set up for repeated calls: a parameter struct of its own with every field but
+    the per-call pointers filled, the grid, the block and the shared memory. A call packs the pointers
+    with one struct.pack_into and enqueues. The driver copies the struct during the launch call, so a
+    prepared launch used by one thread at a time needs no other protection."""
+
+    __slots__ = ("_activate", "_args", "_block", "_fn", "_grid", "_launch", "_pack", "_smem", "kernel", "params")
+
+    def __init__(self, kernel, grid, block, shared_mem, pointers, fields):
+        mirror = kernel.mirror
+        slots = [getattr(mirror, name) for name in pointers]
+        if any(f.size != 8 for f in slots) or [f.offset for f in slots] != sorted(f.offset for f in slots):
+            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be 8-byte fields in struct order")
+        layout, end = "<", 0
+        for f in slots:
+            layout, end = layout + f"{f.offset - end}xQ", f.offset + 8
+        self._pack = struct.Struct(layout).pack_into
+        self.kernel, self.params = kernel, mirror(**fields)  # unnamed padding stays zero
+        self._args = kernel.device._b.launch_args(ctypes.addressof(self.params), kernel.param_size)
+        block = kernel.block if block is None else block
+        if block is None:
+            raise ValueError(f"kernel {kernel.name}: no block size in the manifest; pass block=")
+        self._fn, self._grid, self._block = kernel._fn, _dim3(grid), _dim3(block)
+        self._smem = kernel.dynamic_smem if shared_mem is None else shared_mem
+        self._launch, self._activate = kernel._launch, kernel.device.activate
+
+    def __call__(self, stream_handle: int, *pointers: int) -> None:
+        self._pack(self.params, 0, *pointers)
+        self._activate()
+        self._launch(self._fn, self._grid, self._block, self._smem, stream_handle, self._args)

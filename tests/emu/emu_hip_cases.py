@@ -55,7 +55,7 @@ def test_echo_kernarg_bytes_exact(dev):
 def test_wrong_kernarg_size_is_refused(dev):
     from rocm.bindings import hip
     k = get_kernel("fill_u32", device=dev)
-    cfg, _ = dev._b.launch_args(k._addr, k.param_size + 8)
+    cfg, _ = dev._b.launch_args(ctypes.addressof(k.params), k.param_size + 8)
     err = hip.hipModuleLaunchKernel(k._fn, 1, 1, 1, 64, 1, 1, 0, 0, None, cfg)
     err = err[0] if isinstance(err, tuple) else err
     assert int(err) == int(hip.hipError_t.hipErrorInvalidValue)
