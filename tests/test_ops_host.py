@@ -118,9 +118,9 @@ def test_shapes_strides_and_accumulation_each_key_their_launch(hopper):
     hb, dev = hopper
     small, big = _resident(dev, _inputs(M=8, N=100)), _resident(dev, _inputs(M=24, N=300))
     wide = DeviceArray.empty((24, 320), np.float32, dev)
-    calls = [(small, DeviceArray.empty((8, 100), np.float32, dev), {}, (8, 100, 100), "hx_mqa_logits_wgmma"),
-             (big, wide[:, :300], {}, (24, 300, 320), "hx_mqa_logits_wgmma"),
-             (big, DeviceArray.empty((24, 300), np.float32, dev), {}, (24, 300, 300), "hx_mqa_logits_wgmma"),
+    calls = [(small, DeviceArray.empty((8, 100), np.float32, dev), {}, (8, 100, 100), "hx_mqa_logits_wgmma_fold"),
+             (big, wide[:, :300], {}, (24, 300, 320), "hx_mqa_logits_wgmma_fold"),
+             (big, DeviceArray.empty((24, 300), np.float32, dev), {}, (24, 300, 300), "hx_mqa_logits_wgmma_fold"),
              (big, wide[:, :300], {"accumulation": "fp32"}, (24, 300, 320), "hx_mqa_logits_generic")]
     for _ in range(2):
         for args, out, kw, (M, N, stride), symbol in calls:
