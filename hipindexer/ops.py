@@ -32,6 +32,7 @@ PREPARED_PER_THREAD = 256  # distinct (layouts, options) a thread keeps; the old
 
 
 def kernel_for(device: Device, key: str, variant: dict | None = None):
+    """The launchable kernel `key` (+ variant defines) on `device`, looked up once per process."""
     vkey = tuple(sorted(variant.items())) if variant else ()
     k = _kernels.get((device, key, vkey))
     if k is None:
@@ -181,14 +182,55 @@ PREFILL_POINTERS = ("q", "k", "kv_scale", "weights", "ks", "ke", "out")
 
 def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True, accumulation="fast",
                    out=None, stream=None, device=None, **tunables) -> DeviceArray:
-    """Prefill logits [M, N] float32 on a GPU (DESIGN.md 1.1); see hipindexer.reference for the math.
+    """Prefill logits [M, N] float32 on a device; the math is hipindexer.reference.fp8_mqa_logits's.
 
+        logits[m, n] = sum_h max(0, q[m, h, :] . k[n, :]) * kv_scale[n] * weights[m, h]
+                       for max(ks[m], 0) <= n < min(ke[m], N)
+
+    q: [M, H, D] fp8 e4m3fn; k: [N, D] fp8 e4m3fn (either may arrive as uint8, the form fp8 takes across
+    interop); kv_scale: [N] float32 (>= 0); weights: [M, H] float32; cu_seqlen_ks, cu_seqlen_ke: [M] int32,
+    row m's key window [ks, ke) (ks may be negative, ke may exceed N, ke <= ks is an empty row).
+    Each array may be a numpy array (copied to the device on `stream`, freed stream-ordered after the
+    launch), a hipindexer DeviceArray, or a framework's device array through __cuda_array_interface__ or
+    DLPack (zero-copy). Device-resident arrays must be C-contiguous, q and k 16-byte aligned.
+    clean_logits: True writes -inf at every position outside the windows; False leaves them unwritten.
     accumulation: "fast" (the fastest kernel, whatever its accumulation class) or "fp32" (fp32-class
-    kernels only). out may have a row stride larger than N (the padding columns stay untouched).
+    kernels only); docs/accuracy.md says what each class guarantees and costs.
+    out: None (a new [M, N] array on the device), or a float32 [M, N] device array, written and returned;
+    its row stride may exceed N (the padding columns stay untouched).
     stream: None (the device's default stream), a hipindexer Stream, an object with __cuda_stream__ or
     a CuPy-style .ptr, or an int the driver names (0, and 1, 2 on CUDA); wrap any other handle with
-    hipindexer.Stream(device, external=handle). Calls from several threads at once are safe.
-    Tunables (None = the planner decides): kernel, rows_per_block, split, reverse_rows.
+    hipindexer.Stream(device, external=handle).
+    device: None (the device of the first device-resident argument that names one, else Device(): the
+    first GPU), a Device, or a spec such as "cuda:0", "hip:1", "emu:gfx950".
+    Tunables (None = the planner decides; see hipindexer.plan_prefill): kernel, rows_per_block, split,
+    reverse_rows.
+
+    Returns a DeviceArray [M, N] float32 (`out` when given) without waiting: the work is queued on the
+    stream; DeviceArray.numpy() waits for it. Fast kernels serve H in {32, 64} with D = 128; any other H
+    and any D % 16 == 0 runs on the generic kernel. Calls from several threads at once are safe.
+    A call whose arrays are all DeviceArrays reuses the launch it prepared for the same layouts and options.
+
+    Raises, before anything is copied or launched: TypeError for a missing array, a wrong dtype, a numpy
+    `out`, an unknown tunable or a stream it cannot use; ValueError for a wrong rank, a dimension that
+    disagrees with another argument (named in the message), D not a multiple of 16, an `out` of the wrong
+    shape, dtype or strides or read-only, a non-contiguous or misaligned device array, an array or a Stream
+    of another device, an unknown accumulation, or a tunable the planner refuses. Device() raises
+    hipindexer.runtime.NoDeviceError when there is no GPU; a target the package has no code object for
+    raises hipindexer.runtime.KernelLookupError.
+
+    On the CPU emulator of the gfx950 kernels (a source checkout after `python build.py`; on a GPU leave
+    device= out):
+
+    >>> import numpy as np
+    >>> import hipindexer
+    >>> from hipindexer import testing
+    >>> inp = testing.prefill_inputs(np.random.default_rng(0), M=64, N=256, H=32, D=128, mode="causal")
+    >>> logits = hipindexer.fp8_mqa_logits(*inp.args(), device="emu:gfx950")
+    >>> logits.shape, logits.dtype.name
+    ((64, 256), 'float32')
+    >>> bool(hipindexer.gate.gate_prefill(logits.numpy(), inp, clean_logits=True, accumulation="fp32"))
+    True
     """
     arrays = (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, out)
     key = resident_key(arrays, clean_logits, accumulation, device, *tunables.items())
