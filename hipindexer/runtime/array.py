@@ -44,6 +44,36 @@ class _Allocation:
 
 
 class DeviceArray:
+    """An array in device memory: a pointer, a shape, a numpy dtype, byte strides, and its device.
+
+    Make one with DeviceArray.empty or DeviceArray.from_numpy (or the module's empty, zeros, from_numpy),
+    or take a framework's array zero-copy with as_device_array. Memory the package allocated is freed
+    stream-ordered (no synchronisation) once no array refers to it; views (view, reshape, basic indexing)
+    share the memory and keep it alive. An array does not change after it is made: views are new arrays.
+
+    Attributes: ptr (int), shape, dtype (numpy; fp8 is ml_dtypes.float8_e4m3fn), strides (bytes, never
+    negative), device, size, nbytes, ndim, itemsize, is_contiguous, readonly, stream (what its data is
+    ordered on: the stream it was made on, else the device's default stream), format ("float8_e4m3fn" for
+    fp8, whose bytes cross interop as uint8; None otherwise).
+
+    Interop: __cuda_array_interface__ (version 3, with the array's stream) and __dlpack__ /
+    __dlpack_device__ export it to CuPy, PyTorch, JAX and any other consumer. fp8 crosses as uint8
+    (CAI typestr "|u1", DLPack uint8): the consumer views it as its own fp8 type.
+
+    The constructor wraps memory someone else owns: DeviceArray(ptr, shape, dtype, device, strides=None
+    (C order), owner=None (kept alive with the array), stream=None, readonly=False). ValueError for
+    negative strides.
+
+    >>> import numpy as np
+    >>> from hipindexer import Device, DeviceArray
+    >>> dev = Device("emu:gfx950")
+    >>> a = DeviceArray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3), dev)
+    >>> a.shape, a.dtype.name, a.strides
+    ((2, 3), 'float32', (12, 4))
+    >>> a[1].numpy().tolist(), a[:, 1:].is_contiguous
+    ([3.0, 4.0, 5.0], False)
+    """
+
     def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, stream=None, readonly=False):
         self.ptr = int(ptr)
         self.shape = tuple(int(n) for n in shape)
@@ -61,6 +91,9 @@ class DeviceArray:
     # -- construction --
     @classmethod
     def empty(cls, shape, dtype, device=None, stream=None):
+        """A new C-contiguous array of `shape` (an int or a tuple) and `dtype` on `device` (as Device()
+        takes it), its contents undefined, allocated stream-ordered on `stream` (None: the device's
+        default)."""
         device = Device(device)
         stream = as_stream(stream, device)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -70,6 +103,8 @@ class DeviceArray:
 
     @classmethod
     def from_numpy(cls, a, device=None, stream=None):
+        """A device copy of the numpy array `a` (made C-contiguous), queued on `stream`; the host array may
+        be changed or dropped once the call returns."""
         a = np.ascontiguousarray(a)
         out = cls.empty(a.shape, a.dtype, device, stream)
         if a.nbytes:
@@ -90,6 +125,7 @@ class DeviceArray:
 
     @property
     def stream(self):
+        """The stream the array's data is ordered on: the one it was made on, else the device's default."""
         return self._stream if self._stream is not None else self.device.default_stream
 
     ndim = property(lambda self: len(self.shape))
@@ -117,6 +153,8 @@ class DeviceArray:
                            self._stream, self.readonly)
 
     def view(self, dtype):
+        """The same bytes read as `dtype` (e.g. uint8 <-> ml_dtypes.float8_e4m3fn). A different item size
+        rescales the last dimension, which must then be contiguous and divide evenly (else ValueError)."""
         dtype = np.dtype(dtype)
         if dtype.itemsize == self.itemsize:
             return self._derive(self.ptr, self.shape, self.strides, dtype)
@@ -126,6 +164,7 @@ class DeviceArray:
         return self._derive(self.ptr, shape, self.strides[:-1] + (dtype.itemsize,), dtype)
 
     def reshape(self, *shape):
+        """A view of a contiguous array with another shape (one -1 allowed); ValueError otherwise."""
         shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
         if not self.is_contiguous:
             raise ValueError("reshape needs a contiguous array")
@@ -188,6 +227,7 @@ class DeviceArray:
         return self
 
     def copy(self, stream=None):
+        """A new contiguous device array with this one's contents (a device-to-device copy on `stream`)."""
         out = DeviceArray.empty(self.shape, self.dtype, self.device, stream if stream is not None else self._stream)
         return out.copy_from(self, stream)
 
@@ -252,14 +292,17 @@ def _memset_pattern(pat):
 
 
 def empty(shape, dtype, device=None, stream=None):
+    """DeviceArray.empty: a new array, contents undefined."""
     return DeviceArray.empty(shape, dtype, device, stream)
 
 
 def zeros(shape, dtype, device=None, stream=None):
+    """A new array filled with zeros (a memset queued on `stream`)."""
     return DeviceArray.empty(shape, dtype, device, stream).fill(0)
 
 
 def from_numpy(a, device=None, stream=None):
+    """DeviceArray.from_numpy: a device copy of a numpy array."""
     return DeviceArray.from_numpy(a, device, stream)
 
 
@@ -269,7 +312,14 @@ def as_device_array(obj, device=None, dtype=None, stream=None):
     A protocol the object offers but refuses passes to the next one, and where both refuse, to the
     object's bytes as its own framework's uint8 (`obj.view(uint8)`), read back as the dtype its
     `dtype` names: PyTorch's fp8 tensors refuse the CUDA Array Interface, and older releases DLPack.
-    `dtype` reinterprets the bytes (e.g. uint8 -> ml_dtypes.float8_e4m3fn)."""
+    `dtype` reinterprets the bytes (e.g. uint8 -> ml_dtypes.float8_e4m3fn).
+
+    device: where the array lives (None: the DLPack producer's device, or Device() for the CUDA Array
+    Interface, which names none); stream: the stream the caller will use it on (None: the device's
+    default), ordered after the producer's. Raises TypeError for an object that is no device array (a
+    host DLPack array included: use DeviceArray.from_numpy) or that refuses every way in, with each
+    refusal in the message; ValueError for a dtype the bytes cannot be viewed as.
+    """
     arr = obj if isinstance(obj, DeviceArray) else _import(obj, device, stream)
     if dtype is not None and np.dtype(dtype) != arr.dtype:
         arr = arr.view(dtype)
@@ -356,5 +406,7 @@ def _from_bytes(obj, device, stream, refused):
 
 
 def from_capsule(cap, device, stream=None):
+    """A DeviceArray over a DLPack capsule's tensor (consumed: the producer's deleter runs when the array
+    and its views are gone). BufferError for a used capsule or an unsupported dtype or DLPack version."""
     ptr, shape, strides, dtype, _, owner, readonly = _dl.read_capsule(cap)
     return DeviceArray(ptr, shape, dtype, device, strides, owner=owner, stream=stream, readonly=readonly)

@@ -19,10 +19,13 @@ _ACCEPTED = "None (first GPU, HIP then CUDA), 'hip', 'hip:N', 'cuda', 'cuda:N', 
 
 
 class NoDeviceError(RuntimeError):
+    """No GPU (Device()), or no such device (Device("cuda:3")); the message says what each backend found."""
     pass
 
 
 def register_backend(name, factory, search=False):
+    """Make Device("name:N") use `factory()`, an object with HipBackend's method set; search=True also lets
+    Device() find it (after HIP and CUDA)."""
     BACKENDS[name] = factory
     if search and name not in SEARCH_ORDER:
         SEARCH_ORDER.append(name)
@@ -61,7 +64,25 @@ _tls = _Current()
 
 
 class Device:
-    """One GPU. Cached per (backend, index): Device("cuda:0") is Device("cuda:0")."""
+    """One GPU, or the CPU emulator of the gfx950 kernels. Cached per (backend, index): Device("cuda:0") is
+    Device("cuda:0").
+
+    Device(spec=None): None picks the first GPU, HIP before CUDA (never the emulator); "hip", "hip:N",
+    "cuda", "cuda:N" name one; "emu:gfx950" is the emulator, in a source checkout after `python build.py`
+    (hip-python loads one HIP library per process, so the emulator needs a process without a real HIP
+    GPU in it). A Device passes through unchanged.
+
+    Attributes: backend ("hip", "cuda" or "emu"), index, arch ("gfx950", "sm_90a", ...), name, num_cus
+    (CUs or SMs), total_memory (bytes), wave_size (64 on AMD, 32 on NVIDIA), named_streams (the ints
+    that name a stream on its driver: what stream= accepts as a plain int), default_stream.
+
+    Raises ValueError for a malformed spec and NoDeviceError when there is no such device.
+
+    >>> from hipindexer import Device
+    >>> dev = Device("emu:gfx950")
+    >>> dev.arch, dev.wave_size, dev is Device("emu:gfx950")
+    ('gfx950', 64, True)
+    """
     _cache = {}
     _lock = threading.Lock()
 
@@ -111,6 +132,8 @@ class Device:
 
     @property
     def default_stream(self):
+        """The Stream ops, arrays and events use when given none: one stream the package creates for this
+        device on first use and keeps (not the driver's null stream)."""
         if self._default_stream is None:
             self._default_stream = Stream(self)
         return self._default_stream
@@ -128,9 +151,11 @@ class Device:
         return st
 
     def dlpack_device(self):
+        """(DLPack device type, index): (2, N) on CUDA, (10, N) on HIP and the emulator."""
         return (self._b.dlpack_device_type, self.index)
 
     def synchronize(self):
+        """Wait until every stream of this device has finished its queued work."""
         self.activate()  # the backend makes this device current to wait on it; activate() must know
         self._b.device_synchronize(self.index)
 
@@ -168,8 +193,21 @@ def as_stream(stream, device):
 
 
 class Stream:
-    """A package-owned stream, or a wrapper around a foreign one (an int handle or an
-    object with `__cuda_stream__` -> (version, handle)); foreign streams are never destroyed."""
+    """A stream of a device: one the package creates and destroys when the Stream is dropped
+    (Stream(device)), or a wrapper around a foreign one (Stream(device, external=x), x an int handle, an
+    object with `__cuda_stream__` -> (version, handle), or a CuPy stream with `.ptr`), which is never
+    destroyed. An external handle is taken as it is: it must name a live stream of that device.
+
+    Work on one stream runs in order; `wait` orders one stream after another without blocking the host.
+    A Stream offers `__cuda_stream__`, and int(stream) is its handle, so CuPy, PyTorch and cuda.core take
+    it as theirs. device: as Device() takes it (None: the first GPU).
+
+    >>> from hipindexer import Device, Event, Stream
+    >>> dev = Device("emu:gfx950")
+    >>> s = Stream(dev)
+    >>> s.wait(dev.default_stream)           # s's later work runs after what the default stream holds now
+    >>> Event(dev).record(s).synchronize()   # the host waits for s's work so far
+    """
 
     def __init__(self, device=None, external=None):
         self.device = Device(device)
@@ -185,6 +223,7 @@ class Stream:
             self.handle, self._owned = int(external), False
 
     def synchronize(self):
+        """Wait until the work queued on this stream so far has finished."""
         self.device._b.stream_synchronize(self.handle)
 
     def wait(self, other):
@@ -210,16 +249,33 @@ class Stream:
 
 
 class Event:
+    """A point in a stream's work: record(stream) marks what is queued so far, synchronize() waits for it,
+    and a.elapsed_ms(b) is the device time between two recorded events (timing=True, the default).
+    Streams wait on events (Stream.wait). device: as Device() takes it.
+
+    >>> import numpy as np
+    >>> from hipindexer import Device, DeviceArray, Event
+    >>> dev = Device("emu:gfx950")
+    >>> start = Event(dev).record()
+    >>> a = DeviceArray.empty((1024,), np.float32, dev).fill(0)
+    >>> end = Event(dev).record()
+    >>> end.synchronize()
+    >>> start.elapsed_ms(end) >= 0
+    True
+    """
+
     def __init__(self, device=None, timing=True):
         self.device = Device(device)
         self.device.activate()
         self.handle = self.device._b.event_create(timing)
 
     def record(self, stream=None):
+        """Record the event on `stream` (anything stream= accepts; None: the device's default); returns self."""
         self.device._b.event_record(self.handle, as_stream(stream, self.device).handle)
         return self
 
     def synchronize(self):
+        """Wait until the work before the event's last record has finished."""
         self.device._b.event_synchronize(self.handle)
 
     def elapsed_ms(self, other):

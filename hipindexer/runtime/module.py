@@ -18,14 +18,19 @@ DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifes
 
 
 class KernelLookupError(LookupError):
+    """The manifest has no such kernel, no code object for the device's arch, or not exactly one entry for
+    the variant asked for; the message lists what it has."""
     pass
 
 
 class ParamSizeError(RuntimeError):
+    """A code object's parameter struct is not the size of the catalog's ctypes mirror: stale kernels or a
+    changed catalog (rebuild with python build.py)."""
     pass
 
 
 class CodeObjectMismatch(RuntimeError):
+    """A code object's sha256 differs from the manifest's: the file changed after the build."""
     pass
 
 
@@ -42,9 +47,11 @@ class Manifest:
         self._structs = structs or {}
 
     def targets(self, name=None):
+        """The archs with code objects (of kernel `name`, when given), sorted."""
         return sorted({e["target"] for e in self.entries if name is None or e["name"] == name})
 
     def mirror(self, struct_name):
+        """The ctypes class of parameter struct `struct_name` (hipindexer.catalog's, unless overridden)."""
         if struct_name in self._structs:
             return self._structs[struct_name]
         from .. import catalog
@@ -87,6 +94,8 @@ _lock = threading.Lock()
 
 
 def load_manifest(path=None):
+    """The Manifest at `path` (None: the package's own kernels/manifest.json), read once per process;
+    FileNotFoundError when there is none (the kernels are not built)."""
     key = str(Path(path).resolve()) if path is not None else str(DEFAULT_MANIFEST)
     if key not in _manifests:
         _manifests[key] = Manifest(path)
@@ -109,7 +118,18 @@ def _module(device, manifest, entry):
 
 
 def get_kernel(name, variant=None, device=None, manifest=None):
-    """The launchable kernel `name` (+ variant) for `device`'s arch; cached per (device, manifest entry)."""
+    """The launchable kernel `name` (+ variant) for `device`'s arch; cached per (device, manifest entry).
+
+    name: a catalog key ("mqa_logits_generic", "copy_u32x4", ...). variant: None (the kernel's only code
+    object), a dict of variant defines ({"HX_HEADS": 64}) or a variant key ("mqa_logits_wgmma.HX_HEADS-64").
+    device: as Device() takes it. manifest: None (the package's build), a path, or a Manifest.
+    Before anything loads, the parameter struct's size recorded in the manifest is checked against the
+    catalog's ctypes mirror; the code object's bytes are checked against the manifest's sha256 before the
+    driver sees them; each object is loaded once per device.
+
+    Raises FileNotFoundError (no manifest: build the kernels), KernelLookupError, ParamSizeError,
+    CodeObjectMismatch, and the backend's error when the driver refuses the object.
+    """
     device = Device(device)
     manifest = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     entry, mirror = manifest.find(name, device.arch, variant)
