@@ -7,6 +7,10 @@
 
 The names that reach the runtime (and with it hip-python and cuda-bindings) and the modules resolve on
 first use, so `import hipindexer` stays quick and loads no GPU library.
+
+The repository's docs/ folder holds the ops' contract (docs/ops.md), the accuracy contract
+(docs/accuracy.md), the runtime and interop (docs/runtime.md) and the benchmark method
+(docs/benchmarks.md); docs/index.md says what is where.
 """
 import importlib
 

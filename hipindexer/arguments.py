@@ -1,6 +1,6 @@
 """Argument checks shared by the numpy reference and the device ops.
 
-Both ops take the same arguments in the same order (DESIGN.md 1.1, 1.2), so
+Both ops take the same arguments in the same order (docs/ops.md), so
 one set of checks guards them.  The checks only read ``.shape``, ``.dtype`` and,
 where a value matters on the host, numpy arrays: they work on DeviceArrays and
 foreign arrays too.  Every error names the argument and says what was expected.

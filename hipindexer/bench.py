@@ -1,4 +1,4 @@
-"""Benchmarks by the method of DESIGN.md section 4.
+"""Benchmarks by the method of docs/benchmarks.md.
 
 Device time: events around back-to-back calls, input sets rotated so the
 working set is at least 3x the L2, median of many repeats after warm-up.
@@ -93,6 +93,13 @@ def matrix_peak(device, iters: int = 4000, repeats: int = 10) -> float | None:
 
 def bench_prefill(device, M: int, N: int, H: int, D: int, clean: bool = True, repeats: int = 10,
                   mode: str = "causal", **tunables) -> dict:
+    """Time fp8_mqa_logits at (M, N, H, D) on `device`: one row of `hipindexer bench prefill`.
+
+    Random inputs of window `mode` (never zeros), copied to the device in enough sets that rotating them
+    touches at least 3x the L2; the calls are back to back, out= given. Returns the case, the planned
+    kernel and its accumulation class, the median and minimum device microseconds per call, TFLOP/s
+    (2 H D per valid (m, n) pair), the fewest bytes the call must move, and host microseconds per call.
+    """
     rng = np.random.default_rng(0)
     inp = testing.prefill_inputs(rng, M, N, H, D, mode)
     per_set = inp.q.nbytes + inp.k.nbytes + inp.weights.nbytes + 4 * M * N
