@@ -1,4 +1,4 @@
-// One wave = two query rows x one 32-key tile of fp8 MQA logits (DESIGN 1.1),
+// One wave = two query rows x one 32-key tile of fp8 MQA logits (docs/ops.md),
 // H = 32 or 64 heads (H / 32 head tiles), D = 128: the first gfx950 kernel
 // on the wave primitives, small enough to prove the path end to end.
 //

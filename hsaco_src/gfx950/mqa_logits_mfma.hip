@@ -1,4 +1,4 @@
-// gfx950 prefill logits (DESIGN 1.1) for H = HX_HEADS in {32, 64}, D = 128,
+// gfx950 prefill logits (docs/ops.md) for H = HX_HEADS in {32, 64}, D = 128,
 // on the scaled 32x32x64 fp8 MFMA, written on the wave primitives (wave.h).
 //
 // Layout of the work. A workgroup of NW waves owns BM = NW * RW query rows (a
