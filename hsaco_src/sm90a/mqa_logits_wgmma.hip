@@ -112,7 +112,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
         e += BK;
       };
       run_stages<PAIRS, V>(ns, issue, sum, store);
-      // The slot afresh (a shuffle): the value kept across the unit was what ptxas spilled.
+      // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
       sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
     }
   }

@@ -200,7 +200,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
         e += BK;
       };
       run_stages<true, V>(ns, issue, sum, store);
-      // The slot afresh (a shuffle): the value kept across the unit was what ptxas spilled.
+      // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
       sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
     }
   }

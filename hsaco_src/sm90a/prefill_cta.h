@@ -155,7 +155,7 @@ struct PrefillCta {
     hx_static_for<NQ / 32>([&](auto i) { hx_cp_async4_at<4 * (i / P) * WROW, 4 * 32 * i>(d[i % P], src); });
   }
   // This lane's weights of half `half` in slot qb: wt[q WROW + 2 jj + c] is head 8 jj + 2 t + c of the half's
-  // query row q, t = l % 4 (lane read afresh: a lane-derived address kept across the unit loop was spilled).
+  // query row q, t = l % 4 (lane read afresh: ptxas spills a lane-derived address kept across the unit loop).
   HX_INLINE __device__ const float* weights_of(const Smem& s, hx_u32 qb, hx_i32 half) {
     return (const float*)(s.ptr + W_OFF + qb * W_BYTES) + half * RQ * WROW + (hx_lane_reread() & 3) * WGROUP;
   }
@@ -173,7 +173,7 @@ struct PrefillCta {
 
   // ------------------------------------------------------------------ warpgroup 0
   // Loader warp `half` copies keys [n0 + 64 half, n0 + 64 half + 64) of a stage and their scales: two warps
-  // share every stage, since one warp's copy issue rate was what bounded the kernel.
+  // share every stage, since one warp's copy issue rate alone would bound the kernel.
   HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,
                                             hx_i32 half, hx_i32 lane) {
     const hx_i32 r_base = half * (BK / 2);
@@ -189,7 +189,7 @@ struct PrefillCta {
 
   // Warp 0's part of a unit's start: its record, Q and weights as use qit of the Q slots. A whole row block at
   // fixed offsets: this warp also copies half of every K stage, which waits behind these copies (per-copy
-  // address arithmetic made a unit's start cost about two stages).
+  // address arithmetic would make a unit's start cost about two stages).
   HX_INLINE __device__ void load_unit(const PrefillParams& p, const Smem& s, hx_u32 qit, const WarpUnit& wu,
                                       hx_i32 ns, hx_i32 lane) {
     const Unit& t = wu.t;
