@@ -111,6 +111,7 @@ class PrefillPlan:
 
     @property
     def units(self) -> int:
+        """Work units: (row block, part of the key split) pairs."""
         return self.row_blocks * self.split
 
 

@@ -140,6 +140,7 @@ class DecodeCase:
 
     @property
     def name(self) -> str:
+        """The case spelled for reports, e.g. B3_n2_H8_D64_bs16_shuf_ctx40_ragged."""
         return (f"B{self.B}_n{self.next_n}_H{self.H}_D{self.D}_bs{self.block_size}"
                 f"{'_shuf' if self.preshuffle else ''}_ctx{self.mean_context}"
                 f"{'_ragged' if self.ragged else ''}"
