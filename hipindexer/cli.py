@@ -393,7 +393,8 @@ def bench() -> None:
               help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
-    """fp8_mqa_logits, causal single request, against the measured bandwidth ceiling."""
+    """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
+    measures (docs/benchmarks.md)."""
     from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, emulated, matrix_peak
     dev = _device_or_exit(device_spec)
     tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
