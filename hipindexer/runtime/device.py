@@ -67,10 +67,11 @@ class Device:
     """One GPU, or the CPU emulator of the gfx950 kernels. Cached per (backend, index): Device("cuda:0") is
     Device("cuda:0").
 
-    Device(spec=None): None picks the first GPU, HIP before CUDA (never the emulator); "hip", "hip:N",
-    "cuda", "cuda:N" name one; "emu:gfx950" is the emulator, in a source checkout after `python build.py`
-    (hip-python loads one HIP library per process, so the emulator needs a process without a real HIP
-    GPU in it). A Device passes through unchanged.
+    Device(spec=None): None picks the first GPU, HIP before CUDA; "hip", "hip:N", "cuda", "cuda:N" name
+    one; "emu:gfx950" is the emulator, in a source checkout after `python build.py` (hip-python loads one
+    HIP library per process, so the emulator needs a process without a real HIP GPU in it). Device() does
+    not look for the emulator, but in a process that has opened it HIP is the emulator, found as hip:0.
+    A Device passes through unchanged.
 
     Attributes: backend ("hip", "cuda" or "emu"), index, arch ("gfx950", "sm_90a", ...), name, num_cus
     (CUs or SMs), total_memory (bytes), wave_size (64 on AMD, 32 on NVIDIA), named_streams (the ints
