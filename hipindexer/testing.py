@@ -125,7 +125,7 @@ def prefill_inputs(rng: np.random.Generator, M: int, N: int, H: int, D: int, mod
 class DecodeCase:
     """The description of a random decode batch that decode_inputs() draws: B sequences of next_n new
     tokens, H heads of D, a paged cache of block_size tokens per block (preshuffled or not), and context
-    lengths within +-30% of mean_context. `name` spells it for reports."""
+    lengths drawn around mean_context (context_lengths). `name` spells it for reports."""
     B: int
     next_n: int
     H: int
