@@ -147,7 +147,8 @@ if has sweep; then
   for h in 64 32 16; do lane sweep_h$h $CHECK --heads $h --reruns $([ $h = 64 ] && echo 20 || echo 0) & pids+=($!); done
 fi
 has fp32 && { lane fp32 $CHECK --heads 32,64 --dims 128 --accumulation fp32 --reruns 0 & pids+=($!); }
-has sanitize && { lane sanitize sanitize & pids+=($!); }
+export -f sanitize tool; export TMP KERNELS
+has sanitize && { lane sanitize bash -c sanitize & pids+=($!); }
 if has mutate && [ -n "$PLANTS" ]; then
   for s in generic sm90a sm90a_fold; do
     lane mutate_$s python3 tools/mutate.py --suite cuda --set $s --builds "$PLANTS/$s" --prebuilt & pids+=($!)
