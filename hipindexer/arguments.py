@@ -1,6 +1,6 @@
 """Argument checks shared by the numpy reference and the device ops.
 
-Both ops take the same arguments in the same order (DESIGN.md 1.1, 1.2), so
+Both ops take the same arguments in the same order (docs/ops.md), so
 one set of checks guards them.  The checks only read ``.shape``, ``.dtype`` and,
 where a value matters on the host, numpy arrays: they work on DeviceArrays and
 foreign arrays too.  Every error names the argument and says what was expected.
@@ -86,22 +86,26 @@ class DecodeShape:
     max_model_len: int
 
 
-def cache_view(kv_cache, D: int) -> tuple[int, int]:
-    """(num_blocks, block_size) of a [nb, bs, D + 4] or vLLM [nb, bs, 1, D + 4] uint8 cache."""
+def cache_view(kv_cache, D: int, name: str = "kv_cache", d_from: str = "q's D") -> tuple[int, int]:
+    """(num_blocks, block_size) of a [nb, bs, D + 4] or vLLM [nb, bs, 1, D + 4] uint8 cache.
+
+    `name` is the caller's name for the cache argument and `d_from` says where D came from, so a
+    mismatch names both arguments."""
     dt = _dtype(kv_cache)
     if dt != U8:
-        raise TypeError(f"kv_cache: expected dtype uint8 (fp8 keys + float32 scales as bytes), got {dt.name}")
+        raise TypeError(f"{name}: expected dtype uint8 (fp8 keys + float32 scales as bytes), got {dt.name}")
     shape = _shape(kv_cache)
     if len(shape) == 4 and shape[2] == 1:
         shape = (shape[0], shape[1], shape[3])
     if len(shape) != 3:
         raise ValueError(
-            f"kv_cache: expected [num_blocks, block_size, D + 4] or [num_blocks, block_size, 1, D + 4], "
+            f"{name}: expected [num_blocks, block_size, D + 4] or [num_blocks, block_size, 1, D + 4], "
             f"got shape {_shape(kv_cache)}")
     if shape[2] != D + SCALE_BYTES:
-        raise ValueError(f"kv_cache: last dim is {shape[2]}, but q's D = {D} needs D + 4 = {D + SCALE_BYTES}")
+        raise ValueError(f"{name}: last dim is {shape[2]}, but {d_from} = {D} needs D + 4 = {D + SCALE_BYTES} "
+                         f"({name} holds keys of D = {shape[2] - SCALE_BYTES})")
     if shape[1] < 1:
-        raise ValueError(f"kv_cache: block_size must be >= 1, got {shape[1]}")
+        raise ValueError(f"{name}: block_size must be >= 1, got {shape[1]}")
     return shape[0], shape[1]
 
 

@@ -26,7 +26,9 @@ _SCALARS = {
 
 @dataclass(frozen=True)
 class Blob:
-    """Opaque bytes with their own alignment (e.g. a 128-byte, 64-aligned TMA descriptor)."""
+    """A field of opaque bytes with its own alignment: how a parameter struct carries a CUDA TMA
+    descriptor (CUtensorMap: 128 bytes, 64-byte aligned), which sm_90a kernels take by value in their
+    parameter struct (a __grid_constant__ parameter is where cp.async.bulk.tensor may read one)."""
 
     size: int
     align: int = 1
@@ -130,6 +132,7 @@ class Kernel:
     smem: int = 0  # dynamic shared memory bytes per block (-DHX_SMEM; the runtime raises the limit and launches with it)
     defines: tuple = ()  # ((NAME, value), ...) for every variant: one source built as two kernels
     accumulation: str | None = None  # logits kernels: their class in ACCUMULATION (the gate's per-element eps)
+    test_only: bool = False  # built for the tests into kernels/test-only/: never in a wheel or in `hipindexer info`
 
     def __post_init__(self):
         if self.accumulation is not None and self.accumulation not in ACCUMULATION:
@@ -214,9 +217,9 @@ STRUCT = {s.name: s for s in STRUCTS}
 
 KERNELS = [
     Kernel("fill_u32", "generic/fill.hip", "hx_fill_u32", "FillParams", block=256),
-    Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64),
+    Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64, test_only=True),
     Kernel("copy_u32x4", "generic/copy.hip", "hx_copy_u32x4", "CopyParams", block=256),
-    Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64),
+    Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64, test_only=True),
     Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256,
            accumulation="fp32"),
 ]
@@ -226,21 +229,22 @@ KERNELS.append(Kernel("paged_mqa_logits_generic", "generic/paged_mqa_logits.hip"
 KERNELS.append(Kernel("stream_read_u32x4", "generic/stream_read.hip", "hx_stream_read_u32x4", "StreamReadParams",
                       block=256))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
-                      targets=("gfx950",), accumulation="fp32"))
+                      targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
                       block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       accumulation="fp32"))
-# sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark.
+# sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark: four math
+# warpgroups, m64n128 each (hsaco_src/sm90a/mqa_logits_wgmma.hip on prefill_cta.h and hopper.h).
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=204800, accumulation="fp8_tc"))
-# The same kernel at H = 64 with the linear half of the ReLU folded into the MMA (HX_FOLD) and two math
-# warpgroups that keep every weight in registers (HX_MATH_WGS): faster, and its error grows with
-# |sum_h w_h x_h| instead of the kept heads' terms (see planner.WGMMA_FOLD_SM90).
-KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
-                      block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
-                      defines=(("HX_FOLD", 1), ("HX_MATH_WGS", 2)), accumulation="fp8_tc"))
+# At H = 64 with the linear half of the ReLU folded into the MMA (m64n136) and two math warpgroups that keep every
+# weight in registers: faster, and its error grows with |sum_h w_h x_h| instead of the kept heads' terms (see
+# planner.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis (64 only).
+KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
+                      "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
+                      accumulation="fp8_tc"))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
                       targets=("sm_90a",), accumulation="fp8_tc"))
 KERNEL = {k.key: k for k in KERNELS}

@@ -5,6 +5,7 @@ Exit codes: 0 success, 1 a failed check, 2 usage, 3 a command needs a GPU and th
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -20,11 +21,69 @@ def _progress(msg: str) -> None:
 def _table(rows: list[list], header: list[str]) -> str:
     cols = [header] + [[str(x) for x in r] for r in rows]
     widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths))  # noqa: E731
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in cols[1:]])
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Usage errors as one line on stderr and exit code 2, never a traceback or a usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(0)
+
+
+class IntList(click.ParamType):
+    """Comma-separated positive integers: "32,64"."""
+    name = "N,N,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            out = tuple(int(x) for x in str(value).split(","))
+        except ValueError:
+            self.fail(f"expected comma-separated integers such as 32,64, got {value!r}", param, ctx)
+        if not out or min(out) < 1:
+            self.fail(f"expected integers >= 1, got {value!r}", param, ctx)
+        return out
+
+
+class Shapes(click.ParamType):
+    """Comma-separated MxN pairs: "128x1024,1x113"."""
+    name = "MxN,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            out = tuple(tuple(int(x) for x in s.split("x")) for s in str(value).split(","))
+        except ValueError:
+            out = ()
+        if not out or any(len(s) != 2 or min(s) < 1 for s in out):
+            self.fail(f"expected comma-separated MxN pairs of positive integers such as 128x1024,1x113, "
+                      f"got {value!r}", param, ctx)
+        return out
+
+
+DEVICE_HELP = ("The device: cuda:N, hip:N, or emu:gfx950 (the CPU emulator of the gfx950 kernels, in a source "
+               "checkout after python build.py). Default: the first GPU, HIP then CUDA.")
+ACCUMULATION_HELP = "fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only."
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hipindexer")
 def main() -> None:
     """Lightning-indexer kernels: fp8 MQA logits for prefill and paged decode."""
@@ -111,25 +170,48 @@ def check(ctx, quick: bool, seed: int, as_json: bool, verbose: bool) -> None:
 
 
 def _device_or_exit(spec):
+    """The device of --device; a malformed spec is a usage error (exit 2), no such device exit 3."""
     from .runtime import Device, NoDeviceError
+    from .runtime import emu
     try:
         return Device(spec)
+    except ValueError as e:
+        raise click.UsageError(f"--device: {e}") from None
     except NoDeviceError as e:
-        click.echo(f"Error: {e}", err=True)
+        hint = ""
+        if spec is None and emu.library_path().is_file():
+            hint = "; the gfx950 emulator is built here: pass --device emu:gfx950 to run the gfx950 kernels on the CPU"
+        click.echo(f"Error: {e}{hint}", err=True)
         sys.exit(NO_GPU_EXIT)
 
 
+def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
+    """--kernel and --accumulation as planner tunables, refused (exit 2) before anything runs if the planner
+    would refuse them for some (H, D) asked for."""
+    from .ops import target_of
+    from .planner import plan_prefill
+    tunables = {"accumulation": accumulation} | ({"kernel": kernel} if kernel else {})
+    for H in heads:
+        for D in dims:
+            try:
+                plan_prefill(1, 1, H, D, target_of(dev), **tunables)
+            except ValueError as e:
+                raise click.UsageError(f"--kernel {kernel} at H={H}, D={D}: {e}" if kernel else str(e)) from None
+    return tunables
+
+
 @check.command("prefill")
-@click.option("--device", "device_spec", default=None, help="cuda:0, hip:0 or emu:gfx950 (default: the first GPU).")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
 @click.option("--quick", is_flag=True, help="Small shapes only (CI size).")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--heads", default="32,64,16", show_default=True)
-@click.option("--dims", default="64,128", show_default=True)
-@click.option("--shapes", default=None, help="MxN,... (default: the sweep of the issue, or --quick's).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--heads", type=IntList(), default="32,64,16", show_default=True, help="Head counts H.")
+@click.option("--dims", type=IntList(), default="64,128", show_default=True, help="Head dimensions D.")
+@click.option("--shapes", type=Shapes(), default=None,
+              help="MxN,... (default: the full sweep's fourteen shapes, or --quick's five).")
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
+              help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
 def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, as_json,
@@ -137,13 +219,10 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
     from .sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
     dev = _device_or_exit(device_spec)
+    forced = _check_kernel(kernel, dev, heads, dims, accumulation)
     _progress(f"device {dev!r}")
     rng = np.random.default_rng(seed)
-    shp = tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes else None
-    cases = list(prefill_device_cases(quick, tuple(int(h) for h in heads.split(",")),
-                                      tuple(int(d) for d in dims.split(",")), shp))
-    forced = {"kernel": kernel} if kernel else {}
-    forced["accumulation"] = accumulation
+    cases = list(prefill_device_cases(quick, heads, dims, shapes))
     outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
     if reruns and not quick:
         outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
@@ -151,7 +230,7 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 
 
 @check.command("decode")
-@click.option("--device", "device_spec", default=None, help="cuda:0, hip:0 or emu:gfx950 (default: the first GPU).")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
 @click.option("--quick", is_flag=True, help="Every case small (CI size, the emulator).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
 @click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
@@ -159,7 +238,7 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help="fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only.")
+              help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
 def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kernel, accumulation, as_json,
@@ -169,6 +248,7 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
     past 4 GiB."""
     from . import sweep
     dev = _device_or_exit(device_spec)
+    _check_decode_kernel(kernel, dev, accumulation)
     _progress(f"device {dev!r}")
     design = sweep.decode_design(quick, seed, max_cases, max_context)
     _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
@@ -188,6 +268,17 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
         for bs, base in sweep.OFFSET_CASES:
             outcomes.append(sweep.decode_offset_case(rng, dev, bs, base, accumulation=accumulation, **forced))
     _report(outcomes, as_json, verbose)
+
+
+def _check_decode_kernel(kernel, dev, accumulation) -> None:
+    """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them."""
+    from .decode_plan import plan_decode
+    from .ops import target_of
+    try:
+        plan_decode(1, 1, 16, 64, 16, 16, target_of(dev), accumulation=accumulation,
+                    **({"kernel": kernel} if kernel else {}))
+    except ValueError as e:
+        raise click.UsageError(f"--kernel {kernel}: {e}" if kernel else str(e)) from None
 
 
 def _checkout_module(relpath: str):
@@ -218,18 +309,58 @@ def build(args) -> None:
 
 
 def _toolchains() -> dict:
+    """target -> {mode, path, version[, ptxas, ptxas_version]} or {missing: why}; {note} without a checkout."""
     mod = _checkout_module("build.py")
     if mod is None:
-        return {"note": "no source checkout: toolchains are only needed to build"}
+        return {"note": "no source checkout here: toolchains are only needed to build"}
     from pathlib import Path
     found = {}
     for target in mod.TARGETS:
         try:
             tc = mod.find_toolchain(target, Path(mod.ROOT) / "build")
             found[target] = {"mode": tc.mode, "path": str(tc.path), "version": tc.version}
+            if tc.ptxas:
+                found[target].update(ptxas=tc.ptxas, ptxas_version=tc.ptxas_version)
         except Exception as e:  # a missing toolchain is information here, not an error
             found[target] = {"missing": str(e)}
     return found
+
+
+def _toolchain_lines(toolchains: dict) -> list[str]:
+    if "note" in toolchains:
+        return [f"toolchains: {toolchains['note']}"]
+    lines = []
+    for target, tc in toolchains.items():
+        if "missing" in tc:
+            lines.append(f"toolchain {target}: missing: {tc['missing']}")
+            continue
+        line = f"toolchain {target}: {tc['mode']}, {tc['path']}, {tc['version']}"
+        if tc.get("ptxas"):
+            line += f"; ptxas {tc['ptxas']}, {tc['ptxas_version']}"
+        lines.append(line)
+    return lines
+
+
+def _with_accumulation(manifest: dict) -> None:
+    """Each kernel's accumulation class from the catalog (None: it computes no logits); the runtime's
+    report knows code objects, not what they compute."""
+    from . import catalog
+    manifest["accumulation_classes"] = dict(catalog.ACCUMULATION)
+    for k in manifest.get("kernels", []):
+        known = catalog.KERNEL.get(k["name"])
+        k["accumulation"] = known.accumulation if known else "not in the catalog"
+
+
+def _kernel_table(kernels: list[dict]) -> str:
+    rows = []
+    for k in kernels:
+        r = k.get("resources", {})
+        res = (f"vgpr {r.get('vgpr')} agpr {r.get('agpr')} sgpr {r.get('sgpr')} lds {r.get('lds')} "
+               f"scratch {r.get('scratch')} occ {r.get('occupancy')}" if k["target"] == "gfx950" else
+               f"regs {r.get('registers')} smem {r.get('shared')} spill {r.get('spill_stores')}/{r.get('spill_loads')}")
+        rows.append([k["target"], k["variant_key"], k["param_size"], k.get("dynamic_smem", 0),
+                     k.get("accumulation") or "-", res])
+    return _table(rows, ["target", "kernel", "params", "dynamic smem", "accumulation", "resources"])
 
 
 def _isa_info(as_json: bool) -> None:
@@ -250,13 +381,16 @@ def _isa_info(as_json: bool) -> None:
 @click.option("--isa", is_flag=True, help="gfx950 ISA report instead: resources and each kernel's hot loop "
                                           "(instruction mix, MFMA and VALU cycles per tile; tools/isa_report.py).")
 def info(as_json: bool, isa: bool) -> None:
-    """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources."""
+    """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources,
+    dynamic shared memory and accumulation class ("-": it computes no logits)."""
     if isa:
         _isa_info(as_json)
         return
     from .runtime.info import collect_info
     report = collect_info()
     report["toolchains"] = _toolchains()
+    if report["manifest"].get("present"):
+        _with_accumulation(report["manifest"])
     if as_json:
         click.echo(json.dumps(report, indent=1, default=str))
         return
@@ -265,21 +399,30 @@ def info(as_json: bool, isa: bool) -> None:
         click.echo(f"backend {b['name']}: {state}")
     for d in report["devices"]:
         click.echo(f"device {d['spec']}: " + (d.get("error") or f"{d['name']} ({d['arch']}, {d['num_cus']} CUs)"))
-    for t, tc in report["toolchains"].items():
-        click.echo(f"toolchain {t}: {tc}")
+    for line in _toolchain_lines(report["toolchains"]):
+        click.echo(line)
     m = report["manifest"]
     if not m.get("present"):
         click.echo(f"manifest: missing ({m.get('why_not')})")
         return
     click.echo(f"manifest {m['path']}: targets {', '.join(m['targets'])}")
-    rows = []
-    for k in m["kernels"]:
-        r = k.get("resources", {})
-        res = (f"vgpr {r.get('vgpr')} agpr {r.get('agpr')} sgpr {r.get('sgpr')} lds {r.get('lds')} "
-               f"scratch {r.get('scratch')} occ {r.get('occupancy')}" if k["target"] == "gfx950" else
-               f"regs {r.get('registers')} smem {r.get('shared')} spill {r.get('spill_stores')}/{r.get('spill_loads')}")
-        rows.append([k["target"], k["variant_key"], k["param_size"], res])
-    click.echo(_table(rows, ["target", "kernel", "params", "resources"]))
+    click.echo(_kernel_table(m["kernels"]))
+    classes = ", ".join(f"{c} (eps 2^{math.log2(e):g})" for c, e in m["accumulation_classes"].items())
+    click.echo(f"accumulation classes: {classes}: |out - ref| <= eps * A per element (hipindexer.gate)")
+
+
+def _today() -> str:
+    import datetime
+    return datetime.date.today().isoformat()
+
+
+def _driver(dev) -> str | None:
+    """The driver's version as the backend reports it (CUDA: 12080 is 12.8)."""
+    try:
+        v = dev._b.runtime_version()
+    except Exception:  # a backend without the call is still benchmarkable
+        return None
+    return f"{v // 1000}.{v % 1000 // 10}" if dev.backend == "cuda" else str(v)
 
 
 @main.group()
@@ -288,20 +431,28 @@ def bench() -> None:
 
 
 @bench.command("prefill")
-@click.option("--device", "device_spec", default=None)
-@click.option("--shapes", default=None, help="MxN,... (default: the five shapes of DESIGN.md's method)")
-@click.option("--heads", default="64,32", show_default=True)
-@click.option("--dim", default=128, show_default=True)
-@click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
-@click.option("--repeats", default=10, show_default=True)
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@click.option("--shapes", type=Shapes(), default=None,
+              help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768))")
+@click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
+@click.option("--dim", type=click.IntRange(min=16), default=128, show_default=True, help="Head dimension D.")
+@click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True,
+              help="clean_logits of the timed calls.")
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed batches; the median is reported.")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
+              help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
-def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, as_json) -> None:
-    """fp8_mqa_logits, causal single request, against the measured bandwidth ceiling."""
-    from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, matrix_peak
+def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
+    """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
+    measures (docs/benchmarks.md)."""
+    from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, emulated, matrix_peak
     dev = _device_or_exit(device_spec)
-    shp = (tuple(tuple(int(x) for x in s.split("x")) for s in shapes.split(",")) if shapes
-           else PREFILL_BENCH_SHAPES)
+    tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
+    if emulated(dev):
+        _progress("emulated device: the times below measure the CPU emulator and are not speeds")
+    shp = shapes or PREFILL_BENCH_SHAPES
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     _progress(f"device {dev!r}: measuring the copy ceiling")
     bw = copy_bandwidth(dev)
@@ -309,18 +460,21 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
     peak = matrix_peak(dev)
     rows = []
     for (M, N) in shp:
-        for H in (int(h) for h in heads.split(",")):
+        for H in heads:
             for cl in cleans:
                 _progress(f"M={M} N={N} H={H} clean={cl}")
-                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **({"kernel": kernel} if kernel else {}))
+                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **tunables)
                 r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
                 r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
                 r["of_copy"] = r["GBps"] * 1e9 / bw
                 rows.append(r)
     if as_json:
-        click.echo(json.dumps({"device": repr(dev), "copy_GBps": bw / 1e9,
+        click.echo(json.dumps({"op": "prefill", "date": _today(), "device": repr(dev), "driver": _driver(dev),
+                               "emulated": emulated(dev), "copy_GBps": bw / 1e9,
                                "matrix_peak_TFLOPs": peak / 1e12 if peak else None, "cases": rows}, indent=1))
         return
+    if emulated(dev):
+        click.echo("EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds")
     click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
     click.echo("matrix-rate ceiling (our fp8 peak loop): " + (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target"))
     pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
@@ -332,11 +486,11 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 
 
 @bench.command("decode")
-@click.option("--device", "device_spec", default=None)
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
 @click.option("--rows", default=None,
               help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the issue's eight rows; tiny "
                    "ones on the emulator)")
-@click.option("--heads", default="64,32", show_default=True)
+@click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
 @click.option("--next-n", "next_ns", default="1,2,4,6,8,ragged", show_default=True,
               help="next_n values; ragged = next_n 8 with half the rows live")
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
@@ -348,9 +502,16 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
     from .bench import copy_bandwidth, read_bandwidth
     from .bench_decode import DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
     dev = _device_or_exit(device_spec)
+    _check_decode_kernel(kernel, dev, "fast")
     emulated = dev.backend == "emu"
     if rows:
-        shapes = [(r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in rows.split(",")]
+        try:
+            shapes = [(r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in rows.split(",")]
+            if any(len(t) != 3 or t[0] not in ("equal", "pm30", "one_long") for t in shapes):
+                raise ValueError
+        except (ValueError, IndexError):
+            raise click.UsageError(f"--rows: expected SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long, "
+                                   f"got {rows!r}") from None
     else:
         shapes = EMULATOR_ROWS if emulated else DECODE_BENCH_ROWS
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
@@ -359,7 +520,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
     copy_bw, read_bw = copy_bandwidth(dev, ceiling_bytes), read_bandwidth(dev, ceiling_bytes)
     results = []
     for spread, B, ctx in shapes:
-        results += bench_decode_shape(dev, spread, B, ctx, tuple(int(h) for h in heads.split(",")),
+        results += bench_decode_shape(dev, spread, B, ctx, heads,
                                       tuple(next_ns.split(",")), cleans, repeats, _progress,
                                       **({"kernel": kernel} if kernel else {}))
     for r in results:
@@ -368,7 +529,8 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
         r["of_copy"] = moved / (r["us"] * 1e-6) / copy_bw
     note = "emulated: these times are not speeds (the emulator runs the gfx950 sources on the CPU)" if emulated else None
     if as_json:
-        click.echo(json.dumps({"device": repr(dev), "copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9,
+        click.echo(json.dumps({"op": "decode", "date": _today(), "device": repr(dev), "driver": _driver(dev),
+                               "emulated": emulated, "copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9,
                                "note": note, "cases": results}, indent=1))
         return
     if note:

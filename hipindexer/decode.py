@@ -1,4 +1,4 @@
-"""The paged decode op: ``fp8_paged_mqa_logits`` on a device (DESIGN.md 1.2-1.4).
+"""The paged decode op: ``fp8_paged_mqa_logits`` on a device (docs/ops.md).
 
 Arguments are handled as by the prefill op (hipindexer.ops): numpy arrays are
 copied to the device on the op's stream, DeviceArrays and foreign device arrays
@@ -12,39 +12,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arguments import F32, FP8, I32, U8, check_decode_block_tables, check_decode_lengths, decode_shape
+from .arguments import F32, I32, check_decode_block_tables, check_decode_lengths, decode_shape
 from .decode_plan import DECODE_TUNABLES, plan_decode
-from .ops import kernel_for, resolve_device, target_of, to_device
+from .ops import adopt, check_resident, kernel_for, prepared, remember, resident_key, resolve_device, target_of, upload
+from .planner import check_accumulation
 from .runtime import DeviceArray
-from .runtime.device import _as_stream
+from .runtime.device import as_stream
 
-# Bits the kernels OR into errors[0] (DESIGN.md 1.4).
+# Bits the kernels OR into errors[0].
 ERROR_BLOCK_ID = 1      # a block-table entry that is read names no block of the cache
 ERROR_SLOT = 2          # a cache writer's slot outside the cache (the writers' bit)
 ERROR_LENGTH = 4        # a negative context length, or next_n_lens outside 0..next_n
 INT32_MAX = (1 << 31) - 1
 
-
-def _host_or_device(name: str, x, device, stream, fp8: bool = False):
-    """numpy stays on the host until the checks pass; device arrays are imported (zero-copy) now."""
-    if type(x) is DeviceArray and x.device is device:  # the hot path: nothing to convert
-        return x.view(FP8) if fp8 and x.dtype == U8 else x
-    if isinstance(x, np.ndarray) or np.isscalar(x) or isinstance(x, (list, tuple)):
-        a = np.asarray(x)
-        return a.view(FP8) if fp8 and a.dtype == U8 else a
-    return to_device(name, x, device, stream, fp8=fp8)
+# The per-call pointers of DecodeParams, in struct order (absent optional arrays pass 0).
+DECODE_POINTERS = ("q", "kv_cache", "weights", "context_lens", "next_n_lens", "block_tables", "out", "errors")
 
 
 def _device_only(name: str, x, device, stream, what: str) -> DeviceArray:
     if isinstance(x, np.ndarray):
         raise TypeError(f"{name}: expected a device array ({what}); a numpy array would be a copy, and the "
                         f"result lost")
-    return to_device(name, x, device, stream)
+    return adopt(name, x, device, stream)
 
 
-def _out(out, R: int, N: int, device, stream) -> DeviceArray:
+def _out(out, R: int, N: int, device, stream) -> DeviceArray | None:
     if out is None:
-        return DeviceArray.empty((R, N), np.float32, device, stream)
+        return None
     o = _device_only("out", out, device, stream, "the logits")
     if o.dtype != F32 or o.shape != (R, N):
         raise ValueError(f"out: expected a float32 [B * next_n={R}, max_model_len={N}] device array, "
@@ -66,98 +60,113 @@ def _errors(errors, device, stream) -> DeviceArray | None:
     return e
 
 
-_CHECKED: dict = {}   # shapes, dtypes and options -> (DecodeShape, DecodePlan): what is fixed across steps
-_CHECKED_MAX = 1024
-
-
-def _checked(dev, qa, ca, wa, cl, bt, nl, max_model_len, preshuffle, split_kv, accumulation, kernel):
-    """decode_shape and plan_decode, remembered for each combination of shapes and options already seen
-    (a serving loop calls the op with the same shapes every step)."""
-    key = (dev, qa.shape, qa.dtype, ca.shape, ca.dtype, wa.shape, wa.dtype, cl.shape, cl.dtype, bt.shape, bt.dtype,
-           None if nl is None else (nl.shape, nl.dtype), max_model_len, bool(preshuffle), split_kv, accumulation,
-           kernel)
-    try:
-        hit = _CHECKED.get(key)
-    except TypeError:  # an unhashable option: checked below, never remembered
-        key, hit = None, None
-    if hit is not None:
-        return hit
-    s = decode_shape(qa, ca, wa, cl, bt, max_model_len, nl, preshuffle, split_kv)
-    if s.max_model_len > INT32_MAX:
-        raise ValueError(f"max_model_len: {s.max_model_len} is past int32")
-    extra = {} if kernel is None else {"kernel": kernel}
-    plan = None if s.B == 0 else plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
-                                             preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
-                                             **extra)
-    if key is not None:
-        if len(_CHECKED) >= _CHECKED_MAX:
-            _CHECKED.clear()
-        _CHECKED[key] = (s, plan)
-    return s, plan
-
-
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens=None,
                          preshuffle=False, split_kv=None, clean_logits=True, accumulation="fast", errors=None,
                          out=None, stream=None, device=None, **tunables) -> DeviceArray:
-    """Decode logits [B * next_n, max_model_len] float32 from a paged fp8 K cache on a GPU (DESIGN.md 1.2);
-    see hipindexer.reference for the math.
+    """Decode logits [B * next_n, max_model_len] float32 from a paged fp8 K cache on a device; the math is
+    hipindexer.reference.fp8_paged_mqa_logits's (docs/ops.md states it).
 
-    kv_cache: uint8 [num_blocks, block_size, D + 4] (or vLLM's [.., block_size, 1, D + 4] view) in the
-    block-flat or, with preshuffle=True, the preshuffled layout. split_kv: units per sequence (None: the
-    planner's choice from shapes; see hipindexer.decode_plan.plan_decode). errors: an int32 [1] device array
-    whose bits the kernel ORs in (ERROR_BLOCK_ID, ERROR_LENGTH) for device values out of range; their keys or
-    rows come out -inf. out may have a row stride larger than max_model_len (the padding stays untouched).
-    accumulation: "fast" or "fp32" (fp32-class kernels only). Tunable: kernel.
+        row r = b * next_n + j, live_b = next_n_lens[b] (next_n when not given); for j < live_b, column n is
+        valid iff n <= context_lens[b] - live_b + j and n < max_model_len, and there
+        logits[r, n] = sum_h max(0, q[b, j, h] . K_b[n]) * scale_b[n] * weights[r, h]
+
+    q: [B, next_n, H, D] fp8 e4m3fn (or uint8); kv_cache: uint8 [num_blocks, block_size, D + 4] (or vLLM's
+    [.., block_size, 1, D + 4] view) in the block-flat or, with preshuffle=True, the preshuffled layout;
+    weights: [B * next_n, H] float32; context_lens: [B] int32 (this step's tokens included); block_tables:
+    [B, max_blocks] int32; next_n_lens: optional [B] int32 in 0..next_n. Arrays may be numpy (copied on
+    `stream` after every check passed), DeviceArrays, or foreign device arrays (zero-copy).
+    split_kv: units per sequence (None: the planner's choice from shapes alone; see plan_decode).
+    clean_logits: True writes -inf at every other position of the output; False leaves them unwritten.
+    accumulation: "fast" or "fp32" (fp32-class kernels only; docs/accuracy.md).
+    errors: an int32 [1] device array whose bits the kernel ORs in for device-held values out of range
+    (ERROR_BLOCK_ID: a block id outside [0, num_blocks), whose keys come out -inf and are never read;
+    ERROR_LENGTH: a negative length or next_n_lens outside 0..next_n, whose rows come out -inf).
+    out: None (a new array) or a float32 [B * next_n, max_model_len] device array whose row stride may
+    exceed max_model_len (the padding stays untouched). stream, device: as for fp8_mqa_logits.
+    Tunable: kernel.
+
+    Returns the logits DeviceArray without waiting. A call whose arrays are all DeviceArrays reuses the
+    launch it prepared for the same layouts and options. Host (numpy) values out of range (a block id
+    outside the cache among the entries a row reads, a negative length, next_n_lens above next_n) raise
+    ValueError; wrong dtypes TypeError; wrong shapes, strides or alignment ValueError naming the argument;
+    all before anything is copied or launched.
+
+    On the CPU emulator of the gfx950 kernels (a source checkout after `python build.py`):
+
+    >>> import numpy as np
+    >>> import hipindexer
+    >>> from hipindexer import testing
+    >>> case = testing.DecodeCase(B=2, next_n=2, H=16, D=64, block_size=16, mean_context=40)
+    >>> inp = testing.decode_inputs(np.random.default_rng(0), case)
+    >>> logits = hipindexer.fp8_paged_mqa_logits(*inp.args(), device="emu:gfx950")
+    >>> logits.shape == (4, inp.max_model_len)
+    True
     """
+    arrays = (q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, out)
+    key = resident_key(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation, device,
+                       *tunables.items())
+    hit = prepared(key)
+    if hit is None or (q.ptr | kv_cache.ptr) % 16:  # a misaligned pointer: the full path says which
+        return _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation,
+                                     stream, device, tunables, key)
+    launch, dev, shape = hit
+    st = dev.default_stream if stream is None else as_stream(stream, dev)
+    if out is None:
+        out = DeviceArray.empty(shape, np.float32, dev, st)
+    launch(st.handle, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr,
+           0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, out.ptr,
+           0 if errors is None else errors.ptr)
+    return out
+
+
+def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation, stream, device,
+                          tunables, key):
+    """The full path: check shapes, host values and options, plan, upload host arrays, prepare the launch
+    (kept under `key` when one is given), launch."""
     unknown = sorted(set(tunables) - set(DECODE_TUNABLES))
     if unknown:
         raise TypeError(f"unknown tunable(s) {unknown}; the decode op takes {list(DECODE_TUNABLES)}")
-    dev = resolve_device(device, (q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, out))
-    st = _as_stream(stream, dev)
-    qa = _host_or_device("q", q, dev, st, fp8=True)
-    ca = _host_or_device("kv_cache", kv_cache, dev, st)
-    wa = _host_or_device("weights", weights, dev, st)
-    cl = _host_or_device("context_lens", context_lens, dev, st)
-    bt = _host_or_device("block_tables", block_tables, dev, st)
-    nl = None if next_n_lens is None else _host_or_device("next_n_lens", next_n_lens, dev, st)
-    s, plan = _checked(dev, qa, ca, wa, cl, bt, nl, max_model_len, preshuffle, split_kv, accumulation,
-                       tunables.get("kernel"))
-    if type(cl) is not DeviceArray or type(bt) is not DeviceArray or (nl is not None and type(nl) is not DeviceArray):
-        host = lambda a: a if isinstance(a, np.ndarray) else None  # noqa: E731
-        check_decode_lengths(s, host(cl), host(nl))
-        if host(cl) is not None and host(bt) is not None:
-            check_decode_block_tables(s, cl, bt)
-    for name, a in (("q", qa), ("kv_cache", ca), ("weights", wa), ("context_lens", cl), ("block_tables", bt),
-                    ("next_n_lens", nl)):  # device arrays as given (a numpy upload is contiguous and aligned)
-        if type(a) is DeviceArray and not a.is_contiguous:
-            raise ValueError(f"{name}: expected a C-contiguous array, got strides {a.strides} for shape {a.shape}")
-        if name in ("q", "kv_cache") and type(a) is DeviceArray and a.ptr % 16:
-            raise ValueError(f"{name}: the kernels read 16-byte vectors; the data pointer must be 16-byte aligned")
+    check_accumulation(accumulation)
+    dev = resolve_device(device, arrays)
+    st = as_stream(stream, dev)
+    q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, out = arrays
+    qa = adopt("q", q, dev, st, fp8=True)
+    ca = adopt("kv_cache", kv_cache, dev, st)
+    wa = adopt("weights", weights, dev, st)
+    cl = adopt("context_lens", context_lens, dev, st)
+    bt = adopt("block_tables", block_tables, dev, st)
+    nl = None if next_n_lens is None else adopt("next_n_lens", next_n_lens, dev, st)
+    s = decode_shape(qa, ca, wa, cl, bt, max_model_len, nl, preshuffle, split_kv)
+    if s.max_model_len > INT32_MAX:
+        raise ValueError(f"max_model_len: {s.max_model_len} is past int32")
+    host = lambda a: a if isinstance(a, np.ndarray) else None  # noqa: E731
+    check_decode_lengths(s, host(cl), host(nl))
+    if host(cl) is not None and host(bt) is not None:
+        check_decode_block_tables(s, cl, bt)
+    check_resident("q", qa, align=16)
+    check_resident("kv_cache", ca, align=16)
+    for name, a in (("weights", wa), ("context_lens", cl), ("block_tables", bt), ("next_n_lens", nl)):
+        if a is not None:
+            check_resident(name, a)
     o = _out(out, s.B * s.next_n, s.max_model_len, dev, st)
     ea = _errors(errors, dev, st)
+    extra = {} if tunables.get("kernel") is None else {"kernel": tunables["kernel"]}
+    plan = None if s.B == 0 else plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len,
+                                             target_of(dev), preshuffle=preshuffle, accumulation=accumulation,
+                                             split_kv=split_kv, **extra)
+    kern = kernel_for(dev, plan.kernel, plan.variant) if plan else None
+    if o is None:
+        o = DeviceArray.empty((s.B * s.next_n, s.max_model_len), np.float32, dev, st)
     if plan is None:  # an empty batch
         return o
-    if type(qa) is not DeviceArray:
-        qa = to_device("q", qa, dev, st, fp8=True)
-    if type(ca) is not DeviceArray:
-        ca = to_device("kv_cache", ca, dev, st)
-    if type(wa) is not DeviceArray:
-        wa = to_device("weights", wa, dev, st)
-    if type(cl) is not DeviceArray:
-        cl = to_device("context_lens", cl, dev, st)
-    if type(bt) is not DeviceArray:
-        bt = to_device("block_tables", bt, dev, st)
-    if nl is not None and type(nl) is not DeviceArray:
-        nl = to_device("next_n_lens", nl, dev, st)
-    kern = kernel_for(dev, plan.kernel, plan.variant)
-    p = kern.params
-    p.q, p.kv_cache, p.weights, p.context_lens = qa.ptr, ca.ptr, wa.ptr, cl.ptr
-    p.next_n_lens = nl.ptr if nl is not None else 0
-    p.block_tables, p.out, p.errors = bt.ptr, o.ptr, ea.ptr if ea is not None else 0
-    p.out_stride = o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len
-    p.num_blocks = s.num_blocks
-    p.B, p.next_n, p.H, p.D, p.block_size = s.B, s.next_n, s.H, s.D, s.block_size
-    p.max_blocks, p.max_model_len = s.max_blocks, s.max_model_len
-    p.clean, p.preshuffle = int(bool(clean_logits)), int(bool(preshuffle))
-    kern.launch(plan.grid, plan.block, stream=st)
+    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_POINTERS,
+                          out_stride=o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
+                          num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size,
+                          max_blocks=s.max_blocks, max_model_len=s.max_model_len, clean=int(bool(clean_logits)),
+                          preshuffle=int(bool(preshuffle)))
+    remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len)))
+    qa, ca, wa, cl, bt = (upload(a, dev, st) for a in (qa, ca, wa, cl, bt))
+    nl = None if nl is None else upload(nl, dev, st)
+    launch(st.handle, qa.ptr, ca.ptr, wa.ptr, cl.ptr, 0 if nl is None else nl.ptr, bt.ptr, o.ptr,
+           0 if ea is None else ea.ptr)
     return o

@@ -63,6 +63,8 @@ def _diff(num, den):
 
 @dataclass(frozen=True)
 class GateResult:
+    """A verdict: truthy when every rule held. `message` says why not (the first rule broken, with its row
+    and column), or sums up a pass; the figures are filled once the per-element bound has been checked."""
     ok: bool
     message: str
     diff: float = 0.0              # whole-output calc_diff over the rows not excused by rule 4
@@ -76,6 +78,8 @@ class GateResult:
 
 
 def eps_of(accumulation: str) -> float:
+    """The per-element bound's eps of an accumulation class ("fp32": 2^-20, "fp8_tc": 2^-12); ValueError
+    for an unknown class."""
     if accumulation not in ACCUMULATION:
         raise ValueError(f"accumulation: expected one of {list(ACCUMULATION)}, got {accumulation!r}")
     return ACCUMULATION[accumulation]
@@ -90,6 +94,14 @@ def gate(out, ref, valid, clean_logits: bool, *, magnitude, accumulation: str, t
     valid: [R, C] bool, the positions the op owns.
     accumulation: the kernel's class ("fp32" or "fp8_tc"), which sets eps and whether rule 4's exception exists.
     rows: optionally the global row index of each row (sampled checks), used in messages.
+    Returns a GateResult; raises ValueError for an unknown accumulation class.
+
+    >>> import numpy as np
+    >>> ref = np.array([[1.0, -np.inf]]); A = np.array([[2.0, 0.0]]); valid = np.array([[True, False]])
+    >>> bool(gate(np.array([[1.0, -np.inf]], np.float32), ref, valid, True, magnitude=A, accumulation="fp32"))
+    True
+    >>> gate(np.array([[1.001, -np.inf]], np.float32), ref, valid, True, magnitude=A, accumulation="fp32").message[:22]
+    'row 0, col 0: |out - r'
     """
     eps = eps_of(accumulation)
     out, ref, A = np.asarray(out), np.asarray(ref), np.asarray(magnitude)

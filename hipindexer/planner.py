@@ -16,6 +16,14 @@ from .catalog import ACCUMULATION, KERNEL
 
 @dataclass(frozen=True)
 class Target:
+    """What the planner knows of a device: its arch, its compute units and wave size, the grid's y limit.
+
+    TARGETS holds the two shipped targets (an H100/H200 and an MI355X); hipindexer.ops.target_of(device)
+    builds one from a Device's own CU count.
+
+    >>> Target("sm_90a", num_cus=132, wave_size=32) == TARGETS["sm_90a"]
+    True
+    """
     arch: str          # "gfx950", "sm_90a"
     num_cus: int       # CUs (AMD) or SMs (NVIDIA)
     wave_size: int     # 64 on CDNA, 32 on NVIDIA
@@ -40,7 +48,7 @@ class KernelSpec:
     variant: str | None = None  # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
     persistent: bool = False    # grid of at most one block per CU walking every (row block, part) unit
     min_part_tiles: int = 1     # the planner's own split keeps >= this many tiles per part (per-part costs)
-    unit_cost_tiles: int = 0    # persistent: what starting a unit costs, in tiles of work (measured)
+    unit_cost_tiles: int = 0    # persistent: what starting a unit costs, in tiles of work (timed on the hardware)
 
     @property
     def accumulation(self) -> str:
@@ -53,8 +61,8 @@ GENERIC = KernelSpec("mqa_logits_generic", block=256, tile=256, max_rows=64)
 # tensor-core accumulation class. A unit costs about one tile of work to start.
 WGMMA_SM90 = KernelSpec("mqa_logits_wgmma", block=640, tile=128, max_rows=8, fits=((32, 128), (64, 128)),
                         rows={32: 8, 64: 4}, variant="HX_HEADS", persistent=True, unit_cost_tiles=1)
-# The same kernel with the linear half of 2 relu(x) = x + |x| computed by the MMA (H = 64 only), on two math
-# warpgroups that keep every weight in registers: the faster of the two at H = 64. Its error on that term
+# The fold kernel (hsaco_src/sm90a/mqa_logits_wgmma_fold.hip): the linear half of 2 relu(x) = x + |x| computed by
+# the MMA (H = 64 only), on two math warpgroups that keep every weight in registers: the faster of the two at H = 64. Its error on that term
 # grows with |sum_h w_h x_h| over every head rather than with the kept heads' terms: still inside the class.
 WGMMA_FOLD_SM90 = replace(WGMMA_SM90, key="mqa_logits_wgmma_fold", block=384, max_rows=4, fits=((64, 128),),
                           rows={64: 4})
@@ -65,6 +73,7 @@ ACCUMULATIONS = ("fast", "fp32")
 
 
 def register_prefill(arch: str, spec: KernelSpec) -> None:
+    """Add a fast prefill kernel for `arch`, tried after those registered before it."""
     FAST_PREFILL.setdefault(arch, []).append(spec)
     PREFILL_KERNELS[spec.key] = spec
 
@@ -81,6 +90,9 @@ register_prefill("gfx950", MFMA_GFX950)
 
 @dataclass(frozen=True)
 class PrefillPlan:
+    """One launch of fp8_mqa_logits: the kernel (catalog key), its grid and block, rows per block, key split
+    into `split` parts of whole `tile`-key tiles, the row order, the code object's variant defines and the
+    kernel's accumulation class (docs/accuracy.md); `eps` and `units` derive from them."""
     kernel: str
     grid: tuple            # (row blocks, split, 1); persistent kernels: (blocks, 1, 1)
     block: int
@@ -99,6 +111,7 @@ class PrefillPlan:
 
     @property
     def units(self) -> int:
+        """Work units: (row block, part of the key split) pairs."""
         return self.row_blocks * self.split
 
 
@@ -108,11 +121,16 @@ def _forced_int(name: str, value, lo: int, hi: int) -> int:
     return value
 
 
+def check_accumulation(accumulation) -> None:
+    """ValueError unless `accumulation` is "fast" or "fp32"."""
+    if accumulation not in ACCUMULATIONS:
+        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
+
+
 def _pick_kernel(arch: str, H: int, D: int, forced: str | None, accumulation: str) -> KernelSpec:
     """The forced kernel, or the first registered fast path that serves (H, D) in the accumulation asked
     for ("fast": any class; "fp32": fp32-class only), else the generic kernel."""
-    if accumulation not in ACCUMULATIONS:
-        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
+    check_accumulation(accumulation)
     if D % 16:
         raise ValueError(f"q: D must be a multiple of 16 for every kernel, got D={D}")
     if forced is not None:
@@ -135,10 +153,32 @@ def _pick_kernel(arch: str, H: int, D: int, forced: str | None, accumulation: st
 def plan_prefill(M: int, N: int, H: int, D: int, target: Target, *, accumulation: str = "fast",
                  kernel: str | None = None, rows_per_block: int | None = None, split: int | None = None,
                  reverse_rows: bool | None = None) -> PrefillPlan:
-    """Plan one fp8_mqa_logits launch (M, N >= 1).
+    """Plan one fp8_mqa_logits launch (M, N >= 1); pure Python, no device.
 
+    M, N, H, D: the call's query rows, keys, heads and head dim. target: a Target (TARGETS[arch], or
+    hipindexer.ops.target_of(device)).
     accumulation: "fast" takes the fastest kernel for (H, D) on the target whatever its accumulation class;
-    "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
+    "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION and docs/accuracy.md).
+    kernel, rows_per_block, split, reverse_rows: None lets the planner decide; a value forces it.
+
+    The kernel, unless forced: the first fast kernel registered for the target that serves (H, D) in the
+    class asked for (sm_90a: mqa_logits_wgmma_fold at H = 64 and mqa_logits_wgmma at H = 32, D = 128, under
+    "fast" only; gfx950: mqa_logits_mfma at H in {32, 64}, D = 128), else the generic kernel (any H,
+    D % 16 == 0). Rows run from the last row block first when N > 2048 (causal rows grow with the row).
+    Results are cached: the same arguments return the same plan.
+
+    Raises ValueError naming the argument: D not a multiple of 16, an unknown accumulation, a kernel that is
+    not a prefill kernel of the target, does not serve (H, D) or is not fp32-class under "fp32",
+    rows_per_block or split outside what the kernel takes, a reverse_rows that is not a bool, or more work
+    units than a persistent kernel can count.
+
+    >>> plan_prefill(4096, 32768, 64, 128, TARGETS["sm_90a"]).kernel
+    'mqa_logits_wgmma_fold'
+    >>> plan_prefill(4096, 32768, 32, 128, TARGETS["sm_90a"]).kernel
+    'mqa_logits_wgmma'
+    >>> p = plan_prefill(4096, 32768, 64, 128, TARGETS["sm_90a"], accumulation="fp32")
+    >>> p.kernel, p.accumulation
+    ('mqa_logits_generic', 'fp32')
     """
     return _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, split, reverse_rows)
 
@@ -207,6 +247,11 @@ def plan_prefill_chunks(query_lens, key_lens, budget_bytes: int = 512 << 20) -> 
     on its own cut along its query rows into pieces of
     max(1, budget // (4 * key_len)) rows (each piece reuses the same keys).
     A chunk's N is the sum of its requests' key_lens, its M the sum of the rows.
+    Requests with no query rows are left out. Raises ValueError for a budget below 4 bytes, lists of
+    different lengths, or a negative length.
+
+    >>> plan_prefill_chunks([100, 3000], [100, 3000], budget_bytes=8 << 20)
+    [[(0, 0, 100)], [(1, 0, 699)], [(1, 699, 1398)], [(1, 1398, 2097)], [(1, 2097, 2796)], [(1, 2796, 3000)]]
     """
     if budget_bytes < 4:
         raise ValueError(f"budget_bytes: expected >= 4, got {budget_bytes}")

@@ -1,4 +1,4 @@
-"""The numpy oracle for both indexer ops (DESIGN.md 1.1-1.3).
+"""The numpy oracle for both indexer ops; their contract is docs/ops.md.
 
 Same argument names and order as the device ops.  fp8 inputs are dequantised
 exactly and accumulated in float32 (or float64 with ``accumulate=np.float64``,
@@ -52,6 +52,7 @@ def decode_bounds(context_lens, next_n: int, max_model_len: int, next_n_lens=Non
 
 
 def decode_valid_mask(context_lens, next_n: int, max_model_len: int, next_n_lens=None) -> np.ndarray:
+    """[B * next_n, max_model_len] bool: True where decode row r has a logit (see decode_bounds)."""
     bound = decode_bounds(context_lens, next_n, max_model_len, next_n_lens)
     return np.arange(max_model_len)[None, :] < bound[:, None]
 
@@ -83,7 +84,37 @@ def _head_sum(q_rows, k_cols, w_rows, acc, magnitude=False) -> np.ndarray:
 def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True,
                    out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET,
                    magnitude=False) -> np.ndarray:
-    """Prefill logits [M, N] (DESIGN.md 1.1), in ``accumulate``'s dtype (float32 by default, as the op)."""
+    """Prefill logits [M, N] in numpy, in ``accumulate``'s dtype (float32 by default, as the device op).
+
+        logits[m, n] = sum_h max(0, q[m, h, :] . k[n, :]) * kv_scale[n] * weights[m, h]
+                       for max(ks[m], 0) <= n < min(ke[m], N)
+
+    q: [M, H, D] float8_e4m3fn, the chunk's query rows. k: [N, D] float8_e4m3fn, the keys.
+    kv_scale: [N] float32, each key's dequantisation scale (>= 0). weights: [M, H] float32.
+    cu_seqlen_ks, cu_seqlen_ke: [M] int32, row m's key window [ks, ke); ks may be negative, ke may exceed N,
+    and ke <= ks gives an empty row. Array-likes are accepted (the arguments are read with np.asarray).
+    clean_logits: True writes -inf at every position outside the windows; False leaves those positions as
+    `out` held them, or NaN when out is None (the poison hipindexer.gate checks is left alone).
+    out: None, or a numpy array of shape [M, N] and ``accumulate``'s dtype, written in place and returned.
+    accumulate: np.float32 (what the kernels do) or np.float64 (the gate's reference).
+    budget_bytes: the most bytes of head scores one chunk of rows may hold; memory stays bounded on the
+    largest chunk shapes.
+    magnitude: return instead A[m, n] = kv_scale[n] * sum_h |w[m, h]| * sum_d |q[m, h, d] * k[n, d]|, what
+    each logit is made of (the scale of a kernel's accumulation error; docs/accuracy.md).
+
+    Raises TypeError for a missing array or a wrong dtype (fp8 must be float8_e4m3fn here: the device op
+    also takes uint8), ValueError for a wrong rank, a dimension that disagrees with another argument (the
+    message names both), H or D of 0, or an `out` of the wrong type, shape or dtype.
+
+    >>> import numpy as np
+    >>> from hipindexer import reference, testing
+    >>> inp = testing.prefill_inputs(np.random.default_rng(0), M=4, N=8, H=2, D=16, mode="causal")
+    >>> logits = reference.fp8_mqa_logits(*inp.args())
+    >>> logits.shape, logits.dtype.name
+    ((4, 8), 'float32')
+    >>> [int(np.isfinite(row).sum()) for row in logits]   # causal: row m sees keys 0 .. N - M + m
+    [5, 6, 7, 8]
+    """
     s = prefill_shape(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke)
     acc = np.dtype(accumulate)
     q, k = np.asarray(q), np.asarray(k)
@@ -111,10 +142,42 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
                          next_n_lens=None, preshuffle=False, split_kv=None, clean_logits=True,
                          out=None, *, accumulate=np.float32, budget_bytes=DEFAULT_BUDGET,
                          magnitude=False) -> np.ndarray:
-    """Decode logits [B * next_n, max_model_len] from a paged cache (DESIGN.md 1.2), in ``accumulate``'s
-    dtype (float32 by default, as the op).
+    """Decode logits [B * next_n, max_model_len] from a paged cache, in ``accumulate``'s dtype (float32 by
+    default, as the device op).
 
-    split_kv is a device tunable; it is checked and otherwise has no effect here.
+    Row r = b * next_n + j is sequence b's j-th new token. With live_b = next_n_lens[b] (next_n when
+    next_n_lens is None), a row j < live_b has logits at the columns n <= context_lens[b] - live_b + j,
+    n < max_model_len:
+
+        logits[r, n] = sum_h max(0, q[b, j, h, :] . K_b[n]) * scale_b[n] * weights[r, h]
+
+    where K_b[n] and scale_b[n] are token n % block_size of block block_tables[b, n // block_size].
+
+    q: [B, next_n, H, D] float8_e4m3fn, next_n in 1..8.
+    kv_cache: [num_blocks, block_size, D + 4] uint8 (or vLLM's [num_blocks, block_size, 1, D + 4]): each
+    block's block_size * D key bytes, then its block_size float32 scales (docs/ops.md, "The paged cache
+    layouts"; hipindexer.cache writes it).
+    weights: [B * next_n, H] float32. context_lens: [B] int32, each sequence's tokens including this step's.
+    block_tables: [B, max_blocks_per_seq] int32; only the first ceil(min(ctx, max_model_len) / block_size)
+    entries of a row are read. max_model_len: int >= 1, the width of the output.
+    next_n_lens: None or [B] int32 in 0..next_n, the live rows of each sequence.
+    preshuffle: the cache's keys are in the 16 x 16 preshuffled order (block_size and D multiples of 16).
+    split_kv: a device tunable (None or an int >= 1); checked, otherwise without effect here.
+    clean_logits, out, accumulate, budget_bytes, magnitude: as for fp8_mqa_logits. Rows past a sequence's
+    live rows, and columns past a row's last key, are -inf when clean_logits.
+
+    Raises TypeError for a wrong dtype, ValueError for a wrong shape or an inconsistent dimension, next_n
+    outside 1..8, a bad max_model_len or split_kv, a preshuffled cache whose block_size or D is not a
+    multiple of 16, a negative context length, a next_n_lens entry outside 0..next_n, a block table too
+    narrow for a context, and a block-table entry that is read but outside [0, num_blocks).
+
+    >>> import numpy as np
+    >>> from hipindexer import reference, testing
+    >>> case = testing.DecodeCase(B=2, next_n=2, H=4, D=64, block_size=16, mean_context=40)
+    >>> inp = testing.decode_inputs(np.random.default_rng(0), case)
+    >>> logits = reference.fp8_paged_mqa_logits(*inp.args())
+    >>> logits.shape == (2 * 2, inp.max_model_len)
+    True
     """
     s = decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len,
                      next_n_lens, preshuffle, split_kv)

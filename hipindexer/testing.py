@@ -3,6 +3,12 @@ per-element float64 formulations of both ops that share no code with the referen
 
 Used by the tests, the CLI's checks and the benchmarks.  Generators never emit
 the fp8 NaN codes (0x7F, 0xFF).
+
+>>> import numpy as np
+>>> from hipindexer import testing
+>>> inp = testing.prefill_inputs(np.random.default_rng(0), M=3, N=5, H=2, D=16, mode="causal")
+>>> inp.q.shape, inp.k.shape, inp.cu_seqlen_ke.tolist()
+((3, 2, 16), (5, 16), [3, 4, 5])
 """
 from __future__ import annotations
 
@@ -30,7 +36,17 @@ def multi_req_bounds(M: int) -> list[int]:
 
 
 def prefill_windows(mode: str, M: int, N: int) -> tuple[np.ndarray, np.ndarray]:
-    """(cu_seqlen_ks, cu_seqlen_ke) int32 [M] for a window mode; ends exclusive."""
+    """(cu_seqlen_ks, cu_seqlen_ke) int32 [M] for a window mode; ends exclusive.
+
+    Modes (PREFILL_MODES):
+      "causal"      one request whose last row sees all N keys;
+      "cp"          the two halves of a context-parallel chunk (needs N % M == 0 and M even);
+      "misaligned"  windows at odd offsets;
+      "empty"       two rows of every three empty (ke negative, or ks > ke = 0);
+      "past_end"    even rows' windows start and end past N (so they are empty);
+      "multi_req"   several causal requests back to back (boundaries at multi_req_bounds(M)).
+    Raises NotApplicable when the shape cannot hold the mode, ValueError for an unknown mode.
+    """
     m = np.arange(M, dtype=np.int64)
     if mode == "causal":
         ks, ke = np.zeros(M, np.int64), N - M + m + 1
@@ -77,6 +93,7 @@ def random_fp8(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarra
 
 @dataclass
 class PrefillInputs:
+    """The arguments of one fp8_mqa_logits call, as numpy arrays (shapes and dtypes as the op takes them)."""
     q: np.ndarray
     k: np.ndarray
     kv_scale: np.ndarray
@@ -85,11 +102,18 @@ class PrefillInputs:
     cu_seqlen_ke: np.ndarray
 
     def args(self) -> tuple:
+        """The op's positional arguments: (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke)."""
         return (self.q, self.k, self.kv_scale, self.weights, self.cu_seqlen_ks, self.cu_seqlen_ke)
 
 
 def prefill_inputs(rng: np.random.Generator, M: int, N: int, H: int, D: int, mode: str = "causal",
                    power_of_two_scales: bool = False) -> PrefillInputs:
+    """Random prefill inputs of shape (M, N, H, D) with the windows of `mode` (see prefill_windows).
+
+    Keys are normal values (times 3) quantised per row by cache.quantize_keys (scales rounded up to powers
+    of two on request); q is normal values cast to fp8, weights normal float32. Never zeros, never NaN codes.
+    Raises NotApplicable or ValueError as prefill_windows does.
+    """
     ks, ke = prefill_windows(mode, M, N)
     k, scale = quantize_keys(rng.standard_normal((N, D), dtype=np.float32) * 3, power_of_two_scales)
     q = random_fp8(rng, (M, H, D))
@@ -99,6 +123,9 @@ def prefill_inputs(rng: np.random.Generator, M: int, N: int, H: int, D: int, mod
 
 @dataclass(frozen=True)
 class DecodeCase:
+    """The description of a random decode batch that decode_inputs() draws: B sequences of next_n new
+    tokens, H heads of D, a paged cache of block_size tokens per block (preshuffled or not), and context
+    lengths drawn around mean_context (context_lengths). `name` spells it for reports."""
     B: int
     next_n: int
     H: int
@@ -118,6 +145,7 @@ class DecodeCase:
 
     @property
     def name(self) -> str:
+        """The case spelled for reports, e.g. B3_n2_H8_D64_bs16_shuf_ctx40_ragged."""
         return (f"B{self.B}_n{self.next_n}_H{self.H}_D{self.D}_bs{self.block_size}"
                 f"{'_shuf' if self.preshuffle else ''}_ctx{self.mean_context}"
                 f"{'' if self.spread == 'pm30' else '_' + self.spread}"
@@ -130,6 +158,8 @@ class DecodeCase:
 
 @dataclass
 class DecodeInputs:
+    """The arguments of one fp8_paged_mqa_logits call (args()), plus each sequence's keys and scales as
+    written into the cache (the per-element formulation reads the cache instead)."""
     q: np.ndarray
     kv_cache: np.ndarray
     weights: np.ndarray
@@ -142,6 +172,8 @@ class DecodeInputs:
     scales: list = field(default_factory=list)  # per sequence: float32 [L]
 
     def args(self) -> tuple:
+        """The op's positional arguments: (q, kv_cache, weights, context_lens, block_tables, max_model_len,
+        next_n_lens, preshuffle)."""
         return (self.q, self.kv_cache, self.weights, self.context_lens, self.block_tables,
                 self.max_model_len, self.next_n_lens, self.preshuffle)
 
@@ -178,8 +210,10 @@ def _code_cache(rng: np.random.Generator, num_blocks: int, block_size: int, D: i
 
 
 def decode_inputs(rng: np.random.Generator, case: DecodeCase) -> DecodeInputs:
-    """Inputs of a decode case. With key_codes the per-sequence keys/scales lists stay empty (the cache
-    holds random codes; read them back with cache.gather_keys)."""
+    """A random decode batch as `case` describes it: block tables over a pool in random order (one spare
+    column of sentinels), keys quantised and written by slot, unused slots holding random non-NaN bytes.
+    With key_codes the cache holds random fp8 codes instead and the per-sequence keys/scales lists stay
+    empty (read them back with cache.gather_keys)."""
     c = case
     ctx = context_lengths(rng, c.B, c.mean_context, c.spread)
     if c.zero_contexts:
@@ -239,7 +273,8 @@ def naive_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_
 
 def naive_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len,
                            next_n_lens=None, preshuffle=False, clean_logits=True):
-    """Decode, one element at a time in float64, reading the cache bytes by the DESIGN.md 1.3 formulas."""
+    """Decode, one element at a time in float64, reading the cache bytes by the layout formulas of
+    docs/ops.md ("The paged cache layouts"): the independent formulation the reference is checked against."""
     B, next_n, H, D = q.shape
     raw = np.ascontiguousarray(kv_cache).reshape(kv_cache.shape[0], -1)
     bs = kv_cache.shape[1]

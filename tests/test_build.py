@@ -1,8 +1,11 @@
 """build.py end to end: both targets from scratch into a temp dir, manifest
-contents, resources cross-checks, --check staleness, missing toolchains."""
+contents, resources cross-checks, --check staleness, missing toolchains; and
+the hxbuild modules behind it."""
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +14,9 @@ from by_path import load as _load
 ROOT = Path(__file__).resolve().parents[1]
 
 
-build = _load("_hx_build_test", ROOT / "build.py")
-catalog, codeobj = build.catalog, build.codeobj
+build = _load("_hx_build_test", ROOT / "build.py")  # puts the checkout on sys.path for hxbuild
+from hxbuild import builder, resources, toolchains  # noqa: E402
+from hxbuild.hipindexer_modules import catalog, codeobj  # noqa: E402
 
 
 def _have(target):
@@ -40,25 +44,65 @@ def built(tmp_path_factory):
     return d, args
 
 
-def _manifest(d):
-    return json.loads((d / "out" / "manifest.json").read_text())
+def _manifest(d, tree=""):
+    return json.loads((d / "out" / tree / "manifest.json").read_text())
+
+
+def _entries(d):
+    """(folder its object path is relative to, entry) of every kernel, shipped and test-only."""
+    return [(d / "out" / tree, e) for tree in ("", "test-only") for e in _manifest(d, tree)["kernels"]]
+
+
+def _keys(kernels):
+    return {(t, catalog.variant_key(k, v)) for k in kernels for t in k.targets if t in TARGETS for v in k.variants}
 
 
 def test_manifest_lists_every_kernel_for_every_target(built):
     d, _ = built
-    m = _manifest(d)
-    assert m["schema"] == 1 and m["driver_floor"]
-    got = {(e["target"], e["variant_key"]) for e in m["kernels"]}
-    want = {(t, catalog.variant_key(k, v)) for k in catalog.KERNELS for t in k.targets if t in TARGETS for v in k.variants}
-    assert got == want
-    for t in TARGETS:
-        assert m["toolchains"][t]["compiler_version"]
+    for tree, test_only in (("", False), ("test-only", True)):
+        m = _manifest(d, tree)
+        assert m["schema"] == 1 and m["driver_floor"]
+        got = {(e["target"], e["variant_key"]) for e in m["kernels"]}
+        assert got == _keys(k for k in catalog.KERNELS if k.test_only == test_only), tree
+        for t in TARGETS:
+            assert m["toolchains"][t]["compiler_version"]
+
+
+def test_test_only_kernels_are_built_apart_from_the_shipped_ones(built):
+    """A wheel packs <out>/manifest.json and <out>/<target>/*: nothing of the tests may be there."""
+    d, _ = built
+    test_only = {k.key for k in catalog.KERNELS if k.test_only}
+    assert {"echo_params", "split_probe", "logits_tile"} <= test_only
+    assert not {"fill_u32", "copy_u32x4", "wgmma_peak"} & test_only  # DeviceArray.fill and the bench ceilings
+    assert not test_only & {e["name"] for e in _manifest(d)["kernels"]}
+    shipped_files = {p.name for t in TARGETS for p in (d / "out" / t).iterdir()}
+    assert not {n for n in shipped_files if n.split(".")[0] in test_only}, shipped_files
+    for root, e in _entries(d):
+        assert (root / e["object"]).is_file() and (e["name"] in test_only) == (root.name == "test-only")
+
+
+def test_the_wheel_globs_pick_up_no_test_only_object():
+    tomllib = pytest.importorskip("tomllib")
+    import fnmatch
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hipindexer"]
+    assert any(fnmatch.fnmatch("kernels/gfx950/fill_u32.hsaco", g) for g in globs)
+    for path in ("kernels/test-only/gfx950/echo_params.hsaco", "kernels/test-only/manifest.json",
+                 "kernels/emu-gfx950/fill_u32.so"):
+        assert not any(fnmatch.fnmatch(path, g) for g in globs), path
+
+
+def test_an_object_the_manifest_no_longer_lists_is_removed(built):
+    d, args = built
+    stray = d / "out" / TARGETS[0] / f"echo_params.{'hsaco' if TARGETS[0] == 'gfx950' else 'cubin'}"
+    stray.write_bytes(b"left over from a build before echo_params became test-only")
+    assert build.main(args) == 0
+    assert not stray.exists()
 
 
 def test_objects_are_raw_elf_for_the_right_machine(built):
     d, _ = built
-    for e in _manifest(d)["kernels"]:
-        data = (d / "out" / e["object"]).read_bytes()
+    for root, e in _entries(d):
+        data = (root / e["object"]).read_bytes()
         assert data[:4] == b"\x7fELF", e["object"]
         elf = codeobj.Elf(data)
         assert elf.machine == (224 if e["target"] == "gfx950" else 190)
@@ -67,8 +111,8 @@ def test_objects_are_raw_elf_for_the_right_machine(built):
 
 def test_param_size_from_code_object_equals_mirror(built):
     d, _ = built
-    for e in _manifest(d)["kernels"]:
-        data = (d / "out" / e["object"]).read_bytes()
+    for root, e in _entries(d):
+        data = (root / e["object"]).read_bytes()
         want = catalog.STRUCT[e["params"]].size
         if e["target"] == "gfx950":
             _, size = codeobj.amdgpu_param_struct(codeobj.amdgpu_kernel(data, e["symbol"]))
@@ -81,30 +125,72 @@ def test_param_size_from_code_object_equals_mirror(built):
 @pytest.mark.skipif("gfx950" not in TARGETS, reason="no AMD toolchain")
 def test_gfx950_note_resources_equal_asm_report(built):
     d, _ = built
-    for e in _manifest(d)["kernels"]:
+    for root, e in _entries(d):
         if e["target"] != "gfx950":
             continue
         r = e["resources"]
         for k in ("vgpr", "agpr", "sgpr", "scratch", "occupancy", "lds"):
             assert r["asm"][k] == r[k], (e["variant_key"], k)
         assert r["max_flat_workgroup_size"] == e["block"]
-        assert codeobj.Elf((d / "out" / e["object"]).read_bytes()).abiversion == 3  # code object v5
+        assert codeobj.Elf((root / e["object"]).read_bytes()).abiversion == 3  # code object v5
 
 
 def test_occupancy_formula_matches_gfx950_doc():
-    assert build.gfx950_occupancy(194, 0, 0, 256) == 2
-    assert build.gfx950_occupancy(120, 0, 0, 256) == 4
-    assert build.gfx950_occupancy(68, 0, 0, 256) == 7
-    assert build.gfx950_occupancy(5, 0, 0, 256) == 8
-    assert build.gfx950_occupancy(5, 0, 65536, 256) == 2  # 2 workgroups of 4 waves per CU over 4 SIMDs
-    assert build.gfx950_occupancy(94, 0, 30272, 128) == 3  # 5 workgroups of 2 waves: 10 waves, 3 on some SIMDs
+    occ = resources.gfx950_occupancy
+    assert occ(194, 0, 0, 256) == 2
+    assert occ(120, 0, 0, 256) == 4
+    assert occ(68, 0, 0, 256) == 7
+    assert occ(5, 0, 0, 256) == 8
+    assert occ(5, 0, 65536, 256) == 2  # 2 workgroups of 4 waves per CU over 4 SIMDs
+    assert occ(94, 0, 30272, 128) == 3  # 5 workgroups of 2 waves: 10 waves, 3 on some SIMDs
 
 
 def test_second_build_is_incremental(built):
     d, args = built
     before = {p: p.stat().st_mtime_ns for p in (d / "out").rglob("*.*") if p.suffix != ".json"}
+    manifests = {p: p.read_text() for p in (d / "out").rglob("manifest.json")}
+    assert len(manifests) == 2
     assert build.main(args) == 0
     assert before == {p: p.stat().st_mtime_ns for p in before}
+    assert manifests == {p: p.read_text() for p in manifests}
+
+
+ENTRY_FIELDS = {"name", "symbol", "target", "variant", "variant_key", "object", "sha256", "source", "source_hash",
+                "compiler", "compiler_version", "toolchain_mode", "flags", "params", "param_size", "block",
+                "dynamic_smem", "resources"}
+
+
+def test_manifest_entries_carry_every_field_the_runtime_and_tools_read(built):
+    d, _ = built
+    for tree in ("", "test-only"):
+        assert set(_manifest(d, tree)) == {"schema", "kernels", "toolchains", "driver_floor"}
+    for _, e in _entries(d):
+        assert set(e) == ENTRY_FIELDS, e["variant_key"]
+        assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem
+        assert "<src>" in " ".join(e["flags"]) and str(d) not in " ".join(e["flags"])  # hashes survive a move
+
+
+def test_build_modules_import_without_numpy_or_the_package():
+    """A wheel build runs build.py in an isolated environment: no numpy, hipindexer not installed."""
+    probe = f"""
+import importlib.abc, importlib.util, pkgutil, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("numpy", "ml_dtypes", "hipindexer", "click"):
+            raise ImportError("isolated build: no " + name)
+sys.meta_path.insert(0, Refuse())
+spec = importlib.util.spec_from_file_location("build_probe", {str(ROOT / "build.py")!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+import hxbuild
+names = [m.name for m in pkgutil.iter_modules(hxbuild.__path__)]
+for n in names:
+    importlib.import_module("hxbuild." + n)
+print(" ".join(sorted(names)))
+"""
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/")
+    assert p.returncode == 0, p.stderr
+    assert set(p.stdout.split()) >= {"toolchains", "resources", "manifest", "jobs", "compile", "builder"}
 
 
 def _stale_report_after_touching(path, check, capsys) -> str:
@@ -145,45 +231,44 @@ def test_check_notices_a_changed_object(built, capsys):
 
 def test_missing_amd_toolchain_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv("HIPCC", raising=False)
-    monkeypatch.setattr(build.shutil, "which", lambda name: None)
-    monkeypatch.setattr(build, "HIPCC_FIXED", [])
-    monkeypatch.setattr(build, "_has_ziglang", lambda: False)
+    monkeypatch.setattr(toolchains.shutil, "which", lambda name: None)
+    monkeypatch.setattr(toolchains, "HIPCC_FIXED", [])
+    monkeypatch.setattr(toolchains, "has_ziglang", lambda: False)
     with pytest.raises(build.ToolchainError, match=r"gfx950.*pip install ziglang==0\.17\.1"):
-        build.find_amd(tmp_path)
+        toolchains.find_amd(tmp_path)
     assert build.main(["--target", "gfx950", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--quiet"]) == 2
 
 
 def test_missing_nvidia_toolchain_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("NVCC", raising=False)
-    monkeypatch.setattr(build.shutil, "which", lambda name: None)
-    monkeypatch.setattr(build, "NVCC_FIXED", [])
-    monkeypatch.setattr(build, "_pypi_cuda_nvcc", lambda: None)
+    monkeypatch.setattr(toolchains.shutil, "which", lambda name: None)
+    monkeypatch.setattr(toolchains, "NVCC_FIXED", [])
+    monkeypatch.setattr(toolchains, "pypi_cuda_nvcc", lambda: None)
     with pytest.raises(build.ToolchainError, match=r"sm_90a.*nvidia-cuda-nvcc-cu12"):
-        build.find_nvidia()
+        toolchains.find_nvidia()
 
 
 def test_param_size_disagreement_fails_naming_the_kernel(built, monkeypatch, tmp_path):
     d, _ = built
     t = TARGETS[0]
     args = ["--src", str(d / "src"), "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--target", t, "--quiet"]
-    ns = build.argparse.Namespace(force=True, jobs=1, quiet=True)
     good_header = catalog.header_text()
     monkeypatch.setattr(catalog.STRUCT["FillParams"], "size", 32)
     # The generated header's static_assert stops it first...
     with pytest.raises(build.BuildError, match=r"(?s)fill_u32: .*sizeof FillParams"):
-        build._build(ns, (t,), d / "src", tmp_path / "o", tmp_path / "w")
+        builder.build((t,), d / "src", tmp_path / "o", tmp_path / "w", force=True)
     assert build.main(args) == 2
     # ...and with a header that compiles, the code object's own size does.
     monkeypatch.setattr(catalog, "header_text", lambda: good_header)
     with pytest.raises(build.BuildError, match=r"fill_u32: code object says FillParams is 24 bytes.*mirror says 32"):
-        build._build(ns, (t,), d / "src", tmp_path / "o", tmp_path / "w")
+        builder.build((t,), d / "src", tmp_path / "o", tmp_path / "w", force=True)
 
 
 def test_a_serialised_wgmma_fails_the_build_naming_ptxas_note():
     note = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized "
             "due to non wgmma instructions reading accumulator registers of  a wgmma between start and end of "
             "the pipeline stage in the function 'hx_k'")
-    assert build.serialised_wgmma("ptxas info    : Used 96 registers\n" + note + "\n") == note
-    assert build.serialised_wgmma("ptxas info    : Used 96 registers, used 1 barriers\n") is None
+    assert resources.serialised_wgmma("ptxas info    : Used 96 registers\n" + note + "\n") == note
+    assert resources.serialised_wgmma("ptxas info    : Used 96 registers, used 1 barriers\n") is None
     with pytest.raises(build.BuildError, match="C7514"):
-        build.cuda_resources(b"", note, "hx_k")
+        resources.cuda_resources(b"", note, "hx_k")

@@ -148,3 +148,51 @@ def test_preshuffle_needs_multiples_of_16():
     k, s = cache.quantize_keys(np.ones((2, 24), np.float32))
     with pytest.raises(ValueError, match="preshuffle"):
         cache.write_cache(np.zeros((2, 16, 28), np.uint8), k, s, [0, 1], preshuffle=True)
+
+
+def _write_case(N=6, D=32, bs=16, nb=2):
+    k, s = cache.quantize_keys(np.random.default_rng(5).standard_normal((N, D)).astype(np.float32))
+    return cache.new_cache(nb, bs, D), k, s, np.arange(N)
+
+
+@pytest.mark.parametrize("change,exc,match", [
+    (lambda c, k, s, sl: (c, k[0], s, sl), ValueError, r"k_fp8: expected a 2-D array \[N, D\], got shape \(32,\)"),
+    (lambda c, k, s, sl: (c, k.astype(np.float32), s, sl), TypeError, "k_fp8: expected dtype float8_e4m3fn"),
+    (lambda c, k, s, sl: (c, k, s[:-1], sl), ValueError, r"scale: expected shape \[N=6\]"),
+    (lambda c, k, s, sl: (c, k, s[:, None], sl), ValueError, r"scale: expected shape \[N=6\]"),
+    (lambda c, k, s, sl: (c, k, s.astype(np.float64), sl), TypeError, "scale: expected dtype float32"),
+    (lambda c, k, s, sl: (c, k, s, sl[:-1]), ValueError, r"slot_mapping: expected shape \[N=6\]"),
+    (lambda c, k, s, sl: (c, k, s, sl.astype(np.float32)), TypeError, "slot_mapping: expected integers"),
+    (lambda c, k, s, sl: (c, k[:, :16], s, sl), ValueError,
+     r"cache: last dim is 36, but k_fp8's D \(last dim\) = 16 needs D \+ 4 = 20 \(cache holds keys of D = 32\)"),
+    (lambda c, k, s, sl: (c[0], k, s, sl), ValueError, r"cache: expected \[num_blocks, block_size, D \+ 4\]"),
+    (lambda c, k, s, sl: (c, k, s, np.array([0, 1, -2, 3, 4, 5])), ValueError,
+     "slot_mapping: slot -2 is below -1"),
+    (lambda c, k, s, sl: (c, k, s, np.array([0, 1, 2, 3, 4, 2**64 - 1], np.uint64)), ValueError,
+     r"slot_mapping: slot 18446744073709551615 is past the cache's 2 x 16 slots"),
+    (lambda c, k, s, sl: (c, k, s, sl + 27), ValueError, r"slot_mapping: slot 32 is past the cache's 2 x 16 slots"),
+    (lambda c, k, s, sl: (c.tolist(), k, s, sl), TypeError, "cache: expected a numpy array, got list"),
+])
+def test_write_cache_refuses_bad_input_by_name_and_writes_nothing(change, exc, match):
+    c, k, s, sl = change(*_write_case())
+    before = np.array(c, copy=True) if isinstance(c, np.ndarray) else None
+    with pytest.raises(exc, match=match):
+        cache.write_cache(c, k, s, sl)
+    if before is not None:
+        np.testing.assert_array_equal(c, before)
+
+
+def test_write_cache_refuses_a_read_only_cache():
+    c, k, s, sl = _write_case()
+    c.flags.writeable = False
+    with pytest.raises(ValueError, match="cache: the array is read-only"):
+        cache.write_cache(c, k, s, sl)
+
+
+def test_cache_readers_name_the_cache_and_D_when_they_disagree():
+    c = cache.new_cache(2, 16, 32)
+    for call in (lambda: cache.gather_blocks(c, [0], 64), lambda: cache.gather_keys(c, [0], 4, 64),
+                 lambda: cache.shuffle_cache(c, 64)):
+        with pytest.raises(ValueError, match=r"cache: last dim is 36, but D = 64 needs D \+ 4 = 68 "
+                                             r"\(cache holds keys of D = 32\)"):
+            call()

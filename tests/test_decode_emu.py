@@ -1,7 +1,6 @@
 """The decode op through the emulated MI355X: the op's behaviour (tests/emu/decode_cases.py) and the quick
 sampled sweep (`hipindexer check decode --device emu:gfx950 --quick`)."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +20,7 @@ def test_decode_op_on_the_emulator(emu_kernels):
 
 
 def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
-    p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "decode", "--device", "emu:gfx950",
-                        "--quick", "--json"], cwd=ROOT, env=H.child_env(emu_kernels), capture_output=True, text=True,
-                       timeout=600)
+    p = H.run_cli(emu_kernels, "check", "decode", "--device", "emu:gfx950", "--quick", "--json", timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(p.stdout)
     summary = doc["summary"]["decode"]
@@ -34,10 +31,8 @@ def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
 
 
 def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu_kernels):
-    p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "bench", "decode", "--device", "emu:gfx950",
-                        "--rows", "equal:1x256,one_long:3x512", "--heads", "16", "--next-n", "2,ragged",
-                        "--clean", "both", "--repeats", "1", "--json"], cwd=ROOT, env=H.child_env(emu_kernels),
-                       capture_output=True, text=True, timeout=600)
+    p = H.run_cli(emu_kernels, "bench", "decode", "--device", "emu:gfx950", "--rows", "equal:1x256,one_long:3x512",
+                  "--heads", "16", "--next-n", "2,ragged", "--clean", "both", "--repeats", "1", "--json", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(p.stdout)
     assert "not speeds" in doc["note"] and doc["read_GBps"] > 0 and doc["copy_GBps"] > 0

@@ -35,7 +35,7 @@ def test_logits_tile_matches_reference(tile, case):
     assert r, r
 
 
-@pytest.mark.parametrize("plant", H.PLANTS)
+@pytest.mark.parametrize("plant", H.logits_tile_plants(), ids=lambda p: p.name)
 def test_planted_bug_is_caught(plant):
     hit = L.caught(_lib(plant))
-    assert hit is not None, f"HX_PLANT_{plant} passed every case: the suite would not catch it"
+    assert hit is not None, f"plant {plant.name} passed every case: the suite would not catch it"

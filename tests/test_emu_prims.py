@@ -1,5 +1,5 @@
 """The gfx950 wave primitives in the CPU emulator, each against an independent
-numpy formulation of the lane layouts in ../shared/GFX950.md.
+numpy formulation of the lane layouts in docs/gfx950.md.
 
 Test kernels: tests/emu/prims.hip, compiled with -DHX_EMU and launched straight
 through libhxemu (no HIP runtime), so these run in the main pytest process.
@@ -42,7 +42,7 @@ def _fp8(rng, shape):
 
 
 # ------------------------------------------------------------------ MFMA
-# GFX950.md, wave64. 32x32x64: g = lane // 32; operand byte 16i + j of lane l
+# docs/gfx950.md, wave64. 32x32x64: g = lane // 32; operand byte 16i + j of lane l
 # is A[l % 32][16g + 32i + j] (B: column l % 32, same K); c[4i + j] is
 # C[8i + 4g + j][l % 32]. 16x16x128: g = lane // 16; byte 8i + j is
 # A[l % 16][8g + 32i + j]; c[i] is C[4g + i][l % 16].

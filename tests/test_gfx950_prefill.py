@@ -43,9 +43,8 @@ def test_the_planner_picks_it_for_every_fast_shape_and_only_those():
 def test_quick_sweep_with_the_mfma_kernel_passes_on_the_emulator(emu_kernels):
     # --kernel forces it, so a planner change cannot quietly route the sweep elsewhere
     for forced in ([], ["--kernel", KERNEL]):
-        p = subprocess.run([sys.executable, "-m", "hipindexer.cli", "check", "prefill", "--device", "emu:gfx950",
-                            "--quick", "--heads", "32,64", "--dims", "128", "--json", *forced], cwd=ROOT,
-                           env=H.child_env(emu_kernels), capture_output=True, text=True, timeout=1200)
+        p = H.run_cli(emu_kernels, "check", "prefill", "--device", "emu:gfx950", "--quick", "--heads", "32,64",
+                      "--dims", "128", "--json", *forced)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         summary = json.loads(p.stdout)["summary"]["prefill"]
         assert summary["failed"] == 0 and summary["run"] >= 100, summary
@@ -92,7 +91,7 @@ def test_isa_lint_is_clean_for_both_variants(emu_kernels):
 
 @pytest.mark.toolchain
 def test_isa_report_reads_any_gfx950_assembly(tmp_path):
-    """The report takes plain clang -S output (how another kernel, e.g. an anchor, is compared)."""
+    """The report takes plain clang -S output (how another project's kernel is compared)."""
     lint, rep = _tool("isa_lint"), _tool("isa_report")
     src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
     asm = tmp_path / "k.s"

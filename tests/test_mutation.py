@@ -25,8 +25,18 @@ def test_every_plant_matches_its_kernel_source_exactly_once():
     # A kernel edit that strands a plant must fail here, not halfway through a device run.
     from by_path import load
     mutate = load("hx_mutate_tool", ROOT / "tools" / "mutate.py")
-    for plant_set, plants in mutate.PLANTS.items():
+    sys.path.insert(0, str(ROOT / "tests" / "emu"))
+    import emu_harness
+    sets = {**mutate.PLANTS, "logits_tile (tests/emu/emu_harness.py)": emu_harness.logits_tile_plants()}
+    for plant_set, plants in sets.items():
         for plant in plants:
             text = (ROOT / "hsaco_src" / plant.file).read_text()
             assert text.count(plant.old) == 1, (plant_set, plant.name, text.count(plant.old))
             assert plant.new != plant.old, (plant_set, plant.name)
+
+
+def test_shipped_sources_carry_no_plant_hooks():
+    """Plants are text substitutions on a copy (tools/mutate.py), never #ifdefs in what a wheel is built from."""
+    hooks = [f"{f.relative_to(ROOT)}:{n}" for f in sorted((ROOT / "hsaco_src").rglob("*")) if f.is_file()
+             for n, line in enumerate(f.read_text().splitlines(), 1) if "HX_PLANT" in line]
+    assert not hooks, hooks

@@ -34,9 +34,8 @@ def test_small_m_is_filled_by_the_key_split():
 @pytest.mark.parametrize("M,N,H,split", [(128, 32768, 64, 4), (128, 32768, 32, 8), (8192, 8192, 64, 1),
                                          (8192, 8192, 32, 1)])
 def test_the_persistent_split_takes_few_long_units_over_a_full_last_round(M, N, H, split):
-    # The H200 timings behind it (us): (128, 32768) H=64 split 4/8/33: 62/63/67; H=32 split 8/33: 37/39;
-    # 8192^2 H=64 split 1/3: 516-531/548; H=32 split 1/5: 269/304. Long rows barely care: (2048, 65536) H=64
-    # split 1/2/9: 2066/2084/2086.
+    # Every unit pays a start, so a last round left part empty beats many short units; docs/benchmarks.md
+    # ("Planner timings") has the device times behind these splits.
     assert plan_prefill(M, N, H, 128, H200, kernel="mqa_logits_wgmma").split == split
 
 

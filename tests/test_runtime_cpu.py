@@ -2,6 +2,7 @@
 import ctypes
 import gc
 import json
+import sys
 import weakref
 
 import ml_dtypes
@@ -14,6 +15,7 @@ from hipindexer.runtime import cuda as rcuda
 from hipindexer.runtime import dlpack
 from hipindexer.runtime import hip as rhip
 from hipindexer.runtime.array import from_capsule
+from host_backend import HostBackend, registered
 
 
 def _no_gpu():
@@ -149,21 +151,59 @@ def test_dlpack_strided_view_and_deleter():
     assert d.shape == (3, 5) and d.strides == (32, 4) and not d.is_contiguous
     np.testing.assert_array_equal(np.from_dlpack(d), a[1:4, 2:7])
     assert d.__cuda_array_interface__["strides"] == (32, 4)
-    n0 = len(dlpack._EXPORTS)
+    alive = weakref.ref(d)
     cap = d.__dlpack__(stream=-1)
-    assert len(dlpack._EXPORTS) == n0 + 1
-    del cap  # never consumed: the capsule destructor frees the export
+    del d
     gc.collect()
-    assert len(dlpack._EXPORTS) == n0
+    assert alive() is not None, "the capsule holds the export"
+    del cap  # never consumed: the capsule's destructor frees the export
+    gc.collect()
+    assert alive() is None
+    d = _host_view(a)[1:4, 2:7]
+    alive = weakref.ref(d)
     cap = d.__dlpack__(stream=-1, max_version=(1, 0))
     view = from_capsule(cap, _HostDevice())
-    del cap
+    del cap, d
     gc.collect()
-    assert len(dlpack._EXPORTS) == n0 + 1  # consumed: alive until our importer drops it
+    assert alive() is not None, "consumed: alive until our importer drops it"
     assert view.shape == (3, 5) and view.strides == (32, 4)
     del view
     gc.collect()
-    assert len(dlpack._EXPORTS) == n0
+    assert alive() is None
+
+
+class _RocmHostDevice(_HostDevice):
+    default_stream = type("NullStream", (), {"handle": 0})()  # the consumer's default: no cross-stream wait
+
+    def dlpack_device(self):
+        return (dlpack.KDL_ROCM, 0)
+
+
+class _LegacyProducer:
+    """A producer from before DLPack 1.0: no max_version, so its consumers take legacy capsules."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack__(self, stream=None):
+        return self.arr.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_consumer_that_refuses_the_capsule_raises_its_own_error_and_nothing_leaks(versioned):
+    a = np.arange(10, dtype=np.float32)
+    d = DeviceArray(a.ctypes.data, a.shape, a.dtype, _RocmHostDevice(), owner=a)
+    alive = weakref.ref(d)
+    # numpy takes the capsule, then refuses a device tensor: the capsule dies while numpy's error is pending.
+    producer = d if versioned else _LegacyProducer(d)
+    with pytest.raises((BufferError, RuntimeError), match="(?i)device"):
+        np.from_dlpack(producer)
+    del d, producer
+    gc.collect()
+    assert alive() is None, "the refused export is still held"
 
 
 def test_dlpack_import_calls_producer_deleter():
@@ -263,101 +303,156 @@ def test_info_never_raises():
 
 
 # -- the shared layers end to end over a host-memory backend (what the GPU run will exercise for real) --
-class _HostBackend:
-    name, dlpack_device_type, wave_size = "fakehost", dlpack.KDL_CPU, 64
-
-    def __init__(self):
-        self.bufs, self.launches = {}, []
-
-    available = lambda self: True  # noqa: E731
-    device_count = lambda self: 1  # noqa: E731
-    why_unavailable = lambda self: None  # noqa: E731
-    bindings_version = lambda self: "test"  # noqa: E731
-    library_path = lambda self: "none"  # noqa: E731
-    activate = lambda self, i: None  # noqa: E731
-    arch = lambda self, i: "fake_arch"  # noqa: E731
-    device_name = lambda self, i: "host"  # noqa: E731
-    num_cus = lambda self, i: 4  # noqa: E731
-    total_memory = lambda self, i: 1 << 30  # noqa: E731
-
-    def malloc(self, n, stream):
-        b = ctypes.create_string_buffer(n)
-        self.bufs[ctypes.addressof(b)] = b
-        return ctypes.addressof(b), True
-
-    def free(self, ptr, stream, ordered):
-        del self.bufs[ptr]
-
-    def memcpy_htod(self, dst, src, n, s):
-        ctypes.memmove(dst, src, n)
-    memcpy_dtoh = memcpy_dtod = memcpy_htod
-
-    def memset_d8(self, dst, v, n, s):
-        ctypes.memset(dst, v, n)
-
-    def memset_d32(self, dst, v, n, s):
-        np.ctypeslib.as_array((ctypes.c_uint32 * n).from_address(dst))[:] = v
-
-    stream_create = lambda self: 0x100  # noqa: E731
-    stream_destroy = stream_synchronize = stream_wait_event = lambda self, *a: None  # noqa: E731
-    event_create = lambda self, timing=True: 0x200  # noqa: E731
-    event_destroy = event_record = event_synchronize = lambda self, *a: None  # noqa: E731
-    device_synchronize = lambda self, i: None  # noqa: E731
-    module_load = lambda self, image: image  # noqa: E731
-    module_function = lambda self, mod, sym: sym  # noqa: E731
-    launch_args = rcuda.CudaBackend.launch_args
-
-    def launch(self, fn, grid, block, shmem, stream, args):
-        from hipindexer import catalog
-        params = catalog.STRUCT["FillParams"].ctype().from_address(ctypes.c_uint64.from_address(args[0]).value)
-        (ctypes.c_uint32 * params.count).from_address(params.dst)[:] = [params.value] * params.count
-        self.launches.append((fn, grid, block, stream))
+@pytest.fixture
+def host_backend():
+    """A host-memory backend registered as "fakehost" (removed again after the test)."""
+    hb = HostBackend()
+    with registered(hb):
+        yield hb
 
 
-def test_shared_layers_over_a_host_backend(tmp_path):
+def test_shared_layers_over_a_host_backend(tmp_path, host_backend):
     import hashlib
 
     from hipindexer import catalog
-    from hipindexer.runtime import device as rdevice
-    from hipindexer.runtime import get_kernel, register_backend
-    hb = _HostBackend()
-    register_backend("fakehost", lambda: hb)
-    try:
-        dev = Device("fakehost:0")
-        assert dev is Device("fakehost") and dev.arch == "fake_arch" and dev.dlpack_device() == (1, 0)
-        a = np.arange(100, dtype=np.float32).reshape(10, 10)
-        d = DeviceArray.from_numpy(a, device=dev)
-        np.testing.assert_array_equal(d.numpy(), a)
-        np.testing.assert_array_equal(d[2:5, 3:7].numpy(), a[2:5, 3:7])
-        d[2:5, 3:7].fill(np.nan)
-        assert np.isnan(d.numpy()[2:5, 3:7]).all() and d.numpy()[1, 3] == 13
-        np.testing.assert_array_equal(d.copy().numpy().view(np.uint32), d.numpy().view(np.uint32))
-        np.testing.assert_array_equal(np.from_dlpack(d), d.numpy())
-        obj = tmp_path / "fake_arch" / "fill_u32.bin"
-        obj.parent.mkdir()
-        obj.write_bytes(b"code")
-        e = dict(_entry("fake_arch", size=catalog.STRUCT["FillParams"].size), object="fake_arch/fill_u32.bin",
-                 sha256=hashlib.sha256(b"code").hexdigest())
-        (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
-        m = Manifest(tmp_path / "manifest.json")
-        out = DeviceArray.empty(50, np.uint32, dev)
-        k = get_kernel("fill_u32", device=dev, manifest=m)
-        assert get_kernel("fill_u32", device=dev, manifest=m) is k
-        k.launch(3, dst=out, value=0xABCD, count=50)
-        assert (out.numpy() == 0xABCD).all() and hb.launches[-1] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
-        k.launch((2, 1), 64, params=k.mirror(dst=out.ptr, value=9, count=5))
-        assert list(out.numpy()[:6]) == [9] * 5 + [0xABCD]
-        with pytest.raises(TypeError, match="FillParams"):
-            k.launch(1, params=_Params())
-        from hipindexer.runtime import CodeObjectMismatch
-        (obj.parent / "tampered.bin").write_bytes(b"tampered")  # modules are cached per object path
-        e["object"] = "fake_arch/tampered.bin"
-        (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
-        m2 = Manifest(tmp_path / "manifest.json")
-        with pytest.raises(CodeObjectMismatch, match="sha256"):
-            get_kernel("fill_u32", device=dev, manifest=m2)
-        del d, out, k
-        gc.collect()
-    finally:
-        rdevice.BACKENDS.pop("fakehost")
-        Device._cache.pop(("fakehost", 0), None)
+    from hipindexer.runtime import get_kernel
+    hb = host_backend
+    dev = Device("fakehost:0")
+    assert dev is Device("fakehost") and dev.arch == "fake_arch" and dev.dlpack_device() == (1, 0)
+    a = np.arange(100, dtype=np.float32).reshape(10, 10)
+    d = DeviceArray.from_numpy(a, device=dev)
+    np.testing.assert_array_equal(d.numpy(), a)
+    np.testing.assert_array_equal(d[2:5, 3:7].numpy(), a[2:5, 3:7])
+    d[2:5, 3:7].fill(np.nan)
+    assert np.isnan(d.numpy()[2:5, 3:7]).all() and d.numpy()[1, 3] == 13
+    np.testing.assert_array_equal(d.copy().numpy().view(np.uint32), d.numpy().view(np.uint32))
+    np.testing.assert_array_equal(np.from_dlpack(d), d.numpy())
+    obj = tmp_path / "fake_arch" / "fill_u32.bin"
+    obj.parent.mkdir()
+    obj.write_bytes(b"code")
+    e = dict(_entry("fake_arch", size=catalog.STRUCT["FillParams"].size), object="fake_arch/fill_u32.bin",
+             sha256=hashlib.sha256(b"code").hexdigest())
+    (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
+    m = Manifest(tmp_path / "manifest.json")
+    out = DeviceArray.empty(50, np.uint32, dev)
+    k = get_kernel("fill_u32", device=dev, manifest=m)
+    assert get_kernel("fill_u32", device=dev, manifest=m) is k
+    k.launch(3, dst=out, value=0xABCD, count=50)
+    assert (out.numpy() == 0xABCD).all() and hb.launches[-1][:4] == ("hx_fill_u32", (3, 1, 1), (256, 1, 1), 0x100)
+    k.launch((2, 1), 64, params=k.mirror(dst=out.ptr, value=9, count=5))
+    assert list(out.numpy()[:6]) == [9] * 5 + [0xABCD]
+    with pytest.raises(TypeError, match="FillParams"):
+        k.launch(1, params=_Params())
+    with pytest.raises(TypeError, match=r"external=5\)"):
+        k.launch(3, dst=out, value=1, count=50, stream=5)
+    from hipindexer.runtime import CodeObjectMismatch
+    (obj.parent / "tampered.bin").write_bytes(b"tampered")  # modules are cached per object path
+    e["object"] = "fake_arch/tampered.bin"
+    (tmp_path / "manifest.json").write_text(json.dumps({"kernels": [e]}))
+    m2 = Manifest(tmp_path / "manifest.json")
+    with pytest.raises(CodeObjectMismatch, match="sha256"):
+        get_kernel("fill_u32", device=dev, manifest=m2)
+    del d, out, k
+    gc.collect()
+
+
+def test_streams_are_objects_or_the_named_ints(host_backend):
+    from hipindexer.runtime import Event, Stream
+    from hipindexer.runtime.device import as_stream
+    dev = Device("fakehost:0")
+    assert as_stream(None, dev) is dev.default_stream
+    own = Stream(dev)
+    assert as_stream(own, dev) is own
+    for h in (0, 1, 2, np.int64(2)):
+        st = as_stream(h, dev)
+        assert st.handle == h and not st._owned and as_stream(h, dev) is st  # one wrapper per named handle
+    assert as_stream(type("CudaStream", (), {"__cuda_stream__": lambda s: (0, 0x5000)})(), dev).handle == 0x5000
+    assert as_stream(type("CupyStream", (), {"ptr": 0x6000})(), dev).handle == 0x6000
+    assert Stream(dev, external=0x7000).handle == 0x7000  # a foreign handle, wrapped on purpose
+    for bad in (5, 0x7F00DEAD, -1, 3):
+        with pytest.raises(TypeError, match=rf"Stream\(device, external={bad}\)"):
+            as_stream(bad, dev)
+    for bad in (True, "0", 1.0, DeviceArray.empty(4, np.float32, dev)):
+        with pytest.raises(TypeError, match="stream: expected"):
+            as_stream(bad, dev)
+    with pytest.raises(TypeError, match="external=5"):
+        Event(dev).record(5)
+    with pytest.raises(TypeError, match="external=5"):
+        DeviceArray.empty(4, np.float32, dev, stream=5)
+
+
+
+class _TorchLikeFp8:
+    """What a PyTorch fp8 CUDA tensor offers: a CUDA Array Interface that raises, DLPack that may raise too,
+    and view(<its framework's uint8>) giving a tensor of the same bytes that exports."""
+    __module__ = "fakeframework"
+
+    def __init__(self, base, dtype="float8_e4m3fn", dlpack_ok=False):
+        self.base, self.dtype, self.dlpack_ok = base, f"fakeframework.{dtype}", dlpack_ok
+
+    @property
+    def __cuda_array_interface__(self):
+        raise TypeError(f"{self.dtype} is not supported by __cuda_array_interface__")
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, 0)
+
+    def __dlpack__(self, **kw):
+        if not self.dlpack_ok:
+            raise BufferError(f"{self.dtype} is not supported by DLPack")
+        return self.base.__dlpack__(stream=-1, max_version=kw.get("max_version"))
+
+    def view(self, dtype):
+        if dtype is not sys.modules["fakeframework"].uint8:
+            raise TypeError("view(): argument 'dtype' must be a fakeframework.dtype")
+        return self.base.view(np.uint8)
+
+
+@pytest.fixture
+def fakeframework(monkeypatch):
+    import types
+    mod = types.ModuleType("fakeframework")
+    mod.uint8 = object()
+    monkeypatch.setitem(sys.modules, "fakeframework", mod)
+    return mod
+
+
+def test_a_refused_array_interface_falls_back_to_dlpack_then_to_the_bytes(host_backend, fakeframework):
+    dev = Device("fakehost:0")
+    bits = np.arange(96, dtype=np.uint8).reshape(4, 24)
+    base = DeviceArray.from_numpy(bits.view(ml_dtypes.float8_e4m3fn), dev)
+    via_dlpack = as_device_array(_TorchLikeFp8(base, dlpack_ok=True), device=dev)
+    assert via_dlpack.ptr == base.ptr and via_dlpack.shape == (4, 24) and via_dlpack.dtype == np.uint8
+    via_bytes = as_device_array(_TorchLikeFp8(base), device=dev)
+    assert via_bytes.ptr == base.ptr and via_bytes.shape == (4, 24) and via_bytes.dtype == ml_dtypes.float8_e4m3fn
+    np.testing.assert_array_equal(via_bytes.numpy().view(np.uint8), bits)
+    other = as_device_array(_TorchLikeFp8(base, dtype="float8_e5m2"), device=dev)
+    assert other.dtype == ml_dtypes.float8_e5m2  # read as what it is, so an op names the wrong format
+    with pytest.raises(TypeError, match="refuses every way in.*__cuda_array_interface__ raised TypeError.*"
+                                        "__dlpack__ raised BufferError.*'float4_zz' has no numpy equivalent"):
+        as_device_array(_TorchLikeFp8(base, dtype="float4_zz"), device=dev)
+
+
+class _TwoDevices(HostBackend):
+    """Two devices; records which one the driver has current."""
+    current = None
+    device_count = lambda self: 2  # noqa: E731
+
+    def activate(self, index):
+        self.current = index
+
+    def device_synchronize(self, index):
+        self.activate(index)
+
+
+def test_activate_follows_every_switch_to_another_device():
+    hb = _TwoDevices(name="twodev")
+    with registered(hb) as d0:
+        d0.activate()
+        d1 = Device("twodev:1")  # probing a new device makes it current
+        d0.activate()
+        assert hb.current == 0
+        d1.synchronize()  # the backend makes d1 current to wait on it
+        d0.activate()
+        assert hb.current == 0
+    Device._cache.pop(("twodev", 1), None)

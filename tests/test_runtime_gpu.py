@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from built_kernels import manifest_of_test_kernels
 from hipindexer.runtime import DeviceArray, Event, Stream, as_device_array, empty, zeros
 from hipindexer.runtime.module import DEFAULT_MANIFEST, get_kernel
 
@@ -100,7 +101,7 @@ def test_fill_kernel(kernels):
 
 def test_echo_kernel_field_by_field(kernels):
     from hipindexer import catalog
-    k = get_kernel("echo_params", device=kernels)
+    k = get_kernel("echo_params", device=kernels, manifest=manifest_of_test_kernels())
     spec = catalog.STRUCT["EchoParams"]
     size = ctypes.sizeof(k.mirror)
     out = zeros(2 * size, np.uint8)

@@ -4,6 +4,8 @@ Its correctness proof is the device sweep (`hipindexer check prefill --device cu
 what a machine without a GPU can check.
 """
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -15,17 +17,19 @@ H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
 
 
 @pytest.mark.parametrize("H", [32, 64])
-def test_sm90a_h32_h64_d128_can_take_the_wgmma_kernel_but_only_when_asked(H):
+def test_sm90a_h32_h64_d128_take_the_wgmma_kernel_by_name_and_by_default_at_h32(H):
     p = plan_prefill(4096, 32768, H, 128, H200, kernel=WGMMA_SM90.key)
     assert p.kernel == WGMMA_SM90.key and p.variant == {"HX_HEADS": H}
-    assert plan_prefill(4096, 32768, H, 128, H200).kernel == GENERIC.key  # opt-in until it meets the gate
+    assert plan_prefill(4096, 32768, H, 128, H200).kernel == (WGMMA_SM90.key if H == 32 else WGMMA_FOLD_SM90.key)
+    assert p.accumulation == "fp8_tc"
+    assert plan_prefill(4096, 32768, H, 128, H200, accumulation="fp32").kernel == GENERIC.key
     assert p.rows_per_block * H == 256 and p.block == 640 and p.tile == 128
 
 
-def test_the_fold_build_serves_only_h64_d128_and_only_by_name():
+def test_the_fold_kernel_serves_only_h64_d128_where_it_is_the_default():
     p = plan_prefill(4096, 32768, 64, 128, H200, kernel=WGMMA_FOLD_SM90.key)
     assert p.kernel == "mqa_logits_wgmma_fold" and p.variant == {"HX_HEADS": 64} and p.rows_per_block == 4
-    assert plan_prefill(4096, 32768, 64, 128, H200).kernel == GENERIC.key
+    assert plan_prefill(4096, 32768, 64, 128, H200) == p
     with pytest.raises(ValueError, match=r"kernel: 'mqa_logits_wgmma_fold' serves \(H, D\) in \[\(64, 128\)\]"):
         plan_prefill(4096, 32768, 32, 128, H200, kernel=WGMMA_FOLD_SM90.key)
 
@@ -68,8 +72,8 @@ def test_catalog_declares_the_kernel_and_the_peak_loop_for_sm90a_only():
     assert sorted(v["HX_HEADS"] for v in k.variants) == [32, 64]
     assert 48 << 10 < k.smem <= 227 << 10
     fold = catalog.KERNEL["mqa_logits_wgmma_fold"]
-    assert (fold.source, fold.symbol, fold.variants, fold.defines) == (k.source, k.symbol, ({"HX_HEADS": 64},),
-                                                                        (("HX_FOLD", 1), ("HX_MATH_WGS", 2)))
+    assert (fold.source, fold.symbol, fold.variants, fold.defines) == (
+        "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold", ({"HX_HEADS": 64},), ())
     assert fold.block == WGMMA_FOLD_SM90.block == 384  # one load/fill warpgroup + two math warpgroups
     assert k.smem < fold.smem <= 227 << 10  # the fold's extra B rows and partial sums
     peak = catalog.KERNEL["wgmma_peak"]
@@ -95,3 +99,134 @@ def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, e["variant_key"]
         if e["name"].startswith("mqa_logits_wgmma"):
             assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem
+
+
+# Every hopper.h primitive at least once, so that ptxas checks the PTX of those no shipped kernel uses yet (bulk
+# and tensor copies, expect-tx, turn-taking, every wgmma shape). Assembled, never run.
+HOPPER_PROBE = r"""
+#include "hx_params.h"
+#include "hopper.h"
+
+HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT PeakParams p) {
+  __shared__ __align__(1024) hx_u8 tile[32 * 1024];
+  __shared__ __align__(8) hx_u64 bars[8];
+  const hx_u32 tid = hx_thread_x(), lane = hx_lane_reread(), wg = (hx_u32)hx_uniform_i32((hx_i32)(tid / 128));
+  const hx_u32 t = hx_smem_u32(tile), b = hx_smem_u32(bars), tx = b + 32;
+  const hx_u8* src = (const hx_u8*)p.out;
+  const hx_ring<2> ring{b, b + 16};
+  if (tid == 0) {
+    ring.init(1, 256);
+    hx_mbar_init(tx, 1);
+    hx_mbar_init_fence();
+  }
+  hx_barrier();
+  if (wg == 0) {
+    hx_setmaxnreg_dec<40>();
+    if (tid >= 32) return;
+    ring.wait_empty(0);
+    hx_copy_tile_sw128<16>(t, src, lane);
+    hx_copy_tile_sw128_rows<16, 2>(t + 2048, src, 3, p.iters, lane);
+    hx_cp_async16(t + 4096 + 16 * lane, src + 16 * lane, 16);
+    hx_cp_async16_at<32>(t + 4096, src);
+    hx_cp_async4(t + 8192 + 4 * lane, src + 4 * lane, 4);
+    hx_cp_async4_at<8, 16>(t + 8192, src);
+    hx_cp_async_commit();
+    hx_cp_async_wait<0>();
+    hx_fence_proxy_async();
+    hx_cp_async_arrive(ring.full_at(ring.slot(0)));
+    ring.arrive_full(0);
+    if (lane == 0) {
+      hx_tma_prefetch_map(src);
+      ring.arrive_full_expect_tx(1, 3072);
+      hx_mbar_expect_tx(tx, 16);
+      hx_mbar_arrive_expect_tx(tx, 16);
+      hx_bulk_g2s(t + 16384, src, 1024, ring.full_at(1));
+      hx_tma_load_2d(t + 17408, src, 0, (hx_i32)lane, ring.full_at(1));
+      hx_tma_load_3d(t + 18432, src, 0, 1, (hx_i32)lane, ring.full_at(1));
+      hx_bulk_g2s(t + 19456, src, 16, tx);
+    }
+    if (hx_mbar_test(tx, 0) && ring.test_empty(1)) hx_mbar_wait(tx, 1);
+    return;
+  }
+  hx_setmaxnreg_inc<232>();
+  const hx_u32 w = wg - 1;
+  ring.wait_full(0);
+  hx_ring_pos<2> at;
+  ring.wait_full(at);
+  float acc64[64], acc68[68], acc128[128];
+  const hx_u64 d = hx_wgmma_desc_sw128(t);
+  hx_fence_regs(acc64);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc64, d, d + 64);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc64);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc68, d, d + 64);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc68);
+  hx_wgmma_fence();
+  hx_wgmma_k32(acc128, d, d + 64, 0);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc128);
+  float s = acc68[67] + acc128[127];
+  hx_static_for<64>([&](auto i) { s += acc64[i]; });
+  ring.arrive_empty(at);
+  at.next();
+  ring.arrive_empty(0);
+  hx_bar_sync(1, 256);
+  hx_bar_arrive(2, 256);
+  hx_turn_start(3, w);
+  hx_turn_wait(3, w);
+  hx_turn_pass(3, w);
+  float x[4];
+  hx_e4m3x4_to_f32((hx_u32)hx_shfl_xor_i32((hx_i32)lane, 1), x);
+  const float y[4] = {s, x[1], x[2], hx_shfl_xor(x[3], 2)};
+  hx_store_f32_if(at.phase == 0, p.out + tid, hx_bits_to_f32(hx_f32_to_e4m3x4(y)));
+}
+"""
+
+
+@pytest.mark.toolchain
+def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from hxbuild.compile import compile_job
+    from hxbuild.hipindexer_modules import catalog
+    from hxbuild.jobs import Job, flags_for, source_hash
+    from hxbuild.process import ToolchainError
+    from hxbuild.toolchains import find_nvidia
+    try:
+        tc = find_nvidia()
+    except ToolchainError as e:
+        pytest.skip(str(e))
+    src, work, out = tmp_path / "src", tmp_path / "work", tmp_path / "out"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "hsaco_src", src)
+    (src / "sm90a" / "hopper_probe.hip").write_text(HOPPER_PROBE)
+    (work / "include").mkdir(parents=True)
+    header = catalog.header_text()
+    (work / "include" / "hx_params.h").write_text(header)
+    k = catalog.Kernel("hopper_probe", "sm90a/hopper_probe.hip", "hx_hopper_probe", "PeakParams", block=384,
+                       targets=("sm_90a",))
+    flags = flags_for("sm_90a", tc.mode, k, {})
+    source = src / k.source
+    job = Job(k, "sm_90a", {}, k.key, flags, source_hash(source, src, header, flags), source)
+    entry = compile_job(job, tc, src, work, out)  # raises on a ptxas error or a serialised wgmma
+    assert entry["resources"]["spill_stores"] == 0
+
+
+def test_sass_mix_takes_the_innermost_loop_with_the_most_mmas():
+    from by_path import load
+    mix = load("_hx_sass_mix", Path(__file__).resolve().parents[1] / "tools" / "sass_mix.py")
+    lines = ["        Function : k"]
+    code = [(0x00, "MOV R1, R2"), (0x10, "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT"),
+            (0x20, "FFMA R3, R4, R5, R3"), (0x30, "@!P0 BRA 0x10"),  # inner loop: 1 QGMMA, 1 FFMA
+            (0x40, "LDS R6, [R7]"), (0x50, "@P1 BRA 0x0"),          # outer loop around it
+            (0x60, "@!P2 BRA 0x60"), (0x70, "EXIT")]                 # a wait loop with no MMA
+    lines += [f"        /*{a:04x}*/                   {t} ;" for a, t in code]
+    m = mix.mix(mix.parse("\n".join(lines))["k"])
+    assert m["loop"] == ["0x10", "0x30"] and m["mma_shapes"] == ["QGMMA.64x128x32.F32.E4M3.E4M3"]
+    assert m["counts"] == {"QGMMA": 1, "FFMA": 1, "BRANCH": 1, "TOTAL": 3}
+    assert m["kernel_qgmma"] == 1 and m["kernel_local_memory"] == 0

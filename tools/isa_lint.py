@@ -11,7 +11,7 @@ Per kernel function:
     hx_buffer_load_b128 / hx_lds_load_b128 must yield buffer_load_dwordx4
     (with `lds` for the latter);
   - no scratch: ScratchSize 0;
-  - scaled MFMAs take their E8M0 scales from VGPRs (LLVM PR #158117: the
+  - scaled MFMAs take their E8M0 scales from VGPRs (llvm-project pull request 158117: the
     hardware misreads inline or scalar constants there).
 
     python tools/isa_lint.py [SOURCE.hip ...]   (default: every gfx950 catalog kernel)

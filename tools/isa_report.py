@@ -16,7 +16,7 @@ each counted once, as if every tile of the iteration ran its full path.
 
 Cycle model (per wave, on one SIMD; the figures a reader should check):
   MFMA   passes x 4 cycles: v_mfma*_32x32x64_f8f6f4 (fp8 operands) 16 passes
-         = 64 cycles, *_16x16x128_f8f6f4 8 passes = 32 cycles (GFX950.md; fp4
+         = 64 cycles, *_16x16x128_f8f6f4 8 passes = 32 cycles (the CDNA4 ISA reference; fp4
          x fp4 would be half, not modelled: the f8f6f4 format is read from
          cbsz/blgp when present, fp8 otherwise). Other shapes: 32x32 16 passes,
          16x16 8, 4x4 2 (assumed, flagged).
@@ -33,8 +33,8 @@ MFMA and VALU of one wave issue to different units and overlap across the
 waves of a SIMD, so the goal is VALU cycles <= MFMA cycles per tile.
 
 A "tile" is what one loop iteration's MFMAs divided by the kernel's MFMAs per
-tile (--tile-mfmas, or the catalog kernel's figure below) cover; for the
-anchor prefill kernel (32 keys x 4 rows at 32 heads) that is 8 MFMAs.
+tile (--tile-mfmas, or the catalog kernel's figure below) cover; for a
+prefill kernel whose tile is 32 keys x 4 rows at 32 heads, that is 8 MFMAs.
 """
 from __future__ import annotations
 

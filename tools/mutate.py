@@ -3,23 +3,22 @@
     python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
     python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
     python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
-    python tools/mutate.py --suite cuda --set sm90a_fold                 # its H = 64 fold build's plants
+    python tools/mutate.py --suite cuda --set sm90a_fold                 # the sm_90a fold kernel's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
     python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
-    python tools/mutate.py --suite cuda --set decode --builds DIR --build-only   # compile here ...
-    python tools/mutate.py --suite cuda --set decode --builds DIR --prebuilt     # ... run on the GPU machine
+    python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
+    python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
-carry no plant hooks); the copy is built into a copy of the clean build (so only
-what the plant touches is compiled again), and the
-suite (`hipindexer check prefill --quick` by default) runs against it through
-$HIPINDEXER_KERNELS (and $HX_EMU_ROOT for the emulator).  A plant is caught when
-the suite fails or crashes; an unmodified build must pass first.
+carry no plant hooks); the copy is built into the kernels/ folder of a copy of
+the hipindexer package (tools/package_copy.py), starting from the unplanted
+build's objects so only the kernels whose sources the plant touched recompile,
+and the set's suite (SET_CMDS) runs on that package copy. A plant is caught
+when the suite fails or crashes; an unmodified build must pass first.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,8 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tools.package_copy import PackageCopy  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -61,34 +62,35 @@ PLANTS = {
               "for (int r = 0; r < HX_RG; ++r) acc[r] *= scale;",
               "for (int r = 0; r < HX_RG; ++r) acc[r] *= scale * (n == 40000 ? 1.01f : 1.f);"),
     ],
-    # sm_90a wgmma prefill kernel (H in {32, 64}, D = 128): run with --suite cuda --set sm90a.
+    # sm_90a wgmma prefill kernels (H in {32, 64}, D = 128): the plain kernel's own plants; those in the pieces both
+    # kernels share (prefill_cta.h) are added below to both sets. Run with --suite cuda --set sm90a.
     "sm90a": [
-        Plant("wrong_accumulator_head", "sm90a/mqa_logits_wgmma.hip",
-              "(hx_lane_reread() & 3) * WGROUP;", "((hx_lane_reread() + 1) & 3) * WGROUP;"),
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
-              "hx_wgmma_desc_sw128(base + K_OFF + g * (64 * D));", "hx_wgmma_desc_sw128(base + K_OFF + (1 - g) * (64 * D));"),
-        Plant("split_boundary_one_tile_short", "sm90a/mqa_logits_wgmma.hip",
-              "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
-              "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
-              "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
-        Plant("wrong_row_in_row_block", "sm90a/mqa_logits_wgmma.hip",
-              "t[hh].row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;",
-              "t[hh].row[kq] = p.out + (hx_i64)(m0 + (r + 1) % BQ) * p.out_stride + n;"),
-        Plant("dropped_kv_scale_sm90a", "sm90a/mqa_logits_wgmma.hip",
-              "inside ? z * scale : ninf", "inside ? z : ninf"),
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
+        # One wrong element in a long row: the logit at key column 40000 of every row, 10% off. A row's calc_diff
+        # moves by less than 1e-5 at N = 65536 (the suite's 4x65536 shape); only the per-element bound sees it.
+        Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma.hip",
+              "reduce_store(t, v, e, scale, b1, b2);",
+              "reduce_store(t, v, e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2);"),
     ],
-    # The same source built with HX_FOLD and two math warpgroups (mqa_logits_wgmma_fold, H = 64): the linear
-    # term's B rows, their scales, the term itself, and the second half's MMA of a warpgroup; the shared plants
-    # above are added to this set below (that build runs other code around them). Run with --suite cuda --set
-    # sm90a_fold.
+    # The fold kernel (mqa_logits_wgmma_fold, H = 64): the linear term's B rows, their scales, the term itself, the
+    # second half's MMA of a warpgroup, and the plain kernel's own plants at their place in this source. Run with
+    # --suite cuda --set sm90a_fold.
     "sm90a_fold": [
-        Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma.hip",
+        Plant("fold_rows_swapped", "sm90a/mqa_logits_wgmma_fold.hip",
               "const hx_u32 row = NQ / 2 + 2 * t + g;", "const hx_u32 row = NQ / 2 + 2 * t + (1 - g);"),
-        Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
-        Plant("fold_linear_term_dropped", "sm90a/mqa_logits_wgmma.hip",
-              "sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], wt[FOLD_SCALE + q], sum);", "sum = sum;"),
-        Plant("halves_swapped_in_mma", "sm90a/mqa_logits_wgmma.hip",
-              "hx_wgmma_desc_sw128(qtile + (h + hh) * QHALF_BYTES)", "hx_wgmma_desc_sw128(qtile + (h + 1 - hh) * QHALF_BYTES)"),
+        Plant("fold_term_scale_wrong", "sm90a/mqa_logits_wgmma_fold.hip", "s *= 1.f / 16.f;", "s *= 1.f / 4.f;"),
+        Plant("fold_linear_term_dropped", "sm90a/mqa_logits_wgmma_fold.hip",
+              "sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], term_scale[q], sum);", "sum = sum;"),
+        Plant("halves_swapped_in_mma", "sm90a/mqa_logits_wgmma_fold.hip",
+              "hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES)", "hx_wgmma_desc_sw128(qtile + (1 - hh) * QHALF_BYTES)"),
+        Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma_fold.hip",
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
+              "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
+        Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma_fold.hip",
+              "reduce_store(t[hh], v[hh], e, scale, b1, b2);",
+              "reduce_store(t[hh], v[hh], e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2);"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [
@@ -131,20 +133,35 @@ PLANTS = {
               "hx_block_bytes(p.block_size, p.D);"),
     ],
 }
-PLANTS["sm90a_fold"] += PLANTS["sm90a"]
+# The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
+SM90A_SHARED = [
+    Plant("wrong_accumulator_head", "sm90a/prefill_cta.h",
+          "(hx_lane_reread() & 3) * WGROUP;", "((hx_lane_reread() + 1) & 3) * WGROUP;"),
+    Plant("split_boundary_one_tile_short", "sm90a/prefill_cta.h",
+          "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);",
+          "w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part); "
+          "w.t.part.work.hi = hx_max_i32(w.t.part.work.lo, w.t.part.work.hi - p.tile);"),
+    Plant("wrong_row_in_row_block", "sm90a/prefill_cta.h",
+          "t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;",
+          "t.row[kq] = p.out + (hx_i64)(m0 + (r + 1) % BQ) * p.out_stride + n;"),
+    Plant("dropped_kv_scale_sm90a", "sm90a/prefill_cta.h", "inside ? z * scale : ninf", "inside ? z : ninf"),
+]
+PLANTS["sm90a"] += SM90A_SHARED
+PLANTS["sm90a_fold"] += SM90A_SHARED
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
+    # the first 14 cases of the quick pairwise decode sample plus the layout and untrusted-value checks
+    "decode": "check decode --quick --cases 14 --reruns 0 --kernel paged_mqa_logits_generic",
     # the quick shapes plus one whose parts span two LDS chunks under a key split of 8
     "generic": "check prefill --heads 16,32 --dims 64 --shapes 1x1,1x113,17x76,64x128,61x256,2x65536 --reruns 0 "
                "--kernel mqa_logits_generic",
     "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
-    "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
+    # sm_90a: small shapes for the tails and splits, 4x65536 for one wrong element in a long row
+    "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560,4x65536 --reruns 0 "
              "--kernel mqa_logits_wgmma",
-    "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560 --reruns 0 "
+    "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560,4x65536 --reruns 0 "
                   "--kernel mqa_logits_wgmma_fold",
-    # the first 14 cases of the quick pairwise decode sample plus the layout and untrusted-value checks
-    "decode": "check decode --quick --cases 14 --reruns 0 --kernel paged_mqa_logits_generic",
 }
 
 SUITES = {
@@ -162,19 +179,25 @@ def apply(src: Path, plant: Plant) -> None:
     path.write_text(text.replace(plant.old, plant.new))
 
 
-def build(src: Path, out: Path, work: Path, targets: list[str]) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(ROOT / "build.py"), "--quiet", "--src", str(src), "--out", str(out),
-            "--work", str(work)]
-    for t in targets:
-        argv += ["--target", t]
-    return subprocess.run(argv, capture_output=True, text=True)
+def _build_plant(d: Path, clean: Path, plant: Plant | None, targets: list[str]) -> subprocess.CompletedProcess:
+    """The planted copy of hsaco_src/ built into the package copy d/pkg. A plant's build starts from the
+    clean build's objects, so build.py recompiles only the kernels whose sources the plant touched."""
+    if d.exists():
+        shutil.rmtree(d)
+    shutil.copytree(ROOT / "hsaco_src", d / "src")
+    pkg = PackageCopy(d / "pkg")
+    if plant:
+        apply(d / "src", plant)
+        clean_pkg = PackageCopy(clean / "pkg")
+        for have, want in ((clean_pkg.kernels, pkg.kernels), (clean_pkg.root / "work", pkg.root / "work")):
+            if have.is_dir():
+                shutil.copytree(have, want)
+    return pkg.refresh().build(targets, src=d / "src")
 
 
-def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
-    env = {**os.environ, "HIPINDEXER_KERNELS": str(out), "HX_EMU_ROOT": str(out / "emu-gfx950")}
-    argv = [sys.executable, "-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"]
+def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+        p = pkg.run(["-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"], timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
     try:
@@ -187,23 +210,6 @@ def run_suite(out: Path, suite: dict, cmd: list[str], timeout: int) -> tuple[boo
         return False, f"suite crashed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}"
 
 
-def _build_tree(root: Path, plant: Plant | None, targets: list[str]) -> tuple[Path, str | None]:
-    """Build one tree, root/clean or root/<plant>: every plant is built at the same source path into a copy of
-    the clean build, so only the kernels whose sources the plant touches are compiled again. Returns the tree
-    and why its build failed (None when it built)."""
-    src, work = root / "src", root / "work"
-    shutil.rmtree(src, ignore_errors=True)
-    shutil.copytree(ROOT / "hsaco_src", src)
-    out = root / "clean"
-    if plant:
-        apply(src, plant)
-        out = root / plant.name
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.copytree(root / "clean", out, symlinks=True)
-    b = build(src, out, work, targets)
-    return out, None if b.returncode == 0 else "build failed: " + (b.stderr.strip().splitlines() or ["?"])[-1]
-
-
 @click.command()
 @click.option("--suite", type=click.Choice(sorted(SUITES)), required=True)
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
@@ -212,11 +218,11 @@ def _build_tree(root: Path, plant: Plant | None, targets: list[str]) -> tuple[Pa
               help="The hipindexer command that is the suite (default: the set's own in SET_CMDS).")
 @click.option("--timeout", default=900, show_default=True)
 @click.option("--builds", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Keep the clean and planted builds here (default: a temporary folder).")
+              help="Keep each plant's build in DIR/<plant>/ (default: a temporary folder).")
 @click.option("--build-only", is_flag=True, help="Build every plant into --builds and run no suite.")
 @click.option("--prebuilt", is_flag=True,
               help="Run the suites on the builds already in --builds (made by --build-only, e.g. on a machine "
-                   "with the compilers), compiling nothing.")
+                   "with the compilers); build nothing.")
 @click.option("--json", "as_json", is_flag=True)
 def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, as_json) -> None:
     cmd = cmd or SET_CMDS[plant_set]
@@ -226,33 +232,30 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
         raise click.UsageError("--build-only and --prebuilt need --builds DIR")
     results = []
     with tempfile.TemporaryDirectory(prefix="hx-mutate-") as tmp:
-        root = (builds or Path(tmp)).resolve()
-        root.mkdir(parents=True, exist_ok=True)
+        root = builds or Path(tmp)
         for plant in [None] + chosen:
             name = plant.name if plant else "(none: the suite must pass)"
+            d = root / (plant.name if plant else "clean")
             t0 = time.time()
-            if prebuilt:
-                out, failed = root / (plant.name if plant else "clean"), None
-                if not (out / "manifest.json").is_file():
-                    raise SystemExit(f"--prebuilt: no build of {name} in {out}")
+            b = None if prebuilt else _build_plant(d, root / "clean", plant, spec["targets"])
+            pkg = PackageCopy(d / "pkg")
+            if b is not None and b.returncode != 0:
+                results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
+                                (b.stderr.strip().splitlines() or ["?"])[-1]})
+            elif build_only:
+                results.append({"plant": name, "caught": None, "how": "built"})
+            elif not (pkg.kernels / "manifest.json").is_file():
+                raise SystemExit(f"--prebuilt: no build of {name} in {d}")
             else:
-                out, failed = _build_tree(root, plant, spec["targets"])
-            if build_only:
-                click.echo(f"{name}: {failed or 'built'}", err=True)
-                if failed and plant is None:
-                    raise SystemExit(f"the unmodified kernels do not build: {failed}")
-                continue
-            if failed:
-                results.append({"plant": name, "caught": bool(plant), "how": failed})
-            else:
-                ok, how = run_suite(out, spec, cmd.split(), timeout)
+                ok, how = run_suite(pkg.refresh(), spec, cmd.split(), timeout)
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
-            click.echo(f"{name}: {'CAUGHT' if results[-1]['caught'] else 'missed'} ({results[-1]['how']})", err=True)
+            verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]
+            click.echo(f"{name}: {verdict} ({results[-1]['how']})", err=True)
             if plant is None and results[-1]["caught"]:
                 raise SystemExit("the unmodified kernels fail the suite; fix that first")
     if build_only:
-        click.echo(f"built {1 + len(chosen)} trees under {root}")
+        click.echo(f"built {len(results)} trees under {builds}")
         return
     planted = results[1:]
     if as_json:

@@ -6,14 +6,16 @@ The real format is explicit metadata: `DeviceArray.format` ('float8_e4m3fn'),
 and importers pass `dtype=ml_dtypes.float8_e4m3fn` to reinterpret. No CAI
 `descr` trick: consumers would read it as a struct layout.
 """
+import functools
 import math
 import operator
+import sys
 
 import ml_dtypes
 import numpy as np
 
 from . import dlpack as _dl
-from .device import Device, Stream, _as_stream
+from .device import Device, Stream, as_stream
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 
@@ -42,6 +44,36 @@ class _Allocation:
 
 
 class DeviceArray:
+    """An array in device memory: a pointer, a shape, a numpy dtype, byte strides, and its device.
+
+    Make one with DeviceArray.empty or DeviceArray.from_numpy (or the module's empty, zeros, from_numpy),
+    or take a framework's array zero-copy with as_device_array. Memory the package allocated is freed
+    stream-ordered (no synchronisation) once no array refers to it; views (view, reshape, basic indexing)
+    share the memory and keep it alive. An array does not change after it is made: views are new arrays.
+
+    Attributes: ptr (int), shape, dtype (numpy; fp8 is ml_dtypes.float8_e4m3fn), strides (bytes, never
+    negative), device, size, nbytes, ndim, itemsize, is_contiguous, readonly, stream (what its data is
+    ordered on: the stream it was made on, else the device's default stream), format ("float8_e4m3fn" for
+    fp8, whose bytes cross interop as uint8; None otherwise).
+
+    Interop: __cuda_array_interface__ (version 3, with the array's stream) and __dlpack__ /
+    __dlpack_device__ export it to CuPy, PyTorch, JAX and any other consumer. fp8 crosses as uint8
+    (CAI typestr "|u1", DLPack uint8): the consumer views it as its own fp8 type.
+
+    The constructor wraps memory someone else owns: DeviceArray(ptr, shape, dtype, device, strides=None
+    (C order), owner=None (kept alive with the array), stream=None, readonly=False). ValueError for
+    negative strides.
+
+    >>> import numpy as np
+    >>> from hipindexer import Device, DeviceArray
+    >>> dev = Device("emu:gfx950")
+    >>> a = DeviceArray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3), dev)
+    >>> a.shape, a.dtype.name, a.strides
+    ((2, 3), 'float32', (12, 4))
+    >>> a[1].numpy().tolist(), a[:, 1:].is_contiguous
+    ([3.0, 4.0, 5.0], False)
+    """
+
     def __init__(self, ptr, shape, dtype, device, strides=None, owner=None, stream=None, readonly=False):
         self.ptr = int(ptr)
         self.shape = tuple(int(n) for n in shape)
@@ -59,8 +91,11 @@ class DeviceArray:
     # -- construction --
     @classmethod
     def empty(cls, shape, dtype, device=None, stream=None):
+        """A new C-contiguous array of `shape` (an int or a tuple) and `dtype` on `device` (as Device()
+        takes it), its contents undefined, allocated stream-ordered on `stream` (None: the device's
+        default)."""
         device = Device(device)
-        stream = _as_stream(stream, device)
+        stream = as_stream(stream, device)
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         alloc = _Allocation(device, nbytes, stream)
@@ -68,6 +103,8 @@ class DeviceArray:
 
     @classmethod
     def from_numpy(cls, a, device=None, stream=None):
+        """A device copy of the numpy array `a` (made C-contiguous), queued on `stream`; the host array may
+        be changed or dropped once the call returns."""
         a = np.ascontiguousarray(a)
         out = cls.empty(a.shape, a.dtype, device, stream)
         if a.nbytes:
@@ -76,8 +113,19 @@ class DeviceArray:
         return out
 
     # -- properties --
+    @functools.cached_property
+    def layout(self) -> str:
+        """What an op's checks read of the array, as one string (its hash is computed once): device, dtype,
+        shape, strides, read-only. A DeviceArray does not change after construction (views are new
+        arrays), so neither does its layout; ops key their prepared launches on it."""
+        # The device object's id, not only its name: a key holding this string is kept next to a launch that
+        # holds the device, so the id stays that device's.
+        return (f"{self.device.backend}:{self.device.index}@{id(self.device):x} {self.dtype.str}{self.dtype.name} "
+                f"{self.shape} {self.strides} {'ro' if self.readonly else 'rw'}")
+
     @property
     def stream(self):
+        """The stream the array's data is ordered on: the one it was made on, else the device's default."""
         return self._stream if self._stream is not None else self.device.default_stream
 
     ndim = property(lambda self: len(self.shape))
@@ -105,6 +153,8 @@ class DeviceArray:
                            self._stream, self.readonly)
 
     def view(self, dtype):
+        """The same bytes read as `dtype` (e.g. uint8 <-> ml_dtypes.float8_e4m3fn). A different item size
+        rescales the last dimension, which must then be contiguous and divide evenly (else ValueError)."""
         dtype = np.dtype(dtype)
         if dtype.itemsize == self.itemsize:
             return self._derive(self.ptr, self.shape, self.strides, dtype)
@@ -114,6 +164,7 @@ class DeviceArray:
         return self._derive(self.ptr, shape, self.strides[:-1] + (dtype.itemsize,), dtype)
 
     def reshape(self, *shape):
+        """A view of a contiguous array with another shape (one -1 allowed); ValueError otherwise."""
         shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
         if not self.is_contiguous:
             raise ValueError("reshape needs a contiguous array")
@@ -148,7 +199,7 @@ class DeviceArray:
     # -- data movement --
     def numpy(self, stream=None):
         """Copy to host; synchronises `stream` (default: the array's)."""
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         span = self._span()
         buf = np.empty(span, np.uint8)
         if span:
@@ -161,7 +212,7 @@ class DeviceArray:
         """Write `src` (numpy or a contiguous DeviceArray of the same nbytes) into this contiguous array."""
         if not self.is_contiguous:
             raise ValueError("copy_from needs a contiguous destination")
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         if isinstance(src, DeviceArray):
             if not src.is_contiguous or src.nbytes != self.nbytes:
                 raise ValueError("copy_from needs a contiguous source of the same size")
@@ -176,12 +227,13 @@ class DeviceArray:
         return self
 
     def copy(self, stream=None):
+        """A new contiguous device array with this one's contents (a device-to-device copy on `stream`)."""
         out = DeviceArray.empty(self.shape, self.dtype, self.device, stream if stream is not None else self._stream)
         return out.copy_from(self, stream)
 
     def fill(self, value, stream=None):
         """Memset with the element pattern of `value` (D8 when all bytes agree, else D32); no kernel."""
-        stream = _as_stream(stream, self.device) if stream is not None else self.stream
+        stream = as_stream(stream, self.device) if stream is not None else self.stream
         unit, word = _memset_pattern(np.array(value).astype(self.dtype).reshape(1).view(np.uint8).tobytes())
         rows = self._derive(self.ptr, self.shape[1:], self.strides[1:]) if self.ndim >= 2 else None
         if self.is_contiguous:
@@ -240,40 +292,68 @@ def _memset_pattern(pat):
 
 
 def empty(shape, dtype, device=None, stream=None):
+    """DeviceArray.empty: a new array, contents undefined."""
     return DeviceArray.empty(shape, dtype, device, stream)
 
 
 def zeros(shape, dtype, device=None, stream=None):
+    """A new array filled with zeros (a memset queued on `stream`)."""
     return DeviceArray.empty(shape, dtype, device, stream).fill(0)
 
 
 def from_numpy(a, device=None, stream=None):
+    """DeviceArray.from_numpy: a device copy of a numpy array."""
     return DeviceArray.from_numpy(a, device, stream)
 
 
 def as_device_array(obj, device=None, dtype=None, stream=None):
     """Zero-copy view of a device array from any framework: DeviceArray, `__cuda_array_interface__`
     (its stream is waited on by ours) or `__dlpack__` (our stream is passed to the producer).
-    `dtype` reinterprets the bytes (e.g. uint8 -> ml_dtypes.float8_e4m3fn)."""
-    if isinstance(obj, DeviceArray):
-        arr = obj
-    elif hasattr(obj, "__cuda_array_interface__"):
-        arr = _from_cai(obj, device, stream)
-    elif hasattr(obj, "__dlpack__"):
-        arr = _from_dlpack(obj, device, stream)
-    else:
-        raise TypeError(f"{type(obj).__name__} is not a device array (no __cuda_array_interface__ or __dlpack__)")
+    A protocol the object offers but refuses passes to the next one, and where both refuse, to the
+    object's bytes as its own framework's uint8 (`obj.view(uint8)`), read back as the dtype its
+    `dtype` names: PyTorch's fp8 tensors refuse the CUDA Array Interface, and older releases DLPack.
+    `dtype` reinterprets the bytes (e.g. uint8 -> ml_dtypes.float8_e4m3fn).
+
+    device: where the array lives (None: the DLPack producer's device, or Device() for the CUDA Array
+    Interface, which names none); stream: the stream the caller will use it on (None: the device's
+    default), ordered after the producer's. Raises TypeError for an object that is no device array (a
+    host DLPack array included: use DeviceArray.from_numpy) or that refuses every way in, with each
+    refusal in the message; ValueError for a dtype the bytes cannot be viewed as.
+    """
+    arr = obj if isinstance(obj, DeviceArray) else _import(obj, device, stream)
     if dtype is not None and np.dtype(dtype) != arr.dtype:
         arr = arr.view(dtype)
     return arr
 
 
-def _from_cai(obj, device, stream):
-    cai = obj.__cuda_array_interface__
+def _import(obj, device, stream, bytes_fallback=True):
+    refused = []
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        pass
+    except Exception as e:
+        refused.append(f"__cuda_array_interface__ raised {type(e).__name__}: {e}")
+    else:
+        return _from_cai(obj, cai, device, stream)
+    if hasattr(obj, "__dlpack__"):
+        arr = _from_dlpack(obj, device, stream, refused)
+        if arr is not None:
+            return arr
+    if not refused:
+        raise TypeError(f"{type(obj).__name__} is not a device array (no __cuda_array_interface__ or __dlpack__)")
+    if bytes_fallback:
+        arr = _from_bytes(obj, device, stream, refused)
+        if arr is not None:
+            return arr
+    raise TypeError(f"{type(obj).__name__} refuses every way in: {'; '.join(refused)}")
+
+
+def _from_cai(obj, cai, device, stream):
     if cai.get("mask") is not None:
         raise TypeError("masked CUDA Array Interface arrays are not supported")
     device = Device(device)
-    st = _as_stream(stream, device)
+    st = as_stream(stream, device)
     theirs = cai.get("stream")
     if theirs is not None and int(theirs) != st.handle:
         st.wait(Stream(device, external=int(theirs)))
@@ -285,20 +365,48 @@ def _from_cai(obj, device, stream):
 _DL_BACKEND = {_dl.KDL_CUDA: "cuda", _dl.KDL_CUDA_MANAGED: "cuda", _dl.KDL_ROCM: "hip"}
 
 
-def _from_dlpack(obj, device, stream):
+def _from_dlpack(obj, device, stream, refused):
+    """The DLPack import, or None (the reason appended to `refused`) when the producer refuses."""
     dev_type, dev_id = obj.__dlpack_device__()
     if dev_type not in _DL_BACKEND:
         hint = " (host memory: use DeviceArray.from_numpy)" if dev_type == _dl.KDL_CPU else ""
         raise TypeError(f"{type(obj).__name__} lives on DLPack device type {dev_type}{hint}")
     device = Device(device if device is not None else f"{_DL_BACKEND[dev_type]}:{dev_id}")
-    st = _as_stream(stream, device)
+    st = as_stream(stream, device)
     try:
-        cap = obj.__dlpack__(stream=st.handle, max_version=(1, 0))
-    except TypeError:  # producers predating DLPack 1.0 keywords
-        cap = obj.__dlpack__(stream=st.handle)
+        try:
+            cap = obj.__dlpack__(stream=st.handle, max_version=(1, 0))
+        except TypeError:  # producers predating DLPack 1.0 keywords
+            cap = obj.__dlpack__(stream=st.handle)
+    except Exception as e:
+        refused.append(f"__dlpack__ raised {type(e).__name__}: {e}")
+        return None
     return from_capsule(cap, device, st)
 
 
+def _from_bytes(obj, device, stream, refused):
+    """`obj.view(uint8)` imported and read back as the dtype `obj.dtype` names, or None."""
+    view = getattr(obj, "view", None)
+    framework = sys.modules.get(type(obj).__module__.partition(".")[0])
+    u8 = getattr(framework, "uint8", None)
+    if view is None or u8 is None:
+        return None
+    name = str(getattr(obj, "dtype", "")).rpartition(".")[2]  # "torch.float8_e4m3fn" -> "float8_e4m3fn"
+    try:
+        dtype = np.dtype(name)  # ml_dtypes registers its names ("float8_e4m3fn") with numpy
+    except (TypeError, ValueError):
+        refused.append(f"its dtype {name!r} has no numpy equivalent to read its bytes as")
+        return None
+    try:
+        raw = view(u8)
+    except Exception as e:
+        refused.append(f"view(uint8) raised {type(e).__name__}: {e}")
+        return None
+    return _import(raw, device, stream, bytes_fallback=False).view(dtype)
+
+
 def from_capsule(cap, device, stream=None):
+    """A DeviceArray over a DLPack capsule's tensor (consumed: the producer's deleter runs when the array
+    and its views are gone). BufferError for a used capsule or an unsupported dtype or DLPack version."""
     ptr, shape, strides, dtype, _, owner, readonly = _dl.read_capsule(cap)
     return DeviceArray(ptr, shape, dtype, device, strides, owner=owner, stream=stream, readonly=readonly)

@@ -40,6 +40,7 @@ class CudaBackend:
     name = "cuda"
     dlpack_device_type = 2  # kDLCUDA
     wave_size = 32
+    named_streams = {0: "the NULL stream", 1: "CU_STREAM_LEGACY", 2: "CU_STREAM_PER_THREAD"}
 
     def __init__(self):
         self._error = None

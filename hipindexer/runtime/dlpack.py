@@ -1,7 +1,15 @@
 """DLPack capsules through ctypes: build (export) and read (import) DLManagedTensor[Versioned].
 
-Layouts follow dlpack.h (1.x). Exported tensors are kept alive in _EXPORTS until
-the consumer calls the deleter, or until the capsule dies unconsumed.
+Layouts follow dlpack.h (1.x).
+
+Exports ride on a capsule numpy makes, retargeted at our memory. A capsule can
+die while its consumer's exception is pending (a consumer that refuses the
+tensor drops the capsule and returns its error), and Python code cannot run
+then without losing that exception: ctypes reports and clears any error around
+a callback. So the capsule's destructor and the tensor's deleter must be C, and
+the package has no C of its own; numpy's are the ones DLPack prescribes (the
+deleter frees the managed tensor and drops its owner, a numpy array whose base
+holds what we export).
 """
 import ctypes
 from ctypes import POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p
@@ -47,35 +55,33 @@ NAME, NAME_V, USED, USED_V = b"dltensor", b"dltensor_versioned", b"used_dltensor
 _USED_P, _USED_V_P = c_char_p(USED), c_char_p(USED_V)
 
 _api = ctypes.pythonapi
-_Destructor = ctypes.CFUNCTYPE(None, c_void_p)
-_new = _api["PyCapsule_New"]
-_new.restype, _new.argtypes = ctypes.py_object, [c_void_p, c_char_p, _Destructor]
 _valid = _api["PyCapsule_IsValid"]
 _valid.restype, _valid.argtypes = c_int, [ctypes.py_object, c_char_p]
-_valid_raw = _api["PyCapsule_IsValid"]  # for the destructor: the capsule is mid-deallocation, no refcounting
-_valid_raw.restype, _valid_raw.argtypes = c_int, [c_void_p, c_char_p]
 _get = _api["PyCapsule_GetPointer"]
 _get.restype, _get.argtypes = c_void_p, [ctypes.py_object, c_char_p]
-_get_raw = _api["PyCapsule_GetPointer"]
-_get_raw.restype, _get_raw.argtypes = c_void_p, [c_void_p, c_char_p]
 _set_name = _api["PyCapsule_SetName"]
 _set_name.restype, _set_name.argtypes = c_int, [ctypes.py_object, c_char_p]
 
-_EXPORTS = {}
+
+def _versioned_exports() -> bool:
+    try:
+        return _valid(np.zeros(1, np.uint8).__dlpack__(max_version=(1, 0)), NAME_V) == 1
+    except TypeError:  # numpy < 2.1: legacy capsules only
+        return False
 
 
-@_Deleter
-def _deleter(addr):
-    _EXPORTS.pop(addr, None)
+VERSIONED = _versioned_exports()
+_HOST_BYTE = np.zeros(1, np.uint8)  # what the carrier array points at; numpy never reads it
 
 
-@_Destructor
-def _capsule_destructor(cap):
-    for name in (NAME, NAME_V):  # still carrying the producer's name => never consumed
-        if _valid_raw(cap, name):
-            _EXPORTS.pop(_get_raw(cap, name), None)
+class _Carrier:
+    """The base of the numpy array whose capsule carries an export: it holds the exported object."""
 
-
+    def __init__(self, keepalive, ndim):
+        self.keepalive = keepalive
+        # Stride 0 over extent 2 keeps the array non-contiguous, so numpy fills the capsule's strides too.
+        self.__array_interface__ = {"version": 3, "typestr": "|u1", "data": (_HOST_BYTE.ctypes.data, False),
+                                    "shape": (2,) * ndim, "strides": (0,) * ndim}
 # -- dtypes: ml_dtypes types (kind 'V') cross as unsigned ints of their size; the format is metadata --
 _FROM_DL = {(10, 8): ml_dtypes.float8_e4m3fn, (11, 8): ml_dtypes.float8_e4m3fnuz,
             (12, 8): ml_dtypes.float8_e5m2, (13, 8): ml_dtypes.float8_e5m2fnuz, (4, 16): ml_dtypes.bfloat16}
@@ -106,24 +112,26 @@ def from_dl_dtype(code, bits, lanes):
 
 
 def make_capsule(ptr, shape, strides_bytes, dtype, dl_device, keepalive, versioned=False, readonly=False):
-    """A capsule for a strided tensor at `ptr`; `keepalive` lives until the consumer's deleter call."""
+    """A capsule for a strided tensor at `ptr`; `keepalive` lives until the consumer's deleter call, or until
+    the capsule dies unconsumed. versioned=True gives a legacy capsule where numpy makes no versioned ones
+    (the spec allows it)."""
     dtype = np.dtype(dtype)
     code, bits = to_dl_dtype(dtype)
     nd = len(shape)
-    c_shape = (c_int64 * max(nd, 1))(*shape)
-    c_strides = (c_int64 * max(nd, 1))(*[s // dtype.itemsize for s in strides_bytes])
-    m = (DLManagedTensorVersioned if versioned else DLManagedTensor)()
-    t = m.dl_tensor
-    t.data, t.device, t.ndim = ptr or None, DLDevice(*dl_device), nd
-    t.dtype = DLDataType(code, bits, 1)
-    t.shape, t.strides = ctypes.cast(c_shape, POINTER(c_int64)), ctypes.cast(c_strides, POINTER(c_int64))
-    t.byte_offset = 0
+    carrier = np.asarray(_Carrier(keepalive, nd))
+    versioned = versioned and VERSIONED
+    cap = carrier.__dlpack__(max_version=(1, 0)) if versioned else carrier.__dlpack__()
     if versioned:
-        m.version, m.flags = DLPackVersion(1, 0), READ_ONLY if readonly else 0
-    addr = ctypes.addressof(m)
-    m.manager_ctx, m.deleter = addr, _deleter
-    _EXPORTS[addr] = (m, c_shape, c_strides, keepalive)
-    return _new(addr, NAME_V if versioned else NAME, _capsule_destructor)
+        m = DLManagedTensorVersioned.from_address(_get(cap, NAME_V))
+        m.flags = READ_ONLY if readonly else 0
+    else:
+        m = DLManagedTensor.from_address(_get(cap, NAME))
+    t = m.dl_tensor
+    t.data, t.device, t.byte_offset = ptr or None, DLDevice(*dl_device), 0
+    t.dtype = DLDataType(code, bits, 1)
+    for i in range(nd):
+        t.shape[i], t.strides[i] = shape[i], strides_bytes[i] // dtype.itemsize
+    return cap
 
 
 class CapsuleOwner:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import hip as _hip
 
-DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "kernels" / "emu-gfx950"
+ROOT = Path(__file__).resolve().parent.parent / "kernels" / "emu-gfx950"  # lib/libamdhip64.so, registry.txt
 ARCH = "gfx950"
 
 
@@ -23,13 +23,8 @@ class EmuError(RuntimeError):
     pass
 
 
-def root() -> Path:
-    """Directory with lib/libamdhip64.so and registry.txt ($HX_EMU_ROOT overrides)."""
-    return Path(os.environ.get("HX_EMU_ROOT") or DEFAULT_ROOT)
-
-
 def library_path() -> Path:
-    return root() / "lib" / "libamdhip64.so"
+    return ROOT / "lib" / "libamdhip64.so"
 
 
 def _mapped_hip_libraries():
@@ -43,6 +38,7 @@ def _mapped_hip_libraries():
 
 class EmuBackend(_hip.HipBackend):
     """HipBackend whose library is the emulator, redirected on first use rather than at construction."""
+    named_streams = {0: "the null stream"}  # the emulator knows no per-thread stream
 
     def __init__(self):
         self.library = library_path()
@@ -63,7 +59,7 @@ class EmuBackend(_hip.HipBackend):
         if other:
             raise EmuError(f"this process already loaded {', '.join(sorted(other))}; hip-python keeps one HIP "
                            "library per process, so the emulator needs a process of its own")
-        os.environ["ROCM_PATH"] = str(root())  # where hip-python looks when nothing else answers
+        os.environ["ROCM_PATH"] = str(ROOT)  # where hip-python looks when nothing else answers
         _hip._redirect_library(lib)
         self._active = True
         return True
@@ -116,9 +112,13 @@ def info(timeout=60):
         b = backend()
         out.update(available=b.available(), device_count=1 if b.available() else 0)
         return out
+    # The child imports this very package (started beside it, which puts it first on sys.path), so it
+    # probes this package's emulator, not another hipindexer's.
+    here = Path(__file__).resolve().parents[2]
     try:
-        p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
-                           env={**os.environ, "HX_EMU_ROOT": str(root())})
+        p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, cwd=here,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               [str(here)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))})
         if p.returncode:
             out.update(available=False, why_not=(p.stderr.strip().splitlines() or ["probe failed"])[-1])
         else:

@@ -45,6 +45,7 @@ class HipBackend:
     name = "hip"
     dlpack_device_type = 10  # kDLROCM
     wave_size = 64
+    named_streams = {0: "the null stream", 2: "hipStreamPerThread"}
 
     def __init__(self, library=None):
         self.library = library  # another libamdhip64.so (e.g. a CPU emulator); None = hip-python's search

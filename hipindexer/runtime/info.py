@@ -43,7 +43,7 @@ def _manifest(path):
     except Exception as e:
         return {"path": str(path or DEFAULT_MANIFEST), "present": False, "why_not": f"{type(e).__name__}: {e}"}
     keys = ("name", "symbol", "target", "variant_key", "variant", "object", "params", "param_size", "block",
-            "resources", "compiler_version")
+            "dynamic_smem", "resources", "compiler_version")
     return {"path": str(m.path), "present": True, "targets": m.targets(),
             "kernels": [{k: e[k] for k in keys if k in e} for e in m.entries]}
 

@@ -7,35 +7,31 @@ code object itself declared at build time), checked at lookup, before any launch
 import ctypes
 import hashlib
 import json
+import struct
 import threading
 from pathlib import Path
 
-from .device import Device, _as_stream
+from .device import Device, as_stream
 
-import os
-
-# $HIPINDEXER_KERNELS points the runtime at another build (the mutation harness's planted kernels).
-DEFAULT_MANIFEST = Path(os.environ.get("HIPINDEXER_KERNELS") or Path(__file__).resolve().parent.parent / "kernels"
-                        ) / "manifest.json"
+# The package's own build (build.py --out); another build is loaded by passing its manifest's path.
+DEFAULT_MANIFEST = Path(__file__).resolve().parent.parent / "kernels" / "manifest.json"
 
 
 class KernelLookupError(LookupError):
+    """The manifest has no such kernel, no code object for the device's arch, or not exactly one entry for
+    the variant asked for; the message lists what it has."""
     pass
 
 
 class ParamSizeError(RuntimeError):
+    """A code object's parameter struct is not the size of the catalog's ctypes mirror: stale kernels or a
+    changed catalog (rebuild with python build.py)."""
     pass
 
 
 class CodeObjectMismatch(RuntimeError):
+    """A code object's sha256 differs from the manifest's: the file changed after the build."""
     pass
-
-
-def _catalog_mirror(name):
-    from .. import catalog
-    if hasattr(catalog, "STRUCT"):
-        return catalog.STRUCT[name].ctype()
-    return catalog.struct(name).ctype()
 
 
 class Manifest:
@@ -51,10 +47,15 @@ class Manifest:
         self._structs = structs or {}
 
     def targets(self, name=None):
+        """The archs with code objects (of kernel `name`, when given), sorted."""
         return sorted({e["target"] for e in self.entries if name is None or e["name"] == name})
 
     def mirror(self, struct_name):
-        return self._structs.get(struct_name) or _catalog_mirror(struct_name)
+        """The ctypes class of parameter struct `struct_name` (hipindexer.catalog's, unless overridden)."""
+        if struct_name in self._structs:
+            return self._structs[struct_name]
+        from .. import catalog
+        return catalog.STRUCT[struct_name].ctype()
 
     def find(self, name, arch, variant=None):
         """The entry for (name, variant) on `arch`, with its param size checked against the ctypes mirror."""
@@ -93,6 +94,8 @@ _lock = threading.Lock()
 
 
 def load_manifest(path=None):
+    """The Manifest at `path` (None: the package's own kernels/manifest.json), read once per process;
+    FileNotFoundError when there is none (the kernels are not built)."""
     key = str(Path(path).resolve()) if path is not None else str(DEFAULT_MANIFEST)
     if key not in _manifests:
         _manifests[key] = Manifest(path)
@@ -100,7 +103,7 @@ def load_manifest(path=None):
 
 
 def _module(device, manifest, entry):
-    key = (device.backend, device.index, str((manifest.root / entry["object"]).resolve()))
+    key = (device, str((manifest.root / entry["object"]).resolve()))
     mod = _modules.get(key)
     if mod is None:
         path = manifest.root / entry["object"]
@@ -115,11 +118,22 @@ def _module(device, manifest, entry):
 
 
 def get_kernel(name, variant=None, device=None, manifest=None):
-    """The launchable kernel `name` (+ variant) for `device`'s arch; cached per (device, manifest entry)."""
+    """The launchable kernel `name` (+ variant) for `device`'s arch; cached per (device, manifest entry).
+
+    name: a catalog key ("mqa_logits_generic", "copy_u32x4", ...). variant: None (the kernel's only code
+    object), a dict of variant defines ({"HX_HEADS": 64}) or a variant key ("mqa_logits_wgmma.HX_HEADS-64").
+    device: as Device() takes it. manifest: None (the package's build), a path, or a Manifest.
+    Before anything loads, the parameter struct's size recorded in the manifest is checked against the
+    catalog's ctypes mirror; the code object's bytes are checked against the manifest's sha256 before the
+    driver sees them; each object is loaded once per device.
+
+    Raises FileNotFoundError (no manifest: build the kernels), KernelLookupError, ParamSizeError,
+    CodeObjectMismatch, and the backend's error when the driver refuses the object.
+    """
     device = Device(device)
     manifest = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     entry, mirror = manifest.find(name, device.arch, variant)
-    key = (device.backend, device.index, id(manifest), entry["variant_key"])
+    key = (device, manifest, entry["variant_key"])  # the objects themselves: a key keeps them alive and unique
     k = _kernels.get(key)
     if k is None:
         with _lock:
@@ -137,10 +151,12 @@ def _dim3(d):
 
 
 class Kernel:
-    """One code object's function on one device, with its packed parameter buffer prebuilt.
+    """One code object's function on one device, with a packed parameter buffer per thread.
 
-    launch() only rewrites the buffer and enqueues: no host synchronisation, no device
-    allocation (capturable into graphs). The buffer is per kernel: not thread-safe."""
+    launch() only fills the calling thread's buffer and enqueues: no host synchronisation, no device
+    allocation (capturable into graphs). The driver copies the buffer during the launch call, so it
+    only has to stay unchanged until that call returns; a buffer of its own per thread guarantees that
+    when several threads launch the same kernel."""
 
     def __init__(self, device, manifest, entry, mirror):
         self.device, self.entry, self.mirror = device, entry, mirror
@@ -153,35 +169,84 @@ class Kernel:
         if self.dynamic_smem:
             device.activate()
             device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
-        self.params = mirror()  # zero-filled, so padding bytes stay zero
-        self._addr = ctypes.addressof(self.params)
-        self._args = device._b.launch_args(self._addr, self.param_size)
         self._launch = device._b.launch
+        self._local = threading.local()
+
+    def _buffer(self):
+        """This thread's (parameter struct, launch arguments pointing at it)."""
+        try:
+            return self._local.buffer
+        except AttributeError:
+            params = self.mirror()  # zero-filled, so padding bytes stay zero
+            self._local.buffer = (params, self.device._b.launch_args(ctypes.addressof(params), self.param_size))
+            return self._local.buffer
+
+    @property
+    def params(self):
+        """The calling thread's parameter struct: what its next launch() sends, less the fields it sets."""
+        return self._buffer()[0]
 
     def launch(self, grid, block=None, params=None, stream=None, shared_mem=None, **fields):
         """Enqueue on `stream` (default: the device's). `params` is an instance of `self.mirror`;
-        keyword fields fill the cached one instead (DeviceArrays are taken by pointer).
+        keyword fields fill this thread's buffer instead (DeviceArrays are taken by pointer).
         shared_mem: dynamic shared bytes (default: the code object's own requirement)."""
+        p, args = self._buffer()
+        addr = ctypes.addressof(p)
         if params is not None:
             if type(params) is not self.mirror:
                 raise TypeError(f"kernel {self.name}: params must be a {self.mirror.__name__}, "
                                 f"got {type(params).__name__}")
-            ctypes.memmove(self._addr, ctypes.addressof(params), self.param_size)
-        p = self.params
+            ctypes.memmove(addr, ctypes.addressof(params), self.param_size)
         for k, v in fields.items():
             if isinstance(v, (bytes, bytearray, memoryview)):  # blob fields
                 f = getattr(self.mirror, k)
-                ctypes.memmove(self._addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
+                ctypes.memmove(addr + f.offset, bytes(v).ljust(f.size, b"\0")[:f.size], f.size)
             else:
                 setattr(p, k, v.ptr if hasattr(v, "ptr") else v)
         block = self.block if block is None else block
         if block is None:
             raise ValueError(f"kernel {self.name}: no block size in the manifest; pass block=")
-        s = stream.handle if hasattr(stream, "handle") else (
-            self.device.default_stream.handle if stream is None else _as_stream(stream, self.device).handle)
+        s = as_stream(stream, self.device).handle
         self.device.activate()
         smem = self.dynamic_smem if shared_mem is None else shared_mem
-        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, self._args)
+        self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, args)
+
+    def prepare(self, grid, block=None, shared_mem=None, pointers=(), **fields) -> "PreparedLaunch":
+        """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the 8-byte
+        fields named in `pointers` (in struct order) given per call."""
+        return PreparedLaunch(self, grid, block, shared_mem, pointers, fields)
 
     def __repr__(self):
         return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"
+
+
+class PreparedLaunch:
+    """One kernel launch set up for repeated calls: a parameter struct of its own with every field but
+    the per-call pointers filled, the grid, the block and the shared memory. A call packs the pointers
+    with one struct.pack_into and enqueues. The driver copies the struct during the launch call, so a
+    prepared launch used by one thread at a time needs no other protection."""
+
+    __slots__ = ("_activate", "_args", "_block", "_fn", "_grid", "_launch", "_pack", "_smem", "kernel", "params")
+
+    def __init__(self, kernel, grid, block, shared_mem, pointers, fields):
+        mirror = kernel.mirror
+        slots = [getattr(mirror, name) for name in pointers]
+        if any(f.size != 8 for f in slots) or [f.offset for f in slots] != sorted(f.offset for f in slots):
+            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be 8-byte fields in struct order")
+        layout, end = "<", 0
+        for f in slots:
+            layout, end = layout + f"{f.offset - end}xQ", f.offset + 8
+        self._pack = struct.Struct(layout).pack_into
+        self.kernel, self.params = kernel, mirror(**fields)  # unnamed padding stays zero
+        self._args = kernel.device._b.launch_args(ctypes.addressof(self.params), kernel.param_size)
+        block = kernel.block if block is None else block
+        if block is None:
+            raise ValueError(f"kernel {kernel.name}: no block size in the manifest; pass block=")
+        self._fn, self._grid, self._block = kernel._fn, _dim3(grid), _dim3(block)
+        self._smem = kernel.dynamic_smem if shared_mem is None else shared_mem
+        self._launch, self._activate = kernel._launch, kernel.device.activate
+
+    def __call__(self, stream_handle: int, *pointers: int) -> None:
+        self._pack(self.params, 0, *pointers)
+        self._activate()
+        self._launch(self._fn, self._grid, self._block, self._smem, stream_handle, self._args)

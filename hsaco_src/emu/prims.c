@@ -1,4 +1,4 @@
-// What each wave primitive does, in the lane layouts of ../shared/GFX950.md.
+// What each wave primitive does, in the lane layouts of docs/gfx950.md ("Lane layouts").
 // Lane-side entry points park their operands on the lane's own stack and
 // rendezvous; hx_collective then runs once for the whole wave, reading every
 // lane's operands before writing any result (so results may alias operands).

@@ -1,4 +1,4 @@
-// One wave = two query rows x one 32-key tile of fp8 MQA logits (DESIGN 1.1),
+// One wave = two query rows x one 32-key tile of fp8 MQA logits (docs/ops.md),
 // H = 32 or 64 heads (H / 32 head tiles), D = 128: the first gfx950 kernel
 // on the wave primitives, small enough to prove the path end to end.
 //
@@ -11,10 +11,6 @@
 // leaves row 0's sums in lanes 0-31 and row 1's in lanes 32-63, a
 // full-width store. kv_scale multiplies after the reduction (one multiply
 // per key, not per head).
-//
-// Planted bugs for the mutation harness (tests/test_emu_logits_tile.py),
-// each selected by -DHX_PLANT_<NAME>: WINDOW_OFF_BY_ONE, WRONG_LANE_HALF,
-// DROPPED_SCALE.
 #include "index_math.h"
 #include "hx_params.h"
 #include "wave.h"
@@ -74,22 +70,12 @@ HX_KERNEL HX_LAUNCH_BOUNDS(64) void hx_logits_tile(const HX_GRID_CONSTANT Logits
   hx_permlane32_swap(x, y);
   float v = x + y;
 
-#if defined(HX_PLANT_WRONG_LANE_HALF)
-  const hx_i32 m = g ? m0 : m1;
-#else
   const hx_i32 m = g ? m1 : m0;  // lanes 0-31: row m0, lanes 32-63: row m1
-#endif
   const hx_i32 n = n0 + (hx_i32)(lane % 32);
   if (n >= p.N || (g && m0 + 1 >= p.M)) return;
-#if !defined(HX_PLANT_DROPPED_SCALE)
   v *= p.kv_scale[n];
-#endif
   const hx_range w = hx_clamp_window(p.ks[m], p.ke[m], p.N);
-#if defined(HX_PLANT_WINDOW_OFF_BY_ONE)
-  const bool inside = n >= w.lo && n <= w.hi;
-#else
   const bool inside = n >= w.lo && n < w.hi;
-#endif
   float* out = p.out + (hx_i64)m * p.out_stride + n;
   if (inside)
     *out = v;

@@ -1,4 +1,4 @@
-// gfx950 prefill logits (DESIGN 1.1) for H = HX_HEADS in {32, 64}, D = 128,
+// gfx950 prefill logits (docs/ops.md) for H = HX_HEADS in {32, 64}, D = 128,
 // on the scaled 32x32x64 fp8 MFMA, written on the wave primitives (wave.h).
 //
 // Layout of the work. A workgroup of NW waves owns BM = NW * RW query rows (a
@@ -10,8 +10,8 @@
 // global->LDS DMA (buffer_load_dwordx4 ... lds, 16 bytes a lane) in chunks of
 // CT tiles of 32 keys, double-buffered, each wave fetching 1/NW of a chunk:
 // one K load serves all BM rows of the block, and the rows a block shares K
-// across no longer cost registers in any single wave (the anchor kept 4 rows
-// of Q and weights in one wave: 194 VGPRs, 2 waves/SIMD, BLOCK_M = 8 spilled).
+// across no longer cost registers in any single wave (4 rows of Q and
+// weights in one wave need about 194 VGPRs: 2 waves/SIMD, and 8 rows spill).
 //
 // Per 32-key tile and row, C[head][key] = Q_row [32 heads x 128] . K^T
 // [128 x 32 keys] is two MFMAs per 32-head tile (A = Q, B = K^T: each lane

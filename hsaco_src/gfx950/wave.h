@@ -5,7 +5,7 @@
 // (hsaco_src/emu), which runs the 64 lanes of a wave as fibers and completes
 // a wave primitive only when all 64 lanes reach the same call site: wave
 // primitives must be wave-uniform (no primitive inside lane-divergent
-// control flow). Lane layouts: ../shared/GFX950.md.
+// control flow). Lane layouts: docs/gfx950.md ("Lane layouts of the wave primitives").
 //
 // Blocks are 1-D (hx_wave_id and the lane numbering assume it).
 #pragma once
@@ -47,11 +47,11 @@ HX_WAVE_FN hx_u32 hx_wave_id() { return __builtin_amdgcn_readfirstlane(hx_thread
 #endif
 
 // ------------------------------------------------------------------ MFMA
-// A, B: 32 fp8 e4m3fn bytes per lane; lane layouts in GFX950.md (32x32x64:
+// A, B: 32 fp8 e4m3fn bytes per lane; lane layouts in docs/gfx950.md (32x32x64:
 // row/column lane % 32, K = 16*(lane/32) + 32*i + j for byte 16*i + j;
 // C element 4*i + j is row 8*i + 4*(lane/32) + j, column lane % 32).
 // Scales are E8M0 and must come from a VGPR: the hardware misreads inline or
-// scalar constants (LLVM PR #158117), so 0x7F goes through a v_mov the
+// scalar constants (llvm-project pull request 158117), so 0x7F goes through a v_mov the
 // compiler cannot fold.
 
 #if defined(HX_EMU)

@@ -55,7 +55,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "emu-test"  # git-ignored; every build below is incremental
 PRIM_KERNELS = ["hx_t_mfma32", "hx_t_mfma16", "hx_t_permlane", "hx_t_shfl", "hx_t_buffer", "hx_t_fp8", "hx_t_lds",
                 "hx_t_misuse", "hx_t_stray", "hx_t_order", "hx_t_uninit"]
-PLANTS = ["WINDOW_OFF_BY_ONE", "WRONG_LANE_HALF", "DROPPED_SCALE"]
 
 
 def _emubuild():
@@ -85,8 +84,41 @@ def prims_lib() -> EmuLib:
     return EmuLib(so, lib)
 
 
+def _mutate():
+    import sys
+    sys.path.insert(0, str(ROOT))
+    from tools import mutate
+    return mutate
+
+
+def logits_tile_plants():
+    """Bugs the logits tile's suite (logits_cases.py) must catch, as tools/mutate.py plants them: text
+    substitutions on a copy of hsaco_src/, so the shipped source carries no hooks."""
+    Plant, f = _mutate().Plant, "gfx950/logits_tile.hip"
+    return [
+        Plant("window_off_by_one", f, "const bool inside = n >= w.lo && n < w.hi;",
+              "const bool inside = n >= w.lo && n <= w.hi;"),
+        Plant("wrong_lane_half", f, "const hx_i32 m = g ? m1 : m0;", "const hx_i32 m = g ? m0 : m1;"),
+        Plant("dropped_scale", f, "v *= p.kv_scale[n];", "v *= 1.0f;"),
+    ]
+
+
+def _planted_sources(plant) -> Path:
+    """hsaco_src/ itself, or a copy of it under BUILD with `plant` applied."""
+    src = ROOT / "hsaco_src"
+    if plant is None:
+        return src
+    import shutil
+    copy = BUILD / "plants" / plant.name / "src"
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(src, copy)
+    _mutate().apply(copy, plant)
+    return copy
+
+
 def logits_tile_lib(plant=None) -> EmuLib:
-    """hsaco_src/gfx950/logits_tile.hip for the emulator, optionally with -DHX_PLANT_<plant>."""
+    """hsaco_src/gfx950/logits_tile.hip for the emulator, optionally with a plant of logits_tile_plants()."""
     import sys
     sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
@@ -97,40 +129,46 @@ def logits_tile_lib(plant=None) -> EmuLib:
     if not hdr.is_file() or hdr.read_text() != catalog.header_text():
         hdr.write_text(catalog.header_text())
     k = catalog.KERNEL["logits_tile"]
-    defines = [f"HX_BLOCK={k.block}"] + ([f"HX_PLANT_{plant}=1"] if plant else [])
-    so = eb.build_kernel(ROOT / "hsaco_src" / k.source, [(k.symbol, k.params, k.block)],
-                         BUILD / f"logits_tile{'.' + plant if plant else ''}.so", BUILD / "lib", defines, [inc])
+    src = _planted_sources(plant)
+    so = eb.build_kernel(src / k.source, [(k.symbol, k.params, k.block)],
+                         BUILD / f"logits_tile{'.' + plant.name if plant else ''}.so", BUILD / "lib",
+                         [f"HX_BLOCK={k.block}"], [inc], src=src)
     return EmuLib(so, BUILD / "lib")
 
 
-def build_emu_package():
-    """gfx950 objects + their emulated twins, built (incrementally) by build.py into BUILD/pkg/kernels."""
+def _package_copy(kernels: Path):
+    """The package copy (tools/package_copy.py) whose kernels/ folder is `kernels`."""
+    import sys
+    sys.path.insert(0, str(ROOT))
+    from tools.package_copy import PackageCopy
+    return PackageCopy(Path(kernels).parent.parent)
+
+
+def build_emu_package() -> Path:
+    """gfx950 objects + their emulated twins, built (incrementally) by build.py into the kernels/ folder of a
+    package copy under BUILD/pkg, which it returns: the children below import that copy, so its runtime and
+    its emulator run this build."""
     import importlib.util
     import sys
     spec = importlib.util.spec_from_file_location("_hx_build_emu_test", ROOT / "build.py")
     build = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = build
     spec.loader.exec_module(build)
-    build.find_toolchain("gfx950", BUILD / "pkg" / "work")  # raises ToolchainError when missing
-    pkg = BUILD / "pkg"
-    rc = build.main(["--target", "gfx950", "--target", "emu-gfx950", "--out", str(pkg / "kernels"),
-                     "--work", str(pkg / "work"), "-j", "2", "--quiet"])
-    assert rc == 0
-    return pkg / "kernels"
+    pkg = _package_copy(BUILD / "pkg" / "hipindexer" / "kernels").refresh()
+    build.find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
+    p = pkg.build(["gfx950", "emu-gfx950"], extra=["-j", "2"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    return pkg.kernels
 
 
-def child_env(kernels: Path) -> dict:
-    """Environment of a process whose HIP is the emulator running `kernels`."""
-    import os
-    return {**os.environ, "HX_EMU_ROOT": str(kernels / "emu-gfx950"), "HX_EMU_MANIFEST": str(kernels / "manifest.json"),
-            "HIPINDEXER_KERNELS": str(kernels),
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "emu"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def run_cli(kernels: Path, *args, timeout=1200):
+    """`python -m hipindexer.cli *args` on the package copy that holds `kernels`."""
+    return _package_copy(kernels).run(["-m", "hipindexer.cli", *args], timeout=timeout)
 
 
 def run_child_pytest(kernels: Path, *files):
-    """Run test files in a child pytest whose HIP is the emulator (-p emu_session)."""
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider",
-                           "-m", "", *files], cwd=ROOT, env=child_env(kernels), capture_output=True, text=True,
-                          timeout=900)
+    """Run test files (relative to the checkout) in a child pytest whose hipindexer is the package copy that
+    holds `kernels` and whose HIP is the emulator (-p emu_session)."""
+    return _package_copy(kernels).run(
+        ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
+         "-c", ROOT / "pyproject.toml", *(ROOT / f for f in files)], ROOT / "tests" / "emu", timeout=900)

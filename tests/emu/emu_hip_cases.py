@@ -5,6 +5,7 @@ import ctypes
 import numpy as np
 import pytest
 
+from built_kernels import manifest_of_test_kernels
 from hipindexer import catalog, testing
 from hipindexer.gate import gate_prefill
 from hipindexer.runtime import Device, empty, from_numpy, get_kernel
@@ -46,7 +47,7 @@ def test_echo_kernarg_bytes_exact(dev):
     vals = dict(out=out.ptr, a_u8=0xA5, b_i32=-123456789, c_u32=0xFEDCBA98, d_i64=-(1 << 60) + 7,
                 e_u64=(1 << 64) - 3, f_f32=1.5, blob=bytes(range(128)), g_f64=-2.25, h_ptr=0x123456789ABC, tail_u8=0x5A)
     packed = S.pack(**vals)
-    get_kernel("echo_params", device=dev).launch(grid=1, **vals)
+    get_kernel("echo_params", device=dev, manifest=manifest_of_test_kernels()).launch(grid=1, **vals)
     got = out.numpy().tobytes()
     assert got[S.size:] == packed and got[:S.size] == packed
 
@@ -54,7 +55,7 @@ def test_echo_kernarg_bytes_exact(dev):
 def test_wrong_kernarg_size_is_refused(dev):
     from rocm.bindings import hip
     k = get_kernel("fill_u32", device=dev)
-    cfg, _ = dev._b.launch_args(k._addr, k.param_size + 8)
+    cfg, _ = dev._b.launch_args(ctypes.addressof(k.params), k.param_size + 8)
     err = hip.hipModuleLaunchKernel(k._fn, 1, 1, 1, 64, 1, 1, 0, 0, None, cfg)
     err = err[0] if isinstance(err, tuple) else err
     assert int(err) == int(hip.hipError_t.hipErrorInvalidValue)
@@ -79,7 +80,7 @@ def test_logits_tile_through_hip_python(dev, mode, H):
     d = [from_numpy(a) for a in (inp.q.view(np.uint8), inp.k.view(np.uint8), inp.kv_scale, inp.weights,
                                  inp.cu_seqlen_ks, inp.cu_seqlen_ke)]
     out = empty((M, N), np.float32).fill(np.nan)
-    get_kernel("logits_tile", device=dev).launch(
+    get_kernel("logits_tile", device=dev, manifest=manifest_of_test_kernels()).launch(
         grid=((N + 31) // 32, (M + 1) // 2), q=d[0], k=d[1], kv_scale=d[2], weights=d[3], ks=d[4], ke=d[5],
         out=out, out_stride=N, M=M, N=N, H=H, clean=1)
     r = gate_prefill(out.numpy(), inp, True, "fp32")

@@ -7,7 +7,7 @@ from hipindexer import catalog, testing
 from hipindexer.gate import gate_prefill
 
 # (M, N, H, mode, clean): odd M (a half-empty last wave), N off the 32-key tile,
-# every window mode of DESIGN 3 that applies, both clean_logits settings.
+# every window mode of testing.PREFILL_MODES that applies, both clean_logits settings.
 CASES = [(M, N, H, mode, clean)
          for (M, N) in [(37, 200), (6, 96)]
          for H in (32, 64)

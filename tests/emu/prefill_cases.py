@@ -1,10 +1,13 @@
 """The prefill op on the emulated MI355X (run by tests/test_prefill_emu.py in a child
 pytest with -p emu_session, whose HIP is the emulator)."""
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from built_kernels import manifest_of_test_kernels
 from hipindexer import fp8_mqa_logits, reference, testing
 from hipindexer.gate import gate_prefill
 from hipindexer.ops import target_of
@@ -27,7 +30,7 @@ def test_every_column_of_every_row_has_exactly_one_owner(M, N, data):
     plan = plan_prefill(M, N, 16, 64, target_of(DEV), rows_per_block=rpb, split=split,
                         reverse_rows=data.draw(st.booleans()))
     owner = DeviceArray.empty((plan.split, M, N), np.int32, DEV).fill(0)
-    kern = get_kernel("split_probe", device=DEV)
+    kern = get_kernel("split_probe", device=DEV, manifest=manifest_of_test_kernels())
     kern.launch(plan.grid, ks=DeviceArray.from_numpy(ks, DEV), ke=DeviceArray.from_numpy(ke, DEV), owner=owner,
                 M=M, N=N, rows_per_block=plan.rows_per_block, split=plan.split, tile=plan.tile,
                 reverse_rows=int(plan.reverse_rows))
@@ -95,6 +98,83 @@ def test_bad_input_is_named_before_any_launch(arg, bad, exc, match):
     args[arg] = bad(inp)
     with pytest.raises(exc, match=match):
         fp8_mqa_logits(*args, device=DEV)
+
+
+def test_a_made_up_stream_handle_is_refused_and_the_named_ones_work():
+    inp = _inputs(seed=3)
+    with pytest.raises(TypeError, match=r"Stream\(device, external=5\)"):
+        fp8_mqa_logits(*inp.args(), device=DEV, stream=5)
+    a = fp8_mqa_logits(*inp.args(), device=DEV).numpy()
+    b = fp8_mqa_logits(*inp.args(), device=DEV, stream=0).numpy()
+    np.testing.assert_array_equal(a, b)
+
+
+class _Fp8Tensor:
+    """A stand-in for a PyTorch float8_e4m3fn tensor on the device: its CUDA Array Interface and DLPack
+    raise, and view(<its framework's uint8>) gives the same bytes as an exporting array."""
+    __module__ = "fakeframework"
+    dtype = "fakeframework.float8_e4m3fn"
+
+    def __init__(self, base):
+        self.base = base
+
+    @property
+    def __cuda_array_interface__(self):
+        raise TypeError("float8_e4m3fn is not supported by __cuda_array_interface__")
+
+    def __dlpack_device__(self):
+        return self.base.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        raise BufferError("float8_e4m3fn is not supported by DLPack")
+
+    def view(self, dtype):
+        assert dtype is sys.modules["fakeframework"].uint8
+        return self.base.view(np.uint8)
+
+
+def test_an_fp8_tensor_that_refuses_both_protocols_passes_straight_in(monkeypatch):
+    import types
+    monkeypatch.setitem(sys.modules, "fakeframework", types.SimpleNamespace(uint8=object()))
+    inp = _inputs(seed=4)
+    q, k = DeviceArray.from_numpy(inp.q, DEV), DeviceArray.from_numpy(inp.k, DEV)
+    want = fp8_mqa_logits(q, k, *inp.args()[2:], device=DEV).numpy()
+    got = fp8_mqa_logits(_Fp8Tensor(q), _Fp8Tensor(k), *inp.args()[2:], device=DEV).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_threads_launching_at_once_each_get_their_own_logits():
+    """Each thread calls the op on inputs of its own (two shapes, so the plans differ too) while the
+    interpreter switches threads as often as it can: every result must be its own inputs' logits."""
+    import threading
+    shapes = [(37, 300), (20, 150)]
+    sets = [_inputs(*shapes[t % 2], seed=10 + t) for t in range(4)]
+    want = [fp8_mqa_logits(*inp.args(), device=DEV).numpy() for inp in sets]
+    for inp, w in zip(sets, want):
+        g = gate_prefill(w, inp, True, "fp32")
+        assert g, g.message
+    args = [[DeviceArray.from_numpy(a, DEV) for a in inp.args()] for inp in sets]
+    outs = [DeviceArray.empty(w.shape, np.float32, DEV) for w in want]
+    start, wrong = threading.Barrier(len(sets)), []
+
+    def worker(t):
+        start.wait()
+        for i in range(12):
+            outs[t].fill(np.nan)
+            got = fp8_mqa_logits(*args[t], out=outs[t]).numpy()
+            if not np.array_equal(got, want[t]):
+                wrong.append((t, i))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(sets))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong, f"(thread, call) pairs whose logits were not their own: {wrong}"
 
 
 def test_out_must_be_a_device_array_of_the_right_shape():

@@ -1,0 +1,16 @@
+"""The kernel build behind build.py: catalog kernels in, code objects and a manifest out.
+
+    toolchains.py          which compiler builds each target, and the driver its objects need
+    jobs.py                one compile per kernel x target x variant: flags and the source hash
+    compile.py             runs one job and describes the object it made
+    resources.py           what an object uses (registers, LDS, shared memory, occupancy),
+                           read from its metadata and cross-checked against the compiler's report
+    manifest.py            manifest.json: which entries are current, --check, writing it
+    trees.py               where each kernel goes: shipped, or test-only (never in a wheel)
+    builder.py             an incremental build of every tree
+    hipindexer_modules.py  the package files the build reads (catalog, codeobj, emubuild)
+    process.py             running a tool; the build's errors
+
+Stdlib only, plus msgpack for the AMDGPU metadata: a wheel build runs this in
+an isolated environment that has neither numpy nor the hipindexer package.
+"""
