@@ -1,4 +1,4 @@
-"""The decode benchmark (`hipindexer bench decode`), by the method of DESIGN.md section 4.
+"""The decode benchmark (`hipindexer bench decode`), by the method of docs/benchmarks.md.
 
 Pinned: D = 128, block_size 64, block-flat on NVIDIA and preshuffled on gfx950, max_model_len = the
 longest context, every sequence at the stated context unless the row says otherwise (pm30: +-30%;

@@ -199,7 +199,7 @@ STRUCTS.append(Struct("SplitProbeParams", [
     ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("owner", "ptr:i32"),
     ("M", "i32"), ("N", "i32"), ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"), ("reverse_rows", "i32"),
 ]))
-# Paged decode (DESIGN.md 1.2). Optional arrays are 0: next_n_lens (every row live), errors (no flags).
+# Paged decode (docs/ops.md). Optional arrays are 0: next_n_lens (every row live), errors (no flags).
 STRUCTS.append(Struct("DecodeParams", [
     ("q", "ptr:u8"), ("kv_cache", "ptr:u8"), ("weights", "ptr:f32"), ("context_lens", "ptr:i32"),
     ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"), ("out", "ptr:f32"), ("errors", "ptr:i32"),

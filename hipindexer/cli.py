@@ -488,7 +488,7 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 @bench.command("decode")
 @click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
 @click.option("--rows", default=None,
-              help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the issue's eight rows; tiny "
+              help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the eight rows of docs/benchmarks.md; tiny "
                    "ones on the emulator)")
 @click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
 @click.option("--next-n", "next_ns", default="1,2,4,6,8,ragged", show_default=True,

@@ -1,4 +1,4 @@
-// Who computes and who fills what in paged decode (DESIGN.md 1.2): the work of
+// Who computes and who fills what in paged decode: the work of
 // one sequence as read from device memory, and how a grid of units planned
 // from host shapes alone shares a batch's real work evenly.
 //

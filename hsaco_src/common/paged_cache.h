@@ -1,4 +1,4 @@
-// Byte layout of the paged indexer K cache (DESIGN.md 1.3), shared by every
+// Byte layout of the paged indexer K cache, shared by every
 // kernel that reads or writes it. A physical block of block_size tokens is
 // block_size * D fp8 key bytes, then block_size float32 scales; its keys are
 // token-major (block-flat) or in the 16x16 preshuffled order. Offsets are

@@ -1,4 +1,4 @@
-// Generic paged decode logits (DESIGN.md 1.2): any H, D % 16 == 0 (D <= 1024),
+// Generic paged decode logits: any H, D % 16 == 0 (D <= 1024),
 // any block_size, both cache layouts, every target; scalar fp32 FMAs.
 //
 // Grid: one block per unit, units planned on the host from shapes alone; each
