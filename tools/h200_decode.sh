@@ -38,7 +38,7 @@ check)
   say "$(grep -E '^FAIL' "$OUT/check.log" | cut -c1-400 | head -5)"
   say "$(grep -A12 -E '^op ' "$OUT/check.log" | head -12)" ;;
 mutate)  # on the plant builds made beside the checkout (no compiler needed here), else built here
-  if [ -f "$PLANTS/clean/manifest.json" ]; then
+  if [ -f "$PLANTS/clean/pkg/hipindexer/kernels/manifest.json" ]; then
     run mutate 200 $PY tools/mutate.py --suite $SUITE --set decode --builds "$PLANTS" --prebuilt
   else
     say "(no plant builds in $PLANTS: building them here)"
@@ -47,10 +47,10 @@ mutate)  # on the plant builds made beside the checkout (no compiler needed here
   say "$(tail -9 "$OUT/mutate.log")" ;;
 bench)
   s=$(date +%s)
-  timeout 150 $PY -m hipindexer.cli bench decode --device $DEVICE --clean true --repeats 5 $BENCH_ARGS \
-    > "$OUT/bench.log" 2> "$OUT/bench.err"; rc=$?
-  say "== bench: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo ' (timed out at 150 s)')"
-  cat "$OUT/bench.log" >> "$S" ;;
+  timeout ${BENCH_S:-150} $PY -m hipindexer.cli bench decode --device $DEVICE --clean true --repeats 5 $BENCH_ARGS \
+    --json > "$OUT/bench.json" 2> "$OUT/bench.err"; rc=$?
+  say "== bench: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo ' (timed out)')"
+  $PY tools/results_table.py "$OUT/bench.json" >> "$S" 2>&1 ;;
 esac; done
 say "== total $(( $(date +%s) - T0 )) s"
 cat "$S"
