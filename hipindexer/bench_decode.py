@@ -68,13 +68,14 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
             pairs = int(bound.sum())
             plan = plan_decode(B, next_n, H, D, BLOCK_SIZE, mml, target_of(device), preshuffle=preshuffle,
                                **tunables)
+            rows_out = [o[:B * next_n] for o in outs]  # views made once: a serving loop keeps its out arrays
             for clean in cleans:
                 progress(f"{spread} B={B} ctx={ctx} H={H} next_n={label} clean={clean}")
 
-                def call(i, stream=None, clean=clean, qs=qs, ws=ws, nl_d=nl_d, next_n=next_n):
+                def call(i, stream=None, clean=clean, qs=qs, ws=ws, nl_d=nl_d, rows_out=rows_out):
                     j = i % sets
                     fp8_paged_mqa_logits(qs[j], caches[j], ws[j], ctx_d, bt_d, mml, nl_d, preshuffle,
-                                         clean_logits=clean, out=outs[j][:B * next_n], stream=stream,
+                                         clean_logits=clean, out=rows_out[j], stream=stream,
                                          device=device, **tunables)
                 call(0)
                 device.synchronize()

@@ -46,6 +46,7 @@ class CudaBackend:
         self._error = None
         self._inited = None
         self._ctx = {}
+        self._streams = {}  # stream handle -> its CUstream, made once
 
     def library_path(self):
         return "libcuda.so.1 (system search)"
@@ -195,7 +196,13 @@ class CudaBackend:
         return (kp.ctypes.data, kp)  # the array must outlive every launch
 
     def launch(self, fn, grid, block, shared_mem, stream, args):
-        _check(_cu.cuLaunchKernel(fn, *grid, *block, shared_mem, stream, args[0], 0), "cuLaunchKernel")
+        # The binding wraps an int stream in a new CUstream on every call; a launch takes the one kept here.
+        cs = self._streams.get(stream)
+        if cs is None:
+            cs = self._streams[stream] = _cu.CUstream(stream)
+        err = _cu.cuLaunchKernel(fn, *grid, *block, shared_mem, cs, args[0], 0)[0]
+        if err:
+            _check(err, "cuLaunchKernel")
 
 
 _backend = None
