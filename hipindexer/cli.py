@@ -270,6 +270,23 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
     _report(outcomes, as_json, verbose)
 
 
+@check.command("cache")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
+    """quantize_and_cache_keys, gather_cached_keys and packed_prefill_windows on a device against the numpy
+    helpers of hipindexer.cache, bit for bit: every input type, both layouts, block sizes 1, 16 and 64, the
+    rounding boundaries, and untrusted device values."""
+    from .cache_check import cache_cases
+    dev = _device_or_exit(device_spec)
+    _progress(f"device {dev!r}")
+    rng = np.random.default_rng(seed)
+    _report(_run_cases(list(cache_cases(quick)), lambda c: c(rng, dev)), as_json, verbose)
+
+
 def _check_decode_kernel(kernel, dev, accumulation) -> None:
     """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them."""
     from .decode_plan import plan_decode
