@@ -563,5 +563,41 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
                        "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"]))
 
 
+@bench.command("cache")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed batches; the median is reported.")
+@click.option("--json", "as_json", is_flag=True)
+def bench_cache_cmd(device_spec, repeats, as_json) -> None:
+    """quantize_and_cache_keys (65536 keys, and a decode step's 64) and gather_cached_keys (131072 tokens)
+    against the copy ceiling measured in the same run (docs/benchmarks.md)."""
+    from .bench import copy_bandwidth, emulated
+    from .bench_cache import bench_cache
+    dev = _device_or_exit(device_spec)
+    emu = emulated(dev)
+    if emu:
+        _progress("emulated device: tiny sizes, and the times measure the CPU emulator: they are not speeds")
+    _progress(f"device {dev!r}: measuring the copy ceiling")
+    bw = copy_bandwidth(dev)
+    rows = bench_cache(dev, repeats, _progress)
+    for r in rows:
+        r["of_copy"] = r["GBps"] * 1e9 / bw
+    note = "EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds" \
+        if emu else None
+    if as_json:
+        click.echo(json.dumps({"op": "cache", "date": _today(), "device": repr(dev), "driver": _driver(dev),
+                               "emulated": emu, "note": note, "copy_GBps": bw / 1e9, "cases": rows}, indent=1))
+        return
+    if note:
+        click.echo(note)
+    click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
+    scale = {True: "pow2", False: "amax/448", None: "-"}
+    click.echo(_table([[r["op"], "preshuffled" if r["preshuffle"] else "block-flat", scale[r["power_of_two"]],
+                        r["tokens"], f"{r['us']:.2f}", f"{r['us_graph']:.2f}" if r["us_graph"] else "-",
+                        f"{r['GBps']:.0f}", f"{100 * r['of_copy']:.1f}%", f"{r['host_us']:.1f}"] for r in rows],
+                      ["op", "layout", "scale", "tokens", "median us", "graph us", "GB/s", "of copy",
+                       "host us/call"]))
+
+
 if __name__ == "__main__":
     main()
