@@ -21,7 +21,7 @@ import numpy as np
 
 from . import cache
 from .arguments import FP8
-from .sweep import FAIL, PASS, Outcome
+from .sweep import FAIL, NA, PASS, Outcome
 
 KEY_TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
 LAYOUTS = ((1, False), (16, False), (16, True), (64, False), (64, True))  # (block_size, preshuffle)
@@ -253,6 +253,45 @@ def untrusted_case(rng, device) -> Outcome:
                    "; ".join(problems) or "bits set, nothing written through them")
 
 
+OFFSET_CASES = ((1, 1 << 25), (64, 1 << 19))  # (block_size, blocks below the ones used): pools past 4 GiB
+
+
+def offset_case(rng, device, block_size: int, base: int) -> Outcome:
+    """Writes and gathers in the top blocks of a pool of base + their own blocks, so every byte offset is
+    past 4 GiB (64-bit offsets), against numpy on a pool of their own. Not applicable without the memory."""
+    from .cache_ops import gather_cached_keys, quantize_and_cache_keys
+    from .runtime import DeviceArray
+    name = f"offset_bs{block_size}_above_{base}_blocks"
+    D, T = 128, 300
+    nb = -(-(T + T // 4) // block_size)
+    need = (base + nb) * block_size * (D + 4)
+    if getattr(device, "backend", "") == "emu" or need + (1 << 30) > getattr(device, "total_memory", 0):
+        return Outcome("cache_offset", name, NA, f"needs {need / 2**30:.1f} GiB of device memory (and a GPU)")
+    preshuffle = block_size % 16 == 0
+    start = rng.integers(0, 256, (nb, block_size, D + 4), dtype=np.uint8)
+    pool = DeviceArray.empty((base + nb, block_size, D + 4), np.uint8, device)
+    pool[base:].copy_from(start)
+    k = random_keys(rng, T, D, KEY_TYPES["bf16"])
+    slots = rng.permutation(nb * block_size)[:T].astype(np.int64)
+    slots[::10] = -1
+    high = np.where(slots >= 0, slots + base * block_size, -1).astype(np.int32 if block_size == 1 else np.int64)
+    quantize_and_cache_keys(_dev(k, device), pool, _dev(high, device), preshuffle=preshuffle, device=device)
+    want = start.copy()
+    cache.write_cache(want, *cache.quantize_keys(k), slots, preshuffle=preshuffle)
+    lens = np.array([T // 3, T // 3 + 1, 7])
+    tables = (rng.permutation(nb)[:3 * -(-max(lens) // block_size)].reshape(3, -1)).astype(np.int32)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    gk, gs = gather_cached_keys(pool, _dev(tables + base, device), _dev(cu, device), preshuffle=preshuffle,
+                                out=(DeviceArray.empty((int(cu[-1]), D), np.uint8, device),
+                                     DeviceArray.empty((int(cu[-1]),), np.float32, device)), device=device)
+    parts = [cache.gather_keys(want, tables[r], int(lens[r]), D, preshuffle) for r in range(3)]
+    msg = _mismatch(pool[base:].numpy(), want, "cache bytes") or \
+        _mismatch(gk.numpy().view(np.uint8), np.concatenate([p[0] for p in parts]).view(np.uint8), "key bytes") or \
+        _mismatch(gs.numpy().view(np.uint32), np.concatenate([p[1] for p in parts]).view(np.uint32), "scales")
+    del pool
+    return Outcome("cache_offset", name, FAIL if msg else PASS, msg or f"pool {need / 2**30:.1f} GiB; bitwise equal")
+
+
 def cache_cases(quick: bool) -> Iterator[Callable[[np.random.Generator, object], Outcome]]:
     """Every case of `hipindexer check cache` (quick: the CI size, for the emulator), as functions of
     (rng, device)."""
@@ -269,3 +308,6 @@ def cache_cases(quick: bool) -> Iterator[Callable[[np.random.Generator, object],
     for R, spare in ((1, 0), (3, 5), (300, 1) if quick else (700, 1)):
         yield case("windows", f"R{R}", windows_case, R, spare)
     yield case("untrusted", "slots_block_ids_lengths", untrusted_case)
+    if not quick:
+        for bs, base in OFFSET_CASES:
+            yield case("cache_offset", f"offset_bs{bs}", offset_case, bs, base)
