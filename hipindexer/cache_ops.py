@@ -202,8 +202,9 @@ def gather_cached_keys(kv_cache, block_tables, cu_seq_lens, preshuffle=False, ou
     (ERROR_BLOCK_ID) is set; cu_seq_lens that decrease, start below 0 or end past N, or a request longer
     than its block-table row holds, set bit 2 (ERROR_LENGTH).
 
-    Returns (k [N, D] float8_e4m3fn, scale [N] float32) DeviceArrays (out's, when given), without
-    waiting: the `k` and `kv_scale` of hipindexer.fp8_mqa_logits. Raises, before anything is copied or
+    Returns (k [N, D] float8_e4m3fn, scale [N] float32) DeviceArrays, or out's arrays as given (a uint8
+    k_out stays uint8, which fp8_mqa_logits reads as fp8), without waiting: the `k` and `kv_scale` of
+    hipindexer.fp8_mqa_logits. Raises, before anything is copied or
     launched: TypeError for wrong dtypes or a numpy out; ValueError for wrong shapes, a misaligned,
     non-contiguous or read-only device array, a preshuffled layout the block size cannot take, no out
     with device-held cu_seq_lens, and for host (numpy) values: cu_seq_lens not starting at 0, decreasing
@@ -230,7 +231,7 @@ def gather_cached_keys(kv_cache, block_tables, cu_seq_lens, preshuffle=False, ou
     st = dev.default_stream if stream is None else as_stream(stream, dev)
     launch(st.handle, kv_cache.ptr, block_tables.ptr, cu_seq_lens.ptr, out_k.ptr, out_s.ptr,
            0 if errors is None else errors.ptr)
-    return (out_k.view(FP8) if out_k.dtype == U8 else out_k), out_s
+    return out_k, out_s
 
 
 def _out_pair(out, name: str, what: str):
@@ -290,7 +291,8 @@ def _gather(arrays, preshuffle, stream, device, key):
         for nm, o in (("out[0]", out_k), ("out[1]", out_s)):
             if isinstance(o, np.ndarray):
                 raise TypeError(f"{nm}: expected a device array (a numpy out would be a copy, and the result lost)")
-        ok, os_ = adopt("out[0]", out_k, dev, st, fp8=True), adopt("out[1]", out_s, dev, st)
+        given = adopt("out[0]", out_k, dev, st)  # returned as given: uint8 stays uint8
+        ok, os_ = (given.view(FP8) if given.dtype == U8 else given), adopt("out[1]", out_s, dev, st)
         (N, Dk) = expect("out[0]", ok, FP8, 2, "[N, D] float8_e4m3fn (or uint8)")
         if Dk != D:
             raise ValueError(f"out[0]: D (last dim) is {Dk}, but kv_cache holds keys of D = {D}")
@@ -309,18 +311,18 @@ def _gather(arrays, preshuffle, stream, device, key):
     check_resident("cu_seq_lens", cu)
     ea = _errors(errors, dev, st)
     if ok is None:
-        ok = DeviceArray.empty((N, D), FP8, dev, st)
+        ok = given = DeviceArray.empty((N, D), FP8, dev, st)
         os_ = DeviceArray.empty((N,), np.float32, dev, st)
     items = N * (D // 16)
     if items == 0 or R == 0:
-        return ok, os_
+        return given, os_
     launch = kernel_for(dev, "gather_cached_keys").prepare(
         -(-items // BLOCK), BLOCK, pointers=GATHER_POINTERS, num_blocks=nb, N=N, R=R, max_blocks=max_blocks, D=D,
         block_size=bs, preshuffle=int(bool(preshuffle)))
     remember(key, (launch, dev))
     ca, bt, cu = (upload(a, dev, st) for a in (ca, bt, cu))
     launch(st.handle, ca.ptr, bt.ptr, cu.ptr, ok.ptr, os_.ptr, 0 if ea is None else ea.ptr)
-    return ok, os_
+    return given, os_
 
 
 # ------------------------------------------------------------------ packed prefill windows

@@ -97,7 +97,7 @@ def test_prepared_launches_follow_new_pointers_and_streams():
         out = (DeviceArray.empty((20, 64), np.uint8, DEV), DeviceArray.empty((20,), np.float32, DEV))
         tables = _dev(np.array([[1, 0]], np.int32))
         gk, gs = gather_cached_keys(kv, tables, _dev(np.array([0, 20], np.int32)), out=out, stream=s)
-        assert gk.ptr == out[0].ptr and gk.dtype == np.dtype(ml_dtypes.float8_e4m3fn) and gs is out[1]
+        assert gk is out[0] and gs is out[1]  # out's arrays as given, uint8 included
         wk, ws = cache.gather_keys(want, [1, 0], 20, 64)
         np.testing.assert_array_equal(gk.numpy(stream=s).view(np.uint8), wk.view(np.uint8))
         ks, ke = packed_prefill_windows(_dev(np.array([i + 1], np.int32)), _dev(np.array([5], np.int32)), num_rows=4,
