@@ -101,7 +101,11 @@ HX_INLINE HX_HD hx_u32 hx_f32x4_to_e4m3_sat(const float v[4]) {
 // v * recip when recip != 0 (hx_exact_reciprocal).
 HX_INLINE HX_HD hx_u32x4 hx_quantize16(const float v[16], float scale, float recip) {
   float q[16];
-  for (int i = 0; i < 16; ++i) q[i] = recip != 0.0f ? v[i] * recip : v[i] / scale;
+  if (recip != 0.0f) {  // one branch per chunk: the division's instructions only where they are needed
+    for (int i = 0; i < 16; ++i) q[i] = v[i] * recip;
+  } else {
+    for (int i = 0; i < 16; ++i) q[i] = v[i] / scale;
+  }
   hx_u32x4 out;
   out.x = hx_f32x4_to_e4m3_sat(q);
   out.y = hx_f32x4_to_e4m3_sat(q + 4);
