@@ -19,11 +19,14 @@ from .planner import plan_prefill, plan_prefill_chunks
 __version__ = "0.1.0"
 
 _FROM = {"fp8_mqa_logits": ".ops", "fp8_paged_mqa_logits": ".decode", "plan_decode": ".decode_plan",
+         "quantize_and_cache_keys": ".cache_ops", "gather_cached_keys": ".cache_ops",
+         "packed_prefill_windows": ".cache_ops",
          "Device": ".runtime", "DeviceArray": ".runtime", "Stream": ".runtime", "Event": ".runtime"}
 _MODULES = ("cache", "gate", "ops", "reference", "runtime", "testing")
 
 __all__ = ["Device", "DeviceArray", "Event", "Stream", "cache", "fp8_mqa_logits", "fp8_paged_mqa_logits", "gate",
-           "plan_decode", "plan_prefill", "plan_prefill_chunks", "reference", "testing"]
+           "gather_cached_keys", "packed_prefill_windows", "plan_decode", "plan_prefill", "plan_prefill_chunks",
+           "quantize_and_cache_keys", "reference", "testing"]
 
 
 def __getattr__(name):

@@ -1,4 +1,4 @@
-"""The paged indexer K cache in numpy: quantise, write, shuffle, gather, block tables.
+"""The paged indexer K cache in numpy: quantise, write, shuffle, gather, block tables, packed prefill windows.
 
 Layout (docs/ops.md, "The paged cache layouts"): each physical block of ``block_size`` tokens holds
 ``block_size * D`` fp8 key bytes, then ``block_size`` float32 scales.  Keys are
@@ -223,6 +223,54 @@ def gather_keys(cache: np.ndarray, block_table_row, n_tokens: int, D: int,
         raise ValueError(f"block_table_row: an entry of the first {need} is outside the cache's {nb} blocks")
     k, s = gather_blocks(cache, blocks, D, preshuffle)
     return np.ascontiguousarray(k[:n_tokens]), np.ascontiguousarray(s[:n_tokens])
+
+
+def packed_prefill_windows(query_lens, context_lens, num_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The cu_seqlen_ks / cu_seqlen_ke of one prefill chunk whose requests are packed back to back.
+
+    Request r has query_lens[r] query rows, the last ones of its context_lens[r] tokens; its keys sit at
+    [K_r, K_r + context_lens[r]) of the chunk's gathered keys, K_r = sum(context_lens[:r]) (what
+    gather_keys of each request, concatenated, or hipindexer.gather_cached_keys with
+    cu_seq_lens = [0, cumsum(context_lens)] produce). Row j of request r sees its keys up to its own
+    position: ks = K_r, ke = K_r + context_lens[r] - query_lens[r] + j + 1 (causal within its own keys).
+    Rows are packed in request order; num_rows (default sum(query_lens)) may be larger, and the rows past
+    the last request's get the empty window [0, 0). Returns (ks [num_rows], ke [num_rows]) int32, the
+    windows of hipindexer.fp8_mqa_logits. Raises ValueError for arrays that are not 1-D integers of one
+    length, a negative length, query_lens[r] > context_lens[r], num_rows below sum(query_lens), or more
+    keys than int32 counts.
+
+    >>> ks, ke = packed_prefill_windows([2, 3], [5, 3])
+    >>> ks.tolist(), ke.tolist()
+    ([0, 0, 5, 5, 5], [4, 5, 6, 7, 8])
+    """
+    q, L = np.asarray(query_lens), np.asarray(context_lens)
+    for name, a in (("query_lens", q), ("context_lens", L)):
+        if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+            raise ValueError(f"{name}: expected a 1-D integer array [R], got {a.dtype} {a.shape}")
+    if q.shape != L.shape:
+        raise ValueError(f"query_lens and context_lens: one entry per request each, got {q.shape[0]} and {L.shape[0]}")
+    q, L = q.astype(np.int64), L.astype(np.int64)
+    for name, a in (("query_lens", q), ("context_lens", L)):
+        if (a < 0).any():
+            r = int(np.argmax(a < 0))
+            raise ValueError(f"{name}: must be >= 0, got {int(a[r])} for request {r}")
+    if (q > L).any():
+        r = int(np.argmax(q > L))
+        raise ValueError(f"query_lens: request {r} has {int(q[r])} query rows but context_lens {int(L[r])}; "
+                         f"its query rows are the last of its context")
+    if int(L.sum()) > np.iinfo(np.int32).max:
+        raise ValueError(f"context_lens: {int(L.sum())} keys in all, past int32")
+    M = int(q.sum())
+    rows = M if num_rows is None else int(num_rows)
+    if rows < M:
+        raise ValueError(f"num_rows: {rows} is fewer than the {M} query rows of the requests")
+    key0 = np.cumsum(L) - L
+    req = np.repeat(np.arange(q.size), q)
+    j = np.arange(M) - np.repeat(np.cumsum(q) - q, q)
+    ks, ke = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+    ks[:M] = key0[req]
+    ke[:M] = key0[req] + L[req] - q[req] + j + 1
+    return ks, ke
 
 
 def make_block_tables(context_lens, block_size: int, rng: np.random.Generator,

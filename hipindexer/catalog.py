@@ -209,6 +209,28 @@ STRUCTS.append(Struct("DecodeParams", [
     ("max_blocks", "i32"),  # block_tables columns
     ("max_model_len", "i32"), ("clean", "i32"), ("preshuffle", "i32"),
 ]))
+# The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.cache_ops). Optional
+# errors is 0 (no flags).
+STRUCTS.append(Struct("CacheWriteParams", [
+    ("k", "ptr"), ("kv_cache", "ptr:u8"), ("slots", "ptr"), ("errors", "ptr:i32"),
+    ("num_slots", "i64"),  # num_blocks * block_size: slots outside [-1, num_slots) are never written through
+    ("T", "i32"), ("D", "i32"), ("block_size", "i32"),
+    ("dtype", "i32"),  # k's element type: HX_KEY_F32, HX_KEY_F16, HX_KEY_BF16 (hsaco_src/common/fp8_quant.h)
+    ("slots64", "i32"),  # slot_mapping is int64 (else int32)
+    ("preshuffle", "i32"), ("power_of_two", "i32"),
+    ("tokens_per_block", "i32"),  # a power of two dividing the block; the host's cache_ops.tokens_per_block
+]))
+STRUCTS.append(Struct("CacheGatherParams", [
+    ("kv_cache", "ptr:u8"), ("block_tables", "ptr:i32"), ("cu_seq_lens", "ptr:i32"), ("out_k", "ptr:u8"),
+    ("out_scale", "ptr:f32"), ("errors", "ptr:i32"),
+    ("num_blocks", "i64"),  # block ids outside [0, num_blocks) are never read through
+    ("N", "i64"),  # rows of out_k and out_scale
+    ("R", "i32"), ("max_blocks", "i32"), ("D", "i32"), ("block_size", "i32"), ("preshuffle", "i32"),
+]))
+STRUCTS.append(Struct("WindowsParams", [
+    ("query_lens", "ptr:i32"), ("context_lens", "ptr:i32"), ("ks", "ptr:i32"), ("ke", "ptr:i32"),
+    ("errors", "ptr:i32"), ("M", "i32"), ("R", "i32"),
+]))
 # Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
 STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))
 # The fp8 wgmma peak loop (sm_90a): the benchmark's matrix-rate ceiling.
@@ -228,6 +250,14 @@ KERNELS.append(Kernel("paged_mqa_logits_generic", "generic/paged_mqa_logits.hip"
                       "DecodeParams", block=128, accumulation="fp32"))
 KERNELS.append(Kernel("stream_read_u32x4", "generic/stream_read.hip", "hx_stream_read_u32x4", "StreamReadParams",
                       block=256))
+# The paged K cache on the device (hipindexer.cache_ops): quantise-and-write by slot, gather for prefill, and the
+# packed prefill windows of a chunk.
+KERNELS.append(Kernel("quantize_and_cache", "generic/cache_write.hip", "hx_quantize_and_cache", "CacheWriteParams",
+                      block=256))
+KERNELS.append(Kernel("gather_cached_keys", "generic/cache_gather.hip", "hx_gather_cached_keys", "CacheGatherParams",
+                      block=256))
+KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "hx_packed_prefill_windows",
+                      "WindowsParams", block=256))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

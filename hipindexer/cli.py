@@ -270,6 +270,23 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
     _report(outcomes, as_json, verbose)
 
 
+@check.command("cache")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
+    """quantize_and_cache_keys, gather_cached_keys and packed_prefill_windows on a device against the numpy
+    helpers of hipindexer.cache, bit for bit: every input type, both layouts, block sizes 1, 16 and 64, the
+    rounding boundaries, and untrusted device values."""
+    from .cache_check import cache_cases
+    dev = _device_or_exit(device_spec)
+    _progress(f"device {dev!r}")
+    rng = np.random.default_rng(seed)
+    _report(_run_cases(list(cache_cases(quick)), lambda c: c(rng, dev)), as_json, verbose)
+
+
 def _check_decode_kernel(kernel, dev, accumulation) -> None:
     """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them."""
     from .decode_plan import plan_decode
@@ -544,6 +561,42 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
                         f"{r['host_us']:.1f}"] for r in results],
                       ["spread", "B", "ctx", "H", "next_n", "clean", "kernel", "split", "median us", "graph us",
                        "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"]))
+
+
+@bench.command("cache")
+@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed batches; the median is reported.")
+@click.option("--json", "as_json", is_flag=True)
+def bench_cache_cmd(device_spec, repeats, as_json) -> None:
+    """quantize_and_cache_keys (65536 keys, and a decode step's 64) and gather_cached_keys (131072 tokens)
+    against the copy ceiling measured in the same run (docs/benchmarks.md)."""
+    from .bench import copy_bandwidth, emulated
+    from .bench_cache import bench_cache
+    dev = _device_or_exit(device_spec)
+    emu = emulated(dev)
+    if emu:
+        _progress("emulated device: tiny sizes, and the times measure the CPU emulator: they are not speeds")
+    _progress(f"device {dev!r}: measuring the copy ceiling")
+    bw = copy_bandwidth(dev)
+    rows = bench_cache(dev, repeats, _progress)
+    for r in rows:
+        r["of_copy"] = r["GBps"] * 1e9 / bw
+    note = "EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds" \
+        if emu else None
+    if as_json:
+        click.echo(json.dumps({"op": "cache", "date": _today(), "device": repr(dev), "driver": _driver(dev),
+                               "emulated": emu, "note": note, "copy_GBps": bw / 1e9, "cases": rows}, indent=1))
+        return
+    if note:
+        click.echo(note)
+    click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
+    scale = {True: "pow2", False: "amax/448", None: "-"}
+    click.echo(_table([[r["op"], "preshuffled" if r["preshuffle"] else "block-flat", scale[r["power_of_two"]],
+                        r["tokens"], f"{r['us']:.2f}", f"{r['us_graph']:.2f}" if r["us_graph"] else "-",
+                        f"{r['GBps']:.0f}", f"{100 * r['of_copy']:.1f}%", f"{r['host_us']:.1f}"] for r in rows],
+                      ["op", "layout", "scale", "tokens", "median us", "graph us", "GB/s", "of copy",
+                       "host us/call"]))
 
 
 if __name__ == "__main__":

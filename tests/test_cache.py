@@ -196,3 +196,61 @@ def test_cache_readers_name_the_cache_and_D_when_they_disagree():
         with pytest.raises(ValueError, match=r"cache: last dim is 36, but D = 64 needs D \+ 4 = 68 "
                                              r"\(cache holds keys of D = 32\)"):
             call()
+
+
+def test_packed_windows_are_each_requests_causal_triangle_over_its_own_keys():
+    q, L = np.array([3, 0, 5, 2]), np.array([10, 4, 5, 7])
+    ks, ke = cache.packed_prefill_windows(q, L, num_rows=12)
+    rows = []
+    for r in range(4):
+        k0 = int(L[:r].sum())
+        rows += [(k0, k0 + L[r] - q[r] + j + 1) for j in range(q[r])]  # row j is token L - q + j of the request
+    rows += [(0, 0)] * 2  # the padding rows: empty
+    assert list(zip(ks.tolist(), ke.tolist())) == rows and ks.dtype == ke.dtype == np.int32
+
+
+def test_packed_windows_give_each_request_its_own_logits():
+    """Three requests gathered back to back with the packed windows: each request's rows equal its own
+    single-request causal logits, and keys of the other requests are -inf."""
+    rng = np.random.default_rng(5)
+    q, L, H, D = np.array([4, 7, 3]), np.array([9, 7, 20]), 8, 32
+    keys = [testing.random_fp8(rng, (n, D)) for n in L]
+    scales = [rng.uniform(0.5, 2, n).astype(np.float32) for n in L]
+    Q = testing.random_fp8(rng, (int(q.sum()), H, D))
+    w = rng.standard_normal((int(q.sum()), H)).astype(np.float32)
+    ks, ke = cache.packed_prefill_windows(q, L)
+    packed = reference.fp8_mqa_logits(Q, np.concatenate(keys), np.concatenate(scales), w, ks, ke)
+    row0, key0 = np.cumsum(q) - q, np.cumsum(L) - L
+    for r in range(3):
+        j = np.arange(q[r])
+        own = reference.fp8_mqa_logits(Q[row0[r]:row0[r] + q[r]], keys[r], scales[r], w[row0[r]:row0[r] + q[r]],
+                                       np.zeros(q[r], np.int32), (L[r] - q[r] + j + 1).astype(np.int32))
+        got = packed[row0[r]:row0[r] + q[r]]
+        np.testing.assert_allclose(got[:, key0[r]:key0[r] + L[r]], own, rtol=1e-6, atol=1e-6)  # float32 sums
+        assert np.isneginf(np.delete(got, np.s_[key0[r]:key0[r] + L[r]], axis=1)).all()
+
+
+@pytest.mark.parametrize("args,match", [
+    (([1, -1], [3, 3]), "query_lens: must be >= 0, got -1 for request 1"),
+    (([1, 1], [3, -3]), "context_lens: must be >= 0"),
+    (([4], [3]), "query_lens: request 0 has 4 query rows but context_lens 3"),
+    (([1, 2], [3]), "one entry per request each"),
+    (([[1]], [[3]]), "query_lens: expected a 1-D integer array"),
+    (([1.0], [3]), "query_lens: expected a 1-D integer array"),
+    (([1, 2], [3, 3], 2), "num_rows: 2 is fewer than the 3 query rows"),
+    (([1, 1], [2 ** 31 - 1, 1]), "past int32"),
+])
+def test_packed_windows_refuse_bad_lengths_by_name(args, match):
+    with pytest.raises(ValueError, match=match):
+        cache.packed_prefill_windows(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_quantize_takes_half_precision_keys_as_their_exact_float32_values(dtype):
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    k = (np.random.default_rng(6).standard_normal((20, 64)) * 30).astype(dt)
+    a, s = cache.quantize_keys(k)
+    b, t = cache.quantize_keys(k.astype(np.float32))
+    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    np.testing.assert_array_equal(s, t)

@@ -27,7 +27,8 @@ import emu_harness as H  # noqa: E402
 MAIN = [
     "hipindexer.reference.fp8_mqa_logits", "hipindexer.reference.fp8_paged_mqa_logits",
     "hipindexer.cache.quantize_keys", "hipindexer.cache.write_cache", "hipindexer.cache.gather_keys",
-    "hipindexer.cache.make_block_tables", "hipindexer.testing.prefill_inputs", "hipindexer.testing.prefill_windows",
+    "hipindexer.cache.make_block_tables", "hipindexer.cache.packed_prefill_windows",
+    "hipindexer.testing.prefill_inputs", "hipindexer.testing.prefill_windows",
     "hipindexer.gate.gate", "hipindexer.planner.Target", "hipindexer.planner.plan_prefill",
     "hipindexer.planner.plan_prefill_chunks", "hipindexer.runtime.get_kernel",
     "hipindexer.runtime.as_device_array", "hipindexer.runtime.Device", "hipindexer.runtime.DeviceArray",
@@ -134,7 +135,7 @@ def test_docstring_examples_run_on_the_reference(module):
     assert result.failed == 0
 
 
-DEVICE_DOCTESTS = ["hipindexer.ops", "hipindexer.runtime.device", "hipindexer.runtime.array"]
+DEVICE_DOCTESTS = ["hipindexer.ops", "hipindexer.cache_ops", "hipindexer.runtime.device", "hipindexer.runtime.array"]
 _RUN_DOCTESTS = """
 import doctest, importlib, sys
 failed = attempted = 0

@@ -6,6 +6,7 @@
     python tools/mutate.py --suite cuda --set sm90a_fold                 # the sm_90a fold kernel's plants
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
     python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
+    python tools/mutate.py --suite emu --set cache                       # the paged-cache kernels' plants
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
@@ -132,6 +133,53 @@ PLANTS = {
               "s.block[t] = (hx_i64)(id < 0 ? 0 : (id >= p.num_blocks ? p.num_blocks - 1 : id)) * "
               "hx_block_bytes(p.block_size, p.D);"),
     ],
+    # The paged-cache kernels and the quantisation they share (both targets; the portable f32 -> e4m3 rounding
+    # is what gfx950 and the emulator run, sm_90a converts with cvt.rn.satfinite): run with --set cache.
+    "cache": [
+        Plant("ties_away_from_zero", "common/fp8_quant.h",
+              "code = ((a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20) - (120u << 3);",
+              "code = ((a + 0x80000u) >> 20) - (120u << 3);"),
+        Plant("subnormal_ties_up", "common/fp8_quant.h",
+              "(m + (1u << (shift - 1)) - 1u + ((m >> shift) & 1u)) >> shift",
+              "(m + (1u << (shift - 1))) >> shift"),
+        Plant("reciprocal_instead_of_division", "common/fp8_quant.h",
+              "for (int i = 0; i < 16; ++i) q[i] = v[i] / scale;",
+              "for (int i = 0; i < 16; ++i) q[i] = v[i] * (1.0f / scale);"),
+        Plant("no_saturation", "common/fp8_quant.h", "    code = 0x7Eu;", "    code = 0x7Fu;"),
+        Plant("signed_amax", "common/fp8_quant.h",
+              "return hx_f32_to_bits(x) & 0x7FFFFFFFu;", "return hx_f32_to_bits(x) & 0xFFFFFFFFu;"),
+        Plant("power_of_two_rounded_down", "common/fp8_quant.h",
+              "? (b & 0x7F800000u) + 0x00800000u : b;", "? (b & 0x7F800000u) : b;"),
+        Plant("zero_row_keeps_scale_zero", "common/fp8_quant.h",
+              "return b == 0 ? 1.0f : hx_bits_to_f32(b);", "return hx_bits_to_f32(b);"),
+        Plant("f16_subnormals_flushed", "common/fp8_quant.h",
+              "if (e == 0) return hx_bits_to_f32(sign | hx_f32_to_bits((float)m * 5.9604644775390625e-08f));",
+              "if (e == 0) return hx_bits_to_f32(sign);"),
+        Plant("f16_read_as_bf16", "common/fp8_quant.h",
+              "v[8 * i + 2 * j] = dtype == HX_KEY_BF16 ? hx_bf16_to_f32(lo) : hx_f16_to_f32(lo);",
+              "v[8 * i + 2 * j] = hx_bf16_to_f32(lo);"),
+        Plant("amax_of_own_chunk_only", "generic/cache_write.hip",
+              "for (hx_i32 j = tid % tt; j < HX_BLOCK; j += tt)", "for (hx_i32 j = tid; j < HX_BLOCK; j += HX_BLOCK)"),
+        Plant("int32_slots_read_as_int64", "generic/cache_write.hip",
+              "return p.slots64 ? ((const hx_i64*)p.slots)[t]", "return 1 ? ((const hx_i64*)p.slots)[t]"),
+        Plant("bad_slot_clamped", "generic/cache_write.hip",
+              "const hx_i64 slot = t < p.T ? hx_slot_of(p, t) : -1;",
+              "const hx_i64 slot = t < p.T ? (hx_slot_of(p, t) >= p.num_slots ? p.num_slots - 1 : hx_slot_of(p, t)) "
+              ": -1;"),
+        Plant("writer_ignores_preshuffle", "generic/cache_write.hip",
+              "hx_key_offset(p.preshuffle, off, 16 * c0, p.D)", "hx_key_offset(false, off, 16 * c0, p.D)"),
+        Plant("request_boundary_off_by_one", "generic/cache_gather.hip",
+              "if (cu[mid] <= n) lo = mid;", "if (cu[mid] < n) lo = mid;"),
+        Plant("bad_block_read_through", "generic/cache_gather.hip",
+              "if (block < 0 || block >= p.num_blocks) {", "if (block < 0) {"),
+        Plant("scale_of_the_next_token_gathered", "common/paged_cache.h",
+              "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
+              "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
+        Plant("window_excludes_own_key", "generic/prefill_windows.hip",
+              "ke = bad ? ks : k_end - q_r + j + 1;", "ke = bad ? ks : k_end - q_r + j;"),
+        Plant("tile_carry_lost", "generic/prefill_windows.hip",
+              "    row0 += rows[HX_BLOCK - 1];\n", "\n"),
+    ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
 SM90A_SHARED = [
@@ -150,6 +198,7 @@ PLANTS["sm90a"] += SM90A_SHARED
 PLANTS["sm90a_fold"] += SM90A_SHARED
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
+    "cache": "check cache --quick",
     # the first 14 cases of the quick pairwise decode sample plus the layout and untrusted-value checks
     "decode": "check decode --quick --cases 14 --reruns 0 --kernel paged_mqa_logits_generic",
     # the quick shapes plus one whose parts span two LDS chunks under a key split of 8

@@ -38,14 +38,6 @@ HX_INLINE HX_DEV void hx_unpack16(hx_u32x4 v, float f[16]) {
   hx_fp8x4_to_f32(v.w, f + 12);
 }
 
-// 16 bytes at p: one vector load when the layout keeps it 16-byte aligned, else four words.
-HX_INLINE HX_DEV hx_u32x4 hx_load16(const hx_u8* p, bool aligned16) {
-  if (aligned16) return *(const hx_u32x4*)p;
-  const hx_u32* w = (const hx_u32*)p;
-  hx_u32x4 v = {w[0], w[1], w[2], w[3]};
-  return v;
-}
-
 struct hx_decode_smem {
   hx_u32x4* k;      // [KT][krow16] staged key rows
   hx_f32x4* q;      // [PASS][D / 4] the pass's queries
