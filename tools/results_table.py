@@ -39,6 +39,28 @@ def prefill_rows(doc: dict) -> list[str]:
     return out
 
 
+def decode_rows(doc: dict) -> list[str]:
+    out = ["| spread | B | ctx | H | next_n | clean | kernel | median us | graph us | key GB/s | of read ceiling | TFLOP/s "
+           "| host us/call |", "|" + " --- |" * 13]
+    for r in doc["cases"]:
+        g = "-" if r.get("us_graph") is None else f"{r['us_graph']:.1f}"
+        out.append(f"| {r['spread']} | {r['B']} | {r['ctx']} | {r['H']} | {r['next_n']} | {r['clean']} | {r['kernel']} "
+                   f"| {r['us']:.1f} | {g} | {r['GBps']:.0f} | {_pct(r.get('of_read'))} | {r['tflops']:.1f} "
+                   f"| {r['host_us']:.1f} |")
+    return out
+
+
+def cache_rows(doc: dict) -> list[str]:
+    out = ["| op | layout | scale | tokens | median us | graph us | GB/s | of copy ceiling | host us/call |",
+           "|" + " --- |" * 9]
+    for r in doc["cases"]:
+        g = "-" if r.get("us_graph") is None else f"{r['us_graph']:.1f}"
+        scale = "-" if r["op"] == "gather" else ("pow2" if r.get("power_of_two") else "amax/448")
+        out.append(f"| {r['op']} | {'preshuffled' if r['preshuffle'] else 'block-flat'} | {scale} | {r['tokens']} "
+                   f"| {r['us']:.1f} | {g} | {r['GBps']:.0f} | {_pct(r.get('of_copy'))} | {r['host_us']:.1f} |")
+    return out
+
+
 def generic_rows(doc: dict) -> list[str]:
     cases = doc["cases"]
     keys = [k for k in cases[0] if not isinstance(cases[0][k], (dict, list))] if cases else []
@@ -49,7 +71,8 @@ def generic_rows(doc: dict) -> list[str]:
 
 
 def table(doc: dict) -> str:
-    rows = prefill_rows(doc) if doc.get("op", "prefill") == "prefill" else generic_rows(doc)
+    rows = {"prefill": prefill_rows, "decode": decode_rows, "cache": cache_rows}.get(doc.get("op", "prefill"),
+                                                                                   generic_rows)(doc)
     return "\n".join(_head(doc) + rows) + "\n"
 
 
