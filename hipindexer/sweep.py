@@ -373,7 +373,7 @@ def decode_layouts_agree(rng, device, heads=None, dims=None, block_sizes=None, *
                        "multiple of 16")
     H, D, bs = shape
     case = testing.DecodeCase(3, 2, H, D, bs, False, mean_context=3000, ragged=True, live_min=1)
-    name = f"layouts_block_flat_vs_preshuffled_H{H}_D{D}_bs{bs}"
+    name = "layouts_block_flat_vs_preshuffled"
     flat = testing.decode_inputs(rng, case)
     shuf = testing.DecodeInputs(flat.q, shuffle_cache(flat.kv_cache, case.D), flat.weights, flat.context_lens,
                                 flat.block_tables, flat.max_model_len, flat.next_n_lens, True)
@@ -388,7 +388,8 @@ def decode_layouts_agree(rng, device, heads=None, dims=None, block_sizes=None, *
         g = gate_decode(b, shuf, True, acc)
         if not g:
             return Outcome.of("decode", name, kernel, g, f" (split_kv={split})")
-    return Outcome.of("decode", name, kernel, g, "; bitwise identical, split_kv None and 1")
+    return Outcome.of("decode", name, kernel, g, f"; bitwise identical, split_kv None and 1 (H={H}, D={D}, "
+                                                 f"block_size {bs})")
 
 
 def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
@@ -401,7 +402,7 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
     H, D, bs = decode_shape(16, 64, 16, heads, dims, block_sizes)
     case = testing.DecodeCase(4, 2, H, D, bs, False, mean_context=max(200, 3 * bs), spread="equal", ragged=True,
                               live_min=1)
-    name = f"untrusted_device_values_H{H}_D{D}_bs{bs}"
+    name = "untrusted_device_values"
     inp = testing.decode_inputs(rng, case)
     nb = inp.kv_cache.shape[0]
     good = _decode_run(device, inp, **tunables)
@@ -430,7 +431,7 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
         return Outcome("decode", name, FAIL, f"{int(diff.sum())} positions differ from the expected output, first "
                                              f"row {r} col {c}: {got[r, c]} (expected {want[r, c]})")
     return Outcome("decode", name, PASS, f"flags {flags:#x}; out-of-range keys and malformed rows -inf, "
-                                         "nothing else changed")
+                                         f"nothing else changed (H={H}, D={D}, block_size {bs})")
 
 
 def decode_bitwise_reruns(rng, device, runs: int = 20, heads=None, dims=None, block_sizes=None,
