@@ -1,6 +1,6 @@
 """The decode benchmark (`hipindexer bench decode`), by the method of docs/benchmarks.md.
 
-Pinned: D = 128, block_size 64, block-flat on NVIDIA and preshuffled on gfx950, max_model_len = the
+Pinned: D = 128, block_size 64 (16 by option), block-flat on NVIDIA and preshuffled on gfx950, max_model_len = the
 longest context, every sequence at the stated context unless the row says otherwise (pm30: +-30%;
 one_long: one at the context, the rest at context / 32). The cache, the queries, the weights and the
 outputs are rotated over enough sets to cover 3x the L2; device time is the median of back-to-back calls
@@ -42,11 +42,12 @@ def live_lens(next_n: str, B: int) -> tuple[int, np.ndarray | None]:
 
 
 def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), next_ns=NEXT_N, cleans=(True,),
-                       repeats: int = 10, progress=lambda msg: None, **tunables) -> list[dict]:
+                       repeats: int = 10, progress=lambda msg: None, block_size: int = BLOCK_SIZE,
+                       **tunables) -> list[dict]:
     """Every (H, next_n, clean) row of one (spread, B, context): the cache is built and uploaded once."""
     rng = np.random.default_rng(0)
     preshuffle = device.arch == "gfx950"
-    base = testing.decode_inputs(rng, testing.DecodeCase(B, 8, 64, D, BLOCK_SIZE, preshuffle, mean_context=ctx,
+    base = testing.decode_inputs(rng, testing.DecodeCase(B, 8, 64, D, block_size, preshuffle, mean_context=ctx,
                                                          spread=spread, key_codes=True))
     mml = base.max_model_len
     key_bytes = int(np.minimum(base.context_lens, mml).astype(np.int64).sum()) * (D + 4)
@@ -66,7 +67,7 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                   for _ in range(sets)]
             bound = decode_bounds(base.context_lens, next_n, mml, nl)
             pairs = int(bound.sum())
-            plan = plan_decode(B, next_n, H, D, BLOCK_SIZE, mml, target_of(device), preshuffle=preshuffle,
+            plan = plan_decode(B, next_n, H, D, block_size, mml, target_of(device), preshuffle=preshuffle,
                                **tunables)
             rows_out = [o[:B * next_n] for o in outs]  # views made once: a serving loop keeps its out arrays
             for clean in cleans:
@@ -90,7 +91,7 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                 logits_bytes = 4 * (B * next_n * mml if clean else pairs)
                 rows.append({
                     "op": "decode", "spread": spread, "B": B, "ctx": ctx, "max_model_len": mml, "H": H, "D": D,
-                    "block_size": BLOCK_SIZE, "preshuffle": preshuffle, "next_n": label, "clean": clean,
+                    "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean,
                     "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
                     "us": us, "us_min": min(times), "us_graph": statistics.median(graph) if graph else None,
                     "key_bytes": key_bytes, "logits_bytes": logits_bytes,

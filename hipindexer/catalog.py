@@ -275,6 +275,13 @@ KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
                       "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
                       accumulation="fp8_tc"))
+# sm_90a fast decode path (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): whole blocks by bulk copies,
+# repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
+# (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.decode_plan.WGMMA_DECODE_SM90). The raw ring takes the
+# shared memory its Q slots leave, so it asks for all 227 KiB.
+KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma",
+                      "DecodeParams", block=512, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
+                      smem=232448, accumulation="fp8_tc"))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
                       targets=("sm_90a",), accumulation="fp8_tc"))
 KERNEL = {k.key: k for k in KERNELS}

@@ -235,22 +235,29 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 @click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
 @click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
 @click.option("--max-context", type=int, default=None, help="Leave out context values above this.")
+@click.option("--heads", type=IntList(), default=None,
+              help="Only these head counts H (default: the design's, or those a forced kernel serves).")
+@click.option("--dims", type=IntList(), default=None,
+              help="Only these head dimensions D (default: the design's, or those a forced kernel serves).")
+@click.option("--block-sizes", type=IntList(), default=None,
+              help="Only these block sizes (default: the design's, or those a forced kernel serves).")
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
               help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
-def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kernel, accumulation, as_json,
-                 verbose) -> None:
+def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, block_sizes, reruns, kernel,
+                 accumulation, as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
     first), the two cache layouts, untrusted device values; without --quick also bitwise reruns and caches
-    past 4 GiB."""
+    past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
     from . import sweep
     dev = _device_or_exit(device_spec)
-    _check_decode_kernel(kernel, dev, accumulation)
+    heads, dims, block_sizes = _decode_filters(kernel, heads, dims, block_sizes)
+    _check_decode_kernel(kernel, dev, accumulation, heads, dims, block_sizes)
     _progress(f"device {dev!r}")
-    design = sweep.decode_design(quick, seed, max_cases, max_context)
+    design = sweep.decode_design(quick, seed, max_cases, max_context, heads, dims, block_sizes)
     _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
               f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
               f"case cap: {len(design.uncovered)}")
@@ -258,15 +265,18 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
     _progress(_table([[c[a] for a in names] for c in design.cases], names))
     rng = np.random.default_rng(seed)
     forced = {"kernel": kernel} if kernel else {}
+    within = dict(heads=heads, dims=dims, block_sizes=block_sizes)
     cases = [sweep.decode_case_of(c) for c in design.cases]
     outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
-    outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **forced))
-    outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **forced))
+    outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **within, **forced))
+    outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
     if not quick:
         if reruns:
-            outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **forced))
+            outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **within,
+                                                        **forced))
         for bs, base in sweep.OFFSET_CASES:
-            outcomes.append(sweep.decode_offset_case(rng, dev, bs, base, accumulation=accumulation, **forced))
+            outcomes.append(sweep.decode_offset_case(rng, dev, bs, base, accumulation=accumulation, **within,
+                                                     **forced))
     _report(outcomes, as_json, verbose)
 
 
@@ -287,12 +297,26 @@ def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
     _report(_run_cases(list(cache_cases(quick)), lambda c: c(rng, dev)), as_json, verbose)
 
 
-def _check_decode_kernel(kernel, dev, accumulation) -> None:
-    """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them."""
+def _decode_filters(kernel, heads, dims, block_sizes):
+    """The axis filters of check decode: as given, else what a forced kernel serves (None: the whole axis)."""
+    from .decode_plan import DECODE_KERNELS
+    spec = DECODE_KERNELS.get(kernel) if kernel else None
+    if spec is not None and spec.fits:
+        heads = heads or tuple(sorted({h for h, _ in spec.fits}))
+        dims = dims or tuple(sorted({d for _, d in spec.fits}))
+    if spec is not None and spec.block_sizes:
+        block_sizes = block_sizes or tuple(spec.block_sizes)
+    return heads, dims, block_sizes
+
+
+def _check_decode_kernel(kernel, dev, accumulation, heads=None, dims=None, block_sizes=None) -> None:
+    """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them
+    at a shape within the filters."""
     from .decode_plan import plan_decode
     from .ops import target_of
+    H, D, bs = (heads or (16,))[0], (dims or (64,))[0], (block_sizes or (16,))[0]
     try:
-        plan_decode(1, 1, 16, 64, 16, 16, target_of(dev), accumulation=accumulation,
+        plan_decode(1, 1, H, D, bs, 16, target_of(dev), accumulation=accumulation,
                     **({"kernel": kernel} if kernel else {}))
     except ValueError as e:
         raise click.UsageError(f"--kernel {kernel}: {e}" if kernel else str(e)) from None
@@ -512,14 +536,17 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
               help="next_n values; ragged = next_n 8 with half the rows live")
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
 @click.option("--repeats", default=10, show_default=True)
+@click.option("--block-size", type=click.Choice(["16", "64"]), default="64", show_default=True,
+              help="Tokens per cache block.")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--json", "as_json", is_flag=True)
-def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, as_json) -> None:
+def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench import copy_bandwidth, read_bandwidth
-    from .bench_decode import DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
+    from .bench_decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
     dev = _device_or_exit(device_spec)
-    _check_decode_kernel(kernel, dev, "fast")
+    block_size = int(block_size)
+    _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
     emulated = dev.backend == "emu"
     if rows:
         try:
@@ -538,7 +565,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
     results = []
     for spread, B, ctx in shapes:
         results += bench_decode_shape(dev, spread, B, ctx, heads,
-                                      tuple(next_ns.split(",")), cleans, repeats, _progress,
+                                      tuple(next_ns.split(",")), cleans, repeats, _progress, block_size=block_size,
                                       **({"kernel": kernel} if kernel else {}))
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
@@ -555,11 +582,12 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, kernel, 
     click.echo(f"copy ceiling (read + write): {copy_bw / 1e9:.0f} GB/s; read ceiling (read only): "
                f"{read_bw / 1e9:.0f} GB/s")
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
-    click.echo(_table([[r["spread"], r["B"], r["ctx"], r["H"], r["next_n"], r["clean"], r["kernel"], r["split_kv"],
+    click.echo(_table([[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["kernel"],
+                        r["units"],
                         f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", f"{r['GBps']:.0f}",
                         f"{r['logits_bytes'] / 1e6:.1f}", pct(r["of_read"]), f"{r['tflops']:.2f}",
                         f"{r['host_us']:.1f}"] for r in results],
-                      ["spread", "B", "ctx", "H", "next_n", "clean", "kernel", "split", "median us", "graph us",
+                      ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "kernel", "units", "median us", "graph us",
                        "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"]))
 
 

@@ -32,6 +32,9 @@ class DecodeKernelSpec:
     variant: str | None = None      # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
     units_per_cu: int = 8      # the default grid: about this many units per CU (SM), fewer for short contexts
     head_pass: int = 16        # (row, head) pairs computed per pass over a staged key tile
+    persistent: bool = False   # one unit per block, the default grid one block per CU (SM): a unit's piece of the
+                               # batch is already balanced on the device, so more units than CUs only add waves
+    stage_keys: int = 0        # keys a unit stages at once, when fixed (0: the generic kernel's tile_keys)
 
     @property
     def accumulation(self) -> str:
@@ -44,6 +47,8 @@ class DecodeKernelSpec:
     def pairs_per_pass(self, D: int) -> int:
         """(row, head) pairs a pass computes (the generic kernel's hx_tiling): head_pass, halved until their
         f32 queries fit head_pass x 128 floats."""
+        if self.stage_keys:
+            return self.head_pass
         p = self.head_pass
         while p > 2 and p * D > self.head_pass * 128:
             p //= 2
@@ -52,6 +57,8 @@ class DecodeKernelSpec:
     def tile_keys(self, block_size: int, D: int) -> int:
         """Keys a unit stages per tile (the generic kernel's hx_tiling): its shared key rows hold 128 keys
         of D = 128 padded by 16 bytes, whole 16-key groups, whole blocks when a block fits."""
+        if self.stage_keys:
+            return self.stage_keys
         kt = min(self.block, self.block * 144 // (D + 16))
         kt -= kt % 16
         return (kt // block_size) * block_size if block_size <= kt else kt
@@ -60,6 +67,11 @@ class DecodeKernelSpec:
 # hsaco_src/generic/paged_mqa_logits.hip: one key per thread, 128 keys per tile (D <= 128), 16 (row, head)
 # pairs per pass; fp32 FMAs.
 GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic", block=128)
+# sm_90a fp8 wgmma (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip): 64-key stages of whole blocks (16 or 64 tokens,
+# either layout), up to 128 (row, head) pairs per MMA pass; one unit per SM by default.
+WGMMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma", block=512, fits=((32, 128), (64, 128)),
+                                     block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
+                                     persistent=True, stage_keys=64)
 FAST_DECODE: dict[str, list[DecodeKernelSpec]] = {}
 DECODE_KERNELS = {GENERIC_DECODE.key: GENERIC_DECODE}
 DECODE_TUNABLES = ("kernel",)
@@ -72,12 +84,16 @@ def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
     DECODE_KERNELS[spec.key] = spec
 
 
+register_decode("sm_90a", WGMMA_DECODE_SM90)
+
+
 @dataclass(frozen=True)
 class DecodePlan:
     kernel: str
     grid: tuple             # (units, 1, 1)
     block: int
-    split_kv: int           # units per sequence on average: units = B * split_kv
+    split_kv: int           # units per sequence: units = B * split_kv (persistent kernels by default:
+                            # units <= B * split_kv, one per CU)
     units: int
     tile: int               # keys a unit stages at once
     head_pass: int          # (row, head) pairs per pass over a staged tile
@@ -126,15 +142,25 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
     ``units_per_cu`` units per CU, no more than a sequence of max_model_len keys has tiles; an explicit
     split_kv is honoured exactly. However many units there are, the kernel shares the batch's real work
     among them evenly (each key block weighted by its sequence's live rows), so split_kv sets the grain,
-    not which sequence a unit serves.
+    not which sequence a unit serves. A persistent kernel (sm_90a's paged_mqa_logits_wgmma) gets one unit
+    per SM by default (fewer when the batch has fewer tiles), split_kv then reporting ceil(units / B).
 
     Keys are read from memory once per call for any next_n x H x D: a unit stages a tile of keys in shared
-    memory (up to 128 keys x (D + 16) bytes, 18 KiB; D <= 1024) and every live row's every head is
-    computed from it there, ``head_pass`` (row, head) pairs at a time with their queries staged as f32
-    (16 x D x 4 bytes). Rows past next_n_lens[b] do no work beyond their -inf fill.
+    memory (generic kernel: up to 128 keys x (D + 16) bytes, 18 KiB; D <= 1024) and every live row's every
+    head is computed from it there, ``head_pass`` (row, head) pairs at a time (generic: with their queries
+    staged as f32, 16 x D x 4 bytes; wgmma: one MMA of up to 128 pairs). Rows past next_n_lens[b] do no
+    work beyond their -inf fill.
 
+    The kernel, unless forced: on sm_90a paged_mqa_logits_wgmma (fp8 tensor cores) at H in {32, 64},
+    D = 128, block_size 16 or 64, either layout, under accumulation="fast"; the generic kernel otherwise.
     accumulation: "fast" takes the fastest kernel serving the shape whatever its accumulation class,
     "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
+
+    >>> from hipindexer.planner import TARGETS
+    >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"]).kernel
+    'paged_mqa_logits_wgmma'
+    >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"], accumulation="fp32").kernel
+    'paged_mqa_logits_generic'
     """
     return _plan_decode(B, next_n, H, D, block_size, max_model_len, target, bool(preshuffle), accumulation,
                         kernel, split_kv)
@@ -152,13 +178,17 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
     spec = _pick(target.arch, H, D, block_size, preshuffle, kernel, accumulation)
     tile = spec.tile_keys(block_size, D)
     max_split = GRID_THREADS // spec.block // B
-    if split_kv is None:
-        tiles = -(-max_model_len // tile)
+    tiles = -(-max_model_len // tile)
+    units = None
+    if split_kv is None and spec.persistent:
+        units = max(1, min(spec.units_per_cu * target.num_cus, B * tiles))
+        split_kv = -(-units // B)
+    elif split_kv is None:
         split_kv = max(1, min(-(-spec.units_per_cu * target.num_cus // B), tiles, max_split))
     if isinstance(split_kv, bool) or not isinstance(split_kv, int) or not 1 <= split_kv <= max_split:
         raise ValueError(f"split_kv: expected an int in [1, {max_split}] (B={B} sequences x split_kv units of "
                          f"{spec.block} threads stay under 2^32 threads), got {split_kv!r}")
-    units = B * split_kv
+    units = units or B * split_kv
     variant = {spec.variant: H} if spec.variant else None
     return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, spec.pairs_per_pass(D), 1,
                       variant, spec.accumulation)

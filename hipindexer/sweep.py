@@ -236,10 +236,20 @@ def decode_case_of(cfg: dict) -> tuple[testing.DecodeCase, bool]:
     return case, cfg["clean"]
 
 
-def _decode_repair(cfg: dict) -> dict:
+def _decode_repair(cfg: dict, block_sizes=DECODE_AXES["block_size"]) -> dict:
     if cfg["preshuffle"] and cfg["block_size"] % 16:
-        cfg = {**cfg, "block_size": 16}
+        fits = [bs for bs in block_sizes if bs % 16 == 0]
+        cfg = {**cfg, "block_size": fits[0]} if fits else {**cfg, "preshuffle": False}
     return cfg
+
+
+def _restrict(defaults: tuple, only) -> tuple:
+    """An axis cut to the values `only` names (None: all of them), in the axis's order (cheapest first); values
+    the axis lacks come after it, ascending."""
+    if only is None:
+        return defaults
+    only = [int(v) for v in only]
+    return tuple(v for v in defaults if v in only) + tuple(sorted(v for v in set(only) if v not in defaults))
 
 
 def decode_work(case: testing.DecodeCase) -> tuple[int, int]:
@@ -249,21 +259,49 @@ def decode_work(case: testing.DecodeCase) -> tuple[int, int]:
     return keys * case.next_n * case.H * case.D, keys * (case.D + 4) + case.B * case.block_size * (case.D + 4)
 
 
-def decode_design(quick: bool, seed: int = 0, max_cases: int | None = None, max_context: int | None = None):
+def decode_design(quick: bool, seed: int = 0, max_cases: int | None = None, max_context: int | None = None,
+                  heads=None, dims=None, block_sizes=None):
     """The sampled decode matrix, a pairwise covering design: every pair of values of two axes in some case,
     quick with each case within QUICK_DECODE_FMAS (pairs that cannot be are reported: the longest contexts
     with the largest batches, heads or next_n), otherwise as far as FULL_DECODE_CASES cases allow with
-    caches within FULL_DECODE_BYTES."""
+    caches within FULL_DECODE_BYTES. heads, dims, block_sizes: only these values on those axes (the shapes
+    one kernel serves); None keeps the axis whole."""
     from .covering import covering_design
     axes = dict(DECODE_AXES)
+    axes["H"] = _restrict(axes["H"], heads)
+    axes["D"] = _restrict(axes["D"], dims)
+    axes["block_size"] = _restrict(axes["block_size"], block_sizes)
     if max_context is not None:
         axes["context"] = tuple(c for c in axes["context"] if not isinstance(c, int) or c <= max_context)
     if quick:
         fits = lambda cfg: decode_work(decode_case_of(cfg)[0])[0] <= QUICK_DECODE_FMAS  # noqa: E731
     else:
         fits = lambda cfg: decode_work(decode_case_of(cfg)[0])[1] <= FULL_DECODE_BYTES  # noqa: E731
-    return covering_design(axes, strength=2, seed=seed, feasible=fits, repair=_decode_repair,
+    return covering_design(axes, strength=2, seed=seed, feasible=fits,
+                           repair=lambda cfg: _decode_repair(cfg, axes["block_size"]),
                            max_cases=max_cases or (None if quick else FULL_DECODE_CASES))
+
+
+def decode_shape(H: int, D: int, block_size: int, heads=None, dims=None, block_sizes=None,
+                 need16: bool = False) -> tuple[int, int, int] | None:
+    """(H, D, block_size) of a fixed-shape decode check within the filters: each value kept where allowed,
+    else the filter's first (block sizes: a multiple of 16 when need16); None when no block size fits."""
+    pick = lambda v, only: v if only is None or v in only else int(only[0])  # noqa: E731
+    if block_sizes is not None and block_size not in block_sizes:
+        fits = [bs for bs in block_sizes if not need16 or bs % 16 == 0]
+        if not fits:
+            return None
+        block_size = int(fits[0])
+    return pick(H, heads), pick(D, dims), block_size
+
+
+def _accumulation_of(device, case: testing.DecodeCase, mml: int, accumulation="fast", **tunables) -> tuple[str, str]:
+    """(kernel, accumulation class) the op runs a case with: the gate's eps follows the kernel."""
+    from .decode_plan import plan_decode
+    from .ops import target_of
+    plan = plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, mml, target_of(device),
+                       preshuffle=case.preshuffle, accumulation=accumulation, **tunables)
+    return plan.kernel, plan.accumulation
 
 
 def _errors_array(device):
@@ -324,29 +362,46 @@ def _decode_run(device, inp, clean=True, errors=None, **kw) -> np.ndarray:
     return out.numpy()
 
 
-def decode_layouts_agree(rng, device, **tunables) -> Outcome:
-    """One cache in both layouts: bitwise identical logits (and both pass the gate)."""
+def decode_layouts_agree(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
+    """One cache in both layouts: bitwise identical logits (and both pass the gate). The shape stays within
+    the filters (heads, dims, block_sizes); the whole batch on one unit and on the planner's grid, so both
+    long runs of one sequence's blocks and many unit boundaries are crossed."""
     from .cache import shuffle_cache
-    case = testing.DecodeCase(3, 2, 32, 128, 64, False, mean_context=3000, ragged=True, live_min=1)
+    shape = decode_shape(32, 128, 64, heads, dims, block_sizes, need16=True)
+    if shape is None:
+        return Outcome("decode", "layouts_block_flat_vs_preshuffled", NA, "no block size of the filter is a "
+                       "multiple of 16")
+    H, D, bs = shape
+    case = testing.DecodeCase(3, 2, H, D, bs, False, mean_context=3000, ragged=True, live_min=1)
     name = "layouts_block_flat_vs_preshuffled"
     flat = testing.decode_inputs(rng, case)
     shuf = testing.DecodeInputs(flat.q, shuffle_cache(flat.kv_cache, case.D), flat.weights, flat.context_lens,
                                 flat.block_tables, flat.max_model_len, flat.next_n_lens, True)
-    a, b = _decode_run(device, flat, **tunables), _decode_run(device, shuf, **tunables)
-    if not np.array_equal(a.view(np.uint32), b.view(np.uint32)):
-        n = int((a.view(np.uint32) != b.view(np.uint32)).sum())
-        return Outcome("decode", name, FAIL, f"{n} positions differ between the two layouts")
-    g = gate_decode(b, shuf, True, "fp32")
-    return Outcome("decode", name, PASS if g else FAIL, "bitwise identical; " + g.message)
+    kernel, acc = _accumulation_of(device, case, flat.max_model_len, **tunables)
+    for split in (None, 1):
+        kw = dict(tunables, split_kv=split) if split else tunables
+        a, b = _decode_run(device, flat, **kw), _decode_run(device, shuf, **kw)
+        if not np.array_equal(a.view(np.uint32), b.view(np.uint32)):
+            n = int((a.view(np.uint32) != b.view(np.uint32)).sum())
+            return Outcome("decode", name, FAIL, f"split_kv={split}: {n} positions differ between the two layouts",
+                           kernel=kernel)
+        g = gate_decode(b, shuf, True, acc)
+        if not g:
+            return Outcome.of("decode", name, kernel, g, f" (split_kv={split})")
+    return Outcome.of("decode", name, kernel, g, f"; bitwise identical, split_kv None and 1 (H={H}, D={D}, "
+                                                 f"block_size {bs})")
 
 
-def decode_untrusted_values(rng, device, **tunables) -> Outcome:
+def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
     """Device-only values out of range: block ids outside the pool (one past the end, one negative) give
     -inf on their keys and error bit 0; a negative context length and a next_n_lens above next_n give
-    -inf rows and bit 2; every other position is bitwise what the clean inputs give."""
+    -inf rows and bit 2; every other position is bitwise what the clean inputs give. The shape stays within
+    the filters (heads, dims, block_sizes)."""
     from .decode import ERROR_BLOCK_ID, ERROR_LENGTH
     from .runtime import DeviceArray
-    case = testing.DecodeCase(4, 2, 16, 64, 16, False, mean_context=200, spread="equal", ragged=True, live_min=1)
+    H, D, bs = decode_shape(16, 64, 16, heads, dims, block_sizes)
+    case = testing.DecodeCase(4, 2, H, D, bs, False, mean_context=max(200, 3 * bs), spread="equal", ragged=True,
+                              live_min=1)
     name = "untrusted_device_values"
     inp = testing.decode_inputs(rng, case)
     nb = inp.kv_cache.shape[0]
@@ -376,12 +431,14 @@ def decode_untrusted_values(rng, device, **tunables) -> Outcome:
         return Outcome("decode", name, FAIL, f"{int(diff.sum())} positions differ from the expected output, first "
                                              f"row {r} col {c}: {got[r, c]} (expected {want[r, c]})")
     return Outcome("decode", name, PASS, f"flags {flags:#x}; out-of-range keys and malformed rows -inf, "
-                                         "nothing else changed")
+                                         f"nothing else changed (H={H}, D={D}, block_size {bs})")
 
 
-def decode_bitwise_reruns(rng, device, runs: int = 20, **tunables) -> Outcome:
-    """The same large case `runs` times: every output bitwise identical."""
-    case = testing.DecodeCase(16, 4, 64, 128, 64, False, mean_context=16384, ragged=True, key_codes=True)
+def decode_bitwise_reruns(rng, device, runs: int = 20, heads=None, dims=None, block_sizes=None,
+                          **tunables) -> Outcome:
+    """The same large case `runs` times: every output bitwise identical (shape within the filters)."""
+    H, D, bs = decode_shape(64, 128, 64, heads, dims, block_sizes)
+    case = testing.DecodeCase(16, 4, H, D, bs, False, mean_context=16384, ragged=True, key_codes=True)
     name = f"bitwise_{case.name}"
     inp = testing.decode_inputs(rng, case)
     from .runtime import DeviceArray
@@ -402,12 +459,17 @@ def decode_bitwise_reruns(rng, device, runs: int = 20, **tunables) -> Outcome:
 OFFSET_CASES = ((1, 1 << 25), (64, 1 << 19))
 
 
-def decode_offset_case(rng, device, block_size: int, base: int, **tunables) -> Outcome:
+def decode_offset_case(rng, device, block_size: int, base: int, heads=None, dims=None, block_sizes=None,
+                       **tunables) -> Outcome:
     """A batch whose blocks sit at the top of a pool of base + its own blocks (64-bit offsets), against the
-    reference on the batch's own small pool. Not applicable without the device memory."""
+    reference on the batch's own small pool. Not applicable without the device memory, or for a block size
+    the filter (block_sizes) leaves out."""
     from .runtime import DeviceArray
-    case = testing.DecodeCase(2, 2, 64, 128, block_size, False, mean_context=2000, ragged=True, live_min=1)
     name = f"offset_bs{block_size}_above_{base}_blocks"
+    if block_sizes is not None and block_size not in block_sizes:
+        return Outcome("decode", name, NA, f"block_size {block_size} is outside the filter {list(block_sizes)}")
+    H, D, _ = decode_shape(64, 128, block_size, heads, dims)
+    case = testing.DecodeCase(2, 2, H, D, block_size, False, mean_context=2000, ragged=True, live_min=1)
     inp = testing.decode_inputs(rng, case)
     nb = inp.kv_cache.shape[0]
     need = (base + nb) * inp.kv_cache[0].nbytes
@@ -419,7 +481,8 @@ def decode_offset_case(rng, device, block_size: int, base: int, **tunables) -> O
     top = testing.DecodeInputs(inp.q, pool, inp.weights, inp.context_lens,
                                np.where(bt < nb, bt + base, bt).astype(np.int32), inp.max_model_len,
                                inp.next_n_lens, False)
+    kernel, acc = _accumulation_of(device, case, inp.max_model_len, **tunables)
     got = _decode_run(device, top, **tunables)
     del pool
-    g = gate_decode(got, inp, True, "fp32")
-    return Outcome("decode", name, PASS if g else FAIL, f"pool {need / 2**30:.1f} GiB; " + g.message)
+    g = gate_decode(got, inp, True, acc)
+    return Outcome.of("decode", name, kernel, g, f"; pool {need / 2**30:.1f} GiB")

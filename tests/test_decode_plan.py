@@ -20,12 +20,19 @@ SHAPE = dict(B=st.integers(1, 4096), next_n=st.integers(1, 8), H=st.integers(1, 
 def test_the_default_grid_fits_the_work_and_the_target(B, next_n, H, D, block_size, max_model_len, arch):
     t = TARGETS[arch]
     plan = plan_decode(B, next_n, H, D, block_size, max_model_len, t)
+    spec = decode_plan.DECODE_KERNELS[plan.kernel]
     tiles = -(-max_model_len // plan.tile)
-    assert plan.grid == (B * plan.split_kv, 1, 1) and plan.units == B * plan.split_kv
+    assert plan.grid == (plan.units, 1, 1)
     assert 1 <= plan.split_kv <= max(1, tiles)                    # no unit left without a possible tile
     assert plan.units * plan.block < 1 << 32                      # AMD counts the grid in threads
-    assert plan.split_kv == 1 or plan.units <= GENERIC_DECODE.units_per_cu * t.num_cus + B
-    assert plan.key_reads == 1 and plan.head_pass in (2, 4, 8, 16) and plan.head_pass * D <= 16 * 128
+    if spec.persistent:  # one unit per SM at most, never more units than tiles
+        assert plan.units <= min(t.num_cus, B * tiles) and plan.split_kv == -(-plan.units // B)
+        assert plan.tile == spec.stage_keys and plan.head_pass == spec.head_pass
+    else:
+        assert plan.units == B * plan.split_kv
+        assert plan.split_kv == 1 or plan.units <= GENERIC_DECODE.units_per_cu * t.num_cus + B
+        assert plan.head_pass in (2, 4, 8, 16) and plan.head_pass * D <= 16 * 128
+    assert plan.key_reads == 1
     assert 1 <= plan.tile <= 128 and (plan.tile % 16 == 0 if block_size > plan.tile else plan.tile % block_size == 0)
     assert plan == plan_decode(B, next_n, H, D, block_size, max_model_len, t)  # a function of shapes alone
 

@@ -7,6 +7,7 @@
     python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
     python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
     python tools/mutate.py --suite emu --set cache                       # the paged-cache kernels' plants
+    python tools/mutate.py --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
@@ -196,6 +197,35 @@ SM90A_SHARED = [
 ]
 PLANTS["sm90a"] += SM90A_SHARED
 PLANTS["sm90a_fold"] += SM90A_SHARED
+# The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma): the decode set's plants at their place in this
+# kernel (the index math of decode_work.h and paged_cache.h it shares as is), a swapped next_n row in the MMA's
+# operand, a block-table entry prefetched from the wrong column, the A stage left unswizzled and a second MMA pass
+# reading the first pass's rows. Run with --suite cuda --set sm90a_decode.
+_DECODE = {p.name: p for p in PLANTS["decode"]}
+SM90A_DEC = "sm90a/paged_mqa_logits_wgmma.hip"
+PLANTS["sm90a_decode"] = [
+    _DECODE["next_n_blind_bound"],
+    Plant("batch_blind_row", SM90A_DEC, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
+          "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
+    Plant("split_boundary_one_block_late", "common/decode_work.h",
+          "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
+          "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
+    Plant("block_table_column_off_by_one", SM90A_DEC, "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
+          "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
+    _DECODE["preshuffle_16_and_D_swapped"],
+    _DECODE["scale_of_the_next_token"],
+    _DECODE["dead_ragged_row_computed"],
+    Plant("out_of_range_block_clamped", SM90A_DEC, "return ok ? id : -1;",
+          "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
+    Plant("swapped_next_n_row_in_operand", SM90A_DEC, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+          "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
+    Plant("page_prefetched_from_wrong_column", SM90A_DEC, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
+          "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
+    Plant("a_stage_unswizzled", SM90A_DEC, "dst[i] = hx_sw128_offset((hx_u32)r, (hx_u32)c);",
+          "dst[i] = (hx_u32)r * 128u + ((hx_u32)c << 4);"),
+    Plant("second_pass_reads_first_rows", SM90A_DEC, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
+          "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
+]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
     "cache": "check cache --quick",
@@ -211,6 +241,9 @@ SET_CMDS = {
              "--kernel mqa_logits_wgmma",
     "sm90a_fold": "check prefill --heads 64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560,4x65536 --reruns 0 "
                   "--kernel mqa_logits_wgmma_fold",
+    # the kernel's shapes (H 32/64, D 128, block_size 16/64), contexts up to 8192; the layout check runs on one unit
+    # (segments of 47 blocks: the prefetched table entries) and the untrusted-value check at block_size 16
+    "sm90a_decode": "check decode --kernel paged_mqa_logits_wgmma --max-context 8192 --cases 12 --reruns 0",
 }
 
 SUITES = {

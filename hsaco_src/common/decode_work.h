@@ -78,6 +78,23 @@ HX_INLINE HX_HD hx_range hx_owned_blocks(hx_range64 own, hx_i64 start, hx_decode
   return r;
 }
 
+// The same for a kernel whose cost per block is not its live rows: each of
+// the sequence's `blocks` blocks priced `per_block` (> 0), the batch's work
+// being the sum of these prices. Block i belongs to the unit where
+// start + i * per_block falls.
+HX_INLINE HX_HD hx_range hx_owned_blocks_priced(hx_range64 own, hx_i64 start, hx_i32 blocks, hx_i64 per_block) {
+  hx_range r;
+  if (per_block <= 0 || blocks <= 0) {
+    r.lo = r.hi = 0;
+    return r;
+  }
+  const hx_i64 a = hx_clamp_i64(own.lo - start, 0, (hx_i64)blocks * per_block);
+  const hx_i64 e = hx_clamp_i64(own.hi - start, 0, (hx_i64)blocks * per_block);
+  r.lo = (hx_i32)((a + per_block - 1) / per_block);
+  r.hi = (hx_i32)((e + per_block - 1) / per_block);
+  return r;
+}
+
 // Fill columns [lo, hi) of a sequence whose fill starts at `start` of the
 // batch's, for a unit owning fill [own.lo, own.hi).
 HX_INLINE HX_HD hx_range hx_owned_fill(hx_range64 own, hx_i64 start, hx_decode_seq s, hx_i32 max_model_len) {

@@ -42,6 +42,31 @@ HX_INLINE __device__ hx_i32 hx_shfl_xor_i32(hx_i32 v, int m) {
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));
   return r;
 }
+// Lane src's value, every lane of the warp taking part.
+HX_INLINE __device__ hx_i32 hx_shfl_idx_i32(hx_i32 v, hx_i32 src) {
+  hx_i32 r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(src));
+  return r;
+}
+HX_INLINE __device__ hx_i64 hx_shfl_idx_i64(hx_i64 v, hx_i32 src) {
+  const hx_u64 u = (hx_u64)v;
+  const hx_u32 lo = (hx_u32)hx_shfl_idx_i32((hx_i32)(hx_u32)u, src), hi = (hx_u32)hx_shfl_idx_i32((hx_i32)(hx_u32)(u >> 32), src);
+  return (hx_i64)(((hx_u64)hi << 32) | lo);
+}
+// Lane l - d's value (lanes below d keep their own).
+HX_INLINE __device__ hx_i64 hx_shfl_up_i64(hx_i64 v, hx_i32 d) {
+  const hx_u64 u = (hx_u64)v;
+  hx_u32 lo, hi;
+  asm volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(lo) : "r"((hx_u32)u), "r"(d));
+  asm volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(hi) : "r"((hx_u32)(u >> 32)), "r"(d));
+  return (hx_i64)(((hx_u64)hi << 32) | lo);
+}
+// Bit l set where lane l's p holds, every lane of the warp taking part.
+HX_INLINE __device__ hx_u32 hx_ballot(bool p) {
+  hx_u32 r;
+  asm volatile("{ .reg .pred q; setp.ne.u32 q, %1, 0; vote.sync.ballot.b32 %0, q, 0xffffffff; }" : "=r"(r) : "r"((hx_u32)p));
+  return r;
+}
 
 // Calls f(hx_int<0>{}), ..., f(hx_int<N - 1>{}) in order: the index is a constant expression inside f, so it can
 // be an immediate operand ("n") of inline PTX, which a `#pragma unroll` loop index cannot.
@@ -351,6 +376,30 @@ HX_INLINE __device__ void hx_wgmma_m64n136k32_e4m3(float (&d)[68], hx_u64 a, hx_
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+// The narrower N of the m64nNk32 form that decode's (query row, head) columns take, N = rows x H at H in {32, 64}:
+// the same operand layouts, N / 2 accumulators per thread.
+HX_INLINE __device__ void hx_wgmma_m64n32k32_e4m3(float (&d)[16], hx_u64 a, hx_u64 b, hx_u32 accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+HX_INLINE __device__ void hx_wgmma_m64n64k32_e4m3(float (&d)[32], hx_u64 a, hx_u64 b, hx_u32 accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+HX_INLINE __device__ void hx_wgmma_m64n96k32_e4m3(float (&d)[48], hx_u64 a, hx_u64 b, hx_u32 accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, %48, %49, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
 // One k32 step at the shape the accumulator array names (N = 2 x its length).
 HX_INLINE __device__ void hx_wgmma_k32(float (&d)[64], hx_u64 a, hx_u64 b, hx_u32 acc) {
   hx_wgmma_m64n128k32_e4m3(d, a, b, acc);
@@ -360,6 +409,15 @@ HX_INLINE __device__ void hx_wgmma_k32(float (&d)[68], hx_u64 a, hx_u64 b, hx_u3
 }
 HX_INLINE __device__ void hx_wgmma_k32(float (&d)[128], hx_u64 a, hx_u64 b, hx_u32 acc) {
   hx_wgmma_m64n256k32_e4m3(d, a, b, acc);
+}
+HX_INLINE __device__ void hx_wgmma_k32(float (&d)[16], hx_u64 a, hx_u64 b, hx_u32 acc) {
+  hx_wgmma_m64n32k32_e4m3(d, a, b, acc);
+}
+HX_INLINE __device__ void hx_wgmma_k32(float (&d)[32], hx_u64 a, hx_u64 b, hx_u32 acc) {
+  hx_wgmma_m64n64k32_e4m3(d, a, b, acc);
+}
+HX_INLINE __device__ void hx_wgmma_k32(float (&d)[48], hx_u64 a, hx_u64 b, hx_u32 acc) {
+  hx_wgmma_m64n96k32_e4m3(d, a, b, acc);
 }
 // D = A[64 x 128] B[N x 128]^T over 128-byte rows: four k32 steps, each 32 bytes further into both tiles, the
 // first overwriting D. Issued, not committed.

@@ -6,7 +6,9 @@ import pytest
 
 from hipindexer import fp8_paged_mqa_logits, reference, testing
 from hipindexer.decode import ERROR_BLOCK_ID, ERROR_LENGTH
+from hipindexer.decode_plan import plan_decode
 from hipindexer.gate import gate_decode
+from hipindexer.ops import target_of
 from hipindexer.runtime import Device, DeviceArray
 
 DEV = Device()  # the emulated MI355X under -p emu_session; a GPU run straight through pytest
@@ -42,8 +44,10 @@ def test_logits_pass_the_gate(case, clean):
     errors = _errors()
     got = _run(inp, clean, errors, split_kv=case.split_kv)
     assert int(errors.numpy()[0]) == 0
-    g = gate_decode(got, inp, clean, "fp32")
-    assert g, g.message
+    plan = plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, inp.max_model_len, target_of(DEV),
+                       preshuffle=case.preshuffle)  # on sm_90a the tensor-core kernel takes H 32, D 128, bs 64
+    g = gate_decode(got, inp, clean, plan.accumulation)
+    assert g, f"{plan.kernel}: {g.message}"
 
 
 @pytest.mark.parametrize("split_kv", [None, 1, 2, 7, 64])

@@ -1,0 +1,144 @@
+"""The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma): planner choice, catalog entry, build resources
+and the SASS of its objects where a cuobjdump is at hand (CPU only).
+
+Its correctness proof is the device sweep (`hipindexer check decode --device cuda:0 --kernel
+paged_mqa_logits_wgmma`, tools/h200_sm90a_decode.sh); here only what a machine without a GPU can check.
+"""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hipindexer import catalog, sweep
+from hipindexer.cli import _decode_filters
+from hipindexer.decode_plan import GENERIC_DECODE, WGMMA_DECODE_SM90, plan_decode
+from hipindexer.planner import TARGETS
+from hipindexer.runtime.module import DEFAULT_MANIFEST
+
+H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
+WGMMA = WGMMA_DECODE_SM90.key
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("H", [32, 64])
+@pytest.mark.parametrize("block_size", [16, 64])
+@pytest.mark.parametrize("preshuffle", [False, True])
+def test_sm90a_takes_the_wgmma_kernel_where_it_serves(H, block_size, preshuffle):
+    for next_n in range(1, 9):
+        p = plan_decode(16, next_n, H, 128, block_size, 32768, H200, preshuffle=preshuffle)
+        assert p.kernel == WGMMA and p.variant == {"HX_HEADS": H} and p.block == 512
+        assert p.accumulation == "fp8_tc" and p.eps == 2.0 ** -12
+        assert p.tile == 64 and p.head_pass == 128 and p.key_reads == 1
+
+
+@pytest.mark.parametrize("H,D,block_size", [(16, 128, 64), (128, 128, 64), (64, 64, 64), (32, 256, 16),
+                                            (64, 128, 1), (64, 128, 32), (32, 128, 128)])
+def test_everything_else_on_sm90a_stays_generic(H, D, block_size):
+    assert plan_decode(4, 2, H, D, block_size, 4096, H200).kernel == GENERIC_DECODE.key
+
+
+@pytest.mark.parametrize("H", [32, 64])
+def test_fp32_and_gfx950_never_get_the_wgmma_kernel(H):
+    p = plan_decode(4, 2, H, 128, 64, 4096, H200, accumulation="fp32")
+    assert p.kernel == GENERIC_DECODE.key and p.accumulation == "fp32"
+    assert plan_decode(4, 2, H, 128, 64, 4096, MI355X).kernel == GENERIC_DECODE.key
+    with pytest.raises(ValueError, match="accumulation='fp32' takes fp32-class kernels only"):
+        plan_decode(4, 2, H, 128, 64, 4096, H200, accumulation="fp32", kernel=WGMMA)
+    with pytest.raises(ValueError, match="is not a decode kernel for gfx950"):
+        plan_decode(4, 2, H, 128, 64, 4096, MI355X, kernel=WGMMA)
+
+
+def test_a_forced_wgmma_kernel_refuses_shapes_it_does_not_serve():
+    with pytest.raises(ValueError, match="does not serve H=16, D=128, block_size=64"):
+        plan_decode(4, 2, 16, 128, 64, 4096, H200, kernel=WGMMA)
+    with pytest.raises(ValueError, match="does not serve H=64, D=128, block_size=32"):
+        plan_decode(4, 2, 64, 128, 32, 4096, H200, kernel=WGMMA)
+
+
+@pytest.mark.parametrize("B,mml", [(1, 1), (1, 100), (1, 131072), (4, 8192), (16, 32768), (64, 131072),
+                                   (200, 4096), (4096, 65536)])
+def test_the_default_grid_is_one_unit_per_sm_or_per_stage(B, mml):
+    p = plan_decode(B, 1, 64, 128, 64, mml, H200)
+    stages = -(-mml // 64)
+    assert p.grid == (p.units, 1, 1) and p.units == min(H200.num_cus, B * stages)
+    assert p.split_kv == -(-p.units // B)
+
+
+def test_an_explicit_split_kv_gives_b_times_split_units():
+    p = plan_decode(64, 2, 32, 128, 16, 32768, H200, split_kv=7)
+    assert p.kernel == WGMMA and p.units == 448 and p.grid == (448, 1, 1)
+
+
+def test_catalog_declares_the_kernel_for_sm90a_only():
+    k = catalog.KERNEL[WGMMA]
+    assert k.targets == ("sm_90a",) and k.params == "DecodeParams" and k.block == WGMMA_DECODE_SM90.block == 512
+    assert (k.source, k.symbol) == ("sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma")
+    assert sorted(v["HX_HEADS"] for v in k.variants) == [32, 64]
+    assert k.accumulation == "fp8_tc" and 200 << 10 < k.smem <= 227 << 10  # the H200's opt-in limit per block
+
+
+def test_check_decode_restricts_a_forced_kernel_to_its_shapes():
+    assert _decode_filters(WGMMA, None, None, None) == ((32, 64), (128,), (16, 64))
+    assert _decode_filters(WGMMA, (64,), None, (16,)) == ((64,), (128,), (16,))
+    assert _decode_filters(None, None, None, None) == (None, None, None)
+    assert _decode_filters(GENERIC_DECODE.key, (16,), None, None) == ((16,), None, None)
+    d = sweep.decode_design(False, 0, 12, 8192, (32, 64), (128,), (16, 64))
+    assert d.cases and all(c["H"] in (32, 64) and c["D"] == 128 and c["block_size"] in (16, 64) for c in d.cases)
+    assert {c["preshuffle"] for c in d.cases} == {False, True}
+
+
+def test_fixed_shape_checks_stay_within_the_filters():
+    assert sweep.decode_shape(16, 64, 16, (32, 64), (128,), (16, 64)) == (32, 128, 16)
+    assert sweep.decode_shape(32, 128, 64, None, None, (16, 64), need16=True) == (32, 128, 64)
+    assert sweep.decode_shape(32, 128, 64, None, None, (1,), need16=True) is None
+    o = sweep.decode_offset_case(None, None, 1, 1 << 25, block_sizes=(16, 64))
+    assert o.status == sweep.NA
+
+
+def _entries():
+    if not DEFAULT_MANIFEST.is_file():
+        pytest.skip("no built kernels")
+    entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
+               if e["target"] == "sm_90a" and e["name"] == WGMMA]
+    if not entries:
+        pytest.skip("the manifest has no sm_90a build")
+    return entries
+
+
+def test_built_objects_do_not_spill_and_carry_their_shared_memory():
+    entries = _entries()
+    assert {e["variant_key"] for e in entries} == {f"{WGMMA}.HX_HEADS-32", f"{WGMMA}.HX_HEADS-64"}
+    for e in entries:
+        r = e["resources"]
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, e["variant_key"]
+        assert r["registers"] <= 128, e["variant_key"]  # 512 threads: the launch allocation's share
+        assert e["dynamic_smem"] == catalog.KERNEL[WGMMA].smem and e["block"] == 512
+
+
+def _cuobjdump():
+    for cand in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
+        if cand and Path(cand).is_file():
+            return cand
+    return None
+
+
+def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory():
+    entries = _entries()
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("no cuobjdump (set CUOBJDUMP)")
+    from by_path import load
+    mix = load("_hx_sass_mix", ROOT / "tools" / "sass_mix.py")
+    for e in entries:
+        H = e["variant"]["HX_HEADS"]
+        sass = subprocess.run([tool, "-sass", str(DEFAULT_MANIFEST.parent / e["object"])], capture_output=True,
+                              text=True, check=True).stdout
+        (fn,) = mix.parse(sass).values()
+        m = mix.mix(fn)
+        assert m["kernel_local_memory"] == 0, e["variant_key"]
+        widths = {int(s.split("x")[1]) for s in m["mma_shapes"]}
+        assert widths == {r * H for r in range(1, 128 // H + 1)}, (e["variant_key"], m["mma_shapes"])
+        assert m["kernel_qgmma"] == 4 * len(widths)  # four k32 steps of D = 128 per pass width
