@@ -40,11 +40,12 @@ def prefill_rows(doc: dict) -> list[str]:
 
 
 def decode_rows(doc: dict) -> list[str]:
-    out = ["| spread | B | ctx | H | next_n | clean | kernel | median us | graph us | key GB/s | of read ceiling | TFLOP/s "
-           "| host us/call |", "|" + " --- |" * 13]
+    out = ["| spread | B | ctx | H | block | next_n | clean | kernel | median us | graph us | key GB/s | of read ceiling "
+           "| TFLOP/s | host us/call |", "|" + " --- |" * 14]
     for r in doc["cases"]:
         g = "-" if r.get("us_graph") is None else f"{r['us_graph']:.1f}"
-        out.append(f"| {r['spread']} | {r['B']} | {r['ctx']} | {r['H']} | {r['next_n']} | {r['clean']} | {r['kernel']} "
+        out.append(f"| {r['spread']} | {r['B']} | {r['ctx']} | {r['H']} | {r.get('block_size', '-')} | {r['next_n']} "
+                   f"| {r['clean']} | {r['kernel']} "
                    f"| {r['us']:.1f} | {g} | {r['GBps']:.0f} | {_pct(r.get('of_read'))} | {r['tflops']:.1f} "
                    f"| {r['host_us']:.1f} |")
     return out
@@ -79,7 +80,9 @@ def table(doc: dict) -> str:
 def main(paths: list[str]) -> int:
     for p in paths:
         with open(p) as f:
-            print(table(json.load(f)))
+            doc = json.load(f)
+        for d in doc if isinstance(doc, list) else [doc]:  # a device script may keep several runs in one file
+            print(table(d))
     return 0
 
 
