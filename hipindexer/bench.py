@@ -39,6 +39,20 @@ def time_device(device, fn, calls: int, repeats: int, warmup: int = 2) -> list[f
     return times
 
 
+def time_batches(device, fn, repeats: int) -> tuple[list[float], int, float]:
+    """Time `fn(i)` by the method above: one call to warm up, one timed alone to size the batches (about
+    50 ms, at most 50 calls), then `repeats` batches. Returns (per-call device microseconds of each batch,
+    calls per batch, seconds of the one call timed alone)."""
+    fn(0)
+    device.synchronize()
+    t0 = time.perf_counter()
+    fn(1)
+    device.synchronize()
+    once = max(time.perf_counter() - t0, 1e-6)
+    calls = max(1, min(50, int(0.05 / once)))
+    return time_device(device, fn, calls=calls, repeats=repeats), calls, once
+
+
 def host_us_per_call(device, fn, calls: int = 200) -> float:
     """Microseconds of Python per call, launches queued without waiting."""
     device.synchronize()
@@ -166,13 +180,7 @@ def bench_prefill(device, M: int, N: int, H: int, D: int, clean: bool = True, re
     def call(i):
         j = i % sets
         fp8_mqa_logits(*args[j], clean_logits=clean, out=outs[j], device=device, **tunables)
-    call(0)
-    device.synchronize()
-    t0 = time.perf_counter()
-    call(1)
-    device.synchronize()
-    calls = max(1, min(50, int(0.05 / max(time.perf_counter() - t0, 1e-6))))
-    times = time_device(device, call, calls=calls, repeats=repeats)
+    times, _, _ = time_batches(device, call, repeats)
     us = statistics.median(times)
     pairs = int(valid_mask(inp.cu_seqlen_ks, inp.cu_seqlen_ke, N).sum())
     from .ops import target_of

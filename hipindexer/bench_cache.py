@@ -18,13 +18,12 @@ On the emulator the sizes are tiny and the times measure the CPU, not a GPU.
 from __future__ import annotations
 
 import statistics
-import time
 
 import ml_dtypes
 import numpy as np
 
 from . import cache
-from .bench import L2_BYTES, emulated, host_us_per_call, time_device, time_graph
+from .bench import L2_BYTES, emulated, host_us_per_call, time_batches, time_graph
 from .cache_ops import gather_cached_keys, quantize_and_cache_keys
 from .runtime import DeviceArray
 
@@ -36,14 +35,7 @@ EMULATOR = {"write_t": 512, "gather_r": 4, "gather_mean": 64, "step_pool": 64 * 
 
 def _timed(device, call, nbytes: int, repeats: int, **row) -> dict:
     """Time call(i, stream=None) back to back and by graph replay; the row with its figures."""
-    call(0)
-    device.synchronize()
-    t0 = time.perf_counter()
-    call(1)
-    device.synchronize()
-    once = max(time.perf_counter() - t0, 1e-6)
-    calls = max(1, min(50, int(0.05 / once)))
-    times = time_device(device, call, calls=calls, repeats=repeats)
+    times, calls, once = time_batches(device, call, repeats)
     us = statistics.median(times)
     graph = time_graph(device, call, calls, repeats)
     return {**row, "bytes": nbytes, "us": us, "us_min": min(times),

@@ -14,12 +14,11 @@ and the fraction of the read ceiling counts both. TFLOP/s counts 2 * H * D per v
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
 
 from . import testing
-from .bench import L2_BYTES, host_us_per_call, time_device, time_graph
+from .bench import L2_BYTES, host_us_per_call, time_batches, time_graph
 from .decode import fp8_paged_mqa_logits
 from .decode_plan import plan_decode
 from .ops import target_of
@@ -78,14 +77,7 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                     fp8_paged_mqa_logits(qs[j], caches[j], ws[j], ctx_d, bt_d, mml, nl_d, preshuffle,
                                          clean_logits=clean, out=rows_out[j], stream=stream,
                                          device=device, **tunables)
-                call(0)
-                device.synchronize()
-                t0 = time.perf_counter()
-                call(1)
-                device.synchronize()
-                once = max(time.perf_counter() - t0, 1e-6)
-                calls = max(1, min(50, int(0.05 / once)))
-                times = time_device(device, call, calls=calls, repeats=repeats)
+                times, calls, once = time_batches(device, call, repeats)
                 us = statistics.median(times)
                 graph = time_graph(device, call, calls, repeats) if us < GRAPH_BELOW_US else None
                 logits_bytes = 4 * (B * next_n * mml if clean else pairs)
