@@ -203,6 +203,7 @@ PLANTS["sm90a_fold"] += SM90A_SHARED
 # reading the first pass's rows. Run with --suite cuda --set sm90a_decode.
 _DECODE = {p.name: p for p in PLANTS["decode"]}
 SM90A_DEC = "sm90a/paged_mqa_logits_wgmma.hip"
+SM90A_DEC_LOADER = "sm90a/decode_loader.h"  # its warpgroups 0 (pages, queries) and 1 (repack)
 PLANTS["sm90a_decode"] = [
     _DECODE["next_n_blind_bound"],
     Plant("batch_blind_row", SM90A_DEC, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
@@ -210,18 +211,19 @@ PLANTS["sm90a_decode"] = [
     Plant("split_boundary_one_block_late", "common/decode_work.h",
           "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
           "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
-    Plant("block_table_column_off_by_one", SM90A_DEC, "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
+    Plant("block_table_column_off_by_one", SM90A_DEC_LOADER,
+          "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
           "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
     _DECODE["preshuffle_16_and_D_swapped"],
     _DECODE["scale_of_the_next_token"],
     _DECODE["dead_ragged_row_computed"],
-    Plant("out_of_range_block_clamped", SM90A_DEC, "return ok ? id : -1;",
+    Plant("out_of_range_block_clamped", SM90A_DEC_LOADER, "return ok ? id : -1;",
           "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
-    Plant("swapped_next_n_row_in_operand", SM90A_DEC, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+    Plant("swapped_next_n_row_in_operand", SM90A_DEC_LOADER, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
           "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
-    Plant("page_prefetched_from_wrong_column", SM90A_DEC, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
+    Plant("page_prefetched_from_wrong_column", SM90A_DEC_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
           "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
-    Plant("a_stage_unswizzled", SM90A_DEC, "dst[i] = hx_sw128_offset((hx_u32)r, (hx_u32)c);",
+    Plant("a_stage_unswizzled", SM90A_DEC_LOADER, "dst[i] = hx_sw128_offset((hx_u32)r, (hx_u32)c);",
           "dst[i] = (hx_u32)r * 128u + ((hx_u32)c << 4);"),
     Plant("second_pass_reads_first_rows", SM90A_DEC, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
           "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
