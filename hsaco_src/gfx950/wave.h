@@ -105,6 +105,18 @@ HX_WAVE_FN void hx_permlane32_swap(float& a, float& b HX_SITE) {
 #endif
 }
 
+// Rows are 16 lanes. After it, the odd rows of `a` (lanes 16-31, 48-63) hold
+// the old even rows of `b` (0-15, 32-47) and the even rows of `b` hold the old
+// odd rows of `a`: a's row 1 trades with b's row 0, a's row 3 with b's row 2.
+// Inline asm and the s_nop for the same reasons as hx_permlane32_swap.
+HX_WAVE_FN void hx_permlane16_swap(float& a, float& b HX_SITE) {
+#if defined(HX_EMU)
+  hx_emu_permlane16_swap((hx_u32*)&a, (hx_u32*)&b HX_AT);
+#else
+  asm volatile("s_nop 1\n\tv_permlane16_swap_b32 %0, %1" : "+v"(a), "+v"(b));
+#endif
+}
+
 // Value of `v` in lane src_lane & 63 (ds_bpermute: any pattern, one LDS-crossbar op).
 HX_WAVE_FN hx_u32 hx_shfl_u32(hx_u32 v, hx_u32 src_lane HX_SITE) {
 #if defined(HX_EMU)
@@ -131,6 +143,16 @@ HX_WAVE_FN hx_u32 hx_readfirstlane(hx_u32 v HX_SITE) {
   return hx_emu_readfirstlane(v HX_AT);
 #else
   return (hx_u32)__builtin_amdgcn_readfirstlane((int)v);
+#endif
+}
+
+// Lane `lane`'s value (a wave-uniform lane index), in an SGPR on the device
+// (v_readlane): what makes a value loaded by the lanes usable as a buffer base.
+HX_WAVE_FN hx_u32 hx_readlane(hx_u32 v, hx_u32 lane HX_SITE) {
+#if defined(HX_EMU)
+  return hx_emu_readfirstlane(hx_emu_bpermute(v, lane HX_AT) HX_AT);
+#else
+  return (hx_u32)__builtin_amdgcn_readlane((int)v, (int)lane);
 #endif
 }
 
@@ -212,6 +234,31 @@ HX_WAVE_FN void hx_buffer_store_b64(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, h
 HX_WAVE_FN void hx_buffer_store_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_v4u v) {
   __builtin_amdgcn_raw_buffer_store_b128(v, r, voffset, soffset, 0);
 }
+#endif
+
+// ------------------------------------------------------- 64-bit gathers
+// Per-lane loads from a full 64-bit address, for gathers no buffer base can
+// cover (each lane's own block of a pool past 4 GiB). Only 4-byte alignment
+// is assumed: the 16-byte load is one global_load_dwordx4 on gfx950, whose
+// unaligned access mode (what ROCm sets up) takes dword-aligned addresses.
+// Not a wave primitive: lanes may skip it. The emulator counts its bytes.
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_global_load_b32(const void* p HX_SITE) {
+  hx_u32 v;
+  hx_emu_global_load(p, &v, 4 HX_AT);
+  return v;
+}
+HX_WAVE_FN hx_v4u hx_global_load_b128(const void* p HX_SITE) {
+  hx_v4u v;
+  hx_emu_global_load(p, &v, 16 HX_AT);
+  return v;
+}
+#else
+typedef hx_v4u hx_v4u_dword_aligned __attribute__((aligned(4)));
+typedef __attribute__((address_space(1))) const hx_u32 hx_global_u32;
+typedef __attribute__((address_space(1))) const hx_v4u_dword_aligned hx_global_v4u;
+HX_WAVE_FN hx_u32 hx_global_load_b32(const void* p) { return *(hx_global_u32*)p; }
+HX_WAVE_FN hx_v4u hx_global_load_b128(const void* p) { return *(hx_global_v4u*)p; }
 #endif
 
 // ---------------------------------------------------------- global -> LDS
