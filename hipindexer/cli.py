@@ -235,22 +235,24 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 @click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
 @click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
 @click.option("--max-context", type=int, default=None, help="Leave out context values above this.")
+@click.option("--heads", type=IntList(), default=None, help="The head counts H sampled (default: the matrix's).")
+@click.option("--dims", type=IntList(), default=None, help="The head dimensions D sampled (default: the matrix's).")
 @click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
 @click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
 @click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
               help=ACCUMULATION_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
-def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kernel, accumulation, as_json,
-                 verbose) -> None:
+def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, reruns, kernel, accumulation,
+                 as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
     first), the two cache layouts, untrusted device values; without --quick also bitwise reruns and caches
     past 4 GiB."""
     from . import sweep
     dev = _device_or_exit(device_spec)
-    _check_decode_kernel(kernel, dev, accumulation)
+    _check_decode_kernel(kernel, dev, accumulation, heads, dims)
     _progress(f"device {dev!r}")
-    design = sweep.decode_design(quick, seed, max_cases, max_context)
+    design = sweep.decode_design(quick, seed, max_cases, max_context, heads, dims)
     _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
               f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
               f"case cap: {len(design.uncovered)}")
@@ -261,7 +263,9 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
     cases = [sweep.decode_case_of(c) for c in design.cases]
     outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
     outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **forced))
-    outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **forced))
+    for H, D, bs in sweep.UNTRUSTED_SHAPES:  # each kernel family the planner (or --kernel) runs at these shapes
+        if (not heads or H in heads) and (not dims or D in dims) and _decode_serves(kernel, dev, H, D, bs):
+            outcomes.append(sweep.decode_untrusted_values(rng, dev, H, D, bs, accumulation=accumulation, **forced))
     if not quick:
         if reruns:
             outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **forced))
@@ -270,15 +274,30 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, reruns, kerne
     _report(outcomes, as_json, verbose)
 
 
-def _check_decode_kernel(kernel, dev, accumulation) -> None:
-    """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them."""
-    from .decode_plan import plan_decode
+def _check_decode_kernel(kernel, dev, accumulation, heads=None, dims=None) -> None:
+    """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them
+    (for every H and D asked for; by default at H = 16, D = 64, or a shape the forced kernel serves)."""
+    from .decode_plan import DECODE_KERNELS, plan_decode
     from .ops import target_of
+    spec = DECODE_KERNELS.get(kernel) if kernel else None
+    shapes = [(H, D) for H in heads or (16,) for D in dims or (64,)]
+    if spec is not None and spec.fits and not (heads or dims):
+        shapes = list(spec.fits[:1])
+    bs = spec.block_sizes[0] if spec is not None and spec.block_sizes else 16
     try:
-        plan_decode(1, 1, 16, 64, 16, 16, target_of(dev), accumulation=accumulation,
-                    **({"kernel": kernel} if kernel else {}))
+        for H, D in shapes:
+            plan_decode(1, 1, H, D, bs, 16, target_of(dev), accumulation=accumulation,
+                        **({"kernel": kernel} if kernel else {}))
     except ValueError as e:
         raise click.UsageError(f"--kernel {kernel}: {e}" if kernel else str(e)) from None
+
+
+def _decode_serves(kernel, dev, H, D, block_size) -> bool:
+    """Does the forced kernel (any kernel when none is forced) serve this decode shape?"""
+    if not kernel:
+        return True
+    from .decode_plan import DECODE_KERNELS
+    return DECODE_KERNELS[kernel].serves(H, D, block_size, False)
 
 
 def _checkout_module(relpath: str):

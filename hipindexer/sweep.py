@@ -249,15 +249,20 @@ def decode_work(case: testing.DecodeCase) -> tuple[int, int]:
     return keys * case.next_n * case.H * case.D, keys * (case.D + 4) + case.B * case.block_size * (case.D + 4)
 
 
-def decode_design(quick: bool, seed: int = 0, max_cases: int | None = None, max_context: int | None = None):
+def decode_design(quick: bool, seed: int = 0, max_cases: int | None = None, max_context: int | None = None,
+                  heads: tuple | None = None, dims: tuple | None = None):
     """The sampled decode matrix, a pairwise covering design: every pair of values of two axes in some case,
     quick with each case within QUICK_DECODE_FMAS (pairs that cannot be are reported: the longest contexts
     with the largest batches, heads or next_n), otherwise as far as FULL_DECODE_CASES cases allow with
-    caches within FULL_DECODE_BYTES."""
+    caches within FULL_DECODE_BYTES. heads, dims: replace the H and D axes (e.g. the values one kernel serves)."""
     from .covering import covering_design
     axes = dict(DECODE_AXES)
     if max_context is not None:
         axes["context"] = tuple(c for c in axes["context"] if not isinstance(c, int) or c <= max_context)
+    if heads:
+        axes["H"] = tuple(heads)
+    if dims:
+        axes["D"] = tuple(dims)
     if quick:
         fits = lambda cfg: decode_work(decode_case_of(cfg)[0])[0] <= QUICK_DECODE_FMAS  # noqa: E731
     else:
@@ -340,19 +345,25 @@ def decode_layouts_agree(rng, device, **tunables) -> Outcome:
     return Outcome("decode", name, PASS if g else FAIL, "bitwise identical; " + g.message)
 
 
-def decode_untrusted_values(rng, device, **tunables) -> Outcome:
+# (H, D, block_size) of the untrusted-value checks: the generic kernel's, and on gfx950 each MFMA kernel's.
+UNTRUSTED_SHAPES = ((16, 64, 16), (32, 128, 16), (64, 128, 1))
+
+
+def decode_untrusted_values(rng, device, H: int = 16, D: int = 64, block_size: int = 16, **tunables) -> Outcome:
     """Device-only values out of range: block ids outside the pool (one past the end, one negative) give
     -inf on their keys and error bit 0; a negative context length and a next_n_lens above next_n give
     -inf rows and bit 2; every other position is bitwise what the clean inputs give."""
     from .decode import ERROR_BLOCK_ID, ERROR_LENGTH
     from .runtime import DeviceArray
-    case = testing.DecodeCase(4, 2, 16, 64, 16, False, mean_context=200, spread="equal", ragged=True, live_min=1)
-    name = "untrusted_device_values"
+    case = testing.DecodeCase(4, 2, H, D, block_size, False, mean_context=200, spread="equal", ragged=True,
+                              live_min=1)
+    name = "untrusted_device_values" + ("" if (H, D, block_size) == (16, 64, 16) else f"_H{H}_D{D}_bs{block_size}")
     inp = testing.decode_inputs(rng, case)
     nb = inp.kv_cache.shape[0]
     good = _decode_run(device, inp, **tunables)
     bt = inp.block_tables.copy()
-    bt[1, 2], bt[2, 0] = nb, -5          # read entries naming no block
+    blk = 2 if block_size > 1 else 100   # block_size 1: a key well inside the context
+    bt[1, blk], bt[2, 0] = nb, -5        # read entries naming no block
     ctx, nl = inp.context_lens.copy(), inp.next_n_lens.copy()
     ctx[3] = -7                           # sequence 3: negative length
     nl[0] = case.next_n + 1               # sequence 0: more live rows than next_n
@@ -364,8 +375,8 @@ def decode_untrusted_values(rng, device, **tunables) -> Outcome:
     flags = int(errors.numpy()[0])
     want = good.copy()
     bs, n = case.block_size, case.next_n
-    for b, blk in ((1, 2), (2, 0)):
-        want[b * n:(b + 1) * n, blk * bs:(blk + 1) * bs] = -np.inf
+    for b, col in ((1, blk), (2, 0)):
+        want[b * n:(b + 1) * n, col * bs:(col + 1) * bs] = -np.inf
     want[3 * n:4 * n] = -np.inf
     want[0:n] = -np.inf
     if flags != ERROR_BLOCK_ID | ERROR_LENGTH:
