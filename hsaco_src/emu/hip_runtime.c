@@ -196,11 +196,13 @@ static void count_load(const void* src, unsigned bytes) {
   else g_unattributed += bytes;
 }
 
-// on != 0: zero every allocation's count and count from now on; 0: stop counting.
+// on != 0: zero every allocation's count and count from now on; 0: stop counting (the counts stay).
 API void hxEmuCountLoads(int on) {
   pthread_mutex_lock(&g_lock);
-  for (alloc* a = g_allocs; a; a = a->next) a->loaded = 0;
-  g_unattributed = 0;
+  if (on) {
+    for (alloc* a = g_allocs; a; a = a->next) a->loaded = 0;
+    g_unattributed = 0;
+  }
   hx_emu_set_load_hook(on ? count_load : NULL);
   pthread_mutex_unlock(&g_lock);
 }
