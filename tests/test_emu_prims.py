@@ -163,6 +163,15 @@ def test_gather_that_is_not_dword_aligned_is_an_error(emu):
         emu.launch("hx_t_gather", _params(in0=np.zeros(64, np.uint8), in1=off, out0=np.zeros(256, np.uint32), x=16))
 
 
+def test_scalar_load_is_one_wave_uniform_load(emu):
+    mem = np.arange(64, dtype=np.uint32) * 3 + 1
+    out = np.zeros(64, np.uint32)
+    emu.launch("hx_t_scalar", _params(in0=mem, out0=out, x=9))
+    assert (out == mem[9]).all()
+    with pytest.raises(H.LaunchError, match="hx_scalar_load_b32 .*wave-uniform"):
+        emu.launch("hx_t_scalar", _params(in0=mem, out0=out, x=0, y=1))
+
+
 def test_loads_are_reported_to_the_load_hook(emu):
     """Every in-range load of a primitive calls the hook with its address and size; out-of-range ones
     (which read nothing) do not."""
@@ -179,10 +188,12 @@ def test_loads_are_reported_to_the_load_hook(emu):
         off = np.arange(64, dtype=np.uint32) * 4
         emu.launch("hx_t_gather", _params(in0=mem, in1=off, out0=np.zeros(256, np.uint32), x=4))
         emu.launch("hx_t_lds", _params(in0=mem, out0=np.zeros(1024, np.uint8), n=1024, x=4))
+        emu.launch("hx_t_scalar", _params(in0=mem, out0=np.zeros(64, np.uint32), x=3))  # one load per wave
     finally:
         emu.core.hx_emu_set_load_hook(None)
     base = mem.ctypes.data
-    assert sorted(seen) == sorted([(base + 16 * i, 16) for i in range(32)] + [(base + 4 * i, 4) for i in range(64)] * 2)
+    assert sorted(seen) == sorted([(base + 16 * i, 16) for i in range(32)] + [(base + 4 * i, 4) for i in range(64)] * 2
+                                  + [(base + 12, 4)])
 
 
 @pytest.mark.parametrize("mask,width", [(1, 64), (32, 32), (5, 2), (63, 16)])

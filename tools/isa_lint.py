@@ -11,6 +11,9 @@ Per kernel function:
     hx_buffer_load_b128 / hx_lds_load_b128 must yield buffer_load_dwordx4
     (with `lds` for the latter), hx_global_load_b128 global_load_dwordx4;
   - no scratch: ScratchSize 0;
+  - no waterfall loop (v_readfirstlane of an address, v_cmp_eq against it, exec
+    narrowed and restored in a loop): what the compiler emits around a buffer
+    access whose base or range it does not see as wave-uniform;
   - scaled MFMAs take their E8M0 scales from VGPRs (llvm-project pull request 158117: the
     hardware misreads inline or scalar constants there).
 
@@ -27,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _FUNC = re.compile(r"-- Begin function (\S+)\n(.*?)(?=-- Begin function|\Z)", re.S)
 _SWAP = re.compile(r"^\s*v_permlane(?:16|32)_swap_b32(?:_e32)?\s+(v\d+),\s*(v\d+)", re.M)
 _CANON = re.compile(r"^\s*(v_max_f32(?:_e32|_e64)?|v_pk_max_f32)\s+(v\S+),\s*(v\S+),\s*(v\S+)", re.M)
+_WATERFALL = re.compile(r"v_readfirstlane_b32[^\n]*\n(?:[^\n]*\n){0,6}?\s*v_cmp_eq_u(?:32|64)\w*\s[^\n]*\n"
+                        r"(?:[^\n]*\n){0,12}?\s*s_xor_b64 exec, exec")
 _NOP = re.compile(r"^\s*s_nop\s+(\d+)")
 _MFMA_SCALE = re.compile(r"^\s*v_mfma_scale_\S+\s+([^;]*?)(?:\s+op_sel\S*)*\s*$")
 
@@ -91,6 +96,9 @@ def lint(asm: str, source: str = "") -> list[str]:
                 problems.append(f"{name}: canonicalize before a max ({ln}): compile with -fno-honor-nans")
         if want_x4 and not re.search(r"\b(buffer|global)_load_dwordx4\b(?!.*\blds\b)", body):
             problems.append(f"{name}: the source asks for 16-byte loads (hx_buffer_load_b128), no buffer_load_dwordx4")
+        if _WATERFALL.search(body):
+            problems.append(f"{name}: a waterfall loop (readfirstlane, v_cmp_eq, s_xor_b64 exec): a buffer base or "
+                            f"range the compiler does not see as uniform")
         if want_gather_x4 and not re.search(r"\bglobal_load_dwordx4\b", body):
             problems.append(f"{name}: the source asks for 16-byte gathers (hx_global_load_b128), no global_load_dwordx4")
         if want_lds_x4 and not re.search(r"\bbuffer_load_dwordx4\b.*\blds\b", body):

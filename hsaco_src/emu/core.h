@@ -26,6 +26,7 @@ enum hx_prim_kind {
   PRIM_LDS_WAIT,
   PRIM_BARRIER,
   PRIM_PERMLANE16_SWAP,
+  PRIM_SCALAR_LOAD,
   PRIM_COUNT
 };
 

@@ -58,6 +58,8 @@ void hx_emu_buffer_load(hx_emu_rsrc r, unsigned voffset, unsigned soffset, void*
                         int line);
 void hx_emu_buffer_store(hx_emu_rsrc r, unsigned voffset, unsigned soffset, const void* src, unsigned bytes,
                          const char* file, int line);
+// s_load_dword: every lane's address must be the same; counted once.
+unsigned hx_emu_scalar_load(const void* src, const char* file, int line);
 // A plain per-lane load from a 64-bit address (counted like the buffer loads).
 void hx_emu_global_load(const void* src, void* dst, unsigned bytes, const char* file, int line);
 float hx_emu_fp8_to_f32(unsigned byte);  // v_cvt_f32_fp8 (OCP e4m3fn)

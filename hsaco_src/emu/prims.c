@@ -212,6 +212,31 @@ void hx_emu_buffer_store(hx_emu_rsrc r, unsigned voffset, unsigned soffset, cons
     memcpy((unsigned char*)r.base + voffset + soffset, src, bytes);
 }
 
+typedef struct {
+  const void* src;
+  unsigned out;
+} scalar_args;
+unsigned hx_emu_scalar_load(const void* src, const char* file, int line) {
+  scalar_args a = {src, 0};
+  hx_rendezvous(PRIM_SCALAR_LOAD, &a, file, line);
+  return a.out;
+}
+static int scalar_load(hx_wave* w) {
+  hx_lane* l0 = w->lanes[0];
+  const void* src = ((scalar_args*)l0->args)->src;
+  for (int l = 1; l < 64; l++)
+    if (((scalar_args*)w->lanes[l]->args)->src != src)
+      return hx_error("hx_scalar_load_b32 (%s:%d): the address must be wave-uniform; lane 0 has %p, lane %d %p",
+                      l0->file, l0->line, src, l, ((scalar_args*)w->lanes[l]->args)->src);
+  if ((unsigned long)src % 4)
+    return hx_error("hx_scalar_load_b32 (%s:%d): %p is not dword aligned", l0->file, l0->line, src);
+  unsigned v;
+  memcpy(&v, src, 4);
+  if (hx_load_hook) hx_load_hook(src, 4);
+  for (int l = 0; l < 64; l++) ((scalar_args*)w->lanes[l]->args)->out = v;
+  return 0;
+}
+
 // A gather from a 64-bit address: 4 or 16 bytes, dword aligned (what
 // global_load_dword[x4] takes in unaligned access mode).
 void hx_emu_global_load(const void* src, void* dst, unsigned bytes, const char* file, int line) {
@@ -280,6 +305,7 @@ int hx_collective(int kind, hx_wave* w) {
     case PRIM_MFMA16: return mfma(w, 16);
     case PRIM_PERMLANE32_SWAP: return permlane32_swap(w);
     case PRIM_PERMLANE16_SWAP: return permlane16_swap(w);
+    case PRIM_SCALAR_LOAD: return scalar_load(w);
     case PRIM_BPERMUTE: return bpermute(w);
     case PRIM_READFIRSTLANE: return readfirstlane(w);
     case PRIM_WAVE_SYNC: return 0;

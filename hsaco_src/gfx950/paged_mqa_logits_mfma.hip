@@ -85,15 +85,17 @@ struct hx_kpage {
   hx_v8i k[4];
   hx_u32 sc[4];     // lane l: the scale of key l from load l / 16; 0 from the other three
   hx_u32 ok;        // bit tt: group tt's block is in range (its keys are not -inf)
+  bool bad;         // a key this lane reads (block_size 1), or a group the wave reads, has no block in range
 };
 
 // What a wave knows of the sequence it works on.
 struct hx_seqwork {
   hx_i32 b;
-  hx_decode_seq s;
   hx_i32 c_lo, c_hi;    // the unit's columns of the sequence: [c_lo, c_hi)
   hx_i32 load_hi;       // keys at or past it are not read: min(keys, c_hi)
   hx_i32 pages;         // ceil((c_hi - c_lo) / PAGE)
+  hx_i32 live;          // rows that see keys (hx_decode_row_span)
+  hx_i32 base;          // column n is valid for row j < live iff n < base + j (and n < max_model_len)
   hx_u32 lane;
   hx_u32 koff[2];       // the lane's byte offsets of its two key pieces inside a 16-key group
 };
@@ -101,28 +103,36 @@ struct hx_seqwork {
 // ------------------------------------------------------------------ keys
 
 #if !HX_GATHER
-// Block-table entries of page `pg`: lane tt < 4 holds group tt's (0 past the table row).
-HX_WAVE_FN hx_u32 hx_load_entries(const DecodeParams& p, const hx_seqwork& c, hx_i32 pg, hx_u32 log2bs) {
-  const hx_rsrc tr = hx_make_buffer_rsrc(p.block_tables + (hx_i64)c.b * p.max_blocks, 4u * (hx_u32)p.max_blocks);
-  const hx_i32 n = c.c_lo + PAGE * pg + 16 * (hx_i32)(c.lane % 4);
-  const bool want = c.lane < 4 && n < c.load_hi;
-  return hx_buffer_load_b32(tr, want ? 4u * (hx_u32)(n >> log2bs) : OFF_NONE, 0);
+// Block-table entries of page pg's 4 groups, through the scalar cache; -1 where a group has no key to read
+// or its column is past the table (that one is flagged at the issue).
+struct hx_entries {
+  hx_i32 id[4];
+};
+
+HX_WAVE_FN hx_entries hx_load_entries(const DecodeParams& p, const hx_seqwork& c, hx_i32 pg, hx_u32 log2bs) {
+  const hx_i32* table = p.block_tables + (hx_i64)c.b * p.max_blocks;
+  hx_entries e;
+  for (int tt = 0; tt < 4; tt++) {
+    const hx_i32 ng = c.c_lo + PAGE * pg + 16 * tt, col = ng >> log2bs;
+    e.id[tt] = ng < c.load_hi && col < p.max_blocks ? (hx_i32)hx_scalar_load_b32(table + col) : -1;
+  }
+  return e;
 }
 
-// Issue the loads of page pg's keys and scales (entries: hx_load_entries of the page).
-HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32 pg, hx_u32 entries,
+// Issue the loads of page pg's keys and scales.
+HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32 pg, const hx_entries& e,
                               hx_u32 log2bs, hx_kpage& kp) {
-  const hx_i32 n0 = c.c_lo + PAGE * pg;
+  const hx_i32 n0 = (hx_i32)hx_readfirstlane((hx_u32)(c.c_lo + PAGE * pg));  // as in hx_compute_page
   const hx_i64 bb = hx_block_bytes(p.block_size, D);
   const hx_u32 t = c.lane % 16, g = c.lane / 16;
+  bool bad = false;
   kp.ok = 0;
   for (int tt = 0; tt < 4; tt++) {
     const hx_i32 ng = n0 + 16 * tt;  // the group's first key: groups never straddle a block
-    const hx_i32 col = ng >> log2bs;
-    const hx_i32 id = (hx_i32)hx_readlane(entries, (hx_u32)tt);
+    const hx_i32 id = e.id[tt];
     const bool live = ng < c.load_hi;
-    const bool ok = live && col < p.max_blocks && id >= 0 && (hx_i64)id < p.num_blocks;
-    if (live && !ok && c.lane == 0 && p.errors) hx_atomic_or(p.errors, ERR_BLOCK_ID);
+    const bool ok = live && id >= 0 && (hx_i64)id < p.num_blocks;
+    bad |= live && !ok;
     kp.ok |= ok ? 1u << tt : 0u;
     const hx_i32 tin = ng & ((1 << log2bs) - 1);
     const hx_u8* blk = p.kv_cache + (ok ? (hx_i64)id * bb : 0);
@@ -135,6 +145,7 @@ HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32
     const hx_rsrc sr = hx_make_buffer_rsrc(blk + hx_scale_offset(p.block_size, D, tin), ok ? 64u : 0u);
     kp.sc[tt] = hx_buffer_load_b32(sr, g == (hx_u32)tt && mine ? 4 * t : OFF_NONE, 0);
   }
+  kp.bad = bad;
 }
 #else
 // Block-table entries of page pg: entry tt of the lane is that of key 16 tt + l % 16 (0 past the table row).
@@ -178,7 +189,7 @@ HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32
     kp.sc[tt] = sc;
     if (g == (hx_u32)tt) kp.ok = ok ? 1u : 0u;  // lane l's own key (group l / 16): bit 0 here
   }
-  if (bad && p.errors) hx_atomic_or(p.errors, ERR_BLOCK_ID);
+  kp.bad = bad;
 }
 #endif
 
@@ -194,23 +205,39 @@ HX_WAVE_FN bool hx_key_ok(const hx_kpage& kp, hx_u32 lane) {
 
 // ------------------------------------------------------------------ rows
 
-// Row j's logits at the page's keys, before kv_scale: lane l gets key l's.
+// One 16-head tile of row j against the page's 4 groups: C[16 heads][16 keys] per group.
+HX_WAVE_FN void hx_tile_mfmas(const hx_lds& s, const hx_kpage& kp, hx_i32 j, int ht, hx_u32 lane, int unit,
+                              hx_v4f acc[4]) {
+  const hx_v4u* slab = s.q + (hx_i64)(j * HT + ht) * 2 * SLAB;
+  const hx_v4u a0 = slab[lane], a1 = slab[SLAB + lane];
+  const hx_v8i a = {(int)a0.x, (int)a0.y, (int)a0.z, (int)a0.w, (int)a1.x, (int)a1.y, (int)a1.z, (int)a1.w};
+  const hx_v4f zero = {};
+  for (int tt = 0; tt < 4; tt++) acc[tt] = hx_mfma_16x16x128_fp8_scaled(a, kp.k[tt], zero, unit, unit);
+}
+
+// part[tt] += relu(acc[tt]) * the lane's 4 head weights of tile ht (heads 16 ht + 4 g + i), two per packed fma.
+HX_WAVE_FN void hx_tile_epilogue(const hx_lds& s, hx_i32 j, int ht, hx_u32 lane, const hx_v4f acc[4],
+                                 hx_v2f part[4]) {
+  const hx_v4f w = s.w[(j * H + 16 * ht + 4 * (lane / 16)) / 4];
+  for (int tt = 0; tt < 4; tt++) {
+    const hx_v2f lo = {__builtin_fmaxf(acc[tt].x, 0.0f), __builtin_fmaxf(acc[tt].y, 0.0f)};
+    const hx_v2f hi = {__builtin_fmaxf(acc[tt].z, 0.0f), __builtin_fmaxf(acc[tt].w, 0.0f)};
+    part[tt] = ht == 0 ? lo * hx_v2f{w.x, w.y} : __builtin_elementwise_fma(lo, hx_v2f{w.x, w.y}, part[tt]);
+    part[tt] = __builtin_elementwise_fma(hi, hx_v2f{w.z, w.w}, part[tt]);
+  }
+}
+
+// Row j's logits at the page's keys, before kv_scale: lane l gets key l's. The MFMAs of tile ht + 1 are
+// issued before the epilogue of tile ht, which fills their result latency (two accumulator sets in turn).
 HX_WAVE_FN float hx_row_logits(const hx_lds& s, const hx_kpage& kp, hx_i32 j, hx_u32 lane, int unit) {
-  const hx_u32 g = lane / 16;
-  hx_v2f part[4] = {};
-  for (int ht = 0; ht < HT; ht++) {
-    const hx_v4u* slab = s.q + (hx_i64)(j * HT + ht) * 2 * SLAB;
-    const hx_v4u a0 = slab[lane], a1 = slab[SLAB + lane];
-    const hx_v8i a = {(int)a0.x, (int)a0.y, (int)a0.z, (int)a0.w, (int)a1.x, (int)a1.y, (int)a1.z, (int)a1.w};
-    const hx_v4f w = s.w[(j * H + 16 * ht + 4 * g) / 4];  // heads 16 ht + 4 g + i
-    const hx_v4f zero = {};
-    for (int tt = 0; tt < 4; tt++) {
-      const hx_v4f acc = hx_mfma_16x16x128_fp8_scaled(a, kp.k[tt], zero, unit, unit);
-      const hx_v2f lo = {__builtin_fmaxf(acc.x, 0.0f), __builtin_fmaxf(acc.y, 0.0f)};
-      const hx_v2f hi = {__builtin_fmaxf(acc.z, 0.0f), __builtin_fmaxf(acc.w, 0.0f)};
-      part[tt] = __builtin_elementwise_fma(lo, hx_v2f{w.x, w.y}, part[tt]);
-      part[tt] = __builtin_elementwise_fma(hi, hx_v2f{w.z, w.w}, part[tt]);
-    }
+  hx_v2f part[4];
+  hx_v4f acc0[4], acc1[4];
+  hx_tile_mfmas(s, kp, j, 0, lane, unit, acc0);
+  for (int ht = 0; ht < HT; ht += 2) {
+    hx_tile_mfmas(s, kp, j, ht + 1, lane, unit, acc1);
+    hx_tile_epilogue(s, j, ht, lane, acc0, part);
+    if (ht + 2 < HT) hx_tile_mfmas(s, kp, j, ht + 2, lane, unit, acc0);
+    hx_tile_epilogue(s, j, ht + 1, lane, acc1, part);
   }
   float x0 = part[0].x + part[0].y, x1 = part[1].x + part[1].y;
   float x2 = part[2].x + part[2].y, x3 = part[3].x + part[3].y;
@@ -222,28 +249,40 @@ HX_WAVE_FN float hx_row_logits(const hx_lds& s, const hx_kpage& kp, hx_i32 j, hx
   return y02 + y13;                    // lane group g: group g's sum over every head
 }
 
-// Page pg of the wave's sequence: every row's columns there, values or -inf.
+// Page pg of the wave's sequence: every row's columns there, values or -inf. The rows are unrolled up to
+// ROWS (rows past next_n and dead rows skip their math) and their stores follow in a fixed number, so the
+// vector-memory counter the key loads share with stores counts the same in every page: the wait for this
+// page's keys can leave the next page's in flight.
 HX_WAVE_FN void hx_compute_page(const DecodeParams& p, const hx_lds& s, const hx_seqwork& c, hx_i32 pg,
                                 const hx_kpage& kp, int unit) {
   const float neg_inf = hx_bits_to_f32(0xFF800000u);
-  const hx_i32 n0 = c.c_lo + PAGE * pg;
-  const hx_u32 cols = (hx_u32)hx_min_i32(PAGE, c.c_hi - n0);  // columns of the page this unit owns
-  const hx_u32 n = (hx_u32)n0 + c.lane;
+  // made visibly uniform: the store ranges are built from it, and the compiler may have kept it in a VGPR
+  const hx_i32 n0 = (hx_i32)hx_readfirstlane((hx_u32)(c.c_lo + PAGE * pg));
+  const hx_i32 cols = hx_min_i32(PAGE, c.c_hi - n0);  // columns of the page this unit owns (all < max_model_len)
+  // Row j (j < live) has valid columns here iff j > d, and lane l's column iff rel < j (hx_decode_row_span).
+  const hx_i32 d = n0 - c.base;
+  const hx_i32 rel = n0 + (hx_i32)c.lane - c.base;
   const float scale = hx_bits_to_f32(kp.sc[0] | kp.sc[1] | kp.sc[2] | kp.sc[3]);
   const bool key_ok = hx_key_ok(kp, c.lane);
-  for (hx_i32 j = 0; j < p.next_n; ++j) {
-    const hx_i32 bound = hx_decode_row_bound(c.s, j, p.max_model_len);
-    float* row = p.out + ((hx_i64)c.b * p.next_n + j) * p.out_stride + n0;
-    if (bound <= n0) {  // nothing valid here (dead rows too): fill only
-      if (p.clean) hx_buffer_store_b32(hx_make_buffer_rsrc(row, 4 * cols), 4 * c.lane, 0, hx_f32_to_bits(neg_inf));
-      continue;
-    }
+  float v[ROWS];
+#pragma unroll
+  for (int j = 0; j < ROWS; ++j) {
+    v[j] = neg_inf;
+    if (hx_min_i32(c.live - j, j - d) <= 0) continue;  // nothing valid here (dead rows, rows past next_n): fill only
     const float z = hx_row_logits(s, kp, j, c.lane, unit);
-    const bool valid = n < (hx_u32)bound;
-    const float v = valid && key_ok ? z * scale : neg_inf;
-    // raw output: only the valid columns are written (the range check drops the rest)
-    const hx_u32 upto = p.clean ? cols : (hx_u32)hx_min_i32((hx_i32)cols, bound - n0);
-    hx_buffer_store_b32(hx_make_buffer_rsrc(row, 4 * upto), 4 * c.lane, 0, hx_f32_to_bits(v));
+    v[j] = rel < j && key_ok ? z * scale : neg_inf;
+  }
+  // Columns of row j's page segment written (the range check drops the rest), in integer arithmetic:
+  // clean, all `cols` of rows j < next_n; raw, the valid ones of live rows, clamp(j - d, 0, cols).
+  const hx_i32 rows_written = p.clean ? p.next_n : c.live;
+  const hx_i32 dw = p.clean ? -PAGE : d;
+  float* row = p.out + (hx_i64)c.b * p.next_n * p.out_stride + n0;
+#pragma unroll
+  for (int j = 0; j < ROWS; ++j) {
+    // (the compiler turns this clamp of uniform values into VALU min3 / med3: readfirstlane says it is uniform)
+    const hx_u32 upto = hx_readfirstlane((hx_u32)hx_max_i32(0, hx_min_i32(hx_min_i32(cols, j - dw), (rows_written - j) * PAGE)));
+    hx_buffer_store_b32(hx_make_buffer_rsrc(row, 4 * upto), 4 * c.lane, 0, hx_f32_to_bits(v[j]));
+    row += p.out_stride;
   }
 }
 
@@ -255,26 +294,27 @@ HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_s
   if (mine == 0) return;
   const hx_u32 log2bs = (hx_u32)__builtin_ctz((unsigned)p.block_size);
 #define PG(i) ((hx_i32)w + NW * (i))
-  auto e0 = hx_load_entries(p, c, PG(0), log2bs);
-  auto e1 = e0;
+  hx_entries e0 = hx_load_entries(p, c, PG(0), log2bs), e1 = e0;
   if (mine > 1) e1 = hx_load_entries(p, c, PG(1), log2bs);
+  // The loads of a page past the wave's last are still issued, all out of range (they move nothing): the
+  // same count of vector-memory operations on every path, so waiting for a page's keys never waits for the
+  // next page's.
   hx_kpage ka, kb;
   hx_issue_page(p, c, PG(0), e0, log2bs, ka);
   if (mine > 2) e0 = hx_load_entries(p, c, PG(2), log2bs);
+  bool bad = ka.bad;  // flagged once per wave and sequence, after the pages
   for (hx_i32 i = 0; i < mine; i += 2) {
-    const bool more1 = i + 1 < mine;
-    if (more1) {
-      hx_issue_page(p, c, PG(i + 1), e1, log2bs, kb);
-      if (i + 3 < mine) e1 = hx_load_entries(p, c, PG(i + 3), log2bs);
-    }
+    hx_issue_page(p, c, PG(i + 1), e1, log2bs, kb);
+    bad |= kb.bad;
+    if (i + 3 < mine) e1 = hx_load_entries(p, c, PG(i + 3), log2bs);
     hx_compute_page(p, s, c, PG(i), ka, unit);
-    if (!more1) break;
-    if (i + 2 < mine) {
-      hx_issue_page(p, c, PG(i + 2), e0, log2bs, ka);
-      if (i + 4 < mine) e0 = hx_load_entries(p, c, PG(i + 4), log2bs);
-    }
+    if (i + 1 >= mine) break;
+    hx_issue_page(p, c, PG(i + 2), e0, log2bs, ka);
+    bad |= ka.bad;
+    if (i + 4 < mine) e0 = hx_load_entries(p, c, PG(i + 4), log2bs);
     hx_compute_page(p, s, c, PG(i + 1), kb, unit);
   }
+  if (bad && p.errors) hx_atomic_or(p.errors, ERR_BLOCK_ID);
 #undef PG
 }
 
@@ -345,8 +385,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
     c.koff[0] = 16 * g;
     c.koff[1] = 64 + 16 * g;
 #else
-    c.koff[0] = (hx_u32)hx_key_offset(p.preshuffle != 0, (hx_i32)tk, (hx_i32)(16 * g), D);
-    c.koff[1] = (hx_u32)hx_key_offset(p.preshuffle != 0, (hx_i32)tk, (hx_i32)(64 + 16 * g), D);
+    const bool shuffled = p.preshuffle != 0;  // the layout is only this choice of offsets
+    c.koff[0] = (hx_u32)hx_key_offset(shuffled, (hx_i32)tk, (hx_i32)(16 * g), D);
+    c.koff[1] = (hx_u32)hx_key_offset(shuffled, (hx_i32)tk, (hx_i32)(64 + 16 * g), D);
 #endif
   }
 
@@ -371,13 +412,17 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
         const hx_decode_seq seq = hx_seq_at(p, bb);
         if (in_work) {
           const hx_range blocks = hx_owned_blocks(own_work, work_base, seq);
-          c.b = bb;
-          c.s = seq;
+          // Every value a buffer base or range is made from must be visibly wave-uniform (an SGPR), or the
+          // compiler loops over the lanes' values at each buffer access.
+          c.b = (hx_i32)hx_readfirstlane((hx_u32)bb);
           const hx_i64 lo = (hx_i64)blocks.lo * p.block_size, hi = (hx_i64)blocks.hi * p.block_size;
           c.c_lo = (hx_i32)hx_readfirstlane((hx_u32)(lo < p.max_model_len ? lo : p.max_model_len));
           c.c_hi = (hx_i32)hx_readfirstlane((hx_u32)(hi < p.max_model_len ? hi : p.max_model_len));
-          c.load_hi = hx_min_i32(c.c_hi, seq.keys);
+          c.load_hi = (hx_i32)hx_readfirstlane((hx_u32)hx_min_i32(c.c_hi, seq.keys));
           c.pages = c.c_hi > c.c_lo ? hx_ceil_div(c.c_hi - c.c_lo, PAGE) : 0;
+          const hx_decode_rows rows = hx_decode_row_span(seq);  // in int32 whenever there are live rows
+          c.live = (hx_i32)hx_readfirstlane((hx_u32)rows.rows);
+          c.base = (hx_i32)hx_readfirstlane((hx_u32)rows.first_end);
           if (c.pages > 0) {
             hx_stage_rows(p, s, bb, seq.live, w, lane);
             hx_wave_pages(p, s, c, w, unit);

@@ -236,6 +236,19 @@ HX_WAVE_FN void hx_buffer_store_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, 
 }
 #endif
 
+// ------------------------------------------------------- scalar loads
+// A 4-byte load every lane makes from the same address, through the scalar
+// cache (s_load_dword): it waits on lgkmcnt, not on the vector-memory
+// counter that key loads and stores share. The memory must not change during
+// the kernel (it is read as constant). The emulator checks the address is
+// wave-uniform and counts the load once per wave.
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_scalar_load_b32(const void* p HX_SITE) { return hx_emu_scalar_load(p HX_AT); }
+#else
+typedef __attribute__((address_space(4))) const hx_u32 hx_constant_u32;
+HX_WAVE_FN hx_u32 hx_scalar_load_b32(const void* p) { return *(hx_constant_u32*)p; }
+#endif
+
 // ------------------------------------------------------- 64-bit gathers
 // Per-lane loads from a full 64-bit address, for gathers no buffer base can
 // cover (each lane's own block of a pool past 4 GiB). Only 4-byte alignment

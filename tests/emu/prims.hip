@@ -72,6 +72,12 @@ KERNEL(hx_t_gather) {
   }
 }
 
+// out0[lane] = the scalar load of in0 word x (word x + lane when y = 1: not wave-uniform, an error).
+KERNEL(hx_t_scalar) {
+  const hx_u32 l = hx_lane_id();
+  ((hx_u32*)p.out0)[l] = hx_scalar_load_b32((const hx_u32*)p.in0 + p.x + (p.y ? l : 0));
+}
+
 // out0[0:64] = shfl_xor(in, x); [64:128] = shfl(in, in1[lane]); [128:192] = readfirstlane;
 // [192:256] = wave_sum(in, y)
 KERNEL(hx_t_shfl) {
