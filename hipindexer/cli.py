@@ -393,6 +393,10 @@ def _isa_info(as_json: bool) -> None:
         click.echo(json.dumps([mod.as_dict(r) for r in reports], indent=1))
     else:
         click.echo(mod.format_table(reports))
+        dec = mod.format_decode_table(reports)
+        if dec:
+            click.echo("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by "
+                       "VGPRs / resident with LDS / the planner's grid):\n" + dec)
 
 
 @main.command()

@@ -175,8 +175,8 @@ PLANTS = {
         Plant("wrong_head_weight", MFMA_DECODE,
               "s.w[(j * H + 16 * ht + 4 * (lane / 16)) / 4]", "s.w[(j * H + 16 * ((ht + 1) % HT) + 4 * (lane / 16)) / 4]"),
         Plant("dead_rows_not_filled", MFMA_DECODE,
-              "const hx_i32 rows_written = p.clean ? p.next_n : c.live;", "const hx_i32 rows_written = c.live;"),
-        Plant("raw_store_one_past_the_bound", MFMA_DECODE, "hx_min_i32(cols, j - dw)", "hx_min_i32(cols, j - dw + 1)"),
+              "written_e = (p.clean ? p.next_n : c.live) - d", "written_e = (p.clean ? c.live : c.live) - d"),
+        Plant("causal_bound_one_past", MFMA_DECODE, "const bool valid = rel < j;", "const bool valid = rel <= j;"),
         Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "c.koff[1] = 64 + 16 * g;", "c.koff[1] = 32 + 16 * g;"),
         # One logit 1% off in a row of 32,768 keys: the per-element bound sees it, a row's calc_diff hardly moves.
         Plant("one_wrong_element", MFMA_DECODE,
@@ -208,7 +208,7 @@ SET_CMDS = {
                "--kernel mqa_logits_generic",
     # the quick pairwise decode sample at the MFMA kernels' shapes (every block size and layout they serve) plus
     # the layout and untrusted-value checks there
-    "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 16 --reruns 0",
+    "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 10 --reruns 0",
     "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
     # sm_90a: small shapes for the tails and splits, 4x65536 for one wrong element in a long row

@@ -72,8 +72,6 @@
 
 static_assert(NW >= 1 && NW * 64 == HX_BLOCK, "whole waves");
 
-typedef float hx_v2f __attribute__((ext_vector_type(2)));
-
 struct hx_lds {
   hx_v4u* q;        // [ROWS][HT][2][SLAB] the live rows' A operands, operand order
   hx_v4f* w;        // [ROWS][H / 4] their head weights
@@ -98,6 +96,7 @@ struct hx_seqwork {
   hx_i32 base;          // column n is valid for row j < live iff n < base + j (and n < max_model_len)
   hx_u32 lane;
   hx_u32 koff[2];       // the lane's byte offsets of its two key pieces inside a 16-key group
+  hx_u32 nblocks;       // num_blocks, capped at 2^31 (every block id is an int32)
 };
 
 // ------------------------------------------------------------------ keys
@@ -131,7 +130,7 @@ HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32
     const hx_i32 ng = n0 + 16 * tt;  // the group's first key: groups never straddle a block
     const hx_i32 id = e.id[tt];
     const bool live = ng < c.load_hi;
-    const bool ok = live && id >= 0 && (hx_i64)id < p.num_blocks;
+    const bool ok = live && (hx_u32)id < c.nblocks;  // a negative id is past every pool
     bad |= live && !ok;
     kp.ok |= ok ? 1u << tt : 0u;
     const hx_i32 tin = ng & ((1 << log2bs) - 1);
@@ -175,7 +174,7 @@ HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32
     const hx_i32 n = n0 + 16 * tt + (hx_i32)t;
     const hx_i32 id = (hx_i32)en.e[tt];
     const bool mine = n < c.load_hi;
-    const bool ok = mine && n < p.max_blocks && id >= 0 && (hx_i64)id < p.num_blocks;
+    const bool ok = mine && n < p.max_blocks && (hx_u32)id < c.nblocks;  // a negative id is past every pool
     bad |= mine && !ok;
     hx_v4u lo = {0u, 0u, 0u, 0u}, hi = {0u, 0u, 0u, 0u};
     hx_u32 sc = 0;
@@ -222,8 +221,8 @@ HX_WAVE_FN void hx_tile_epilogue(const hx_lds& s, hx_i32 j, int ht, hx_u32 lane,
   for (int tt = 0; tt < 4; tt++) {
     const hx_v2f lo = {__builtin_fmaxf(acc[tt].x, 0.0f), __builtin_fmaxf(acc[tt].y, 0.0f)};
     const hx_v2f hi = {__builtin_fmaxf(acc[tt].z, 0.0f), __builtin_fmaxf(acc[tt].w, 0.0f)};
-    part[tt] = ht == 0 ? lo * hx_v2f{w.x, w.y} : __builtin_elementwise_fma(lo, hx_v2f{w.x, w.y}, part[tt]);
-    part[tt] = __builtin_elementwise_fma(hi, hx_v2f{w.z, w.w}, part[tt]);
+    part[tt] = ht == 0 ? hx_pk_mul(lo, hx_v2f{w.x, w.y}) : hx_pk_fma(lo, hx_v2f{w.x, w.y}, part[tt]);
+    part[tt] = hx_pk_fma(hi, hx_v2f{w.z, w.w}, part[tt]);
   }
 }
 
@@ -264,24 +263,28 @@ HX_WAVE_FN void hx_compute_page(const DecodeParams& p, const hx_lds& s, const hx
   const hx_i32 rel = n0 + (hx_i32)c.lane - c.base;
   const float scale = hx_bits_to_f32(kp.sc[0] | kp.sc[1] | kp.sc[2] | kp.sc[3]);
   const bool key_ok = hx_key_ok(kp, c.lane);
+  // Per-row conditions are written in terms of e = j - d, which changes every page: the compiler then keeps
+  // none of them across pages (8 rows of hoisted conditions would spill the SGPRs). Row j computes iff
+  // d < j < live, and is stored iff j < rows_written.
+  const hx_i32 live_e = c.live - d, written_e = (p.clean ? p.next_n : c.live) - d;
   float v[ROWS];
+  hx_u32 voff[ROWS];  // the lane's store offset; out of range where a raw row has no valid column
 #pragma unroll
   for (int j = 0; j < ROWS; ++j) {
+    const hx_i32 e = j - d;
+    const bool valid = rel < j;  // for rows j < live
     v[j] = neg_inf;
-    if (hx_min_i32(c.live - j, j - d) <= 0) continue;  // nothing valid here (dead rows, rows past next_n): fill only
+    voff[j] = p.clean || valid ? 4 * c.lane : OFF_NONE;
+    if ((hx_u32)(e - 1) >= (hx_u32)(live_e - 1)) continue;  // nothing valid here (dead rows, rows past next_n)
     const float z = hx_row_logits(s, kp, j, c.lane, unit);
-    v[j] = rel < j && key_ok ? z * scale : neg_inf;
+    v[j] = valid && key_ok ? z * scale : neg_inf;
   }
-  // Columns of row j's page segment written (the range check drops the rest), in integer arithmetic:
-  // clean, all `cols` of rows j < next_n; raw, the valid ones of live rows, clamp(j - d, 0, cols).
-  const hx_i32 rows_written = p.clean ? p.next_n : c.live;
-  const hx_i32 dw = p.clean ? -PAGE : d;
   float* row = p.out + (hx_i64)c.b * p.next_n * p.out_stride + n0;
 #pragma unroll
   for (int j = 0; j < ROWS; ++j) {
-    // (the compiler turns this clamp of uniform values into VALU min3 / med3: readfirstlane says it is uniform)
-    const hx_u32 upto = hx_readfirstlane((hx_u32)hx_max_i32(0, hx_min_i32(hx_min_i32(cols, j - dw), (rows_written - j) * PAGE)));
-    hx_buffer_store_b32(hx_make_buffer_rsrc(row, 4 * upto), 4 * c.lane, 0, hx_f32_to_bits(v[j]));
+    // clean: every row of the sequence, its page segment's `cols` columns; raw: the live rows
+    hx_buffer_store_b32(hx_make_buffer_rsrc(row, j - d < written_e ? 4 * (hx_u32)cols : 0u), voff[j], 0,
+                        hx_f32_to_bits(v[j]));
     row += p.out_stride;
   }
 }
@@ -379,6 +382,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
   // The lane's two key pieces inside a 16-key group (operand bytes 0-15 and 16-31).
   hx_seqwork c;
   c.lane = lane;
+  c.nblocks = (hx_u32)(p.num_blocks < ((hx_i64)1 << 31) ? p.num_blocks : ((hx_i64)1 << 31));
   {
     const hx_u32 tk = lane % 16, g = lane / 16;
 #if HX_GATHER

@@ -90,6 +90,34 @@ HX_WAVE_FN hx_v4f hx_mfma_16x16x128_fp8(hx_v8i a, hx_v8i b, hx_v4f c HX_SITE) {
   return hx_mfma_16x16x128_fp8_scaled(a, b, c, s, s HX_AT);
 }
 
+// ------------------------------------------------------------ packed f32
+typedef float hx_v2f __attribute__((ext_vector_type(2)));
+
+// a * b + c on two floats, each fused (v_pk_fma_f32). Inline asm on the device because clang splits the
+// packed fma into two v_fma_f32 when an operand is built from two scalar results (a ReLU'd pair), which
+// doubles the epilogue's FMAs; the "v" operands of a 64-bit type get the even-aligned VGPR pairs the
+// instruction needs. Only for operands no MFMA wrote just before (the asm hides them from the compiler's
+// hazard recognizer): VALU results.
+HX_WAVE_FN hx_v2f hx_pk_fma(hx_v2f a, hx_v2f b, hx_v2f c) {
+#if defined(HX_EMU)
+  return __builtin_elementwise_fma(a, b, c);
+#else
+  asm("v_pk_fma_f32 %0, %1, %2, %0" : "+v"(c) : "v"(a), "v"(b));
+  return c;
+#endif
+}
+
+// a * b on two floats (v_pk_mul_f32), for the same reason and with the same restriction as hx_pk_fma.
+HX_WAVE_FN hx_v2f hx_pk_mul(hx_v2f a, hx_v2f b) {
+#if defined(HX_EMU)
+  return a * b;
+#else
+  hx_v2f d;
+  asm("v_pk_mul_f32 %0, %1, %2" : "=v"(d) : "v"(a), "v"(b));
+  return d;
+#endif
+}
+
 // ------------------------------------------------------------ cross-lane
 
 // After it, lanes 32-63 of `a` hold the old lanes 0-31 of `b`, and lanes 0-31
