@@ -180,8 +180,8 @@ PLANTS = {
         Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "c.koff[1] = 64 + 16 * g;", "c.koff[1] = 32 + 16 * g;"),
         # One logit 1% off in a row of 32,768 keys: the per-element bound sees it, a row's calc_diff hardly moves.
         Plant("one_wrong_element", MFMA_DECODE,
-              "rel < j && key_ok ? z * scale : neg_inf",
-              "rel < j && key_ok ? z * scale * (n0 + (hx_i32)c.lane == 20000 ? 1.01f : 1.f) : neg_inf"),
+              "valid && key_ok ? z * scale : neg_inf",
+              "valid && key_ok ? z * scale * (n0 + (hx_i32)c.lane == 20000 ? 1.01f : 1.f) : neg_inf"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
