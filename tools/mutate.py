@@ -177,7 +177,8 @@ PLANTS = {
         Plant("dead_rows_not_filled", MFMA_DECODE,
               "written_e = (p.clean ? p.next_n : c.live) - d", "written_e = (p.clean ? c.live : c.live) - d"),
         Plant("causal_bound_one_past", MFMA_DECODE, "const bool valid = rel < j;", "const bool valid = rel <= j;"),
-        Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "c.koff[1] = 64 + 16 * g;", "c.koff[1] = 32 + 16 * g;"),
+        Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "hx_global_load_b128(key + 64);",
+              "hx_global_load_b128(key + 32);"),
         # One logit 1% off in a row of 32,768 keys: the per-element bound sees it, a row's calc_diff hardly moves.
         Plant("one_wrong_element", MFMA_DECODE,
               "valid && key_ok ? z * scale : neg_inf",

@@ -97,6 +97,7 @@ struct hx_seqwork {
   hx_u32 lane;
   hx_u32 koff[2];       // the lane's byte offsets of its two key pieces inside a 16-key group
   hx_u32 nblocks;       // num_blocks, capped at 2^31 (every block id is an int32)
+  const hx_u8* kv_lane; // block_size 1: kv_cache + the lane's first key piece
 };
 
 // ------------------------------------------------------------------ keys
@@ -163,28 +164,29 @@ HX_WAVE_FN hx_entries hx_load_entries(const DecodeParams& p, const hx_seqwork& c
   return e;
 }
 
-// block_size 1: each key is its own block, found through its own 64-bit address.
+// block_size 1: each key is its own block, found through its own 64-bit address. A key that is not read
+// keeps whatever its registers held: its column of every MFMA is its own, and its logits come out -inf.
 HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32 pg, const hx_entries& en,
                               hx_u32, hx_kpage& kp) {
   const hx_i32 n0 = c.c_lo + PAGE * pg;
   const hx_u32 t = c.lane % 16, g = c.lane / 16;
+  const hx_i32 in_table = hx_min_i32(c.load_hi, p.max_blocks);  // keys past it have no entry (flagged)
   bool bad = false;
   kp.ok = 0;
   for (int tt = 0; tt < 4; tt++) {
     const hx_i32 n = n0 + 16 * tt + (hx_i32)t;
     const hx_i32 id = (hx_i32)en.e[tt];
     const bool mine = n < c.load_hi;
-    const bool ok = mine && n < p.max_blocks && (hx_u32)id < c.nblocks;  // a negative id is past every pool
+    const bool ok = n < in_table && (hx_u32)id < c.nblocks;  // a negative id is past every pool
     bad |= mine && !ok;
-    hx_v4u lo = {0u, 0u, 0u, 0u}, hi = {0u, 0u, 0u, 0u};
     hx_u32 sc = 0;
     if (ok) {
-      const hx_u8* key = p.kv_cache + (hx_i64)id * KB;
-      lo = hx_global_load_b128(key + c.koff[0]);
-      hi = hx_global_load_b128(key + c.koff[1]);
-      if (g == (hx_u32)tt) sc = hx_global_load_b32(key + D);
+      // the lane's first piece (16 g); the second 64 bytes on, the scale at D: immediate offsets of one address
+      const hx_u8* key = c.kv_lane + (hx_i64)(hx_u32)id * KB;
+      const hx_v4u lo = hx_global_load_b128(key), hi = hx_global_load_b128(key + 64);
+      kp.k[tt] = hx_v8i{(int)lo.x, (int)lo.y, (int)lo.z, (int)lo.w, (int)hi.x, (int)hi.y, (int)hi.z, (int)hi.w};
+      if (g == (hx_u32)tt) sc = hx_global_load_b32(key + D - 16 * tt);
     }
-    kp.k[tt] = hx_v8i{(int)lo.x, (int)lo.y, (int)lo.z, (int)lo.w, (int)hi.x, (int)hi.y, (int)hi.z, (int)hi.w};
     kp.sc[tt] = sc;
     if (g == (hx_u32)tt) kp.ok = ok ? 1u : 0u;  // lane l's own key (group l / 16): bit 0 here
   }
@@ -388,6 +390,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
 #if HX_GATHER
     c.koff[0] = 16 * g;
     c.koff[1] = 64 + 16 * g;
+    c.kv_lane = p.kv_cache + c.koff[0];
 #else
     const bool shuffled = p.preshuffle != 0;  // the layout is only this choice of offsets
     c.koff[0] = (hx_u32)hx_key_offset(shuffled, (hx_i32)tk, (hx_i32)(16 * g), D);
