@@ -86,12 +86,12 @@ def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
 
 
 # gfx950 scaled-MFMA kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): 4 waves per unit, 64-key pages, every
-# live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the VGPRs allow 3,
-# 2 for the block_size 1 build, whose 64-bit gathers take more).
+# live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the LDS would allow
+# 4, the VGPRs (over 168) allow 2).
 # Block sizes that are powers of two >= 16 in both layouts, and block_size 1 (its own build).
 MFMA_DECODE_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma", block=256, fits=((32, 128), (64, 128)),
                                       block_sizes=(16, 32, 64, 128, 256, 512, 1024), variant="HX_HEADS", page=64,
-                                      waves=4, resident=((32, 3), (64, 2)), head_pass=0)
+                                      waves=4, resident=((32, 2), (64, 2)), head_pass=0)
 MFMA_DECODE_BS1_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma_bs1", block=256, fits=((32, 128), (64, 128)),
                                           block_sizes=(1,), layouts=(False,), variant="HX_HEADS", page=64, waves=4,
                                           resident=((32, 2), (64, 2)), head_pass=0)

@@ -96,6 +96,7 @@ struct hx_seqwork {
   hx_i32 base;          // column n is valid for row j < live iff n < base + j (and n < max_model_len)
   hx_u32 lane;
   hx_u32 koff[2];       // the lane's byte offsets of its two key pieces inside a 16-key group
+  hx_u32 khalf;         // koff[1] - koff[0]: the same for every lane
   hx_u32 nblocks;       // num_blocks, capped at 2^31 (every block id is an int32)
   const hx_u8* kv_lane; // block_size 1: kv_cache + the lane's first key piece
 };
@@ -139,8 +140,10 @@ HX_WAVE_FN void hx_issue_page(const DecodeParams& p, const hx_seqwork& c, hx_i32
     // keys past load_hi (and every key of a block out of range) read nothing
     const hx_rsrc kr = hx_make_buffer_rsrc(blk + (hx_i64)tin * D, ok ? 16u * D : 0u);
     const bool mine = ng + (hx_i32)t < c.load_hi;
-    const hx_v4u lo = hx_buffer_load_b128(kr, mine ? c.koff[0] : OFF_NONE, 0);
-    const hx_v4u hi = hx_buffer_load_b128(kr, mine ? c.koff[1] : OFF_NONE, 0);
+    // the second piece is a fixed distance on in both layouts: the scalar offset adds it (both pieces are in
+    // range, or neither is, with or without it)
+    const hx_u32 off = mine ? c.koff[0] : OFF_NONE;
+    const hx_v4u lo = hx_buffer_load_b128(kr, off, 0), hi = hx_buffer_load_b128(kr, off, c.khalf);
     kp.k[tt] = hx_v8i{(int)lo.x, (int)lo.y, (int)lo.z, (int)lo.w, (int)hi.x, (int)hi.y, (int)hi.z, (int)hi.w};
     const hx_rsrc sr = hx_make_buffer_rsrc(blk + hx_scale_offset(p.block_size, D, tin), ok ? 64u : 0u);
     kp.sc[tt] = hx_buffer_load_b32(sr, g == (hx_u32)tt && mine ? 4 * t : OFF_NONE, 0);
@@ -296,17 +299,24 @@ HX_WAVE_FN void hx_compute_page(const DecodeParams& p, const hx_lds& s, const hx
 // names after unrolling: no copies between them).
 HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_seqwork& c, hx_u32 w, int unit) {
   const hx_i32 mine = c.pages > (hx_i32)w ? hx_ceil_div(c.pages - (hx_i32)w, NW) : 0;  // this wave's pages
-  if (mine == 0) return;
   const hx_u32 log2bs = (hx_u32)__builtin_ctz((unsigned)p.block_size);
 #define PG(i) ((hx_i32)w + NW * (i))
-  hx_entries e0 = hx_load_entries(p, c, PG(0), log2bs), e1 = e0;
-  if (mine > 1) e1 = hx_load_entries(p, c, PG(1), log2bs);
+  // The first page's loads go out while the rows' Q and weights are still landing (hx_stage_rows issued them):
+  // a unit's start waits for both at once, not one after the other.
+  hx_entries e0, e1;
+  hx_kpage ka, kb;
+  if (mine > 0) {
+    e0 = hx_load_entries(p, c, PG(0), log2bs);
+    e1 = mine > 1 ? hx_load_entries(p, c, PG(1), log2bs) : e0;
+    hx_issue_page(p, c, PG(0), e0, log2bs, ka);
+    if (mine > 2) e0 = hx_load_entries(p, c, PG(2), log2bs);
+  }
+  hx_lds_load_wait();      // our share of the rows (and the first page) has landed
+  hx_workgroup_barrier();  // ... and every wave's share
+  if (mine == 0) return;
   // The loads of a page past the wave's last are still issued, all out of range (they move nothing): the
   // same count of vector-memory operations on every path, so waiting for a page's keys never waits for the
   // next page's.
-  hx_kpage ka, kb;
-  hx_issue_page(p, c, PG(0), e0, log2bs, ka);
-  if (mine > 2) e0 = hx_load_entries(p, c, PG(2), log2bs);
   bool bad = ka.bad;  // flagged once per wave and sequence, after the pages
   for (hx_i32 i = 0; i < mine; i += 2) {
     hx_issue_page(p, c, PG(i + 1), e1, log2bs, kb);
@@ -323,7 +333,7 @@ HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_s
 #undef PG
 }
 
-// Q and weights of sequence b's live rows into LDS (every wave's share), visible to all after it.
+// Issue the DMA of sequence b's live rows' Q and weights into LDS (every wave's share).
 HX_WAVE_FN void hx_stage_rows(const DecodeParams& p, const hx_lds& s, hx_i32 b, hx_i32 live, hx_u32 w,
                               hx_u32 lane) {
   hx_workgroup_barrier();  // the previous sequence's readers are done with the rows
@@ -337,8 +347,7 @@ HX_WAVE_FN void hx_stage_rows(const DecodeParams& p, const hx_lds& s, hx_i32 b, 
   const hx_rsrc wr = hx_make_buffer_rsrc(p.weights + (hx_i64)b * p.next_n * H, (hx_u32)(live * H * 4));
   for (hx_i32 k = (hx_i32)w; k < hx_ceil_div(live * H, 64); k += NW)
     hx_lds_load_b32(wr, s.w + 16 * k, 4 * (64 * (hx_u32)k + lane), 0);
-  hx_lds_load_wait();
-  hx_workgroup_barrier();
+  // hx_wave_pages waits for them, after issuing its first page
 }
 
 HX_INLINE HX_DEV hx_decode_seq hx_seq_at(const DecodeParams& p, hx_i32 b) {
@@ -395,6 +404,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
     const bool shuffled = p.preshuffle != 0;  // the layout is only this choice of offsets
     c.koff[0] = (hx_u32)hx_key_offset(shuffled, (hx_i32)tk, (hx_i32)(16 * g), D);
     c.koff[1] = (hx_u32)hx_key_offset(shuffled, (hx_i32)tk, (hx_i32)(64 + 16 * g), D);
+    c.khalf = (hx_u32)(hx_key_offset(shuffled, 0, 64, D) - hx_key_offset(shuffled, 0, 0, D));
 #endif
   }
 
