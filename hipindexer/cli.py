@@ -397,6 +397,11 @@ def _isa_info(as_json: bool) -> None:
         if dec:
             click.echo("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by "
                        "VGPRs / resident with LDS / the planner's grid):\n" + dec)
+            from dataclasses import asdict
+            roof = mod._roofline()
+            figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
+            click.echo("\nestimated decode times (tools/roofline.py, calibrated on aiter's HIP decode kernel; "
+                       "ESTIMATES, not measurements):\n" + roof.format_goals(roof.goal_estimates(figs)))
 
 
 @main.command()

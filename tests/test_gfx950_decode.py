@@ -144,3 +144,18 @@ def test_every_planted_bug_in_the_decode_kernels_is_caught(emu_kernels):
             "dead_ragged_row_computed", "out_of_range_block_clamped"} <= names
     assert all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+@pytest.mark.toolchain
+def test_estimates_of_the_issue_rows_from_the_isa_report(isa):
+    """The calibrated roofline's estimates at the issue's rows, from these kernels' ISA figures (estimates, not
+    measurements): within the goals at H = 32, B = 64 and 16 and at H = 64, B = 64 (B = 1, next_n = 2 misses
+    its 4 us: the model's fixed costs of a one-sequence launch; docs/gfx950.md)."""
+    from dataclasses import asdict
+    roof = _tool("roofline")
+    rows = roof.goal_estimates({k: asdict(r.decode) for k, r in isa.items()})
+    assert len(rows) == 4
+    for o in rows:
+        if o["B"] > 1:
+            assert o["estimate_us"] <= o["goal_us"], o
+        assert o["estimate_us"] >= max(o["memory_floor_us"], o["compute_floor_us"]), o

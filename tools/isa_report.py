@@ -422,6 +422,17 @@ def manifest_reports(manifest: Path | None = None, src_root: Path | None = None)
     return reports
 
 
+def _roofline():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_hx_roofline", ROOT / "tools" / "roofline.py")
+    mod = sys.modules.get(spec.name)
+    if mod is None:
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
 def _planned_waves_per_simd(key: str, heads) -> float | None:
     """Waves per SIMD the decode planner's default grid aims at for this kernel (hipindexer.decode_plan)."""
     try:
@@ -507,6 +518,10 @@ def main(argv=None) -> int:
         if dec:
             print("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by VGPRs / "
                   "resident with LDS / the planner's grid):\n" + dec)
+        figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
+        if figs:
+            print("\nestimated decode times (tools/roofline.py, calibrated on aiter's HIP decode kernel; ESTIMATES, "
+                  "not measurements):\n" + _roofline().format_goals(_roofline().goal_estimates(figs)))
         print("\nmodel: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
               "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
               "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")

@@ -209,7 +209,7 @@ SET_CMDS = {
                "--kernel mqa_logits_generic",
     # the quick pairwise decode sample at the MFMA kernels' shapes (every block size and layout they serve) plus
     # the layout and untrusted-value checks there
-    "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 10 --reruns 0",
+    "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 8 --reruns 0",
     "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
     # sm_90a: small shapes for the tails and splits, 4x65536 for one wrong element in a long row
