@@ -264,6 +264,16 @@ KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile",
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
                       block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       accumulation="fp32"))
+# gfx950 fast decode path (H in {32, 64}, D = 128): scaled 16x16x128 MFMAs, 4 waves per unit taking 64-key
+# pages, the live rows' Q in LDS. One source, two builds: block sizes that are powers of two >= 16 (both
+# layouts), and block_size 1 (each key gathered through its own 64-bit address).
+KERNELS.append(Kernel("paged_mqa_logits_mfma", "gfx950/paged_mqa_logits_mfma.hip", "hx_paged_mqa_logits_mfma",
+                      "DecodeParams", block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
+                      accumulation="fp32"))
+KERNELS.append(Kernel("paged_mqa_logits_mfma_bs1", "gfx950/paged_mqa_logits_mfma.hip",
+                      "hx_paged_mqa_logits_mfma_bs1", "DecodeParams", block=256, targets=("gfx950",),
+                      variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), defines=(("HX_GATHER", 1),),
+                      accumulation="fp32"))
 # sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark: four math
 # warpgroups, m64n128 each (hsaco_src/sm90a/mqa_logits_wgmma.hip on prefill_cta.h and hopper.h).
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",

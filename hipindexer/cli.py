@@ -269,7 +269,13 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     cases = [sweep.decode_case_of(c) for c in design.cases]
     outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
     outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **within, **forced))
-    outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
+    for H, D, bs in sweep.UNTRUSTED_SHAPES:  # each kernel family the planner (or --kernel) runs at these shapes
+        if all(f is None or v in f for v, f in ((H, heads), (D, dims), (bs, block_sizes))) and \
+                _decode_serves(kernel, H, D, bs):
+            outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
+                                                          block_sizes=(bs,), **forced))
+    if not any(o.case.startswith("untrusted_device_values") for o in outcomes):  # filters past every listed shape
+        outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
     if not quick:
         if reruns:
             outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **within,
@@ -320,6 +326,22 @@ def _check_decode_kernel(kernel, dev, accumulation, heads=None, dims=None, block
                     **({"kernel": kernel} if kernel else {}))
     except ValueError as e:
         raise click.UsageError(f"--kernel {kernel}: {e}" if kernel else str(e)) from None
+
+
+def _decode_serves(kernel, dev, H, D, block_size) -> bool:
+    """Does the forced kernel (any kernel when none is forced) serve this decode shape?"""
+    if not kernel:
+        return True
+    from .decode_plan import DECODE_KERNELS
+    return DECODE_KERNELS[kernel].serves(H, D, block_size, False)
+
+
+def _decode_serves(kernel, H, D, block_size) -> bool:
+    """Does the forced kernel (any kernel when none is forced) serve this decode shape?"""
+    if not kernel:
+        return True
+    from .decode_plan import DECODE_KERNELS
+    return DECODE_KERNELS[kernel].serves(H, D, block_size, False)
 
 
 def _checkout_module(relpath: str):
@@ -415,6 +437,15 @@ def _isa_info(as_json: bool) -> None:
         click.echo(json.dumps([mod.as_dict(r) for r in reports], indent=1))
     else:
         click.echo(mod.format_table(reports))
+        dec = mod.format_decode_table(reports)
+        if dec:
+            click.echo("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by "
+                       "VGPRs / resident with LDS / the planner's grid):\n" + dec)
+            from dataclasses import asdict
+            roof = mod._roofline()
+            figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
+            click.echo("\nestimated decode times (tools/roofline.py, calibrated on aiter's HIP decode kernel; "
+                       "ESTIMATES, not measurements):\n" + roof.format_goals(roof.goal_estimates(figs)))
 
 
 @main.command()

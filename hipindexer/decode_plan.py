@@ -35,6 +35,12 @@ class DecodeKernelSpec:
     persistent: bool = False   # one unit per block, the default grid one block per CU (SM): a unit's piece of the
                                # batch is already balanced on the device, so more units than CUs only add waves
     stage_keys: int = 0        # keys a unit stages at once, when fixed (0: the generic kernel's tile_keys)
+    # MFMA kernels (page > 0): each of a unit's `waves` waves computes `page` keys at a time for every head
+    # of every live row, and `resident` maps H to the units a CU holds at once (the smaller of what its
+    # VGPRs and its LDS allow; tests/test_decode_plan.py checks it against the built code objects).
+    page: int = 0
+    waves: int = 1
+    resident: tuple = ()       # ((H, units per CU), ...)
 
     @property
     def accumulation(self) -> str:
@@ -43,6 +49,10 @@ class DecodeKernelSpec:
     def serves(self, H: int, D: int, block_size: int, preshuffle: bool) -> bool:
         return ((not self.fits and D <= self.max_dim) or (H, D) in self.fits) and \
             (not self.block_sizes or block_size in self.block_sizes) and bool(preshuffle) in self.layouts
+
+    def resident_waves_per_simd(self, H: int) -> float:
+        """Waves per SIMD (4 SIMDs per CU) when a CU holds as many of this kernel's units as it can."""
+        return dict(self.resident)[H] * self.waves / 4
 
     def pairs_per_pass(self, D: int) -> int:
         """(row, head) pairs a pass computes (the generic kernel's hx_tiling): head_pass, halved until their
@@ -77,6 +87,9 @@ DECODE_KERNELS = {GENERIC_DECODE.key: GENERIC_DECODE}
 DECODE_TUNABLES = ("kernel",)
 # A grid's units as blocks of threads: AMD counts the grid in threads (< 2^32), so that bounds it everywhere.
 GRID_THREADS = (1 << 32) - 1
+# Resident waves per SIMD the MFMA kernels' default grid aims at: this memory-bound op's time is flat between
+# 2 and 2.5 and rises steeply either side (measured on an MI355X by the FlyDSL paged kernel's authors).
+WAVES_PER_SIMD = 2.5
 
 
 def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
@@ -85,6 +98,18 @@ def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
 
 
 register_decode("sm_90a", WGMMA_DECODE_SM90)
+# gfx950 scaled-MFMA kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): 4 waves per unit, 64-key pages, every
+# live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the LDS would allow
+# 4, the VGPRs (over 168) allow 2).
+# Block sizes that are powers of two >= 16 in both layouts, and block_size 1 (its own build).
+MFMA_DECODE_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma", block=256, fits=((32, 128), (64, 128)),
+                                      block_sizes=(16, 32, 64, 128, 256, 512, 1024), variant="HX_HEADS", page=64,
+                                      waves=4, resident=((32, 2), (64, 2)), head_pass=0)
+MFMA_DECODE_BS1_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma_bs1", block=256, fits=((32, 128), (64, 128)),
+                                          block_sizes=(1,), layouts=(False,), variant="HX_HEADS", page=64, waves=4,
+                                          resident=((32, 2), (64, 2)), head_pass=0)
+register_decode("gfx950", MFMA_DECODE_GFX950)
+register_decode("gfx950", MFMA_DECODE_BS1_GFX950)
 
 
 @dataclass(frozen=True)
@@ -176,13 +201,15 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
     if next_n > 8:
         raise ValueError(f"next_n: expected 1..8, got {next_n}")
     spec = _pick(target.arch, H, D, block_size, preshuffle, kernel, accumulation)
-    tile = spec.tile_keys(block_size, D)
+    tile = spec.page or spec.tile_keys(block_size, D)
     max_split = GRID_THREADS // spec.block // B
     tiles = -(-max_model_len // tile)
     units = None
     if split_kv is None and spec.persistent:
         units = max(1, min(spec.units_per_cu * target.num_cus, B * tiles))
         split_kv = -(-units // B)
+    elif split_kv is None and spec.page:
+        split_kv = _mfma_split(spec, B, H, max_model_len, target, max_split)
     elif split_kv is None:
         split_kv = max(1, min(-(-spec.units_per_cu * target.num_cus // B), tiles, max_split))
     if isinstance(split_kv, bool) or not isinstance(split_kv, int) or not 1 <= split_kv <= max_split:
@@ -190,5 +217,17 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
                          f"{spec.block} threads stay under 2^32 threads), got {split_kv!r}")
     units = units or B * split_kv
     variant = {spec.variant: H} if spec.variant else None
-    return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, spec.pairs_per_pass(D), 1,
-                      variant, spec.accumulation)
+    head_pass = H if spec.page else spec.pairs_per_pass(D)
+    return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, head_pass, 1, variant,
+                      spec.accumulation)
+
+
+def _mfma_split(spec: DecodeKernelSpec, B: int, H: int, max_model_len: int, target: Target, max_split: int) -> int:
+    """Units per sequence for an MFMA kernel: a grid of WAVES_PER_SIMD resident waves per SIMD (no more than
+    the kernel's occupancy lets a CU hold), no more units than give each wave one page of a sequence of
+    max_model_len keys, at least one unit per sequence."""
+    waves = min(WAVES_PER_SIMD, spec.resident_waves_per_simd(H))
+    units = int(waves * 4 * target.num_cus / spec.waves)
+    pages = -(-max_model_len // spec.page)
+    per_seq = max(1, -(-pages // spec.waves))  # units per sequence that still give every wave a page
+    return max(1, min(round(units / B), per_seq, max_split))

@@ -214,7 +214,8 @@ def build_target(out: Path, src: Path, work: Path, entries, jobs=1, log=print, f
     rows = []
 
     def one(e):
-        defines = [f"HX_BLOCK={e['block']}"] + [f"{k}={v}" for k, v in sorted(e.get("variant", {}).items())]
+        # the device build's own defines (HX_BLOCK, the variant's, the kernel's fixed ones), from its flags
+        defines = [f[2:] for f in e["flags"] if f.startswith("-D")]
         so = root / f"{e['variant_key']}.so"
         build_kernel(Path(src) / e["source"], [(e["symbol"], e["params"], e["block"])], so, lib_dir, defines,
                      [Path(work) / "include"], rpath="$ORIGIN/lib", force=force, src=src)

@@ -392,6 +392,10 @@ def decode_layouts_agree(rng, device, heads=None, dims=None, block_sizes=None, *
                                                  f"block_size {bs})")
 
 
+# (H, D, block_size) of the untrusted-value checks: the generic kernel's, and on gfx950 each MFMA kernel's.
+UNTRUSTED_SHAPES = ((16, 64, 16), (32, 128, 16), (64, 128, 1))
+
+
 def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
     """Device-only values out of range: block ids outside the pool (one past the end, one negative) give
     -inf on their keys and error bit 0; a negative context length and a next_n_lens above next_n give
@@ -402,12 +406,13 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
     H, D, bs = decode_shape(16, 64, 16, heads, dims, block_sizes)
     case = testing.DecodeCase(4, 2, H, D, bs, False, mean_context=max(200, 3 * bs), spread="equal", ragged=True,
                               live_min=1)
-    name = "untrusted_device_values"
+    name = "untrusted_device_values" + ("" if (H, D, bs) == (16, 64, 16) else f"_H{H}_D{D}_bs{bs}")
     inp = testing.decode_inputs(rng, case)
     nb = inp.kv_cache.shape[0]
     good = _decode_run(device, inp, **tunables)
     bt = inp.block_tables.copy()
-    bt[1, 2], bt[2, 0] = nb, -5          # read entries naming no block
+    blk = 2 if block_size > 1 else 100   # block_size 1: a key well inside the context
+    bt[1, blk], bt[2, 0] = nb, -5        # read entries naming no block
     ctx, nl = inp.context_lens.copy(), inp.next_n_lens.copy()
     ctx[3] = -7                           # sequence 3: negative length
     nl[0] = case.next_n + 1               # sequence 0: more live rows than next_n
@@ -419,8 +424,8 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
     flags = int(errors.numpy()[0])
     want = good.copy()
     bs, n = case.block_size, case.next_n
-    for b, blk in ((1, 2), (2, 0)):
-        want[b * n:(b + 1) * n, blk * bs:(blk + 1) * bs] = -np.inf
+    for b, col in ((1, blk), (2, 0)):
+        want[b * n:(b + 1) * n, col * bs:(col + 1) * bs] = -np.inf
     want[3 * n:4 * n] = -np.inf
     want[0:n] = -np.inf
     if flags != ERROR_BLOCK_ID | ERROR_LENGTH:

@@ -28,12 +28,16 @@ def test_the_default_grid_fits_the_work_and_the_target(B, next_n, H, D, block_si
     if spec.persistent:  # one unit per SM at most, never more units than tiles
         assert plan.units <= min(t.num_cus, B * tiles) and plan.split_kv == -(-plan.units // B)
         assert plan.tile == spec.stage_keys and plan.head_pass == spec.head_pass
+    elif spec.page:  # MFMA kernels: every head of a row per pass, 64-key pages
+        assert plan.units == B * plan.split_kv
+        assert plan.split_kv == 1 or plan.units <= GENERIC_DECODE.units_per_cu * t.num_cus + B
+        assert plan.head_pass == H and plan.tile == 64
     else:
         assert plan.units == B * plan.split_kv
         assert plan.split_kv == 1 or plan.units <= GENERIC_DECODE.units_per_cu * t.num_cus + B
         assert plan.head_pass in (2, 4, 8, 16) and plan.head_pass * D <= 16 * 128
+        assert 1 <= plan.tile <= 128 and (plan.tile % 16 == 0 if block_size > plan.tile else plan.tile % block_size == 0)
     assert plan.key_reads == 1
-    assert 1 <= plan.tile <= 128 and (plan.tile % 16 == 0 if block_size > plan.tile else plan.tile % block_size == 0)
     assert plan == plan_decode(B, next_n, H, D, block_size, max_model_len, t)  # a function of shapes alone
 
 
@@ -86,7 +90,7 @@ def test_a_registered_fast_path_is_taken_where_it_serves(fast_path):
     assert plan_decode(8, 2, 64, 128, 64, 4096, t).kernel == fast_path.key
     assert plan_decode(8, 2, 64, 128, 16, 4096, t).kernel == GENERIC_DECODE.key      # block size it lacks
     assert plan_decode(8, 2, 32, 128, 64, 4096, t).kernel == GENERIC_DECODE.key      # heads it lacks
-    assert plan_decode(8, 2, 64, 128, 64, 4096, TARGETS["gfx950"]).kernel == GENERIC_DECODE.key
+    assert plan_decode(8, 2, 64, 128, 64, 4096, TARGETS["gfx950"]).kernel != fast_path.key
 
 
 def test_accumulation_fp32_keeps_tensor_core_kernels_out(fast_path):

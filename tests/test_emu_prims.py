@@ -103,6 +103,99 @@ def test_permlane32_swap_exact(emu):
     np.testing.assert_array_equal(out[64:], np.concatenate([x[32:], y[32:]]))
 
 
+def test_permlane16_swap_exact(emu):
+    rng = np.random.default_rng(4)
+    xy = rng.integers(0, 2**32, 128, dtype=np.uint64).astype(np.uint32)
+    out = np.zeros(128, np.uint32)
+    emu.launch("hx_t_permlane16", _params(in0=xy, out0=out))
+    x, y = xy[:64].reshape(4, 16), xy[64:].reshape(4, 16)  # rows of 16 lanes
+    # odd rows of vA <-> even rows of vB: A row 1 with B row 0, A row 3 with B row 2
+    np.testing.assert_array_equal(out[:64].reshape(4, 16), np.stack([x[0], y[0], x[2], y[2]]))
+    np.testing.assert_array_equal(out[64:].reshape(4, 16), np.stack([x[1], y[1], x[3], y[3]]))
+
+
+def test_two_swap_stages_sum_four_lane_groups_of_four_registers():
+    """The paged decode kernel's head reduction, in numpy on the layouts above: x_t holds a partial for
+    column 16 t + c in lane 16 g + c; two permlane32 swaps, one permlane16 swap and three adds leave
+    column l's sum over g in lane l."""
+    rng = np.random.default_rng(5)
+    x = [rng.standard_normal(64) for _ in range(4)]
+
+    def swap32(a, b):
+        return np.concatenate([a[:32], b[:32]]), np.concatenate([a[32:], b[32:]])
+
+    def swap16(a, b):
+        a, b = a.reshape(4, 16), b.reshape(4, 16)
+        return np.stack([a[0], b[0], a[2], b[2]]).ravel(), np.stack([a[1], b[1], a[3], b[3]]).ravel()
+
+    x0, x2 = swap32(x[0], x[2])
+    x1, x3 = swap32(x[1], x[3])
+    y02, y13 = swap16(x0 + x2, x1 + x3)
+    want = np.concatenate([x[t].reshape(4, 16).sum(axis=0) for t in range(4)])
+    np.testing.assert_allclose(y02 + y13, want, rtol=1e-12)
+
+
+def test_readlane_broadcasts_one_lane(emu):
+    v = np.arange(64, dtype=np.uint32) * 7 + 3
+    out = np.zeros(64, np.uint32)
+    emu.launch("hx_t_readlane", _params(in0=v, out0=out, x=37))
+    assert (out == v[37]).all()
+
+
+@pytest.mark.parametrize("size", [4, 16])
+def test_gather_reads_each_lanes_own_address(emu, size):
+    mem = np.random.default_rng(size).integers(0, 256, 8192, dtype=np.uint8)
+    off = (np.arange(64, dtype=np.uint32) * 132) % (8192 - 16)  # dword-aligned, not 16-byte aligned
+    off = (off // 4 * 4).astype(np.uint32)
+    off[5] = ~np.uint32(0)                                      # lane 5 loads nothing
+    out = np.zeros(64 * 4, np.uint32)
+    emu.launch("hx_t_gather", _params(in0=mem, in1=off, out0=out, x=size))
+    o = out.view(np.uint8).reshape(64, 16)
+    for lane in range(64):
+        want = np.zeros(16, np.uint8) if lane == 5 else np.pad(mem[off[lane]:off[lane] + size], (0, 16 - size))
+        np.testing.assert_array_equal(o[lane], want)
+
+
+def test_gather_that_is_not_dword_aligned_is_an_error(emu):
+    off = np.zeros(64, np.uint32)
+    off[9] = 6
+    with pytest.raises(H.LaunchError, match="not dword aligned"):
+        emu.launch("hx_t_gather", _params(in0=np.zeros(64, np.uint8), in1=off, out0=np.zeros(256, np.uint32), x=16))
+
+
+def test_scalar_load_is_one_wave_uniform_load(emu):
+    mem = np.arange(64, dtype=np.uint32) * 3 + 1
+    out = np.zeros(64, np.uint32)
+    emu.launch("hx_t_scalar", _params(in0=mem, out0=out, x=9))
+    assert (out == mem[9]).all()
+    with pytest.raises(H.LaunchError, match="hx_scalar_load_b32 .*wave-uniform"):
+        emu.launch("hx_t_scalar", _params(in0=mem, out0=out, x=0, y=1))
+
+
+def test_loads_are_reported_to_the_load_hook(emu):
+    """Every in-range load of a primitive calls the hook with its address and size; out-of-range ones
+    (which read nothing) do not."""
+    import ctypes
+    seen = []
+    hook_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint)
+    hook = hook_t(lambda src, n: seen.append((src, n)))
+    emu.core.hx_emu_set_load_hook(hook)
+    try:
+        mem = np.zeros(4096, np.uint8)
+        _buffer_run = _params(in0=mem, in1=np.arange(64, dtype=np.uint32) * 16, out0=np.zeros(256, np.uint32),
+                              out1=np.zeros(256, np.uint32), n=512, x=16)
+        emu.launch("hx_t_buffer", _buffer_run)          # lanes 0-31 in range, 32-63 out
+        off = np.arange(64, dtype=np.uint32) * 4
+        emu.launch("hx_t_gather", _params(in0=mem, in1=off, out0=np.zeros(256, np.uint32), x=4))
+        emu.launch("hx_t_lds", _params(in0=mem, out0=np.zeros(1024, np.uint8), n=1024, x=4))
+        emu.launch("hx_t_scalar", _params(in0=mem, out0=np.zeros(64, np.uint32), x=3))  # one load per wave
+    finally:
+        emu.core.hx_emu_set_load_hook(None)
+    base = mem.ctypes.data
+    assert sorted(seen) == sorted([(base + 16 * i, 16) for i in range(32)] + [(base + 4 * i, 4) for i in range(64)] * 2
+                                  + [(base + 12, 4)])
+
+
 @pytest.mark.parametrize("mask,width", [(1, 64), (32, 32), (5, 2), (63, 16)])
 def test_shuffles_and_reductions(emu, mask, width):
     rng = np.random.default_rng(mask)

@@ -2,15 +2,18 @@
 """ISA lint for gfx950 assembly (clang -S): what the CPU emulator cannot see.
 
 Per kernel function:
-  - v_permlane32_swap_b32 names two distinct registers (clang 22.1.8's builtin
-    returned one register for both results) and is preceded by s_nop >= 1 (the
-    2 wait states after a VALU write of a source);
+  - v_permlane32_swap_b32 and v_permlane16_swap_b32 name two distinct registers
+    (clang 22.1.8's builtin returned one register for both results) and are
+    preceded by s_nop >= 1 (the 2 wait states after a VALU write of a source);
   - no canonicalize before the ReLU max: v_max_f32 x, y, y is how a
     canonicalize is emitted (build with -fno-honor-nans);
   - 16-byte loads where the source asks for them: a source calling
     hx_buffer_load_b128 / hx_lds_load_b128 must yield buffer_load_dwordx4
-    (with `lds` for the latter);
+    (with `lds` for the latter), hx_global_load_b128 global_load_dwordx4;
   - no scratch: ScratchSize 0;
+  - no waterfall loop (v_readfirstlane of an address, v_cmp_eq against it, exec
+    narrowed and restored in a loop): what the compiler emits around a buffer
+    access whose base or range it does not see as wave-uniform;
   - scaled MFMAs take their E8M0 scales from VGPRs (llvm-project pull request 158117: the
     hardware misreads inline or scalar constants there).
 
@@ -25,8 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 _FUNC = re.compile(r"-- Begin function (\S+)\n(.*?)(?=-- Begin function|\Z)", re.S)
-_SWAP = re.compile(r"^\s*v_permlane32_swap_b32(?:_e32)?\s+(v\d+),\s*(v\d+)", re.M)
+_SWAP = re.compile(r"^\s*v_permlane(?:16|32)_swap_b32(?:_e32)?\s+(v\d+),\s*(v\d+)", re.M)
 _CANON = re.compile(r"^\s*(v_max_f32(?:_e32|_e64)?|v_pk_max_f32)\s+(v\S+),\s*(v\S+),\s*(v\S+)", re.M)
+_WATERFALL = re.compile(r"v_readfirstlane_b32[^\n]*\n(?:[^\n]*\n){0,6}?\s*v_cmp_eq_u(?:32|64)\w*\s[^\n]*\n"
+                        r"(?:[^\n]*\n){0,12}?\s*s_xor_b64 exec, exec")
 _NOP = re.compile(r"^\s*s_nop\s+(\d+)")
 _MFMA_SCALE = re.compile(r"^\s*v_mfma_scale_\S+\s+([^;]*?)(?:\s+op_sel\S*)*\s*$")
 
@@ -67,6 +72,7 @@ def lint(asm: str, source: str = "") -> list[str]:
     for name, body in _FUNC.findall(asm):
         want_x4 = _asks(source, name, "hx_buffer_load_b128")
         want_lds_x4 = _asks(source, name, "hx_lds_load_b128")
+        want_gather_x4 = _asks(source, name, "hx_global_load_b128")
         m = re.search(r"^; ScratchSize: (\d+)", body, re.M)
         if m is None or int(m.group(1)) != 0:
             problems.append(f"{name}: ScratchSize {m.group(1) if m else '?'} (spills or a private array)")
@@ -75,11 +81,11 @@ def lint(asm: str, source: str = "") -> list[str]:
             sm = _SWAP.match(ln)
             if sm:
                 if sm.group(1) == sm.group(2):
-                    problems.append(f"{name}: permlane32_swap with one register for both operands: {ln}")
+                    problems.append(f"{name}: permlane swap with one register for both operands: {ln}")
                 prev = lines[i - 1] if i else ""
                 nm = _NOP.match(prev)
                 if not nm or int(nm.group(1)) < 1:
-                    problems.append(f"{name}: permlane32_swap without s_nop >= 1 before it (after {prev!r}): {ln}")
+                    problems.append(f"{name}: permlane swap without s_nop >= 1 before it (after {prev!r}): {ln}")
             mm = _MFMA_SCALE.match(ln)
             if mm:
                 scales = [o.strip() for o in mm.group(1).split(",")][-2:]
@@ -90,6 +96,11 @@ def lint(asm: str, source: str = "") -> list[str]:
                 problems.append(f"{name}: canonicalize before a max ({ln}): compile with -fno-honor-nans")
         if want_x4 and not re.search(r"\b(buffer|global)_load_dwordx4\b(?!.*\blds\b)", body):
             problems.append(f"{name}: the source asks for 16-byte loads (hx_buffer_load_b128), no buffer_load_dwordx4")
+        if _WATERFALL.search(body):
+            problems.append(f"{name}: a waterfall loop (readfirstlane, v_cmp_eq, s_xor_b64 exec): a buffer base or "
+                            f"range the compiler does not see as uniform")
+        if want_gather_x4 and not re.search(r"\bglobal_load_dwordx4\b", body):
+            problems.append(f"{name}: the source asks for 16-byte gathers (hx_global_load_b128), no global_load_dwordx4")
         if want_lds_x4 and not re.search(r"\bbuffer_load_dwordx4\b.*\blds\b", body):
             problems.append(f"{name}: the source asks for 16-byte global->LDS loads, no buffer_load_dwordx4 ... lds")
     if not _FUNC.findall(asm):
@@ -120,7 +131,8 @@ def _default_sources():
     """(source, defines) of every gfx950 catalog kernel variant."""
     sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
-    return [(ROOT / "hsaco_src" / k.source, [f"HX_BLOCK={k.block}"] + [f"{d}={v[d]}" for d in sorted(v)])
+    return [(ROOT / "hsaco_src" / k.source, [f"HX_BLOCK={k.block}"] + [f"{d}={v[d]}" for d in sorted(v)] +
+             [f"{d}={x}" for d, x in k.defines])
             for k in catalog.KERNELS if k.source.startswith("gfx950/") for v in k.variants]
 
 

@@ -54,6 +54,16 @@ TILE_MFMAS = {
     "mqa_logits_mfma.HX_HEADS-32": (4, "32 keys x 2 rows (one wave's row pair)"),
     "mqa_logits_mfma.HX_HEADS-64": (8, "32 keys x 2 rows (one wave's row pair)"),
 }
+# Paged decode kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): a tile is one row x one 64-key page
+# (H / 16 MFMAs of 16x16x128); a page's rows are unrolled to DECODE_ROWS, each skipped past the live ones.
+DECODE_ROWS = 8
+for _key in ("paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"):
+    for _h in (32, 64):
+        TILE_MFMAS[f"{_key}.HX_HEADS-{_h}"] = (_h // 16 * 4, "1 row x 64-key page")
+DECODE_KERNELS = {k for k in TILE_MFMAS if k.startswith("paged_mqa_logits_mfma")}
+# gfx950 (docs/gfx950.md): what bounds the waves resident per SIMD besides VGPRs.
+LDS_PER_CU = 160 * 1024
+SIMDS_PER_CU = 4
 
 _FUNC = re.compile(r"-- Begin function (\S+)\n(.*?)(?=-- Begin function|\Z)", re.S)
 _META = {"vgpr": r"NumVgprs", "agpr": r"NumAgprs", "sgpr": r"TotalNumSgprs", "scratch": r"ScratchSize",
@@ -79,6 +89,30 @@ class Loop:
 
 
 @dataclass
+class DecodeFigures:
+    """The page loop of a paged decode kernel, split into the rows' math (the blocks holding MFMAs) and the
+    page's own work (everything else in the loop), per row x page and per page."""
+    rows: int                      # rows unrolled per page
+    pages_per_iteration: float
+    row_mfma_cycles: float         # one row x one page
+    row_valu_cycles: float
+    row_nop_wait_states: float
+    page_valu_cycles: float        # one page, outside the rows' math
+    page_salu: float               # SALU + branch instructions per page
+    load_bytes_per_page: float     # bytes the page's vector loads issue (64 lanes x width, out-of-range lanes too)
+    key_bytes_per_page: float      # of which 16-byte loads (the keys)
+    inflight_bytes_per_wave: int   # most vector-load bytes outstanding at once, the loop run twice in layout order
+    waves_per_simd_vgpr: int       # occupancy by registers (clang's figure)
+    waves_per_simd_resident: float  # ... and by LDS, in whole workgroups
+    waves_per_simd_planned: float  # what the planner's default grid puts on a SIMD (decode_plan)
+    inflight_bytes_per_cu: float   # at the planned occupancy
+
+    def valu_over_mfma(self, rows: int) -> float:
+        """VALU cycles over MFMA cycles per page when `rows` rows of it are live."""
+        return (self.page_valu_cycles + rows * self.row_valu_cycles) / (rows * self.row_mfma_cycles)
+
+
+@dataclass
 class KernelReport:
     name: str
     source: str                 # the .s file, or the manifest variant key
@@ -86,6 +120,8 @@ class KernelReport:
     loop: Loop | None
     tile_mfmas: int | None = None
     tile_what: str = ""
+    decode: DecodeFigures | None = None
+    body: str = field(default="", repr=False)   # the function's assembly
 
     def per_tile(self) -> dict | None:
         if self.loop is None or not self.loop.counts["mfma"]:
@@ -264,6 +300,77 @@ def hot_loop(body: str) -> Loop | None:
     return best[1] if best else None
 
 
+_LOAD_WIDTH = re.compile(r"^(?:buffer|global)_load_(dwordx4|dwordx3|dwordx2|dword|b128|b96|b64|b32)\b")
+_WIDTH_BYTES = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
+
+
+def vm_inflight(instructions) -> int:
+    """Most bytes of vector loads outstanding at once (64 lanes x width each) over `instructions` run twice
+    in order (the second pass starts from the first's outstanding loads), under the vmcnt rule: every vector
+    memory instruction, loads, stores and atomics alike, joins one in-order count that s_waitcnt vmcnt(N) drains
+    to N."""
+    from collections import deque
+    q, peak = deque(), 0
+    for _ in range(2):
+        for ins in instructions:
+            op = ins.split()[0]
+            if op == "s_waitcnt":
+                m = re.search(r"vmcnt\((\d+)\)", ins)
+                if m:
+                    while len(q) > int(m.group(1)):
+                        q.popleft()
+                continue
+            m = _LOAD_WIDTH.match(ins)
+            if m:
+                q.append(64 * _WIDTH_BYTES[m.group(1)])
+            elif op.startswith(("buffer_store", "global_store", "buffer_atomic", "global_atomic", "flat_")):
+                q.append(0)
+            peak = max(peak, sum(q))
+    return peak
+
+
+def decode_figures(body: str, loop: Loop, tile_mfmas: int, resources: dict, block: int = 256,
+                   planned_waves_per_simd: float | None = None) -> DecodeFigures | None:
+    """The page loop's figures for a paged decode kernel (see DecodeFigures); None without an MFMA loop."""
+    lines = list(_instructions(body))
+    blocks = basic_blocks(lines)
+    members = [b for b in blocks if b["ins"] and loop.first_line <= b["ins"][0][0] <= loop.last_line]
+    if not members or not loop.counts["mfma"]:
+        return None
+    row = {"mfma": 0, "valu": 0, "nop": 0}
+    page = {"valu": 0, "salu": 0, "load": 0, "key": 0}
+    for b in members:
+        is_row = any(classify(ins) == "mfma" for _, ins in b["ins"])
+        for _, ins in b["ins"]:
+            c = classify(ins)
+            if is_row and c == "mfma":
+                row["mfma"] += 4 * mfma_passes(ins)[0]
+            elif is_row and c == "valu":
+                row["valu"] += valu_cycles(ins)
+            elif is_row and c == "nop":
+                row["nop"] += int(ins.split()[1]) + 1 if len(ins.split()) > 1 else 1
+            elif c == "valu":
+                page["valu"] += valu_cycles(ins)
+            elif c in ("salu", "branch"):
+                page["salu"] += 1
+            m = _LOAD_WIDTH.match(ins)
+            if m:
+                page["load"] += 64 * _WIDTH_BYTES[m.group(1)]
+                page["key"] += 64 * 16 if _WIDTH_BYTES[m.group(1)] == 16 else 0
+    row_pages = loop.counts["mfma"] / tile_mfmas
+    pages = row_pages / DECODE_ROWS
+    waves = block // 64
+    vgpr_occ = resources.get("occupancy", 0)
+    lds = resources.get("lds", 0)
+    units_by_lds = LDS_PER_CU // lds if lds else 10 ** 6
+    resident = min(vgpr_occ * SIMDS_PER_CU // waves, units_by_lds) * waves / SIMDS_PER_CU
+    planned = min(resident, planned_waves_per_simd) if planned_waves_per_simd else resident
+    inflight = vm_inflight([ins for b in members for _, ins in b["ins"]])
+    return DecodeFigures(DECODE_ROWS, pages, row["mfma"] / row_pages, row["valu"] / row_pages, row["nop"] / row_pages,
+                         page["valu"] / pages, page["salu"] / pages, page["load"] / pages, page["key"] / pages,
+                         inflight, vgpr_occ, resident, planned, inflight * planned * SIMDS_PER_CU)
+
+
 def report_asm(asm: str, source: str, tile_mfmas: int | None = None, tile_what: str = "") -> list[KernelReport]:
     out = []
     for name, body in _FUNC.findall(asm):
@@ -272,7 +379,7 @@ def report_asm(asm: str, source: str, tile_mfmas: int | None = None, tile_what: 
             m = re.search(rf"^; {pat}: (\d+)", body, re.M)
             if m:
                 res[key] = int(m.group(1))
-        out.append(KernelReport(name, source, res, hot_loop(body), tile_mfmas, tile_what))
+        out.append(KernelReport(name, source, res, hot_loop(body), tile_mfmas, tile_what, body=body))
     return out
 
 
@@ -308,14 +415,65 @@ def manifest_reports(manifest: Path | None = None, src_root: Path | None = None)
                 if k in mres and r.resources.get(k) != mres[k]:
                     r.resources[f"{k}_asm"] = r.resources.get(k)
                     r.resources[k] = mres[k]
+            if e["variant_key"] in DECODE_KERNELS and r.loop is not None:
+                r.decode = decode_figures(r.body, r.loop, tm, r.resources, e["block"],
+                                          _planned_waves_per_simd(e["name"], e.get("variant", {}).get("HX_HEADS")))
             reports.append(r)
     return reports
+
+
+def _roofline():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_hx_roofline", ROOT / "tools" / "roofline.py")
+    mod = sys.modules.get(spec.name)
+    if mod is None:
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def _planned_waves_per_simd(key: str, heads) -> float | None:
+    """Waves per SIMD the decode planner's default grid aims at for this kernel (hipindexer.decode_plan)."""
+    try:
+        sys.path.insert(0, str(ROOT))
+        from hipindexer import decode_plan
+    except ImportError:
+        return None
+    spec = decode_plan.DECODE_KERNELS.get(key)
+    if spec is None or not spec.page or heads is None:
+        return None
+    return min(decode_plan.WAVES_PER_SIMD, spec.resident_waves_per_simd(heads))
 
 
 def as_dict(r: KernelReport) -> dict:
     d = {"kernel": r.name, "source": r.source, "resources": r.resources, "tile_mfmas": r.tile_mfmas,
          "tile": r.tile_what, "loop": asdict(r.loop) if r.loop else None, "per_tile": r.per_tile()}
+    if r.decode is not None:
+        d["decode"] = asdict(r.decode) | {f"valu_over_mfma_rows_{n}": r.decode.valu_over_mfma(n) for n in (1, 6, 8)}
     return d
+
+
+def format_decode_table(reports: list[KernelReport]) -> str:
+    """The paged decode kernels' page loops: per row x page, per page, and loads in flight."""
+    head = ["kernel", "occ vgpr/res/plan", "mfma cyc/row", "valu cyc/row", "nop ws/row", "page valu cyc",
+            "page salu", "valu/mfma n=1/6/8", "key B/page", "load B/page", "in flight B/wave", "KiB/CU (plan)"]
+    rows = []
+    for r in reports:
+        f = r.decode
+        if f is None:
+            continue
+        rows.append([r.source, f"{f.waves_per_simd_vgpr}/{f.waves_per_simd_resident:g}/{f.waves_per_simd_planned:g}",
+                     f"{f.row_mfma_cycles:.0f}", f"{f.row_valu_cycles:.0f}", f"{f.row_nop_wait_states:.1f}",
+                     f"{f.page_valu_cycles:.0f}", f"{f.page_salu:.0f}",
+                     "/".join(f"{f.valu_over_mfma(n):.2f}" for n in (1, 6, 8)), f"{f.key_bytes_per_page:.0f}",
+                     f"{f.load_bytes_per_page:.0f}", f"{f.inflight_bytes_per_wave}",
+                     f"{f.inflight_bytes_per_cu / 1024:.0f}"])
+    if not rows:
+        return ""
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths))  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
 def format_table(reports: list[KernelReport]) -> str:
@@ -356,6 +514,14 @@ def main(argv=None) -> int:
         print(json.dumps([as_dict(r) for r in reports], indent=1))
     else:
         print(format_table(reports))
+        dec = format_decode_table(reports)
+        if dec:
+            print("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by VGPRs / "
+                  "resident with LDS / the planner's grid):\n" + dec)
+        figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
+        if figs:
+            print("\nestimated decode times (tools/roofline.py, calibrated on aiter's HIP decode kernel; ESTIMATES, "
+                  "not measurements):\n" + _roofline().format_goals(_roofline().goal_estimates(figs)))
         print("\nmodel: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
               "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
               "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")

@@ -8,6 +8,7 @@
     python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
     python tools/mutate.py --suite emu --set cache                       # the paged-cache kernels' plants
     python tools/mutate.py --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
+    python tools/mutate.py --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels' plants
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
     python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
@@ -34,6 +35,9 @@ import click
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tools.package_copy import PackageCopy  # noqa: E402
+
+
+MFMA_DECODE = "gfx950/paged_mqa_logits_mfma.hip"
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ PLANTS = {
     # The generic paged decode kernel and the decode index math (both targets): run with --set decode.
     "decode": [
         Plant("next_n_blind_bound", "common/decode_work.h",
-              "hx_decode_valid_cols(s.ctx, s.live, j, max_model_len)", "hx_decode_valid_cols(s.ctx, 1, 0, max_model_len)"),
+              "r.first_end = (hx_i64)s.ctx - s.live + 1;", "r.first_end = (hx_i64)s.ctx;"),
         Plant("batch_blind_row", "generic/paged_mqa_logits.hip",
               "const hx_i64 r = (hx_i64)b * p.next_n + j;", "const hx_i64 r = j;"),
         Plant("split_boundary_one_block_late", "common/decode_work.h",
@@ -126,9 +130,7 @@ PLANTS = {
         Plant("scale_of_the_next_token", "common/paged_cache.h",
               "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
               "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
-        Plant("dead_ragged_row_computed", "common/decode_work.h",
-              "j < s.live ? hx_decode_valid_cols(s.ctx, s.live, j, max_model_len) : 0",
-              "hx_decode_valid_cols(s.ctx, s.live, j, max_model_len)"),
+        Plant("dead_ragged_row_computed", "common/decode_work.h", "r.rows = s.live;", "r.rows = 8;"),
         Plant("out_of_range_block_clamped", "generic/paged_mqa_logits.hip",
               "s.block[t] = ok ? (hx_i64)id * hx_block_bytes(p.block_size, p.D) : -1;",
               "s.block[t] = (hx_i64)(id < 0 ? 0 : (id >= p.num_blocks ? p.num_blocks - 1 : id)) * "
@@ -180,6 +182,56 @@ PLANTS = {
               "ke = bad ? ks : k_end - q_r + j + 1;", "ke = bad ? ks : k_end - q_r + j;"),
         Plant("tile_carry_lost", "generic/prefill_windows.hip",
               "    row0 += rows[HX_BLOCK - 1];\n", "\n"),
+    ],
+    # The gfx950 MFMA decode kernels (both builds of paged_mqa_logits_mfma.hip) with the decode index math they
+    # share: the decode set's bugs at their place in this source or in the shared headers, and the kernel's own
+    # (its head reduction's lane halves, its layouts' strides, its page pipeline). Run with --set gfx950_decode.
+    "gfx950_decode": [
+        Plant("next_n_blind_bound", "common/decode_work.h",
+              "r.first_end = (hx_i64)s.ctx - s.live + 1;", "r.first_end = (hx_i64)s.ctx;"),
+        Plant("batch_blind_row", MFMA_DECODE,
+              "p.out + (hx_i64)c.b * p.next_n * p.out_stride + n0", "p.out + (hx_i64)0 * p.next_n * p.out_stride + n0"),
+        Plant("split_boundary_one_block_late", "common/decode_work.h",
+              "r.lo = (hx_i32)((a + s.live - 1) / s.live);",
+              "r.lo = (hx_i32)((a + s.live - 1) / s.live) + (a > 0 && a < (hx_i64)s.blocks * s.live);"),
+        Plant("block_table_column_off_by_one", MFMA_DECODE,
+              "col = ng >> log2bs;", "col = (ng >> log2bs) + 1;"),
+        Plant("block_table_column_off_by_one_bs1", MFMA_DECODE,
+              "n < hi ? 4u * (hx_u32)n : OFF_NONE", "n < hi ? 4u * (hx_u32)(n + 1) : OFF_NONE"),
+        Plant("preshuffle_16_and_D_swapped", "common/paged_cache.h",
+              "(d / 16) * 256 + (t % 16) * 16 + d % 16", "(d / 16) * 16 + (t % 16) * D + d % 16"),
+        Plant("scale_of_the_next_token", "common/paged_cache.h",
+              "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
+              "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
+        Plant("dead_ragged_row_computed", "common/decode_work.h", "r.rows = s.live;", "r.rows = 8;"),
+        Plant("out_of_range_block_clamped", MFMA_DECODE,
+              "const hx_i32 id = e.id[tt];", "const hx_i32 id = hx_max_i32(0, hx_min_i32(e.id[tt], (hx_i32)p.num_blocks - 1));"),
+        Plant("out_of_range_block_clamped_bs1", MFMA_DECODE,
+              "const hx_i32 id = (hx_i32)en.e[tt];",
+              "const hx_i32 id = hx_max_i32(0, hx_min_i32((hx_i32)en.e[tt], (hx_i32)p.num_blocks - 1));"),
+        Plant("wrong_lane_half_in_head_reduction", MFMA_DECODE,
+              "hx_permlane32_swap(x0, x2);", "hx_permlane32_swap(x2, x0);"),
+        Plant("preshuffle_strides_swapped", MFMA_DECODE,
+              "const bool shuffled = p.preshuffle != 0;", "const bool shuffled = p.preshuffle == 0;"),
+        Plant("permlane16_pair_swapped", MFMA_DECODE,
+              "hx_permlane16_swap(y02, y13);", "hx_permlane16_swap(y13, y02);"),
+        Plant("q_operand_half_misplaced", MFMA_DECODE,
+              "(j * H + 16 * ht) * D + 64 * h + qlane", "(j * H + 16 * ht) * D + 32 * h + qlane"),
+        Plant("prefetched_page_swapped", MFMA_DECODE,
+              "hx_compute_page(p, s, c, PG(i + 1), kb, unit);", "hx_compute_page(p, s, c, PG(i + 1), ka, unit);"),
+        Plant("scale_of_another_group", MFMA_DECODE,
+              "g == (hx_u32)tt && mine ? 4 * t : OFF_NONE", "g == (hx_u32)(tt ^ 1) && mine ? 4 * t : OFF_NONE"),
+        Plant("wrong_head_weight", MFMA_DECODE,
+              "s.w[(j * H + 16 * ht + 4 * (lane / 16)) / 4]", "s.w[(j * H + 16 * ((ht + 1) % HT) + 4 * (lane / 16)) / 4]"),
+        Plant("dead_rows_not_filled", MFMA_DECODE,
+              "written_e = (p.clean ? p.next_n : c.live) - d", "written_e = (p.clean ? c.live : c.live) - d"),
+        Plant("causal_bound_one_past", MFMA_DECODE, "const bool valid = rel < j;", "const bool valid = rel <= j;"),
+        Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "hx_global_load_b128(key + 64);",
+              "hx_global_load_b128(key + 32);"),
+        # One logit 1% off in a row of 32,768 keys: the per-element bound sees it, a row's calc_diff hardly moves.
+        Plant("one_wrong_element", MFMA_DECODE,
+              "valid && key_ok ? z * scale : neg_inf",
+              "valid && key_ok ? z * scale * (n0 + (hx_i32)c.lane == 20000 ? 1.01f : 1.f) : neg_inf"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
@@ -236,6 +288,9 @@ SET_CMDS = {
     # the quick shapes plus one whose parts span two LDS chunks under a key split of 8
     "generic": "check prefill --heads 16,32 --dims 64 --shapes 1x1,1x113,17x76,64x128,61x256,2x65536 --reruns 0 "
                "--kernel mqa_logits_generic",
+    # the quick pairwise decode sample at the MFMA kernels' shapes (every block size and layout they serve) plus
+    # the layout and untrusted-value checks there
+    "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 8 --reruns 0",
     "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
     # sm_90a: small shapes for the tails and splits, 4x65536 for one wrong element in a long row

@@ -7,6 +7,7 @@ emulator must be chosen before the first HIP call and excludes a real GPU in
 the same process; `info()` therefore probes it in a child process unless it is
 already active here.
 """
+import ctypes
 import json
 import os
 import subprocess
@@ -94,6 +95,7 @@ def active() -> bool:
 
 
 _PROBE = """
+import ctypes
 import json
 from hipindexer.runtime import Device
 d = Device("emu:gfx950")
@@ -128,3 +130,44 @@ def info(timeout=60):
     except Exception as e:
         out.update(available=False, why_not=f"{type(e).__name__}: {e}")
     return out
+
+
+class LoadCounter:
+    """Bytes the emulated kernels loaded from each device allocation while counting (count_loads()).
+
+    What is counted: every load a gfx950 kernel makes through a wave primitive (buffer loads and
+    global->LDS loads that are in range, 64-bit gathers), attributed to the device allocation it reads.
+    Plain pointer reads in kernel code are not wave primitives and are not counted; nor are copies."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def bytes(self, array=None) -> int:
+        """Bytes loaded from the allocation holding `array` (a DeviceArray, or any object with `.ptr`);
+        None: bytes loaded from memory that is no device allocation."""
+        return int(self._lib.hxEmuLoadedBytes(None if array is None else ctypes.c_void_p(array.ptr)))
+
+
+class count_loads:
+    """Context manager: count what the emulated kernels load from each device allocation, from zero.
+
+    >>> with count_loads() as loads:            # doctest: +SKIP
+    ...     out = fp8_paged_mqa_logits(..., device="emu:gfx950")
+    >>> loads.bytes(kv_cache)                   # doctest: +SKIP
+
+    The emulator must be this process's HIP (Device("emu:gfx950") opened)."""
+
+    def __enter__(self) -> LoadCounter:
+        if not active():
+            raise EmuError("count_loads: the emulator is not this process's HIP (open Device('emu:gfx950') first)")
+        lib = ctypes.CDLL(str(library_path().resolve()))
+        lib.hxEmuCountLoads.argtypes = [ctypes.c_int]
+        lib.hxEmuLoadedBytes.restype = ctypes.c_ulonglong
+        lib.hxEmuLoadedBytes.argtypes = [ctypes.c_void_p]
+        lib.hxEmuCountLoads(1)
+        self._lib = lib
+        return LoadCounter(lib)
+
+    def __exit__(self, *exc):
+        self._lib.hxEmuCountLoads(0)  # the counts stay readable until the next count_loads()
+        return False

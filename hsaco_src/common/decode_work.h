@@ -105,7 +105,24 @@ HX_INLINE HX_HD hx_range hx_owned_fill(hx_range64 own, hx_i64 start, hx_decode_s
   return r;
 }
 
+// Which columns the rows of a sequence see, as one affine rule: row j < rows sees the columns
+// n < first_end + j (and n < max_model_len), each new token its own position and every key before it
+// (docs/ops.md); rows j >= rows (dead ragged rows) see none. first_end is 64-bit: ctx - live + 1 passes
+// int32 when there are no live rows.
+struct hx_decode_rows {
+  hx_i32 rows;
+  hx_i64 first_end;
+};
+
+HX_INLINE HX_HD hx_decode_rows hx_decode_row_span(hx_decode_seq s) {
+  hx_decode_rows r;
+  r.rows = s.live;
+  r.first_end = (hx_i64)s.ctx - s.live + 1;
+  return r;
+}
+
 // Valid columns [0, bound) of row j of the sequence (0 for rows past its live ones).
 HX_INLINE HX_HD hx_i32 hx_decode_row_bound(hx_decode_seq s, hx_i32 j, hx_i32 max_model_len) {
-  return j < s.live ? hx_decode_valid_cols(s.ctx, s.live, j, max_model_len) : 0;
+  const hx_decode_rows r = hx_decode_row_span(s);
+  return j < r.rows ? (hx_i32)hx_clamp_i64(r.first_end + j, 0, max_model_len) : 0;
 }

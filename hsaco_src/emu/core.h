@@ -25,6 +25,8 @@ enum hx_prim_kind {
   PRIM_LDS_LOAD,
   PRIM_LDS_WAIT,
   PRIM_BARRIER,
+  PRIM_PERMLANE16_SWAP,
+  PRIM_SCALAR_LOAD,
   PRIM_COUNT
 };
 
@@ -71,5 +73,7 @@ int hx_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 int hx_collective(int kind, hx_wave* w);
 // Buffer range rule shared by buffer loads and global->LDS loads:
 // 1 = wholly in range, 0 = wholly out of range; a straddle aborts the lane.
+// The load hook (hx_emu_set_load_hook): called by every counted load; NULL when nobody counts.
+extern hx_emu_load_hook hx_load_hook;
 int hx_buffer_in_range(hx_emu_rsrc r, unsigned voffset, unsigned soffset, unsigned bytes, const char* what,
                        const char* file, int line);

@@ -172,8 +172,52 @@ typedef struct alloc {
   size_t size;
   unsigned char* map;
   size_t map_size;
+  unsigned long long loaded;  // bytes the wave primitives loaded from it while counting
 } alloc;
 static alloc* g_allocs;
+
+// Load counting (hxEmuCountLoads): every load a wave primitive makes is
+// attributed to the allocation it reads; loads from anywhere else (host
+// memory a test harness hands in) go to g_unattributed.
+static alloc* g_last_hit;
+static unsigned long long g_unattributed;
+
+static alloc* find_alloc(const void* p) {
+  const unsigned char* c = p;
+  if (g_last_hit && c >= g_last_hit->ptr && c < g_last_hit->ptr + g_last_hit->size) return g_last_hit;
+  for (alloc* a = g_allocs; a; a = a->next)
+    if (c >= a->ptr && c < a->ptr + a->size) return g_last_hit = a;
+  return NULL;
+}
+
+static void count_load(const void* src, unsigned bytes) {
+  alloc* a = find_alloc(src);  // launches run under g_lock: no allocation comes or goes meanwhile
+  if (a) a->loaded += bytes;
+  else g_unattributed += bytes;
+}
+
+// on != 0: zero every allocation's count and count from now on; 0: stop counting (the counts stay).
+API void hxEmuCountLoads(int on) {
+  pthread_mutex_lock(&g_lock);
+  if (on) {
+    for (alloc* a = g_allocs; a; a = a->next) a->loaded = 0;
+    g_unattributed = 0;
+  }
+  hx_emu_set_load_hook(on ? count_load : NULL);
+  pthread_mutex_unlock(&g_lock);
+}
+
+// Bytes loaded from the allocation holding p since counting began; p == NULL: loads from no allocation.
+API unsigned long long hxEmuLoadedBytes(const void* p) {
+  pthread_mutex_lock(&g_lock);
+  unsigned long long n = g_unattributed;
+  if (p) {
+    alloc* a = find_alloc(p);
+    n = a ? a->loaded : 0;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
 
 static hipError_t do_malloc(void** out, size_t size) {
   if (!out) return fail(hipErrorInvalidValue, "hipMalloc: null result pointer");
@@ -191,6 +235,7 @@ static hipError_t do_malloc(void** out, size_t size) {
   a->size = size;
   a->map = m;
   a->map_size = total;
+  a->loaded = 0;
   memset(a->ptr, 0xFF, data);  // fresh device memory is garbage: make it NaN garbage
   pthread_mutex_lock(&g_lock);
   a->next = g_allocs;
@@ -207,6 +252,7 @@ static hipError_t do_free(void* p) {
     if ((*pp)->ptr == p) {
       alloc* a = *pp;
       *pp = a->next;
+      if (g_last_hit == a) g_last_hit = NULL;
       pthread_mutex_unlock(&g_lock);
       munmap(a->map, a->map_size);
       free(a);

@@ -37,6 +37,7 @@ void hx_emu_mfma_32x32x64_fp8(const void* a, const void* b, const float* c, floa
 void hx_emu_mfma_16x16x128_fp8(const void* a, const void* b, const float* c, float* d, int scale_a, int scale_b,
                                const char* file, int line);
 void hx_emu_permlane32_swap(unsigned* x, unsigned* y, const char* file, int line);
+void hx_emu_permlane16_swap(unsigned* x, unsigned* y, const char* file, int line);
 unsigned hx_emu_bpermute(unsigned value, unsigned src_lane, const char* file, int line);
 unsigned hx_emu_readfirstlane(unsigned value, const char* file, int line);
 void hx_emu_wave_sync(const char* file, int line);
@@ -57,6 +58,10 @@ void hx_emu_buffer_load(hx_emu_rsrc r, unsigned voffset, unsigned soffset, void*
                         int line);
 void hx_emu_buffer_store(hx_emu_rsrc r, unsigned voffset, unsigned soffset, const void* src, unsigned bytes,
                          const char* file, int line);
+// s_load_dword: every lane's address must be the same; counted once.
+unsigned hx_emu_scalar_load(const void* src, const char* file, int line);
+// A plain per-lane load from a 64-bit address (counted like the buffer loads).
+void hx_emu_global_load(const void* src, void* dst, unsigned bytes, const char* file, int line);
 float hx_emu_fp8_to_f32(unsigned byte);  // v_cvt_f32_fp8 (OCP e4m3fn)
 unsigned hx_emu_f32_to_fp8(float x);     // saturating RNE (see fp8.c)
 // Abort the launch from inside a lane; never returns.
@@ -75,6 +80,12 @@ int hx_emu_launch(const hx_emu_kernel* k, const void* kernarg, unsigned long ker
                   const unsigned block[3], unsigned long dynamic_shared);
 const char* hx_emu_last_error(void);
 void hx_emu_set_error(const char* msg);
+// Bytes loaded from device memory by the wave primitives (buffer loads and
+// global->LDS loads in range, 64-bit gathers): while a hook is set, each such
+// load calls it with its source address and size (the emulated HIP runtime
+// attributes them to its allocations). NULL stops the calls.
+typedef void (*hx_emu_load_hook)(const void* src, unsigned bytes);
+void hx_emu_set_load_hook(hx_emu_load_hook hook);
 // Counters since load: lane switches, completed wave primitives, lanes run.
 void hx_emu_stats(unsigned long long out[3]);
 

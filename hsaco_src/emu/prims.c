@@ -114,6 +114,28 @@ static int permlane32_swap(hx_wave* w) {
   return 0;
 }
 
+void hx_emu_permlane16_swap(unsigned* x, unsigned* y, const char* file, int line) {
+  swap_args s = {x, y};
+  hx_rendezvous(PRIM_PERMLANE16_SWAP, &s, file, line);
+}
+// v_permlane16_swap vX, vY: rows are 16 lanes; the odd rows of X (lanes 16-31,
+// 48-63) trade places with the even rows of Y (lanes 0-15, 32-47): X's row 1
+// with Y's row 0, X's row 3 with Y's row 2.
+static int permlane16_swap(hx_wave* w) {
+  unsigned x[64], y[64];
+  for (int l = 0; l < 64; l++) {
+    swap_args* s = (swap_args*)w->lanes[l]->args;
+    x[l] = *s->x;
+    y[l] = *s->y;
+  }
+  for (int l = 0; l < 64; l++) {
+    swap_args* s = (swap_args*)w->lanes[l]->args;
+    if ((l / 16) % 2) *s->x = y[l - 16];
+    else *s->y = x[l + 16];
+  }
+  return 0;
+}
+
 typedef struct { unsigned value, src, out; } lane_args;
 unsigned hx_emu_bpermute(unsigned value, unsigned src_lane, const char* file, int line) {
   lane_args a = {value, src_lane, 0};
@@ -166,6 +188,9 @@ int hx_buffer_in_range(hx_emu_rsrc r, unsigned voffset, unsigned soffset, unsign
   return in;
 }
 
+hx_emu_load_hook hx_load_hook;
+void hx_emu_set_load_hook(hx_emu_load_hook hook) { hx_load_hook = hook; }
+
 static void check_size(unsigned bytes, const char* what, const char* file, int line) {
   if (bytes != 4 && bytes != 8 && bytes != 16) hx_emu_fail(file, line, "%s of %u bytes (4, 8 or 16 only)", what, bytes);
 }
@@ -173,9 +198,10 @@ static void check_size(unsigned bytes, const char* what, const char* file, int l
 void hx_emu_buffer_load(hx_emu_rsrc r, unsigned voffset, unsigned soffset, void* dst, unsigned bytes,
                         const char* file, int line) {
   check_size(bytes, "buffer load", file, line);
-  if (hx_buffer_in_range(r, voffset, soffset, bytes, "buffer load", file, line))
+  if (hx_buffer_in_range(r, voffset, soffset, bytes, "buffer load", file, line)) {
     memcpy(dst, r.base + voffset + soffset, bytes);
-  else
+    if (hx_load_hook) hx_load_hook(r.base + voffset + soffset, bytes);
+  } else
     memset(dst, 0, bytes);
 }
 
@@ -184,6 +210,40 @@ void hx_emu_buffer_store(hx_emu_rsrc r, unsigned voffset, unsigned soffset, cons
   check_size(bytes, "buffer store", file, line);
   if (hx_buffer_in_range(r, voffset, soffset, bytes, "buffer store", file, line))
     memcpy((unsigned char*)r.base + voffset + soffset, src, bytes);
+}
+
+typedef struct {
+  const void* src;
+  unsigned out;
+} scalar_args;
+unsigned hx_emu_scalar_load(const void* src, const char* file, int line) {
+  scalar_args a = {src, 0};
+  hx_rendezvous(PRIM_SCALAR_LOAD, &a, file, line);
+  return a.out;
+}
+static int scalar_load(hx_wave* w) {
+  hx_lane* l0 = w->lanes[0];
+  const void* src = ((scalar_args*)l0->args)->src;
+  for (int l = 1; l < 64; l++)
+    if (((scalar_args*)w->lanes[l]->args)->src != src)
+      return hx_error("hx_scalar_load_b32 (%s:%d): the address must be wave-uniform; lane 0 has %p, lane %d %p",
+                      l0->file, l0->line, src, l, ((scalar_args*)w->lanes[l]->args)->src);
+  if ((unsigned long)src % 4)
+    return hx_error("hx_scalar_load_b32 (%s:%d): %p is not dword aligned", l0->file, l0->line, src);
+  unsigned v;
+  memcpy(&v, src, 4);
+  if (hx_load_hook) hx_load_hook(src, 4);
+  for (int l = 0; l < 64; l++) ((scalar_args*)w->lanes[l]->args)->out = v;
+  return 0;
+}
+
+// A gather from a 64-bit address: 4 or 16 bytes, dword aligned (what
+// global_load_dword[x4] takes in unaligned access mode).
+void hx_emu_global_load(const void* src, void* dst, unsigned bytes, const char* file, int line) {
+  if (bytes != 4 && bytes != 16) hx_emu_fail(file, line, "global load of %u bytes (4 or 16 only)", bytes);
+  if ((unsigned long)src % 4) hx_emu_fail(file, line, "global load of %u bytes at %p: not dword aligned", bytes, src);
+  memcpy(dst, src, bytes);
+  if (hx_load_hook) hx_load_hook(src, bytes);
 }
 
 // ------------------------------------------------------ global -> LDS
@@ -199,9 +259,10 @@ void hx_emu_lds_load(hx_emu_rsrc r, void* lds, unsigned voffset, unsigned soffse
   a.lds = (unsigned char*)lds;
   a.bytes = bytes;
   if (bytes != 4 && bytes != 16) hx_emu_fail(file, line, "global->LDS load of %u bytes (gfx950: 4 or 16)", bytes);
-  if (hx_buffer_in_range(r, voffset, soffset, bytes, "global->LDS load", file, line))
+  if (hx_buffer_in_range(r, voffset, soffset, bytes, "global->LDS load", file, line)) {
     memcpy(a.data, r.base + voffset + soffset, bytes);
-  else
+    if (hx_load_hook) hx_load_hook(r.base + voffset + soffset, bytes);
+  } else
     memset(a.data, 0, bytes);
   hx_rendezvous(PRIM_LDS_LOAD, &a, file, line);
 }
@@ -243,6 +304,8 @@ int hx_collective(int kind, hx_wave* w) {
     case PRIM_MFMA32: return mfma(w, 32);
     case PRIM_MFMA16: return mfma(w, 16);
     case PRIM_PERMLANE32_SWAP: return permlane32_swap(w);
+    case PRIM_PERMLANE16_SWAP: return permlane16_swap(w);
+    case PRIM_SCALAR_LOAD: return scalar_load(w);
     case PRIM_BPERMUTE: return bpermute(w);
     case PRIM_READFIRSTLANE: return readfirstlane(w);
     case PRIM_WAVE_SYNC: return 0;

@@ -63,8 +63,6 @@ static_assert(NW >= 1 && (CT * 4) % NW == 0, "each wave stages an equal share of
 static_assert(CT % 2 == 0, "the pipelined tile loop takes tiles in pairs");
 static_assert(CK % 64 == 0, "kv_scale is staged 64 keys per DMA instruction");
 
-typedef float hx_v2f __attribute__((ext_vector_type(2)));
-
 // Stage keys [c0, c0 + CK) (keys >= N read as 0) into one chunk buffer: this
 // wave's share of the 16-byte K DMA slots and of the kv_scale words.
 HX_WAVE_FN void hx_stage(const PrefillParams& p, hx_v4u* kb, float* sb, hx_i32 c0, hx_u32 w, hx_u32 lane) {

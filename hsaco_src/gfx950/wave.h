@@ -90,6 +90,34 @@ HX_WAVE_FN hx_v4f hx_mfma_16x16x128_fp8(hx_v8i a, hx_v8i b, hx_v4f c HX_SITE) {
   return hx_mfma_16x16x128_fp8_scaled(a, b, c, s, s HX_AT);
 }
 
+// ------------------------------------------------------------ packed f32
+typedef float hx_v2f __attribute__((ext_vector_type(2)));
+
+// a * b + c on two floats, each fused (v_pk_fma_f32). Inline asm on the device because clang splits the
+// packed fma into two v_fma_f32 when an operand is built from two scalar results (a ReLU'd pair), which
+// doubles the epilogue's FMAs; the "v" operands of a 64-bit type get the even-aligned VGPR pairs the
+// instruction needs. Only for operands no MFMA wrote just before (the asm hides them from the compiler's
+// hazard recognizer): VALU results.
+HX_WAVE_FN hx_v2f hx_pk_fma(hx_v2f a, hx_v2f b, hx_v2f c) {
+#if defined(HX_EMU)
+  return __builtin_elementwise_fma(a, b, c);
+#else
+  asm("v_pk_fma_f32 %0, %1, %2, %0" : "+v"(c) : "v"(a), "v"(b));
+  return c;
+#endif
+}
+
+// a * b on two floats (v_pk_mul_f32), for the same reason and with the same restriction as hx_pk_fma.
+HX_WAVE_FN hx_v2f hx_pk_mul(hx_v2f a, hx_v2f b) {
+#if defined(HX_EMU)
+  return a * b;
+#else
+  hx_v2f d;
+  asm("v_pk_mul_f32 %0, %1, %2" : "=v"(d) : "v"(a), "v"(b));
+  return d;
+#endif
+}
+
 // ------------------------------------------------------------ cross-lane
 
 // After it, lanes 32-63 of `a` hold the old lanes 0-31 of `b`, and lanes 0-31
@@ -102,6 +130,18 @@ HX_WAVE_FN void hx_permlane32_swap(float& a, float& b HX_SITE) {
   hx_emu_permlane32_swap((hx_u32*)&a, (hx_u32*)&b HX_AT);
 #else
   asm volatile("s_nop 1\n\tv_permlane32_swap_b32 %0, %1" : "+v"(a), "+v"(b));
+#endif
+}
+
+// Rows are 16 lanes. After it, the odd rows of `a` (lanes 16-31, 48-63) hold
+// the old even rows of `b` (0-15, 32-47) and the even rows of `b` hold the old
+// odd rows of `a`: a's row 1 trades with b's row 0, a's row 3 with b's row 2.
+// Inline asm and the s_nop for the same reasons as hx_permlane32_swap.
+HX_WAVE_FN void hx_permlane16_swap(float& a, float& b HX_SITE) {
+#if defined(HX_EMU)
+  hx_emu_permlane16_swap((hx_u32*)&a, (hx_u32*)&b HX_AT);
+#else
+  asm volatile("s_nop 1\n\tv_permlane16_swap_b32 %0, %1" : "+v"(a), "+v"(b));
 #endif
 }
 
@@ -131,6 +171,16 @@ HX_WAVE_FN hx_u32 hx_readfirstlane(hx_u32 v HX_SITE) {
   return hx_emu_readfirstlane(v HX_AT);
 #else
   return (hx_u32)__builtin_amdgcn_readfirstlane((int)v);
+#endif
+}
+
+// Lane `lane`'s value (a wave-uniform lane index), in an SGPR on the device
+// (v_readlane): what makes a value loaded by the lanes usable as a buffer base.
+HX_WAVE_FN hx_u32 hx_readlane(hx_u32 v, hx_u32 lane HX_SITE) {
+#if defined(HX_EMU)
+  return hx_emu_readfirstlane(hx_emu_bpermute(v, lane HX_AT) HX_AT);
+#else
+  return (hx_u32)__builtin_amdgcn_readlane((int)v, (int)lane);
 #endif
 }
 
@@ -212,6 +262,44 @@ HX_WAVE_FN void hx_buffer_store_b64(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, h
 HX_WAVE_FN void hx_buffer_store_b128(hx_rsrc r, hx_u32 voffset, hx_u32 soffset, hx_v4u v) {
   __builtin_amdgcn_raw_buffer_store_b128(v, r, voffset, soffset, 0);
 }
+#endif
+
+// ------------------------------------------------------- scalar loads
+// A 4-byte load every lane makes from the same address, through the scalar
+// cache (s_load_dword): it waits on lgkmcnt, not on the vector-memory
+// counter that key loads and stores share. The memory must not change during
+// the kernel (it is read as constant). The emulator checks the address is
+// wave-uniform and counts the load once per wave.
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_scalar_load_b32(const void* p HX_SITE) { return hx_emu_scalar_load(p HX_AT); }
+#else
+typedef __attribute__((address_space(4))) const hx_u32 hx_constant_u32;
+HX_WAVE_FN hx_u32 hx_scalar_load_b32(const void* p) { return *(hx_constant_u32*)p; }
+#endif
+
+// ------------------------------------------------------- 64-bit gathers
+// Per-lane loads from a full 64-bit address, for gathers no buffer base can
+// cover (each lane's own block of a pool past 4 GiB). Only 4-byte alignment
+// is assumed: the 16-byte load is one global_load_dwordx4 on gfx950, whose
+// unaligned access mode (what ROCm sets up) takes dword-aligned addresses.
+// Not a wave primitive: lanes may skip it. The emulator counts its bytes.
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_global_load_b32(const void* p HX_SITE) {
+  hx_u32 v;
+  hx_emu_global_load(p, &v, 4 HX_AT);
+  return v;
+}
+HX_WAVE_FN hx_v4u hx_global_load_b128(const void* p HX_SITE) {
+  hx_v4u v;
+  hx_emu_global_load(p, &v, 16 HX_AT);
+  return v;
+}
+#else
+typedef hx_v4u hx_v4u_dword_aligned __attribute__((aligned(4)));
+typedef __attribute__((address_space(1))) const hx_u32 hx_global_u32;
+typedef __attribute__((address_space(1))) const hx_v4u_dword_aligned hx_global_v4u;
+HX_WAVE_FN hx_u32 hx_global_load_b32(const void* p) { return *(hx_global_u32*)p; }
+HX_WAVE_FN hx_v4u hx_global_load_b128(const void* p) { return *(hx_global_v4u*)p; }
 #endif
 
 // ---------------------------------------------------------- global -> LDS

@@ -211,3 +211,80 @@ def test_a_strided_device_array_is_refused_before_anything_is_copied():
     args[2] = w
     with pytest.raises(ValueError, match="weights: expected a C-contiguous array"):
         fp8_paged_mqa_logits(*args, device=DEV)
+
+
+# ------------------------------------------------------------------ the fast kernels' shapes
+# H in {32, 64}, D = 128: the gfx950 MFMA kernels when DEV is the emulated MI355X (block sizes that are powers of
+# two >= 16 in both layouts, and block_size 1); the generic kernel elsewhere.
+FAST_CASES = [
+    testing.DecodeCase(3, 8, 64, 128, 64, True, mean_context=700, ragged=True, zero_contexts=1),
+    testing.DecodeCase(4, 6, 32, 128, 64, False, mean_context=1500, spread="one_long", split_kv=5),
+    testing.DecodeCase(5, 3, 64, 128, 16, False, mean_context=300, ragged=True, live_min=1, max_model_len=250),
+    testing.DecodeCase(2, 7, 32, 128, 16, True, mean_context=90, ragged=True, zero_live=1),
+    testing.DecodeCase(3, 2, 32, 128, 128, True, mean_context=400, split_kv=64),
+    testing.DecodeCase(4, 5, 64, 128, 1, False, mean_context=260, ragged=True, zero_contexts=1, split_kv=3),
+    testing.DecodeCase(2, 1, 32, 128, 1, False, mean_context=1, spread="equal"),
+    testing.DecodeCase(3, 4, 64, 128, 32, False, mean_context=200, vllm_view=True, ragged=True, live_min=1),
+]
+
+
+def _fast_kernel(case):
+    from hipindexer.decode_plan import plan_decode
+    from hipindexer.ops import target_of
+    return plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, case.max_model_len or 1 << 16,
+                       target_of(DEV), preshuffle=case.preshuffle, split_kv=case.split_kv).kernel
+
+
+@pytest.mark.parametrize("case", FAST_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "raw"])
+def test_fast_shapes_pass_the_gate(case, clean):
+    if DEV.arch == "gfx950":
+        assert _fast_kernel(case).startswith("paged_mqa_logits_mfma")
+    inp = testing.decode_inputs(np.random.default_rng(20), case)
+    errors = _errors()
+    got = _run(inp, clean, errors, split_kv=case.split_kv)
+    assert int(errors.numpy()[0]) == 0
+    g = gate_decode(got, inp, clean, "fp32")
+    assert g, g.message
+
+
+@pytest.mark.parametrize("block_size,preshuffle", [(64, True), (16, False), (1, False)])
+def test_fast_shapes_give_bitwise_the_same_logits_for_every_split(block_size, preshuffle):
+    case = testing.DecodeCase(3, 3, 32, 128, block_size, preshuffle, mean_context=600, ragged=True, live_min=1)
+    inp = testing.decode_inputs(np.random.default_rng(21), case)
+    want = _run(inp)
+    for split_kv in (1, 2, 7, 40):
+        np.testing.assert_array_equal(_run(inp, split_kv=split_kv).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("H,D,block_size", [(32, 128, 16), (64, 128, 1), (64, 128, 64)])
+def test_fast_shapes_skip_and_flag_untrusted_device_values(H, D, block_size):
+    from hipindexer import sweep
+    o = sweep.decode_untrusted_values(np.random.default_rng(22), DEV, H, D, block_size)
+    assert o.status == "passed", o.message
+
+
+@pytest.mark.parametrize("block_size,preshuffle", [(64, True), (64, False), (16, True), (1, False)])
+def test_the_keys_are_read_once_for_any_next_n(block_size, preshuffle):
+    """The emulator counts the bytes the kernel's loads take from each device allocation: at next_n = 8 the
+    kv_cache bytes read equal those at next_n = 1 on the same sequences, and both are every key's 128 bytes
+    and 4-byte scale exactly once (nothing past a context is read, nothing twice)."""
+    from hipindexer.runtime import emu
+    if not emu.active():
+        pytest.skip("counts loads on the emulator only")
+    case = testing.DecodeCase(5, 8, 64, 128, block_size, preshuffle, mean_context=900, zero_contexts=1)
+    inp = testing.decode_inputs(np.random.default_rng(23), case)
+    B, H = case.B, case.H
+    cache = _dev(inp.kv_cache)
+    one = testing.DecodeInputs(inp.q[:, :1].copy(), inp.kv_cache, inp.weights.reshape(B, 8, H)[:, 0].copy(),
+                               inp.context_lens, inp.block_tables, inp.max_model_len, None, preshuffle)
+    read = {}
+    for name, x in (("next_n=1", one), ("next_n=8", inp)):
+        on_device = testing.DecodeInputs(x.q, cache, *x.args()[2:])
+        with emu.count_loads() as loads:
+            got = _run(on_device)
+        read[name] = loads.bytes(cache)
+        g = gate_decode(got, x, True, "fp32")
+        assert g, (name, g.message)
+    keys = int(np.minimum(inp.context_lens, inp.max_model_len).sum())
+    assert read == {"next_n=1": keys * (128 + 4), "next_n=8": keys * (128 + 4)}, (read, keys)

@@ -38,6 +38,46 @@ KERNEL(hx_t_permlane) {
   ((float*)p.out0)[64 + l] = y;
 }
 
+// As hx_t_permlane, through hx_permlane16_swap.
+KERNEL(hx_t_permlane16) {
+  const hx_u32 l = hx_lane_id();
+  float x = ((const float*)p.in0)[l], y = ((const float*)p.in0)[64 + l];
+  hx_permlane16_swap(x, y);
+  ((float*)p.out0)[l] = x;
+  ((float*)p.out0)[64 + l] = y;
+}
+
+// out0[lane] = readlane(in0[lane], x): every lane gets lane x's value.
+KERNEL(hx_t_readlane) {
+  const hx_u32 l = hx_lane_id();
+  ((hx_u32*)p.out0)[l] = hx_readlane(((const hx_u32*)p.in0)[l], p.x);
+}
+
+// Lane l gathers x bytes (4 or 16) from in0 + in1[l] (a byte offset; lanes whose offset is ~0 load nothing)
+// into out0[16 l ..].
+KERNEL(hx_t_gather) {
+  const hx_u32 l = hx_lane_id();
+  const hx_u32 off = ((const hx_u32*)p.in1)[l];
+  hx_u32* o = (hx_u32*)p.out0 + 4 * l;
+  if (off == ~0u) return;
+  const void* src = (const hx_u8*)p.in0 + off;
+  if (p.x == 4) {
+    o[0] = hx_global_load_b32(src);
+  } else {
+    const hx_v4u v = hx_global_load_b128(src);
+    o[0] = v.x;
+    o[1] = v.y;
+    o[2] = v.z;
+    o[3] = v.w;
+  }
+}
+
+// out0[lane] = the scalar load of in0 word x (word x + lane when y = 1: not wave-uniform, an error).
+KERNEL(hx_t_scalar) {
+  const hx_u32 l = hx_lane_id();
+  ((hx_u32*)p.out0)[l] = hx_scalar_load_b32((const hx_u32*)p.in0 + p.x + (p.y ? l : 0));
+}
+
 // out0[0:64] = shfl_xor(in, x); [64:128] = shfl(in, in1[lane]); [128:192] = readfirstlane;
 // [192:256] = wave_sum(in, y)
 KERNEL(hx_t_shfl) {
