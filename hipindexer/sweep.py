@@ -411,7 +411,7 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
     nb = inp.kv_cache.shape[0]
     good = _decode_run(device, inp, **tunables)
     bt = inp.block_tables.copy()
-    blk = 2 if block_size > 1 else 100   # block_size 1: a key well inside the context
+    blk = 2 if bs > 1 else 100   # block_size 1: a key well inside the context
     bt[1, blk], bt[2, 0] = nb, -5        # read entries naming no block
     ctx, nl = inp.context_lens.copy(), inp.next_n_lens.copy()
     ctx[3] = -7                           # sequence 3: negative length

@@ -44,7 +44,7 @@ def test_everything_else_on_sm90a_stays_generic(H, D, block_size):
 def test_fp32_and_gfx950_never_get_the_wgmma_kernel(H):
     p = plan_decode(4, 2, H, 128, 64, 4096, H200, accumulation="fp32")
     assert p.kernel == GENERIC_DECODE.key and p.accumulation == "fp32"
-    assert plan_decode(4, 2, H, 128, 64, 4096, MI355X).kernel == GENERIC_DECODE.key
+    assert plan_decode(4, 2, H, 128, 64, 4096, MI355X).kernel == "paged_mqa_logits_mfma"
     with pytest.raises(ValueError, match="accumulation='fp32' takes fp32-class kernels only"):
         plan_decode(4, 2, H, 128, 64, 4096, H200, accumulation="fp32", kernel=WGMMA)
     with pytest.raises(ValueError, match="is not a decode kernel for gfx950"):

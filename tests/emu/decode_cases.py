@@ -260,7 +260,8 @@ def test_fast_shapes_give_bitwise_the_same_logits_for_every_split(block_size, pr
 @pytest.mark.parametrize("H,D,block_size", [(32, 128, 16), (64, 128, 1), (64, 128, 64)])
 def test_fast_shapes_skip_and_flag_untrusted_device_values(H, D, block_size):
     from hipindexer import sweep
-    o = sweep.decode_untrusted_values(np.random.default_rng(22), DEV, H, D, block_size)
+    o = sweep.decode_untrusted_values(np.random.default_rng(22), DEV, heads=(H,), dims=(D,),
+                                      block_sizes=(block_size,))
     assert o.status == "passed", o.message
 
 
