@@ -32,12 +32,9 @@ INT32_MAX = (1 << 31) - 1
 
 
 def tokens_per_block(D: int) -> int:
-    """Tokens one block of the writer owns: the largest power of two whose D / 16 chunks each fit the
-    block's threads (1 past D = 16 * BLOCK, where a thread takes several chunks of its token)."""
-    chunks, tt = D // 16, 1
-    while 2 * tt * chunks <= BLOCK:
-        tt *= 2
-    return tt
+    """Tokens one block of the writer owns: BLOCK // G, G = min(D / 16, BLOCK) threads per token (one past
+    D = 16 * BLOCK, where a thread takes several chunks of its token). The kernel derives the same."""
+    return BLOCK // min(D // 16, BLOCK)
 
 
 def _key_dim(name: str, D: int) -> None:
@@ -171,7 +168,7 @@ def _quantize_and_cache(arrays, preshuffle, power_of_two, stream, device, key):
     launch = kernel_for(dev, "quantize_and_cache").prepare(
         -(-T // tt), BLOCK, pointers=WRITE_POINTERS, num_slots=nb * bs, T=T, D=D, block_size=bs,
         dtype=KEY_DTYPES[ka.dtype], slots64=int(sa.dtype.itemsize == 8), preshuffle=int(bool(preshuffle)),
-        power_of_two=int(bool(power_of_two)), tokens_per_block=tt)
+        power_of_two=int(bool(power_of_two)))
     remember(key, (launch, dev))
     ka, sa = upload(ka, dev, st), upload(sa, dev, st)
     launch(st.handle, ka.ptr, ca.ptr, sa.ptr, 0 if ea is None else ea.ptr)

@@ -218,7 +218,6 @@ STRUCTS.append(Struct("CacheWriteParams", [
     ("dtype", "i32"),  # k's element type: HX_KEY_F32, HX_KEY_F16, HX_KEY_BF16 (hsaco_src/common/fp8_quant.h)
     ("slots64", "i32"),  # slot_mapping is int64 (else int32)
     ("preshuffle", "i32"), ("power_of_two", "i32"),
-    ("tokens_per_block", "i32"),  # a power of two dividing the block; the host's cache_ops.tokens_per_block
 ]))
 STRUCTS.append(Struct("CacheGatherParams", [
     ("kv_cache", "ptr:u8"), ("block_tables", "ptr:i32"), ("cu_seq_lens", "ptr:i32"), ("out_k", "ptr:u8"),

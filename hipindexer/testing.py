@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .arguments import FP8, SCALE_BYTES
-from .cache import make_block_tables, new_cache, quantize_keys, write_cache
+from .cache import make_block_tables, quantize_keys, write_cache
 
 PREFILL_MODES = ("causal", "cp", "misaligned", "empty", "past_end", "multi_req")
 

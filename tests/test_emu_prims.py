@@ -4,7 +4,6 @@ numpy formulation of the lane layouts in docs/gfx950.md.
 Test kernels: tests/emu/prims.hip, compiled with -DHX_EMU and launched straight
 through libhxemu (no HIP runtime), so these run in the main pytest process.
 """
-import os
 import subprocess
 import sys
 import textwrap

@@ -1,7 +1,6 @@
 """tools/isa_lint.py on the gfx950 assembly: the real kernels are clean, and
 each rule fires on the defect it is for."""
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest

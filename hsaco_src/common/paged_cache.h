@@ -31,7 +31,7 @@ HX_INLINE HX_HD hx_i64 hx_scale_offset(hx_i32 block_size, hx_i32 D, hx_i32 t) {
   return (hx_i64)block_size * D + 4 * (hx_i64)t;
 }
 
-// 16 key bytes at p: one vector access when the layout keeps them 16-byte
+// 16 key bytes at p: one vector load when the layout keeps them 16-byte
 // aligned (block_size % 4 == 0, see hx_block_bytes), else four words (every
 // key chunk is 4-byte aligned in any layout of a 4-byte-aligned cache).
 HX_INLINE HX_HD hx_u32x4 hx_load16(const hx_u8* p, bool aligned16) {
@@ -39,13 +39,4 @@ HX_INLINE HX_HD hx_u32x4 hx_load16(const hx_u8* p, bool aligned16) {
   const hx_u32* w = (const hx_u32*)p;
   hx_u32x4 v = {w[0], w[1], w[2], w[3]};
   return v;
-}
-
-HX_INLINE HX_HD void hx_store16(hx_u8* p, hx_u32x4 v, bool aligned16) {
-  if (aligned16) {
-    *(hx_u32x4*)p = v;
-    return;
-  }
-  hx_u32* w = (hx_u32*)p;
-  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
 }

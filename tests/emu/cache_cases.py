@@ -13,7 +13,7 @@ import pytest
 import hipindexer
 from hipindexer import cache, cache_check, testing
 from hipindexer.cache_ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
-from hipindexer.decode import ERROR_BLOCK_ID, ERROR_LENGTH, ERROR_SLOT
+from hipindexer.decode import ERROR_LENGTH, ERROR_SLOT
 from hipindexer.gate import gate_decode, gate_prefill
 from hipindexer.ops import target_of
 from hipindexer.planner import plan_prefill
