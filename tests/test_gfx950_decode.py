@@ -1,7 +1,6 @@
 """The gfx950 decode fast path (hsaco_src/gfx950/paged_mqa_logits_mfma.hip, two builds): the planner's choice of
 it and of its grid, the emulated sweep at its shapes, the static goals read from its ISA report, and its
 planted bugs caught."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,14 +18,6 @@ import emu_harness as H  # noqa: E402
 
 PAGED, BS1 = "paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"
 GFX = TARGETS["gfx950"]
-
-
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(f"_hx_{name}", ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_the_planner_picks_them_for_every_fast_shape_and_only_those():
@@ -96,7 +87,7 @@ def test_quick_sweep_at_their_shapes_passes_on_the_emulator(emu_kernels):
 
 @pytest.fixture(scope="module")
 def isa(emu_kernels):
-    return {r.source: r for r in _tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
+    return {r.source: r for r in H.tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
             if r.source.startswith(PAGED)}
 
 
@@ -121,7 +112,7 @@ def test_static_goals_from_the_isa_report(isa, key, heads):
 
 @pytest.mark.toolchain
 def test_isa_lint_is_clean_for_all_four_builds(emu_kernels):
-    lint = _tool("isa_lint")
+    lint = H.tool("isa_lint")
     src = ROOT / "hsaco_src" / "gfx950" / "paged_mqa_logits_mfma.hip"
     for gather in (0, 1):
         for heads in (32, 64):
@@ -152,7 +143,7 @@ def test_estimates_of_the_issue_rows_from_the_isa_report(isa):
     measurements): within the goals at H = 32, B = 64 and 16 and at H = 64, B = 64 (B = 1, next_n = 2 misses
     its 4 us: the model's fixed costs of a one-sequence launch; docs/gfx950.md)."""
     from dataclasses import asdict
-    roof = _tool("roofline")
+    roof = H.tool("roofline")
     rows = roof.goal_estimates({k: asdict(r.decode) for k, r in isa.items()})
     assert len(rows) == 4
     for o in rows:

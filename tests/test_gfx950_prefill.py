@@ -1,6 +1,5 @@
 """The gfx950 prefill fast path (hsaco_src/gfx950/mqa_logits_mfma.hip): the emulated sweep with it in the
 plan, its forced corner cases, the static goals read from its ISA report, and a planted-bug subset."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,14 +14,6 @@ sys.path.insert(0, str(ROOT / "tests" / "emu"))
 import emu_harness as H  # noqa: E402
 
 KERNEL = "mqa_logits_mfma"
-
-
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(f"_hx_{name}", ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_the_planner_picks_it_for_every_fast_shape_and_only_those():
@@ -59,7 +50,7 @@ def test_forced_chunks_splits_orders_and_strides_on_the_emulator(emu_kernels):
 
 @pytest.fixture(scope="module")
 def isa(emu_kernels):
-    reports = _tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
+    reports = H.tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
     return {r.source: r for r in reports}
 
 
@@ -83,7 +74,7 @@ def test_static_goals_from_the_isa_report(isa, emu_kernels, heads):
 
 @pytest.mark.toolchain
 def test_isa_lint_is_clean_for_both_variants(emu_kernels):
-    lint = _tool("isa_lint")
+    lint = H.tool("isa_lint")
     src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
     for heads in (32, 64):
         assert lint.lint(lint.compile_asm(src, ["HX_BLOCK=256", f"HX_HEADS={heads}"]), src.read_text()) == []
@@ -92,7 +83,7 @@ def test_isa_lint_is_clean_for_both_variants(emu_kernels):
 @pytest.mark.toolchain
 def test_isa_report_reads_any_gfx950_assembly(tmp_path):
     """The report takes plain clang -S output (how another project's kernel is compared)."""
-    lint, rep = _tool("isa_lint"), _tool("isa_report")
+    lint, rep = H.tool("isa_lint"), H.tool("isa_report")
     src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
     asm = tmp_path / "k.s"
     asm.write_text(lint.compile_asm(src, ["HX_BLOCK=256", "HX_HEADS=32"]))

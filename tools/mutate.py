@@ -48,6 +48,22 @@ class Plant:
     new: str
 
 
+# Bugs in the decode index math every decode kernel shares (common/decode_work.h, common/paged_cache.h): each
+# decode set plants them and runs its own kernel around them.
+DECODE_COMMON = {p.name: p for p in [
+    Plant("next_n_blind_bound", "common/decode_work.h",
+          "r.first_end = (hx_i64)s.ctx - s.live + 1;", "r.first_end = (hx_i64)s.ctx;"),
+    Plant("split_boundary_one_block_late", "common/decode_work.h",
+          "r.lo = (hx_i32)((a + s.live - 1) / s.live);",
+          "r.lo = (hx_i32)((a + s.live - 1) / s.live) + (a > 0 && a < (hx_i64)s.blocks * s.live);"),
+    Plant("preshuffle_16_and_D_swapped", "common/paged_cache.h",
+          "(d / 16) * 256 + (t % 16) * 16 + d % 16", "(d / 16) * 16 + (t % 16) * D + d % 16"),
+    Plant("scale_of_the_next_token", "common/paged_cache.h",
+          "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
+          "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
+    Plant("dead_ragged_row_computed", "common/decode_work.h", "r.rows = s.live;", "r.rows = 8;"),
+]}
+
 PLANTS = {
     "generic": [
         Plant("causal_off_by_one", "generic/mqa_logits.hip",
@@ -116,21 +132,15 @@ PLANTS = {
     ],
     # The generic paged decode kernel and the decode index math (both targets): run with --set decode.
     "decode": [
-        Plant("next_n_blind_bound", "common/decode_work.h",
-              "r.first_end = (hx_i64)s.ctx - s.live + 1;", "r.first_end = (hx_i64)s.ctx;"),
+        DECODE_COMMON["next_n_blind_bound"],
         Plant("batch_blind_row", "generic/paged_mqa_logits.hip",
               "const hx_i64 r = (hx_i64)b * p.next_n + j;", "const hx_i64 r = j;"),
-        Plant("split_boundary_one_block_late", "common/decode_work.h",
-              "r.lo = (hx_i32)((a + s.live - 1) / s.live);",
-              "r.lo = (hx_i32)((a + s.live - 1) / s.live) + (a > 0 && a < (hx_i64)s.blocks * s.live);"),
+        DECODE_COMMON["split_boundary_one_block_late"],
         Plant("block_table_column_off_by_one", "generic/paged_mqa_logits.hip",
               "const hx_i32 col = first + t;", "const hx_i32 col = first + t + 1;"),
-        Plant("preshuffle_16_and_D_swapped", "common/paged_cache.h",
-              "(d / 16) * 256 + (t % 16) * 16 + d % 16", "(d / 16) * 16 + (t % 16) * D + d % 16"),
-        Plant("scale_of_the_next_token", "common/paged_cache.h",
-              "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
-              "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
-        Plant("dead_ragged_row_computed", "common/decode_work.h", "r.rows = s.live;", "r.rows = 8;"),
+        DECODE_COMMON["preshuffle_16_and_D_swapped"],
+        DECODE_COMMON["scale_of_the_next_token"],
+        DECODE_COMMON["dead_ragged_row_computed"],
         Plant("out_of_range_block_clamped", "generic/paged_mqa_logits.hip",
               "s.block[t] = ok ? (hx_i64)id * hx_block_bytes(p.block_size, p.D) : -1;",
               "s.block[t] = (hx_i64)(id < 0 ? 0 : (id >= p.num_blocks ? p.num_blocks - 1 : id)) * "
@@ -189,23 +199,17 @@ PLANTS = {
     # share: the decode set's bugs at their place in this source or in the shared headers, and the kernel's own
     # (its head reduction's lane halves, its layouts' strides, its page pipeline). Run with --set gfx950_decode.
     "gfx950_decode": [
-        Plant("next_n_blind_bound", "common/decode_work.h",
-              "r.first_end = (hx_i64)s.ctx - s.live + 1;", "r.first_end = (hx_i64)s.ctx;"),
+        DECODE_COMMON["next_n_blind_bound"],
         Plant("batch_blind_row", MFMA_DECODE,
               "p.out + (hx_i64)c.b * p.next_n * p.out_stride + n0", "p.out + (hx_i64)0 * p.next_n * p.out_stride + n0"),
-        Plant("split_boundary_one_block_late", "common/decode_work.h",
-              "r.lo = (hx_i32)((a + s.live - 1) / s.live);",
-              "r.lo = (hx_i32)((a + s.live - 1) / s.live) + (a > 0 && a < (hx_i64)s.blocks * s.live);"),
+        DECODE_COMMON["split_boundary_one_block_late"],
         Plant("block_table_column_off_by_one", MFMA_DECODE,
               "col = ng >> log2bs;", "col = (ng >> log2bs) + 1;"),
         Plant("block_table_column_off_by_one_bs1", MFMA_DECODE,
               "n < hi ? 4u * (hx_u32)n : OFF_NONE", "n < hi ? 4u * (hx_u32)(n + 1) : OFF_NONE"),
-        Plant("preshuffle_16_and_D_swapped", "common/paged_cache.h",
-              "(d / 16) * 256 + (t % 16) * 16 + d % 16", "(d / 16) * 16 + (t % 16) * D + d % 16"),
-        Plant("scale_of_the_next_token", "common/paged_cache.h",
-              "return (hx_i64)block_size * D + 4 * (hx_i64)t;",
-              "return (hx_i64)block_size * D + 4 * (hx_i64)((t + 1) % block_size);"),
-        Plant("dead_ragged_row_computed", "common/decode_work.h", "r.rows = s.live;", "r.rows = 8;"),
+        DECODE_COMMON["preshuffle_16_and_D_swapped"],
+        DECODE_COMMON["scale_of_the_next_token"],
+        DECODE_COMMON["dead_ragged_row_computed"],
         Plant("out_of_range_block_clamped", MFMA_DECODE,
               "const hx_i32 id = e.id[tt];", "const hx_i32 id = hx_max_i32(0, hx_min_i32(e.id[tt], (hx_i32)p.num_blocks - 1));"),
         Plant("out_of_range_block_clamped_bs1", MFMA_DECODE,
@@ -255,11 +259,10 @@ PLANTS["sm90a_fold"] += SM90A_SHARED
 # kernel (the index math of decode_work.h and paged_cache.h it shares as is), a swapped next_n row in the MMA's
 # operand, a block-table entry prefetched from the wrong column, the A stage left unswizzled and a second MMA pass
 # reading the first pass's rows. Run with --suite cuda --set sm90a_decode.
-_DECODE = {p.name: p for p in PLANTS["decode"]}
 SM90A_DEC = "sm90a/paged_mqa_logits_wgmma.hip"
 SM90A_DEC_LOADER = "sm90a/decode_loader.h"  # its warpgroups 0 (pages, queries) and 1 (repack)
 PLANTS["sm90a_decode"] = [
-    _DECODE["next_n_blind_bound"],
+    DECODE_COMMON["next_n_blind_bound"],
     Plant("batch_blind_row", SM90A_DEC, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
           "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
     Plant("split_boundary_one_block_late", "common/decode_work.h",
@@ -268,9 +271,9 @@ PLANTS["sm90a_decode"] = [
     Plant("block_table_column_off_by_one", SM90A_DEC_LOADER,
           "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
           "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
-    _DECODE["preshuffle_16_and_D_swapped"],
-    _DECODE["scale_of_the_next_token"],
-    _DECODE["dead_ragged_row_computed"],
+    DECODE_COMMON["preshuffle_16_and_D_swapped"],
+    DECODE_COMMON["scale_of_the_next_token"],
+    DECODE_COMMON["dead_ragged_row_computed"],
     Plant("out_of_range_block_clamped", SM90A_DEC_LOADER, "return ok ? id : -1;",
           "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
     Plant("swapped_next_n_row_in_operand", SM90A_DEC_LOADER, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",

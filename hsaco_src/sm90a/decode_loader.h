@@ -102,28 +102,13 @@ HX_INLINE __device__ void query_warp(const DecodeParams& p, const Smem& sm, hx_r
   q.arrive_full(qit);
 }
 
-// -inf over columns [a, b) of a row by nt threads (thread t): 16-byte stores where the row allows.
-HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t, hx_i32 nt) {
-  if (b <= a) return;
-  const float ninf = hx_bits_to_f32(0xFF800000u);
-  const hx_i32 mis = (hx_i32)(((hx_u64)(row + a) >> 2) & 3u);
-  const hx_i32 head = hx_min_i32((4 - mis) & 3, b - a);
-  if (t < head) row[a + t] = ninf;
-  const hx_i32 v0 = a + head, nv = (b - v0) >> 2;
-  hx_f32x4* vp = (hx_f32x4*)(row + v0);
-  const hx_f32x4 v = {ninf, ninf, ninf, ninf};
-  for (hx_i32 i = t; i < nv; i += nt) vp[i] = v;
-  const hx_i32 tail = v0 + 4 * nv;
-  if (t < b - tail) row[tail + t] = ninf;
-}
-
 // Warps 2 and 3 (thread ft of 64): the -inf of this unit's piece of the batch's fill columns, every row.
 HX_INLINE __device__ void fill_warps(const DecodeParams& p, hx_range64 own, hx_i32 ft) {
   walk(p, own, ft & 31, [&](const hx_decode_seq& s) { return hx_decode_fill(s, p.max_model_len); },
        [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
          const hx_range cols = hx_owned_fill(own, start, s, p.max_model_len);
          for (hx_i32 j = 0; j < p.next_n; ++j)
-           fill_neg_inf(p.out + ((hx_i64)b * p.next_n + j) * p.out_stride, cols.lo, cols.hi, ft, 64);
+           hx_fill_neg_inf(p.out + ((hx_i64)b * p.next_n + j) * p.out_stride, cols.lo, cols.hi, ft, 64);
        });
 }
 

@@ -265,6 +265,22 @@ HX_INLINE __device__ void hx_tma_prefetch_map(const void* map) {
 // async-proxy accesses (wgmma operand reads, bulk copies): the fence between writing an operand and publishing it.
 HX_INLINE __device__ void hx_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// ---------------------------------------------------------------- global stores
+// -inf over columns [a, b) of a row by nt threads (thread t): 16-byte stores where the row allows.
+HX_INLINE __device__ void hx_fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t, hx_i32 nt) {
+  if (b <= a) return;
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+  const hx_i32 mis = (hx_i32)(((hx_u64)(row + a) >> 2) & 3u);
+  const hx_i32 head = hx_min_i32((4 - mis) & 3, b - a);
+  if (t < head) row[a + t] = ninf;
+  const hx_i32 v0 = a + head, nv = (b - v0) >> 2;
+  hx_f32x4* vp = (hx_f32x4*)(row + v0);
+  const hx_f32x4 v = {ninf, ninf, ninf, ninf};
+  for (hx_i32 i = t; i < nv; i += nt) vp[i] = v;
+  const hx_i32 tail = v0 + 4 * nv;
+  if (t < b - tail) row[tail + t] = ninf;
+}
+
 // ---------------------------------------------------------------- named barriers
 // Barrier `id` (1..15; 0 is hx_barrier's) over `count` threads, whole warps, every participant naming the same
 // count. sync waits for all of them; arrive counts this warp in and goes on. Either way, memory accesses a

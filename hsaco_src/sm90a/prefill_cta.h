@@ -267,19 +267,6 @@ struct PrefillCta {
     hx_cp_async_wait<0>();  // every issued copy lands before the CTA may exit
   }
 
-  HX_INLINE __device__ void fill_neg_inf(float* row, hx_i32 a, hx_i32 b, hx_i32 t, hx_i32 nt) {
-    if (b <= a) return;
-    const float ninf = hx_bits_to_f32(0xFF800000u);
-    const hx_i32 mis = (hx_i32)(((hx_u64)(row + a) >> 2) & 3u);
-    const hx_i32 head = hx_min_i32((4 - mis) & 3, b - a);
-    if (t < head) row[a + t] = ninf;
-    const hx_i32 v0 = a + head, nv = (b - v0) >> 2;
-    hx_f32x4* vp = (hx_f32x4*)(row + v0);
-    const hx_f32x4 v = {ninf, ninf, ninf, ninf};
-    for (hx_i32 i = t; i < nv; i += nt) vp[i] = v;
-    const hx_i32 tail = v0 + 4 * nv;
-    if (t < b - tail) row[tail + t] = ninf;
-  }
   // Warps 2 and 3 (threads ft of 64): the -inf of every unit's columns outside its work range.
   HX_INLINE __device__ void fill_warps(const PrefillParams& p, hx_i32 ft) {
     const hx_i32 nu = units(p);
@@ -290,8 +277,8 @@ struct PrefillCta {
       const Unit t = unit_at(p, u);
       for (hx_i32 m = t.m0; m < t.m1; ++m) {
         float* row = p.out + (hx_i64)m * p.out_stride;
-        fill_neg_inf(row, t.part.fill_lo.lo, t.part.fill_lo.hi, ft, 64);
-        fill_neg_inf(row, t.part.fill_hi.lo, t.part.fill_hi.hi, ft, 64);
+        hx_fill_neg_inf(row, t.part.fill_lo.lo, t.part.fill_lo.hi, ft, 64);
+        hx_fill_neg_inf(row, t.part.fill_hi.lo, t.part.fill_hi.hi, ft, 64);
       }
     }
   }

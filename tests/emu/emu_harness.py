@@ -85,6 +85,17 @@ def prims_lib() -> EmuLib:
     return EmuLib(so, lib)
 
 
+def tool(name: str):
+    """tools/<name>.py loaded as a module of its own (the tools are scripts, not an installed package)."""
+    import importlib.util
+    import sys
+    spec = importlib.util.spec_from_file_location(f"_hx_{name}", ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _mutate():
     import sys
     sys.path.insert(0, str(ROOT))
