@@ -10,6 +10,7 @@
 // serialise every wgmma of the kernel (build.py fails the build on that warning).
 #pragma once
 #include "platform.h"
+#include "index_math.h"
 
 #if !defined(HX_NVIDIA)
 #error "hopper.h is sm_90a device code"
