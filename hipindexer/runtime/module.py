@@ -231,8 +231,10 @@ class PreparedLaunch:
     def __init__(self, kernel, grid, block, shared_mem, pointers, fields):
         mirror = kernel.mirror
         slots = [getattr(mirror, name) for name in pointers]
-        if any(f.size != 8 for f in slots) or [f.offset for f in slots] != sorted(f.offset for f in slots):
-            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be 8-byte fields in struct order")
+        if any(f.size != 8 for f in slots) or [f.offset for f in slots] != list(range(0, 8 * len(slots), 8)):
+            # one pack_into writes every byte up to the last pointer: a field between two pointers would be zeroed
+            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be the struct's first 8-byte "
+                             f"fields, in order, with nothing between them")
         layout, end = "<", 0
         for f in slots:
             layout, end = layout + f"{f.offset - end}xQ", f.offset + 8
