@@ -200,15 +200,21 @@ STRUCTS.append(Struct("SplitProbeParams", [
     ("M", "i32"), ("N", "i32"), ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"), ("reverse_rows", "i32"),
 ]))
 # Paged decode (docs/ops.md). Optional arrays are 0: next_n_lens (every row live), errors (no flags).
-STRUCTS.append(Struct("DecodeParams", [
+_DECODE_POINTERS = [
     ("q", "ptr:u8"), ("kv_cache", "ptr:u8"), ("weights", "ptr:f32"), ("context_lens", "ptr:i32"),
     ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"), ("out", "ptr:f32"), ("errors", "ptr:i32"),
+]
+_DECODE_SHAPE = [
     ("out_stride", "i64"),  # elements between rows of out (>= max_model_len)
     ("num_blocks", "i64"),  # physical blocks in the cache: ids outside [0, num_blocks) are never read
     ("B", "i32"), ("next_n", "i32"), ("H", "i32"), ("D", "i32"), ("block_size", "i32"),
     ("max_blocks", "i32"),  # block_tables columns
     ("max_model_len", "i32"), ("clean", "i32"), ("preshuffle", "i32"),
-]))
+]
+STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
+# The same for a kernel that copies keys through a tensor map of the cache, held in global memory
+# (hipindexer/kv_map.py): its address is one more per-call pointer.
+STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_SHAPE))
 # The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.cache_ops). Optional
 # errors is 0 (no flags).
 STRUCTS.append(Struct("CacheWriteParams", [
@@ -291,6 +297,12 @@ KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip"
 KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma",
                       "DecodeParams", block=512, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=232448, accumulation="fp8_tc"))
+# The same op on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip;
+# hipindexer.decode_plan.WGMMA_TMA_DECODE_SM90): pages land swizzled, three math warpgroups, no repack. Chosen
+# only by name (kernel="paged_mqa_logits_wgmma_tma") until it has had its device run (docs/benchmarks.md).
+KERNELS.append(Kernel("paged_mqa_logits_wgmma_tma", "sm90a/paged_mqa_logits_wgmma_tma.hip",
+                      "hx_paged_mqa_logits_wgmma_tma", "DecodeTmaParams", block=512, targets=("sm_90a",),
+                      variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc"))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
                       targets=("sm_90a",), accumulation="fp8_tc"))
 KERNEL = {k.key: k for k in KERNELS}

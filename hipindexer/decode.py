@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from .arguments import F32, I32, check_decode_block_tables, check_decode_lengths, decode_shape
-from .decode_plan import DECODE_TUNABLES, plan_decode
+from .decode_plan import DECODE_KERNELS, DECODE_TUNABLES, plan_decode
+from .kv_map import kv_map_finder
 from .ops import adopt, check_resident, kernel_for, prepared, remember, resident_key, resolve_device, target_of, upload
 from .planner import check_accumulation
 from .runtime import DeviceArray
@@ -27,6 +28,7 @@ INT32_MAX = (1 << 31) - 1
 
 # The per-call pointers of DecodeParams, in struct order (absent optional arrays pass 0).
 DECODE_POINTERS = ("q", "kv_cache", "weights", "context_lens", "next_n_lens", "block_tables", "out", "errors")
+DECODE_TMA_POINTERS = DECODE_POINTERS + ("kv_map",)  # DecodeTmaParams
 
 
 def _device_only(name: str, x, device, stream, what: str) -> DeviceArray:
@@ -109,13 +111,16 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     if hit is None or (q.ptr | kv_cache.ptr) % 16:  # a misaligned pointer: the full path says which
         return _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation,
                                      stream, device, tunables, key)
-    launch, dev, shape = hit
+    launch, dev, shape, map_of = hit
     st = dev.default_stream if stream is None else as_stream(stream, dev)
     if out is None:
         out = DeviceArray.empty(shape, np.float32, dev, st)
-    launch(st.handle, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr,
-           0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, out.ptr,
-           0 if errors is None else errors.ptr)
+    ptrs = (q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
+            block_tables.ptr, out.ptr, 0 if errors is None else errors.ptr)
+    if map_of is None:
+        launch(st.handle, *ptrs)
+    else:
+        launch(st.handle, *ptrs, map_of(st, kv_cache.ptr))
     return out
 
 
@@ -159,14 +164,19 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
         o = DeviceArray.empty((s.B * s.next_n, s.max_model_len), np.float32, dev, st)
     if plan is None:  # an empty batch
         return o
-    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_POINTERS,
+    tma = DECODE_KERNELS[plan.kernel].kv_map
+    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_TMA_POINTERS if tma else DECODE_POINTERS,
                           out_stride=o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
                           num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size,
                           max_blocks=s.max_blocks, max_model_len=s.max_model_len, clean=int(bool(clean_logits)),
                           preshuffle=int(bool(preshuffle)))
-    remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len)))
+    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) if tma else None
+    remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), map_of))
     qa, ca, wa, cl, bt = (upload(a, dev, st) for a in (qa, ca, wa, cl, bt))
     nl = None if nl is None else upload(nl, dev, st)
-    launch(st.handle, qa.ptr, ca.ptr, wa.ptr, cl.ptr, 0 if nl is None else nl.ptr, bt.ptr, o.ptr,
-           0 if ea is None else ea.ptr)
+    ptrs = (qa.ptr, ca.ptr, wa.ptr, cl.ptr, 0 if nl is None else nl.ptr, bt.ptr, o.ptr, 0 if ea is None else ea.ptr)
+    if map_of is None:
+        launch(st.handle, *ptrs)
+    else:
+        launch(st.handle, *ptrs, map_of(st, ca.ptr))
     return o

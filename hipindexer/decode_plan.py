@@ -41,6 +41,7 @@ class DecodeKernelSpec:
     page: int = 0
     waves: int = 1
     resident: tuple = ()       # ((H, units per CU), ...)
+    kv_map: bool = False       # takes DecodeTmaParams: keys copied through a tensor map of the cache (hipindexer.kv_map)
 
     @property
     def accumulation(self) -> str:
@@ -82,6 +83,11 @@ GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic", block=128)
 WGMMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma", block=512, fits=((32, 128), (64, 128)),
                                      block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
                                      persistent=True, stage_keys=64)
+# The same on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip): whole pages land swizzled,
+# three math warpgroups. Registered after the kernel above, so only kernel="paged_mqa_logits_wgmma_tma" picks it.
+WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", block=512, fits=((32, 128), (64, 128)),
+                                         block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
+                                         persistent=True, stage_keys=64, kv_map=True)
 FAST_DECODE: dict[str, list[DecodeKernelSpec]] = {}
 DECODE_KERNELS = {GENERIC_DECODE.key: GENERIC_DECODE}
 DECODE_TUNABLES = ("kernel",)
@@ -98,6 +104,7 @@ def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
 
 
 register_decode("sm_90a", WGMMA_DECODE_SM90)
+register_decode("sm_90a", WGMMA_TMA_DECODE_SM90)
 # gfx950 scaled-MFMA kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): 4 waves per unit, 64-key pages, every
 # live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the LDS would allow
 # 4, the VGPRs (over 168) allow 2).

@@ -35,6 +35,16 @@ def test_every_plant_matches_its_kernel_source_exactly_once():
             assert plant.new != plant.old, (plant_set, plant.name)
 
 
+def test_every_stage_variant_matches_its_kernel_source_exactly_once():
+    from by_path import load
+    variants = load("hx_stage_variants_tool", ROOT / "tools" / "stage_variants.py")
+    for vset, named in variants.VARIANTS.items():
+        for name, subs in named.items():
+            for sub in subs:
+                text = (ROOT / "hsaco_src" / sub.file).read_text()
+                assert text.count(sub.old) == 1, (vset, name, sub.name, text.count(sub.old))
+
+
 def test_shipped_sources_carry_no_plant_hooks():
     """Plants are text substitutions on a copy (tools/mutate.py), never #ifdefs in what a wheel is built from."""
     hooks = [f"{f.relative_to(ROOT)}:{n}" for f in sorted((ROOT / "hsaco_src").rglob("*")) if f.is_file()

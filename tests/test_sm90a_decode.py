@@ -1,5 +1,6 @@
-"""The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma): planner choice, catalog entry, build resources
-and the SASS of its objects where a cuobjdump is at hand (CPU only).
+"""The sm_90a tensor-core decode kernels (paged_mqa_logits_wgmma, and paged_mqa_logits_wgmma_tma on the tensor
+copy engine): planner choice, catalog entries, build resources and the SASS of their objects where a cuobjdump is
+at hand (CPU only).
 
 Its correctness proof is the device sweep (`hipindexer check decode --device cuda:0 --kernel
 paged_mqa_logits_wgmma`, tools/h200_sm90a_decode.sh); here only what a machine without a GPU can check.
@@ -14,12 +15,13 @@ import pytest
 
 from hipindexer import catalog, sweep
 from hipindexer.cli import _decode_filters
-from hipindexer.decode_plan import GENERIC_DECODE, WGMMA_DECODE_SM90, plan_decode
+from hipindexer.decode_plan import GENERIC_DECODE, WGMMA_DECODE_SM90, WGMMA_TMA_DECODE_SM90, plan_decode
 from hipindexer.planner import TARGETS
 from hipindexer.runtime.module import DEFAULT_MANIFEST
 
 H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
 WGMMA = WGMMA_DECODE_SM90.key
+TMA = WGMMA_TMA_DECODE_SM90.key
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -98,24 +100,25 @@ def test_fixed_shape_checks_stay_within_the_filters():
     assert o.status == sweep.NA
 
 
-def _entries():
+def _entries(name=WGMMA):
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip("no built kernels")
     entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
-               if e["target"] == "sm_90a" and e["name"] == WGMMA]
+               if e["target"] == "sm_90a" and e["name"] == name]
     if not entries:
         pytest.skip("the manifest has no sm_90a build")
     return entries
 
 
-def test_built_objects_do_not_spill_and_carry_their_shared_memory():
-    entries = _entries()
-    assert {e["variant_key"] for e in entries} == {f"{WGMMA}.HX_HEADS-32", f"{WGMMA}.HX_HEADS-64"}
+@pytest.mark.parametrize("name", [WGMMA, TMA])
+def test_built_objects_do_not_spill_and_carry_their_shared_memory(name):
+    entries = _entries(name)
+    assert {e["variant_key"] for e in entries} == {f"{name}.HX_HEADS-32", f"{name}.HX_HEADS-64"}
     for e in entries:
         r = e["resources"]
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, e["variant_key"]
         assert r["registers"] <= 128, e["variant_key"]  # 512 threads: the launch allocation's share
-        assert e["dynamic_smem"] == catalog.KERNEL[WGMMA].smem and e["block"] == 512
+        assert e["dynamic_smem"] == catalog.KERNEL[name].smem and e["block"] == 512
 
 
 def _cuobjdump():
@@ -125,8 +128,9 @@ def _cuobjdump():
     return None
 
 
-def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory():
-    entries = _entries()
+@pytest.mark.parametrize("name", [WGMMA, TMA])
+def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory(name):
+    entries = _entries(name)
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("no cuobjdump (set CUOBJDUMP)")
@@ -142,3 +146,12 @@ def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory():
         widths = {int(s.split("x")[1]) for s in m["mma_shapes"]}
         assert widths == {r * H for r in range(1, 128 // H + 1)}, (e["variant_key"], m["mma_shapes"])
         assert m["kernel_qgmma"] == 4 * len(widths)  # four k32 steps of D = 128 per pass width
+
+
+def test_the_tensor_copy_kernel_is_chosen_only_by_name():
+    for H in (32, 64):
+        assert plan_decode(16, 1, H, 128, 64, 32768, H200).kernel == WGMMA
+        p = plan_decode(16, 1, H, 128, 64, 32768, H200, kernel=TMA)
+        assert p.kernel == TMA and p.variant == {"HX_HEADS": H} and p.block == 512
+    assert catalog.KERNEL[TMA].params == "DecodeTmaParams" and WGMMA_TMA_DECODE_SM90.kv_map
+    assert not WGMMA_DECODE_SM90.kv_map

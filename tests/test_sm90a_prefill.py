@@ -143,6 +143,8 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
       hx_bulk_g2s(t + 16384, src, 1024, ring.full_at(1));
       hx_tma_load_2d(t + 17408, src, 0, (hx_i32)lane, ring.full_at(1));
       hx_tma_load_3d(t + 18432, src, 0, 1, (hx_i32)lane, ring.full_at(1));
+      hx_tma_acquire_map(src);
+      hx_tma_load_5d(t + 20480, src, 0, 1, 2, 3, (hx_i32)lane, ring.full_at(1));
       hx_bulk_g2s(t + 19456, src, 16, tx);
     }
     if (hx_mbar_test(tx, 0) && ring.test_empty(1)) hx_mbar_wait(tx, 1);
@@ -171,6 +173,11 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
   hx_wgmma_commit();
   hx_wgmma_wait<0>();
   hx_fence_regs(acc128);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc64, hx_wgmma_desc_plain(t, 128, 1024), d + 64, 16u);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc64);
   float s = acc68[67] + acc128[127];
   hx_static_for<64>([&](auto i) { s += acc64[i]; });
   ring.arrive_empty(at);

@@ -1,6 +1,6 @@
 #!/bin/bash
-# One device call for the sm_90a decode kernel (paged_mqa_logits_wgmma) on an H200, from the repository root with
-# hipindexer/kernels and the plant builds carried. Each step under `timeout`, logs in $OUT (8 files at most), the
+# One device call for an sm_90a decode kernel ($KERNEL: paged_mqa_logits_wgmma, the default, or
+# paged_mqa_logits_wgmma_tma) on an H200, from the repository root with hipindexer/kernels and the plant builds carried. Each step under `timeout`, logs in $OUT (8 files at most), the
 # summary printed last. Correctness first: the benchmark runs only when every correctness step passed.
 #   build     the carried sm_90a objects current (built here if not)
 #   probe     eight small cases, each in its own process under a short timeout, so that a deadlock or a crash
@@ -10,23 +10,34 @@
 #             mix (tools/sass_mix.py), and the CPU tests of tests/test_sm90a_decode.py against these objects
 #   tests     the decode GPU tests (graph replay and bad block tables with the new kernel in the plan, caches past
 #             4 GiB, untrusted values on both kernels)
-#   check     hipindexer check decode --kernel paged_mqa_logits_wgmma: the sampled design within its shapes (H 32/64,
+#   check     hipindexer check decode --kernel $KERNEL: the sampled design within its shapes (H 32/64,
 #             D 128, block_size 16/64, both layouts), layouts bitwise equal, untrusted values, reruns, 4 GiB offsets
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on one small case per head count
-#   mutate    the sm90a_decode plants on the carried builds ($PLANTS), in two lanes beside the sanitizer
+#   mutate    the kernel's plant set ($SET: sm90a_decode or sm90a_decode_tma) on the carried builds ($PLANTS), in two
+#             lanes beside the sanitizer
 #   bench     bench decode: H 64 and 32, next_n 1, 2, 4, 8, block 64 at (64, 131072) and (16, 32768), one block-16
 #             row, and the generic kernel on one row, against the read ceiling of the same run
+#   profile   ncu at (64, 131072), H 64: DRAM bytes read and written per call at next_n 1, 2, 4 and 8 (K read once:
+#             equal to the key + scale bytes), and the full section set at next_n 1 with its per-instruction
+#             stall samples (profile_src.csv.gz)
+#   stages    the stage-removal builds of tools/stage_variants.py ($VARIANTS, made with --build-only) timed
+#             beside the shipped build on the same rows
 # The benchmark runs only when build, probe, sass, tests and check passed; the sanitizer and the plants are reported
-# beside it. Env: STEPS (default all of the above), OUT (default /tmp/hx-out), PLANTS (default build/plants/sm90a_decode, made
-# with `python tools/mutate.py --suite cuda --set sm90a_decode --builds build/plants/sm90a_decode --build-only`),
-# CHECK_ARGS / BENCH_ARGS (extra options), BUDGET_S (default 470: every timeout is cut to what is left of it).
+# beside it; profile and stages run only when named. Env: KERNEL, STEPS (default all but those two), OUT (default
+# /tmp/hx-out), PLANTS (default build/plants/$SET, made with `python tools/mutate.py --suite cuda --set $SET --builds
+# build/plants/$SET --build-only`), VARIANTS (default build/variants/$SET, made with `python tools/stage_variants.py
+# --set $SET --builds build/variants/$SET --build-only`), CHECK_ARGS / BENCH_ARGS (extra options), BUDGET_S
+# (default 470: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-"build probe sass tests check sanitize mutate bench"}
-PLANTS=${PLANTS:-build/plants/sm90a_decode}
+STEPS=${STEPS:-"build probe sass tests check sanitize mutate bench"}  # profile and stages: on request
+KERNEL=${KERNEL:-paged_mqa_logits_wgmma}           # or paged_mqa_logits_wgmma_tma
+SET=${SET:-$([ $KERNEL = paged_mqa_logits_wgmma_tma ] && echo sm90a_decode_tma || echo sm90a_decode)}
+PLANTS=${PLANTS:-build/plants/$SET}
+VARIANTS=${VARIANTS:-build/variants/$SET}
 PY=${PY:-python3}
 K=hipindexer/kernels/sm_90a
-KERNEL=paged_mqa_logits_wgmma
+export KERNEL
 T0=$(date +%s); BUDGET_S=${BUDGET_S:-470}
 S=$OUT/summary.txt; : > "$S"
 FAILED=0   # a functional step failed: no benchmark
@@ -59,6 +70,7 @@ if has probe; then
              "64 64 0 8 0 2 3" "32 16 0 3 0 0 1" "64 64 0 2 0 1 64"; do
     s=$(date +%s)
     timeout $(lim 25) $PY - $cfg >> "$OUT/tests.log" 2>&1 <<'EOF'
+import os
 import sys
 import numpy as np
 from hipindexer import fp8_paged_mqa_logits, testing
@@ -76,7 +88,7 @@ clean = mode != 2
 errors = DeviceArray.from_numpy(np.zeros(1, np.int32), "cuda:0")
 out = DeviceArray.empty((B * next_n, inp.max_model_len), np.float32, "cuda:0").fill(np.nan)
 fp8_paged_mqa_logits(*inp.args(), split_kv=split or None, clean_logits=clean, errors=errors, out=out,
-                     kernel="paged_mqa_logits_wgmma", device="cuda:0")
+                     kernel=os.environ["KERNEL"], device="cuda:0")
 g = gate_decode(out.numpy(), inp, clean, "fp8_tc")
 flags = int(errors.numpy()[0])
 print(f"probe H={H} bs={bs} shuf={shuf} next_n={next_n} split={split} mode={mode} B={B}: "
@@ -131,6 +143,7 @@ sanitize() {
       set -- $hb
       echo "=== $tl H=$1 block_size=$2 preshuffle=$3"
       "$CS" --tool $tl --error-exitcode 9 $PY - $1 $2 $3 > "$OUT/san.tmp" 2>&1 <<'EOF' || fail=1
+import os
 import sys
 import numpy as np
 from hipindexer import fp8_paged_mqa_logits, testing
@@ -139,7 +152,7 @@ H, bs, shuf = (int(x) for x in sys.argv[1:4])
 case = testing.DecodeCase(3, 3, H, 128, bs, bool(shuf), mean_context=300, ragged=True, zero_contexts=1)
 inp = testing.decode_inputs(np.random.default_rng(0), case)
 for split in (None, 1):
-    out = fp8_paged_mqa_logits(*inp.args(), split_kv=split, kernel="paged_mqa_logits_wgmma", device="cuda:0")
+    out = fp8_paged_mqa_logits(*inp.args(), split_kv=split, kernel=os.environ["KERNEL"], device="cuda:0")
     g = gate_decode(out.numpy(), inp, True, "fp8_tc")
     print("gate", split, bool(g), g.message)
     assert g
@@ -161,13 +174,13 @@ if [ $HUNG = 0 ] && { has sanitize || has mutate; }; then
   if has mutate; then
     if [ -f "$PLANTS/clean/pkg/hipindexer/kernels/manifest.json" ]; then
       names=$($PY -c "import sys; sys.path.insert(0, 'tools'); sys.path.insert(0, '.')
-from tools.mutate import PLANTS; n = [p.name for p in PLANTS['sm90a_decode']]; print(','.join(n[0::2])); print(','.join(n[1::2]))")
+from tools.mutate import PLANTS; n = [p.name for p in PLANTS['$SET']]; print(','.join(n[0::2])); print(','.join(n[1::2]))")
       a=$(echo "$names" | sed -n 1p); b=$(echo "$names" | sed -n 2p)
-      ( run mutate_a 180 "$OUT/mutate.log" $PY tools/mutate.py --suite cuda --set sm90a_decode --builds "$PLANTS" \
+      ( run mutate_a 180 "$OUT/mutate.log" $PY tools/mutate.py --suite cuda --set $SET --builds "$PLANTS" \
           --prebuilt --plants "$a" ) & pids+=($!)
       # lane b on its own copy: a suite run rewrites its build's package files (PackageCopy.refresh)
       PLANTS_B=$(mktemp -d); cp -r "$PLANTS"/. "$PLANTS_B"/
-      ( run mutate_b 180 "$OUT/mutate_b.tmp" $PY tools/mutate.py --suite cuda --set sm90a_decode --builds "$PLANTS_B" \
+      ( run mutate_b 180 "$OUT/mutate_b.tmp" $PY tools/mutate.py --suite cuda --set $SET --builds "$PLANTS_B" \
           --prebuilt --plants "$b" ) & pids+=($!)
     else
       say "== mutate: no plant builds in $PLANTS"; FAILED=1
@@ -189,8 +202,8 @@ if has bench; then
       timeout "$secs" $B "$@" > "$OUT/$name.tmp" 2>> "$OUT/bench.txt"; rc=$?
       say "== $name: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo " (timed out at $secs s)")"
     }
-    bench bench 150 --rows equal:64x131072,equal:16x32768 --heads 64,32 --next-n 1,2,4,8 $BENCH_ARGS
-    bench bench16 60 --rows equal:64x32768 --heads 64 --next-n 1,8 --block-size 16
+    bench bench 150 --rows equal:64x131072,equal:16x32768 --heads 64,32 --next-n 1,2,4,8 --kernel $KERNEL $BENCH_ARGS
+    bench bench16 60 --rows equal:64x32768 --heads 64 --next-n 1,8 --block-size 16 --kernel $KERNEL
     bench bench_generic 60 --rows equal:16x32768 --heads 64 --next-n 1 --kernel paged_mqa_logits_generic
     $PY - "$OUT" >> "$OUT/bench.txt" 2>&1 <<'EOF2'
 import json, os, sys
@@ -213,6 +226,32 @@ EOF2
     rm -f "$OUT"/bench*.tmp
     sed -n '/^  B /,$p' "$OUT/bench.txt" | head -30 >> "$S"
   fi
+fi
+
+if has profile && [ $FAILED = 0 ] && [ $HUNG = 0 ]; then
+  NCU=$(tool ncu)
+  if [ -z "$NCU" ]; then say "== profile: no ncu here"; else
+    P="$PY tools/profile_op.py decode --shape 64x131072 --heads 64 --kernel $KERNEL"
+    NCUK="$NCU --clock-control none -k regex:$KERNEL --launch-skip 1 --launch-count 1"
+    for n in 1 2 4 8; do
+      timeout $(lim 90) $NCUK --csv --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+        $P --next-n $n > "$OUT/ncu.tmp" 2>&1
+      say "ncu next_n=$n: $(grep -E 'dram__bytes|gpu__time' "$OUT/ncu.tmp" | awk -F'","' '{gsub(/"/,"",$NF); printf "%s %s %s; ", $(NF-2), $(NF-1), $NF}')"
+      cat "$OUT/ncu.tmp" >> "$OUT/profile.txt"
+    done
+    say "  (key + scale bytes per call: $(( 64 * 131072 * 132 )))"
+    timeout $(lim 240) $NCUK --set full --import-source no -o "$OUT/dec_n1" -f $P --next-n 1 >> "$OUT/profile.txt" 2>&1
+    timeout $(lim 60) "$NCU" --import "$OUT/dec_n1.ncu-rep" --page details >> "$OUT/profile.txt" 2>&1
+    timeout $(lim 60) "$NCU" --import "$OUT/dec_n1.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/profile_src.csv.gz"
+    rm -f "$OUT/ncu.tmp" "$OUT/dec_n1.ncu-rep"
+    grep -E 'DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible' "$OUT/profile.txt" | head -8 >> "$S"
+  fi
+fi
+
+if has stages && [ $HUNG = 0 ]; then
+  run stages 300 "$OUT/stages.txt" $PY tools/stage_variants.py --set $SET --builds "$VARIANTS" --prebuilt -- \
+    bench decode --device cuda:0 --rows equal:64x131072 --heads 64 --next-n 1,2,8 --clean true --repeats 5
+  grep -A8 '^case' "$OUT/stages.txt" >> "$S"
 fi
 
 say "== total $(( $(date +%s) - T0 )) s; $([ $FAILED = 0 ] && [ -z "$LANES_FAILED" ] && echo 'every step passed' || echo 'SOMETHING FAILED')"

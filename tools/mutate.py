@@ -285,6 +285,44 @@ PLANTS["sm90a_decode"] = [
     Plant("second_pass_reads_first_rows", SM90A_DEC, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
           "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
 ]
+# The sm_90a tensor-core decode kernel on the tensor copy engine (paged_mqa_logits_wgmma_tma): the decode set's plants at their place in this
+# kernel (the index math of decode_work.h it shares as is; the cache layout reaches it through the host's tensor
+# map, so the layout plants of paged_cache.h have no text here and the layout checks cover kv_map.py), a swapped
+# next_n row in the MMA's operand, a block-table entry prefetched from the wrong column, a stage's keys copied
+# from the next block, its scales from the next token (or, from a whole page, read past the swizzle), the keys
+# read as unswizzled, the preshuffled keys' core matrices read along the wrong axes and a second MMA pass reading
+# the first pass's rows. Run with --suite cuda --set sm90a_decode_tma.
+SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
+SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its producer warpgroup (pages, queries, fill)
+PLANTS["sm90a_decode_tma"] = [
+    DECODE_COMMON["next_n_blind_bound"],
+    Plant("batch_blind_row", SM90A_TMA, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
+          "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
+    Plant("split_boundary_one_block_late", "common/decode_work.h",
+          "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
+          "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
+    Plant("block_table_column_off_by_one", SM90A_TMA_LOADER,
+          "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
+          "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
+    Plant("keys_of_the_next_block", SM90A_TMA_LOADER, "copy_keys(p, keys + lane * kbytes, id, full);",
+          "copy_keys(p, keys + lane * kbytes, id + (id + 1 < p.num_blocks), full);"),
+    Plant("whole_page_scale_read_unswizzled", SM90A_TMA, "((((key % 32) / 4) ^ (key / 32)) << 4)",
+          "(((key % 32) / 4) << 4)"),
+    Plant("scales_of_the_next_token", SM90A_TMA_LOADER, "p.kv_cache + (hx_i64)id * page + kbytes,",
+          "p.kv_cache + (hx_i64)id * page + kbytes + 16,"),
+    DECODE_COMMON["dead_ragged_row_computed"],
+    Plant("out_of_range_block_clamped", SM90A_TMA_LOADER, "return ok ? id : -1;",
+          "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
+    Plant("swapped_next_n_row_in_operand", SM90A_TMA_LOADER, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+          "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
+    Plant("page_prefetched_from_wrong_column", SM90A_TMA_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
+          "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
+    Plant("keys_read_unswizzled", SM90A_TMA, ": hx_wgmma_desc_sw128(stage);", ": hx_wgmma_desc_sw128(stage) & ~((hx_u64)3 << 62);"),
+    Plant("preshuffled_core_matrix_strides_swapped", SM90A_TMA, "hx_wgmma_desc_plain(stage, 128, 1024)",
+          "hx_wgmma_desc_plain(stage, 1024, 128)"),
+    Plant("second_pass_reads_first_rows", SM90A_TMA, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
+          "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
+]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
     "cache": "check cache --quick",
@@ -306,6 +344,7 @@ SET_CMDS = {
     # the kernel's shapes (H 32/64, D 128, block_size 16/64), contexts up to 8192; the layout check runs on one unit
     # (segments of 47 blocks: the prefetched table entries) and the untrusted-value check at block_size 16
     "sm90a_decode": "check decode --kernel paged_mqa_logits_wgmma --max-context 8192 --cases 12 --reruns 0",
+    "sm90a_decode_tma": "check decode --kernel paged_mqa_logits_wgmma_tma --max-context 8192 --cases 12 --reruns 0",
 }
 
 SUITES = {

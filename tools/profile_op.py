@@ -1,28 +1,58 @@
-"""One fp8_mqa_logits call on prepared inputs, for a profiler (ncu -k regex:KERNEL) to capture.
+"""One call (or a few) of an op on device-resident inputs, for a profiler to capture:
 
-    ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
-        python3 tools/profile_prefill.py --shape 2048x8192 --heads 64 --kernel mqa_logits_wgmma
+    ncu --clock-control none -k regex:mqa_logits --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+        python3 tools/profile_op.py prefill --shape 2048x8192 --heads 64 --kernel mqa_logits_wgmma
+    ncu ... python3 tools/profile_op.py decode --shape 64x131072 --heads 64 --next-n 1
 """
 import click
 import numpy as np
 
-from hipindexer import fp8_mqa_logits, testing
+from hipindexer import fp8_mqa_logits, fp8_paged_mqa_logits, testing
 from hipindexer.runtime import Device, DeviceArray
 
 
-@click.command()
-@click.option("--shape", default="2048x8192")
+def _shape(s: str) -> tuple[int, int]:
+    a, b = (int(x) for x in s.split("x"))
+    return a, b
+
+
+@click.group()
+def main():
+    pass
+
+
+@main.command()
+@click.option("--shape", default="2048x8192", help="MxN")
 @click.option("--heads", default=64)
 @click.option("--kernel", default=None)
 @click.option("--calls", default=2)
-def main(shape, heads, kernel, calls):
-    M, N = (int(x) for x in shape.split("x"))
+def prefill(shape, heads, kernel, calls):
+    M, N = _shape(shape)
     dev = Device()
     inp = testing.prefill_inputs(np.random.default_rng(0), M, N, heads, 128, "causal")
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     out = DeviceArray.empty((M, N), np.float32, dev)
     for _ in range(calls):
         fp8_mqa_logits(*args, out=out, **({"kernel": kernel} if kernel else {}))
+    dev.synchronize()
+
+
+@main.command()
+@click.option("--shape", default="64x131072", help="BxCONTEXT, every sequence at the context")
+@click.option("--heads", default=64)
+@click.option("--next-n", default=1)
+@click.option("--block-size", default=64)
+@click.option("--kernel", default=None)
+@click.option("--calls", default=2)
+def decode(shape, heads, next_n, block_size, kernel, calls):
+    B, ctx = _shape(shape)
+    dev = Device()
+    case = testing.DecodeCase(B, next_n, heads, 128, block_size, mean_context=ctx, spread="equal", key_codes=True)
+    inp = testing.decode_inputs(np.random.default_rng(0), case)
+    args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+    out = DeviceArray.empty((B * next_n, inp.max_model_len), np.float32, dev)
+    for _ in range(calls):
+        fp8_paged_mqa_logits(*args, clean_logits=True, out=out, device=dev, **({"kernel": kernel} if kernel else {}))
     dev.synchronize()
 
 

@@ -190,6 +190,22 @@ class CudaBackend:
         attr = _cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check(_cu.cuFuncSetAttribute(fn, attr, int(nbytes)), f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {nbytes})")
 
+    def tensor_map_u8(self, ptr, dims, strides, box, swizzle128):
+        """The 128 bytes of a CUtensorMap over uint8 elements (cuTensorMapEncodeTiled): dims and box innermost
+        first, strides (bytes) of dims 1.., element strides 1, no interleave, the 128-byte swizzle or none,
+        256-byte L2 promotion, no out-of-bounds fill."""
+        import ctypes
+        T = _cu
+        sw = T.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128 else T.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+        m = _check(T.cuTensorMapEncodeTiled(
+            T.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, len(dims), int(ptr),
+            [T.cuuint64_t(int(d)) for d in dims], [T.cuuint64_t(int(x)) for x in strides],
+            [T.cuuint32_t(int(b)) for b in box], [T.cuuint32_t(1)] * len(dims),
+            T.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+            T.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            T.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+        return ctypes.string_at(m.getPtr(), 128)
+
     def launch_args(self, buf_addr, size):
         """kernelParams for one by-value struct: a void*[1] whose entry points at the struct bytes."""
         kp = np.array([buf_addr], dtype=np.uint64)

@@ -131,6 +131,14 @@ class Device:
             self._b.activate(self.index)
             _tls.device = self
 
+    def tensor_map_u8(self, address, dims, strides, box, swizzle128):
+        """The 128 bytes of a tensor map over uint8 data at `address` (CUDA only; runtime/cuda.py says how)."""
+        f = getattr(self._b, "tensor_map_u8", None)
+        if f is None:
+            raise NotImplementedError(f"{self!r}: tensor maps are a CUDA feature")
+        self.activate()
+        return f(address, dims, strides, box, swizzle128)
+
     @property
     def default_stream(self):
         """The Stream ops, arrays and events use when given none: one stream the package creates for this

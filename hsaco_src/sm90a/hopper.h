@@ -257,6 +257,16 @@ HX_INLINE __device__ void hx_tma_load_3d(hx_u32 dst, const void* map, hx_i32 c0,
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
+HX_INLINE __device__ void hx_tma_load_5d(hx_u32 dst, const void* map, hx_i32 c0, hx_i32 c1, hx_i32 c2, hx_i32 c3,
+                                         hx_i32 c4, hx_u32 bar) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+               :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar) : "memory");
+}
+// A tensor map the host wrote to global memory before the launch: acquired into the tensor-map proxy (the TMA
+// unit reads it there, not through the generic proxy the copy wrote it with), once per thread that uses it.
+HX_INLINE __device__ void hx_tma_acquire_map(const void* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(map) : "memory");
+}
 // Brings a tensor map into the TMA unit's descriptor cache ahead of its first use.
 HX_INLINE __device__ void hx_tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
@@ -348,6 +358,12 @@ HX_INLINE __device__ void hx_store_f32_if(bool c, float* dst, float v) {
 // the atom adds 2 to it (the address field counts 16 bytes; shared addresses stay below 2^18, no carry out).
 HX_INLINE __device__ hx_u64 hx_wgmma_desc_sw128(hx_u32 smem_addr) {
   return (hx_u64)((smem_addr & 0x3FFFFu) >> 4) | ((hx_u64)1 << 16) | ((hx_u64)(1024 >> 4) << 32) | ((hx_u64)1 << 62);
+}
+// Matrix descriptor of a K-major tile without swizzle, in core matrices of 8 rows x 16 bytes (128 contiguous
+// bytes): `k_stride` bytes from one core matrix to the next along K, `m_stride` along M (or N). A k32 step is two
+// core matrices along K: 2 k_stride bytes, k_stride / 8 in the address field.
+HX_INLINE __device__ hx_u64 hx_wgmma_desc_plain(hx_u32 smem_addr, hx_u32 k_stride, hx_u32 m_stride) {
+  return (hx_u64)((smem_addr & 0x3FFFFu) >> 4) | ((hx_u64)(k_stride >> 4) << 16) | ((hx_u64)(m_stride >> 4) << 32);
 }
 // Before a warpgroup's first wgmma on registers it wrote (or after it read them): orders those accesses
 // before the MMA's.
@@ -442,4 +458,11 @@ template <int R>
 HX_INLINE __device__ void hx_wgmma_k128(float (&d)[R], hx_u64 a, hx_u64 b) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) hx_wgmma_k32(d, a + 2 * kk, b + 2 * kk, kk);
+}
+// The same with A's k32 step (in the descriptor's 16-byte address units) given: 2 in the 128-byte swizzle,
+// k_stride / 8 for hx_wgmma_desc_plain.
+template <int R>
+HX_INLINE __device__ void hx_wgmma_k128(float (&d)[R], hx_u64 a, hx_u64 b, hx_u32 a_step) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) hx_wgmma_k32(d, a + (hx_u64)(a_step * kk), b + 2 * kk, kk);
 }

@@ -1,0 +1,55 @@
+"""The tensor map through which the sm_90a tensor-core decode kernel copies a paged cache's keys.
+
+The kernel's copy engine (TMA) reads a block's keys through a CUtensorMap that the host encodes once per cache
+(its address, block count, block size and layout) and keeps in device memory; the kernel finds it in
+DecodeParams.kv_map. Block-flat: [num_blocks][rows][D bytes] in the 128-byte swizzle, one box a block: the whole
+page where it is whole D-byte rows (block_size 64 at D = 128: 66 rows, the scales in the last two), else its
+keys. Preshuffled, unswizzled: a 16-token group holds chunk c (16 bytes) of its tokens 8h..8h+7 in 128 contiguous
+bytes at 256 c + 128 h, so the map walks (16 bytes, 8 tokens, chunk, 128-byte row 16 g + h, block), one box of
+two rows a group, which lands as the MMA's core matrices (hsaco_src/sm90a/decode_loader.h, copy_keys).
+"""
+from __future__ import annotations
+
+import atexit
+
+import numpy as np
+
+from .runtime import DeviceArray
+
+_MAPS: dict = {}  # (device, address, num_blocks, block_size, D, preshuffle) -> DeviceArray of the map
+atexit.register(_MAPS.clear)  # freed while the driver is still up, not in the interpreter's last collection
+
+
+def map_geometry(num_blocks: int, block_size: int, D: int, preshuffle: bool):
+    """(dims, byte strides of dims 1.., box, 128-byte swizzle) of the cache's tensor map, innermost first."""
+    page = block_size * (D + 4)
+    if preshuffle:  # (16 bytes, 8 tokens, D / 16 chunks, 128-byte rows 16 g + h, blocks): a box per group
+        return ((16, 8, D // 16, 16 * (block_size // 16 - 1) + 2, num_blocks), (16, 256, 128, page),
+                (16, 8, D // 16, 2, 1), False)
+    # (D bytes, rows, blocks): the whole page where it is whole rows (its scales ride along), else its keys
+    rows = page // D if page % D == 0 else block_size
+    return (D, rows, num_blocks), (D, page), (D, rows, 1), True
+
+
+def kv_map(device, stream, address: int, num_blocks: int, block_size: int, D: int, preshuffle: bool) -> int:
+    """Device address of the tensor map of the cache at `address`, encoded and uploaded on first use."""
+    key = (device, address, num_blocks, block_size, D, preshuffle)
+    m = _MAPS.get(key)
+    if m is None:
+        raw = device.tensor_map_u8(address, *map_geometry(num_blocks, block_size, D, preshuffle))
+        m = _MAPS[key] = DeviceArray.from_numpy(np.frombuffer(raw, np.uint8), device, stream)
+    return m.ptr
+
+
+def kv_map_finder(device, num_blocks: int, block_size: int, D: int, preshuffle: bool):
+    """f(stream, address) -> kv_map(...) for caches of one shape, with its own address lookup (the hot path's
+    one dict access). The first call for an address uploads the map on `stream`: make it before capturing a
+    graph."""
+    found: dict[int, int] = {}
+
+    def find(stream, address: int) -> int:
+        m = found.get(address)
+        if m is None:
+            m = found[address] = kv_map(device, stream, address, num_blocks, block_size, D, preshuffle)
+        return m
+    return find

@@ -1,0 +1,164 @@
+// The warpgroup of the sm_90a paged decode kernel (paged_mqa_logits_wgmma_tma.hip) that feeds its math warpgroups,
+// on decode_tma_cta.h: the block-table walk and, per block, the tensor copy of its keys (with its scales where the
+// page allows, else one bulk copy of them besides), alternate stages by warps 0 and 2; each segment's query rows
+// and weights into a Q slot (warp 1); the -inf fill (warp 3).
+#pragma once
+#include "decode_tma_cta.h"
+
+namespace {
+
+// ------------------------------------------------------------------ warpgroup 0
+// Block-table column col of a row (entries [0, hi) exist for this segment): the block id, or -1 for a column
+// past hi (not read) or an entry naming no block (never read through: error bit 0).
+HX_INLINE __device__ hx_i32 table_entry(const DecodeTmaParams& p, const hx_i32* row, hx_i32 col, hx_i32 hi) {
+  if (col >= hi) return -1;
+  const hx_i32 id = col < p.max_blocks ? row[col] : -1;
+  const bool ok = col < p.max_blocks && id >= 0 && (hx_i64)id < p.num_blocks;
+  if (!ok && p.errors) hx_atomic_or(p.errors, ERR_BLOCK_ID);
+  return ok ? id : -1;
+}
+
+// Block id's keys (block_size x 128 bytes) to dst through the host's tensor map of the cache (hipindexer/kv_map.py).
+// Block-flat: [blocks][rows][128 bytes], one box a block, landing as token-major 128-byte rows in the 128-byte
+// swizzle; where a page is whole 128-byte rows (block_size 64: 66), the box is the page, its scales rows 64 and
+// 65. Preshuffled: a 16-token group's chunk c of tokens 8h..8h+7 is 128 contiguous bytes, a core matrix of the
+// unswizzled operand layout; one box a group, [h][chunk][8 tokens][16 bytes], so 8-token group g8 = 2 g + h lands
+// at g8 x 1024 and chunk c at c x 128 within it (the map's 128-byte row index 16 g + h names the group and half).
+// Either way the MMA sees the same keys (the math's descriptor follows the layout).
+HX_INLINE __device__ void copy_keys(const DecodeTmaParams& p, hx_u32 dst, hx_i32 id, hx_u32 bar) {
+  if (!p.preshuffle) {
+    hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);
+    return;
+  }
+  for (hx_i32 g = 0; g < p.block_size / 16; ++g) hx_tma_load_5d(dst + g * 2048, p.kv_map, 0, 0, 0, 16 * g, id, bar);
+}
+
+// Page warp `parity` (0, 1): of every segment's blocks, 64 keys a stage, the stages of its parity into the stage
+// ring (the other page warp takes the rest: a warp issues one copy at a time, and two keep more in flight).
+HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx_range64 own, hx_i32 lane, hx_u32 parity) {
+  const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
+  const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
+  if (lane < SB) {
+    hx_tma_acquire_map(p.kv_map);
+    hx_tma_prefetch_map(p.kv_map);
+  }
+  StagePos at;
+  hx_u32 it = 0;
+  walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+    const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+    const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
+    hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);  // lane i: column blk.lo + c0 + i of this batch
+    for (hx_i32 c0 = blk.lo; c0 < blk.hi; c0 += 32) {
+      const hx_i32 nxt = table_entry(p, row, c0 + 32 + lane, blk.hi);  // in flight under this batch's stages
+      const hx_i32 nb = hx_min_i32(32, blk.hi - c0);
+      for (hx_i32 k = 0; k < nb; k += SB, ++it, at.next(sm.S)) {
+        if ((it & 1) != parity) continue;
+        const hx_i32 id = hx_shfl_idx_i32(cur, (k + lane) & 31);
+        const bool mine = lane < SB && k + lane < nb;
+        const bool ok = mine && id >= 0;
+        const hx_u32 good = hx_ballot(ok), used = hx_ballot(mine);
+        hx_mbar_wait(stage_empty(sm, at.slot), at.phase ^ 1);
+        const hx_u32 full = stage_full(sm, at.slot), keys = sm.base + sm.keys + at.slot * K_STRIDE;
+        if (lane == 0) {
+          const hx_i64 cs = (hx_i64)(c0 + k) * bs;
+          hx_i64 ce = cs + (hx_i64)SK;
+          ce = ce < (hx_i64)blk.hi * bs ? ce : (hx_i64)blk.hi * bs;
+          ce = ce < p.max_model_len ? ce : p.max_model_len;
+          const hx_u32 rec = sm.base + REC_OFF + at.slot * 16;
+          sts_i32(rec, (hx_i32)cs);
+          sts_i32(rec + 4, (hx_i32)ce);
+          sts_i32(rec + 8, (hx_i32)(used & ~good));
+          hx_mbar_arrive_expect_tx(full, (hx_u32)__popc(good) * page);  // releases the record
+        }
+        if (ok) {
+          copy_keys(p, keys + lane * kbytes, id, full);
+          if (!sm.whole)
+            hx_bulk_g2s(sm.base + SC_OFF + at.slot * SC_BYTES + lane * 4 * bs, p.kv_cache + (hx_i64)id * page + kbytes,
+                        4 * bs, full);
+        }
+      }
+      cur = nxt;
+    }
+  });
+}
+
+// Where weight (row r, head h = 8 jj + 2 t + c) sits in a Q slot's weights.
+HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
+  const hx_i32 r = idx / H, hh = idx % H;
+  return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
+}
+
+// Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
+// waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
+HX_INLINE __device__ void query_warp(const DecodeTmaParams& p, const Smem& sm, hx_range64 own, hx_i32 lane) {
+  const hx_ring<2> q = q_ring(sm);
+  const hx_i32 SB = SK / p.block_size;
+  hx_u32 qit = 0;
+  walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+    const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+    if (blk.hi <= blk.lo) return;
+    const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
+    q.wait_empty(qit);
+    if (lane == 0) {
+      sts_i32(rec, hx_ceil_div(blk.hi - blk.lo, SB));
+      sts_i32(rec + 4, b);
+      sts_i32(rec + 8, s.live);
+    }
+    if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
+    const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
+    const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
+    const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
+    for (hx_i32 j = 0; j < s.live; ++j) hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
+    for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
+    hx_cp_async_commit();
+    hx_cp_async_wait<0>();
+    hx_fence_proxy_async();
+    q.arrive_full(qit);
+    ++qit;
+  });
+  q.wait_empty(qit);
+  if (lane == 0) sts_i32(sm.base + QREC_OFF + (qit & 1) * QREC_BYTES, 0);
+  q.arrive_full(qit);
+}
+
+// Warp 3: the -inf of this unit's piece of the batch's fill columns, every row.
+HX_INLINE __device__ void fill_warp(const DecodeTmaParams& p, hx_range64 own, hx_i32 lane) {
+  walk(p, own, lane, [&](const hx_decode_seq& s) { return hx_decode_fill(s, p.max_model_len); },
+       [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+         const hx_range cols = hx_owned_fill(own, start, s, p.max_model_len);
+         for (hx_i32 j = 0; j < p.next_n; ++j)
+           hx_fill_neg_inf(p.out + ((hx_i64)b * p.next_n + j) * p.out_stride, cols.lo, cols.hi, lane, 32);
+       });
+}
+
+HX_INLINE __device__ void producer_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 tid) {
+  const hx_i32 warp = tid >> 5, lane = tid & 31;
+  // The batch's total work and fill, by the four warps; malformed sequences reported once, by unit 0.
+  hx_i64 work = 0, fill = 0;
+  bool malformed = false;
+  for (hx_i32 b = tid; b < p.B; b += 128) {
+    const hx_decode_seq s = sequence_at(p, b);
+    malformed |= s.malformed;
+    work += work_price(s);
+    fill += hx_decode_fill(s, p.max_model_len);
+  }
+  if (malformed && hx_block_x() == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
+#pragma unroll
+  for (int x = 16; x >= 1; x >>= 1) {
+    work += shfl_xor_i64(work, x);
+    fill += shfl_xor_i64(fill, x);
+  }
+  hx_i64* tot = (hx_i64*)(sm.ptr + TOT_OFF);
+  if (lane == 0) {
+    tot[2 * warp] = work;
+    tot[2 * warp + 1] = fill;
+  }
+  hx_bar_sync(1, 128);
+  const hx_i64 total_work = tot[0] + tot[2] + tot[4] + tot[6], total_fill = tot[1] + tot[3] + tot[5] + tot[7];
+  const hx_i64 units = hx_grid_dim_x(), u = hx_block_x();
+  if (warp == 0 || warp == 2) page_warp(p, sm, hx_balanced_part(total_work, units, u), lane, warp >> 1);
+  else if (warp == 1) query_warp(p, sm, hx_balanced_part(total_work, units, u), lane);
+  else if (p.clean) fill_warp(p, hx_balanced_part(total_fill, units, u), lane);
+}
+
+}  // namespace

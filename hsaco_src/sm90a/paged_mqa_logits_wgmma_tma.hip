@@ -1,0 +1,190 @@
+// sm_90a paged decode logits on fp8 wgmma, keys brought by the tensor copy engine: H in {32, 64} (-DHX_HEADS),
+// D = 128, block_size 16 or 64, both cache layouts, next_n 1..8 and ragged next_n_lens; fp8 tensor-core
+// accumulation class. The same op and MMA as paged_mqa_logits_wgmma.hip, without its repack warpgroup.
+//
+// The MMA (swap-AB, as in prefill): a stage of 64 keys is the M side (A, 64 x 128 bytes, K-major), a pass's live
+// query rows x H heads the N side (B, N = rows x H <= 128, K-major, in the 128-byte swizzle), m64nNk32 e4m3 x
+// e4m3 -> f32 in four k32 steps over D = 128. The keys come through a tensor map of the cache that the host
+// encodes once per cache (hipindexer/kv_map.py) and land in a layout the MMA reads as they are: block-flat pages
+// in the 128-byte swizzle, preshuffled pages as the unswizzled layout's core matrices (a 16-token group's chunk c
+// of 8 tokens is 128 contiguous bytes already), so nothing rewrites a stage and both layouts feed the MMA the same
+// keys in the same order: bitwise identical logits.
+//
+// 512 threads, four warpgroups, 128 registers per thread (ptxas holds all code to the launch bound's count, which
+// caps a pass at N = 128, 64 accumulators):
+//   0                 warps 0 and 2: block-table entries (32 per load, the next 32 loaded under the current ones'
+//                     stages) and the copies of alternate stages, 64 keys a stage (one block of 64 or four of 16):
+//                     one tensor copy per block of its keys, and of its scales too where the page is whole 128-byte
+//                     rows (block-flat 64: 66 rows), else one bulk copy of them; each stage's record beside it. A
+//                     warp issues one copy at a time, so two keep more in flight. Warp 1: each sequence's live query
+//                     rows (cp.async into the 128-byte swizzle), their weights and row bounds into one of two Q
+//                     slots. Warp 3: the -inf fill of columns no key reaches.
+//   1, 2, 3           math: stage i to warpgroup i % 3. Per stage, per pass of at most 128 / H live rows: the MMA
+//                     (N = rows x H, one instantiation per row count: dead rows cost nothing), then relu x weight
+//                     summed over each thread's heads, the quad reduce, kv_scale and predicated stores with the
+//                     -inf of positions outside a row's bound fused; dead rows only get their -inf.
+// The ring's depth is a multiple of 6, so a slot always has the same page warp and the same math warpgroup: its
+// consumer meets its rounds in order. The CTA leaves together: a warp must not leave with copies in flight.
+//
+// Bytes in flight: one SM must stream about 4.2 TB/s / 132 = 32 GB/s, and a loaded HBM read takes about 1 to
+// 1.5 us, so 32-48 KB must be on the way per SM (Little's law). The ring takes the shared memory the Q slots
+// leave (2 x next_n x H x 128 bytes): 18 stages (152 KB) at next_n = 1 and H = 64, 6 (50 KB) at next_n = 8 where
+// the MMA, not memory, sets the pace.
+//
+// Work, segments and untrusted device values: as in paged_mqa_logits_wgmma.hip.
+//
+// The layout and the pieces every role shares: decode_tma_cta.h; warpgroup 0: decode_tma_loader.h.
+#include "decode_tma_loader.h"
+
+namespace {
+
+// ------------------------------------------------------------------ math warpgroups
+// One pass: rows [pb, pb + R) of a segment against one A stage.
+struct Pass {
+  hx_u64 adesc, bdesc;  // the A stage; the Q slot at the pass's first row
+  hx_u32 astep;         // A's k32 step in descriptor units
+  hx_u32 wt;            // shared address of this lane's weight group of the pass's first row
+  hx_u32 bounds;        // shared address of the pass's first row's bound
+  float* out;           // the pass's first row at this lane's key
+  hx_i64 stride;        // out row stride
+  hx_i32 n;             // this lane's key column
+  float scale;          // kv_scale / 2 (the sums hold 2 relu)
+  bool in, bad, clean;  // the key's column exists in this stage; its block id was out of range; clean_logits
+};
+
+// The MMA of R rows (N = R H), then: v[i R + jr] = sum over this thread's heads of relu(acc) x weight for key row
+// 8i + l/4 of the warp's 16 and row jr. Accumulator column 8J + 2(l%4) + c (J = jr JQ + jj) is head 8 jj + 2(l%4) + c
+// of row jr, in register 4J + 2i + c; relu(x) x w as (x + |x|) x w, one FADD and one FFMA (the 2 leaves with the
+// scale). The quad then reduces: lane bit 0 keeps key row b1, bit 1 keeps rows [b2 RP/2, b2 RP/2 + RP/2) (R padded
+// to even with a zero row), and each lane stores its RP/2 sums, predicated.
+template <int R>
+HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
+  constexpr int NACC = R * H / 2, RP = R + (R & 1);
+  float acc[NACC];
+  hx_fence_regs(acc);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc, c.adesc, c.bdesc, c.astep);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc);
+  float v[2 * R];
+#pragma unroll
+  for (int jr = 0; jr < R; ++jr) {
+    float w2[2 * JQ];
+#pragma unroll
+    for (int m = 0; m < JQ / 2; ++m) {
+      const hx_f32x4 wv = lds_f32x4(c.wt + 4 * (jr * WROW + 4 * m));
+      w2[4 * m] = wv.x;
+      w2[4 * m + 1] = wv.y;
+      w2[4 * m + 2] = wv.z;
+      w2[4 * m + 3] = wv.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float sum = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < JQ; ++jj) {
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const float x = acc[4 * (jr * JQ + jj) + 2 * i + cc];
+          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);
+        }
+      }
+      v[i * R + jr] = sum;
+    }
+  }
+  float h1[RP];
+#pragma unroll
+  for (int jr = 0; jr < R; ++jr) {
+    const float send = b1 ? v[jr] : v[R + jr];
+    const float keep = b1 ? v[R + jr] : v[jr];
+    h1[jr] = keep + hx_shfl_xor(send, 1);
+  }
+  if (R & 1) h1[RP - 1] = 0.f;
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+#pragma unroll
+  for (int k = 0; k < RP / 2; ++k) {
+    const float send = b2 ? h1[k] : h1[RP / 2 + k];
+    const float keep = b2 ? h1[RP / 2 + k] : h1[k];
+    const float z = keep + hx_shfl_xor(send, 2);
+    const hx_i32 jr = b2 * (RP / 2) + k;
+    const bool row = jr < R;
+    const hx_i32 bound = row ? lds_i32(c.bounds + 4 * jr) : 0;
+    const bool valid = c.n < bound;
+    hx_store_f32_if(row && c.in && (valid || c.clean), c.out + jr * c.stride, valid && !c.bad ? z * c.scale : ninf);
+  }
+}
+
+// Math warpgroup m (0, 1, 2): stages i with i % 3 == m, of every segment in order.
+HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
+  const hx_i32 w = mt >> 5, l = mt & 31;
+  const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
+  const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the stage after the quad reduce
+  const hx_i32 kblock = key / p.block_size;
+  // A whole page's scale of this key: byte 4 key past the keys, in 128-byte rows 64 and 65 under the swizzle.
+  const hx_u32 sc_whole = K_BYTES + (key / 32) * 128 + ((((key % 32) / 4) ^ (key / 32)) << 4) + (key & 3) * 4;
+  const hx_ring<2> q = q_ring(sm);
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+  StagePos at;
+  hx_i32 turn = 0;                                // this stage's warpgroup, it % 3
+  for (hx_u32 qit = 0;; ++qit) {
+    q.wait_full(qit);
+    const hx_u32 qb = qit & 1, rec = sm.base + QREC_OFF + qb * QREC_BYTES;
+    const hx_i32 ns = hx_uniform_i32(lds_i32(rec));
+    if (ns == 0) break;
+    const hx_i32 b = hx_uniform_i32(lds_i32(rec + 4));
+    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));
+    const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
+    const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (l & 3) * WGROUP;
+    float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;
+    for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
+      if (turn != m) continue;
+      hx_mbar_wait(stage_full(sm, at.slot), at.phase);
+      const hx_u32 stage = sm.base + sm.keys + at.slot * K_STRIDE;
+      const hx_u32 srec = sm.base + REC_OFF + at.slot * 16;
+      Pass c;
+      const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
+      const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
+      const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
+      c.n = cs + key;
+      c.in = c.n < ce;
+      c.bad = (badmask >> kblock) & 1;
+      c.clean = p.clean != 0;
+      c.scale = 0.5f * lds_f32(sm.whole ? stage + sc_whole : sm.base + SC_OFF + at.slot * SC_BYTES + 4 * key);
+      c.stride = p.out_stride;
+      c.astep = p.preshuffle ? 16u : 2u;
+      c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
+      for (hx_i32 pb = 0; pb < live; pb += RMAX) {
+        const hx_i32 R = hx_min_i32(RMAX, live - pb);
+        c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));
+        c.wt = wt + 4 * pb * WROW;
+        c.bounds = rec + 32 + 4 * pb;
+        c.out = seq_out + pb * p.out_stride + c.n;
+        hx_static_for<RMAX>([&](auto i) {
+          if (R == i + 1) pass<i + 1>(c, b1, b2);
+        });
+      }
+      hx_mbar_arrive(stage_empty(sm, at.slot));
+      // Dead rows: nothing computed, -inf where a row's bound (0) leaves the column, when clean.
+      for (hx_i32 j = live + b2; j < p.next_n; j += 2) {
+        const bool valid = c.n < lds_i32(rec + 32 + 4 * j);
+        hx_store_f32_if(c.in && (valid || c.clean), seq_out + j * p.out_stride + c.n, ninf);
+      }
+    }
+    q.arrive_empty(qit);
+  }
+}
+
+}  // namespace
+
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_logits_wgmma_tma(const HX_GRID_CONSTANT DecodeTmaParams p) {
+  extern __shared__ __align__(1024) hx_u8 smem_raw[];
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  const hx_i32 wg = hx_uniform_i32(tid / 128);
+  const Smem sm = setup(smem_raw, p);
+  if (wg == 0) producer_warpgroup(p, sm, tid);
+  else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
+  // The page warps finish issuing long before their last copies land: a warp must not leave with its tensor
+  // copies in flight (seen on the H200 as a launch failure of a later kernel), so the CTA leaves together.
+  hx_barrier();
+}
