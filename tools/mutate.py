@@ -260,7 +260,8 @@ PLANTS["sm90a_fold"] += SM90A_SHARED
 # operand, a block-table entry prefetched from the wrong column, the A stage left unswizzled and a second MMA pass
 # reading the first pass's rows. Run with --suite cuda --set sm90a_decode.
 SM90A_DEC = "sm90a/paged_mqa_logits_wgmma.hip"
-SM90A_DEC_LOADER = "sm90a/decode_loader.h"  # its warpgroups 0 (pages, queries) and 1 (repack)
+SM90A_DEC_LOADER = "sm90a/decode_loader.h"  # its warpgroups 0 (pages) and 1 (repack)
+SM90A_FEED = "sm90a/decode_feed.h"  # the block-table entries, the Q warp and the fill both decode kernels share
 PLANTS["sm90a_decode"] = [
     DECODE_COMMON["next_n_blind_bound"],
     Plant("batch_blind_row", SM90A_DEC, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
@@ -274,9 +275,9 @@ PLANTS["sm90a_decode"] = [
     DECODE_COMMON["preshuffle_16_and_D_swapped"],
     DECODE_COMMON["scale_of_the_next_token"],
     DECODE_COMMON["dead_ragged_row_computed"],
-    Plant("out_of_range_block_clamped", SM90A_DEC_LOADER, "return ok ? id : -1;",
+    Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
           "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
-    Plant("swapped_next_n_row_in_operand", SM90A_DEC_LOADER, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+    Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
           "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
     Plant("page_prefetched_from_wrong_column", SM90A_DEC_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
           "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
@@ -293,7 +294,7 @@ PLANTS["sm90a_decode"] = [
 # read as unswizzled, the preshuffled keys' core matrices read along the wrong axes and a second MMA pass reading
 # the first pass's rows. Run with --suite cuda --set sm90a_decode_tma.
 SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
-SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its producer warpgroup (pages, queries, fill)
+SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
 PLANTS["sm90a_decode_tma"] = [
     DECODE_COMMON["next_n_blind_bound"],
     Plant("batch_blind_row", SM90A_TMA, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
@@ -311,9 +312,9 @@ PLANTS["sm90a_decode_tma"] = [
     Plant("scales_of_the_next_token", SM90A_TMA_LOADER, "p.kv_cache + (hx_i64)id * page + kbytes,",
           "p.kv_cache + (hx_i64)id * page + kbytes + 16,"),
     DECODE_COMMON["dead_ragged_row_computed"],
-    Plant("out_of_range_block_clamped", SM90A_TMA_LOADER, "return ok ? id : -1;",
+    Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
           "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
-    Plant("swapped_next_n_row_in_operand", SM90A_TMA_LOADER, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+    Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
           "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
     Plant("page_prefetched_from_wrong_column", SM90A_TMA_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
           "table_entry(p, row, c0 + 31 + lane, blk.hi);"),

@@ -31,11 +31,12 @@ LOADER = "sm90a/decode_loader.h"
 TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 TMA_CTA = "sm90a/decode_tma_cta.h"
 TMA_LOADER = "sm90a/decode_tma_loader.h"
+COMMON = "sm90a/decode_common.h"  # the math pass both decode kernels share
 
 
-def _mma_only(f: str) -> Plant:
+def _mma_only() -> Plant:
     """The MMA kept, its epilogue reduced to one add and a store that never happens."""
-    return Plant("mma_only", f, "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n",
+    return Plant("mma_only", COMMON, "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n",
                  "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n"
                  "  if (c.n == -7) hx_store_f32_if(true, c.out, acc[0] + acc[NACC - 1]);\n  if (c.n != -8) return;\n")
 
@@ -56,7 +57,7 @@ VARIANTS = {
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
     "sm90a_decode": {
         "shipped": [],
-        "mma_only": [_mma_only(DEC)],
+        "mma_only": [_mma_only()],
         "no_math": [_no_math(DEC)],
         # ... and the repack moves no bytes: the bulk copies and the rings alone
         "no_math_no_repack": [_no_math(DEC), *_NO_REPACK],
@@ -68,7 +69,7 @@ VARIANTS = {
     # paged_mqa_logits_wgmma_tma: tensor copies, two page warps, three math warpgroups
     "sm90a_decode_tma": {
         "shipped": [],
-        "mma_only": [_mma_only(TMA)],
+        "mma_only": [_mma_only()],
         "no_math": [_no_math(TMA)],
         # no scale copies (the stage expects the keys' bytes alone; whole pages bring theirs anyway)
         "no_scales": [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),

@@ -1,35 +1,15 @@
-// What every warpgroup of the sm_90a paged decode kernel (paged_mqa_logits_wgmma.hip) shares, on the hopper.h
-// primitives: its constants, the shared-memory layout with its rings and records, the shared loads and stores,
-// each sequence's price, and the walk that finds the sequences whose piece of the batch's prefix of prices meets
-// a unit's own range. H = HX_HEADS, D = 128.
+// The shared-memory layout of the sm_90a paged decode kernel paged_mqa_logits_wgmma.hip, on decode_common.h: its
+// raw ring (whole pages as the cache holds them), its A ring (swizzled stages), their records, the Q slots and the
+// barriers, and the setup that lays them over the dynamic shared memory.
 #pragma once
-#include "decode_work.h"
-#include "paged_cache.h"
-#include "hx_params.h"
-#include "hopper.h"
-
-#if !defined(HX_HEADS) || (HX_HEADS != 32 && HX_HEADS != 64)
-#error "paged_mqa_logits_wgmma.hip: build with -DHX_HEADS=32 or -DHX_HEADS=64"
-#endif
+#include "decode_common.h"
 
 namespace {
 
-constexpr int H = HX_HEADS, D = 128;
-constexpr int NEXT_N_MAX = 8;
-constexpr int RMAX = 128 / H;        // query rows per MMA pass: N = RMAX x H = 128 (64 accumulators a thread)
-constexpr int JQ = H / 8;            // 8-column accumulator groups per query row
-// Weights in shared memory, per row: four groups (one per t = l % 4, the reading lane's quad position) of that
-// lane's 2 JQ weights, contiguous for 16-byte loads, padded to 20 floats at H = 64 so the four groups fall in
-// distinct banks.
-constexpr int WGROUP = 2 * JQ + (JQ == 8 ? 4 : 0);
-constexpr int WROW = 4 * WGROUP;
-constexpr int SK = 64;                          // keys per stage: the MMA's M
 constexpr hx_u32 STAGE_BYTES = SK * (D + 4);    // one block of 64 or four of 16, keys and scales
 constexpr hx_u32 A_BYTES = SK * D;              // a swizzled A stage
 constexpr int SA = 4;                           // A stages: two per math warpgroup
 constexpr hx_u32 SRMAX = 24;                    // raw stages at most
-constexpr hx_i32 MEMW = 8;                      // block_price of a block while memory sets the pace
-constexpr hx_i32 ERR_BLOCK_ID = 1, ERR_LENGTH = 4;
 constexpr hx_i32 END = 1;                       // a raw stage record's flag: no more stages
 
 // Dynamic shared memory from a 1024-aligned base: the fixed part, then two Q slots and the raw ring, whose sizes
@@ -82,40 +62,6 @@ struct RawPos {
   }
 };
 
-HX_INLINE __device__ hx_i32 lds_i32(hx_u32 a) {
-  hx_i32 v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
-  return v;
-}
-HX_INLINE __device__ float lds_f32(hx_u32 a) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-  return v;
-}
-HX_INLINE __device__ hx_u32x4 lds_128(hx_u32 a) {
-  hx_u32x4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a)
-               : "memory");
-  return v;
-}
-HX_INLINE __device__ hx_f32x4 lds_f32x4(hx_u32 a) {
-  hx_f32x4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a)
-               : "memory");
-  return v;
-}
-HX_INLINE __device__ void sts_i32(hx_u32 a, hx_i32 v) { asm volatile("st.shared.b32 [%0], %1;" :: "r"(a), "r"(v) : "memory"); }
-HX_INLINE __device__ void sts_f32(hx_u32 a, float v) { asm volatile("st.shared.f32 [%0], %1;" :: "r"(a), "f"(v) : "memory"); }
-HX_INLINE __device__ void sts_128(hx_u32 a, hx_u32x4 v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-HX_INLINE __device__ hx_i64 shfl_xor_i64(hx_i64 v, int m) {
-  const hx_u64 u = (hx_u64)v;
-  const hx_u32 lo = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)u, m), hi = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)(u >> 32), m);
-  return (hx_i64)(((hx_u64)hi << 32) | lo);
-}
-
 // The layout over the dynamic shared memory for this launch's next_n; thread 0 initialises the barriers and the
 // CTA meets.
 HX_INLINE __device__ Smem setup(hx_u8* raw, const DecodeParams& p) {
@@ -138,49 +84,6 @@ HX_INLINE __device__ Smem setup(hx_u8* raw, const DecodeParams& p) {
   }
   hx_barrier();
   return s;
-}
-
-HX_INLINE __device__ hx_decode_seq sequence(const DecodeParams& p, hx_i32 ctx, hx_i32 live) {
-  return hx_decode_sequence(ctx, live, p.next_n, p.max_model_len, p.block_size);
-}
-HX_INLINE __device__ hx_decode_seq sequence_at(const DecodeParams& p, hx_i32 b) {
-  return sequence(p, p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n);
-}
-// What one block of the sequence costs here: its bytes (MEMW) while the MMA keeps up with them, its MMA time once
-// more live rows make that the longer (H = 64 past 4 rows), in the same unit (the MMA time of one row at H = 32).
-HX_INLINE __device__ hx_i64 block_price(const hx_decode_seq& s) {
-  return s.live > 0 ? (hx_i64)hx_max_i32(MEMW, s.live * (H / 32)) : 0;
-}
-HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) { return (hx_i64)s.blocks * block_price(s); }
-
-// Calls f(b, seq, start) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
-// prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls.
-template <class Price, class F>
-HX_INLINE __device__ void walk(const DecodeParams& p, hx_range64 own, hx_i32 lane, Price&& price, F&& f) {
-  hx_i64 base = 0;
-  for (hx_i32 b0 = 0; b0 < p.B && base < own.hi; b0 += 32) {
-    const hx_i32 b = b0 + lane;
-    hx_i32 ctx = 0, live = 0;
-    if (b < p.B) {
-      ctx = p.context_lens[b];
-      live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
-    }
-    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;
-    hx_i64 incl = w;
-#pragma unroll
-    for (int x = 1; x < 32; x <<= 1) {
-      const hx_i64 y = hx_shfl_up_i64(incl, x);
-      if (lane >= x) incl += y;
-    }
-    const hx_i64 start = base + incl - w;
-    hx_u32 hits = hx_ballot(w > 0 && start < own.hi && start + w > own.lo);
-    while (hits) {
-      const hx_i32 k = __ffs(hits) - 1;
-      hits &= hits - 1;
-      f(b0 + k, sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k)), hx_shfl_idx_i64(start, k));
-    }
-    base += hx_shfl_idx_i64(incl, 31);
-  }
 }
 
 }  // namespace

@@ -1,23 +1,14 @@
 // The warpgroup of the sm_90a paged decode kernel (paged_mqa_logits_wgmma_tma.hip) that feeds its math warpgroups,
-// on decode_tma_cta.h: the block-table walk and, per block, the tensor copy of its keys (with its scales where the
+// on decode_tma_cta.h and decode_feed.h: the block-table walk and, per block, the tensor copy of its keys (with its scales where the
 // page allows, else one bulk copy of them besides), alternate stages by warps 0 and 2; each segment's query rows
 // and weights into a Q slot (warp 1); the -inf fill (warp 3).
 #pragma once
 #include "decode_tma_cta.h"
+#include "decode_feed.h"
 
 namespace {
 
 // ------------------------------------------------------------------ warpgroup 0
-// Block-table column col of a row (entries [0, hi) exist for this segment): the block id, or -1 for a column
-// past hi (not read) or an entry naming no block (never read through: error bit 0).
-HX_INLINE __device__ hx_i32 table_entry(const DecodeTmaParams& p, const hx_i32* row, hx_i32 col, hx_i32 hi) {
-  if (col >= hi) return -1;
-  const hx_i32 id = col < p.max_blocks ? row[col] : -1;
-  const bool ok = col < p.max_blocks && id >= 0 && (hx_i64)id < p.num_blocks;
-  if (!ok && p.errors) hx_atomic_or(p.errors, ERR_BLOCK_ID);
-  return ok ? id : -1;
-}
-
 // Block id's keys (block_size x 128 bytes) to dst through the host's tensor map of the cache (hipindexer/kv_map.py).
 // Block-flat: [blocks][rows][128 bytes], one box a block, landing as token-major 128-byte rows in the 128-byte
 // swizzle; where a page is whole 128-byte rows (block_size 64: 66), the box is the page, its scales rows 64 and
@@ -82,55 +73,6 @@ HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx
   });
 }
 
-// Where weight (row r, head h = 8 jj + 2 t + c) sits in a Q slot's weights.
-HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
-  const hx_i32 r = idx / H, hh = idx % H;
-  return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
-}
-
-// Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
-// waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
-HX_INLINE __device__ void query_warp(const DecodeTmaParams& p, const Smem& sm, hx_range64 own, hx_i32 lane) {
-  const hx_ring<2> q = q_ring(sm);
-  const hx_i32 SB = SK / p.block_size;
-  hx_u32 qit = 0;
-  walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-    const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
-    if (blk.hi <= blk.lo) return;
-    const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
-    q.wait_empty(qit);
-    if (lane == 0) {
-      sts_i32(rec, hx_ceil_div(blk.hi - blk.lo, SB));
-      sts_i32(rec + 4, b);
-      sts_i32(rec + 8, s.live);
-    }
-    if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
-    const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
-    const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
-    const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
-    for (hx_i32 j = 0; j < s.live; ++j) hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
-    for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
-    hx_cp_async_commit();
-    hx_cp_async_wait<0>();
-    hx_fence_proxy_async();
-    q.arrive_full(qit);
-    ++qit;
-  });
-  q.wait_empty(qit);
-  if (lane == 0) sts_i32(sm.base + QREC_OFF + (qit & 1) * QREC_BYTES, 0);
-  q.arrive_full(qit);
-}
-
-// Warp 3: the -inf of this unit's piece of the batch's fill columns, every row.
-HX_INLINE __device__ void fill_warp(const DecodeTmaParams& p, hx_range64 own, hx_i32 lane) {
-  walk(p, own, lane, [&](const hx_decode_seq& s) { return hx_decode_fill(s, p.max_model_len); },
-       [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-         const hx_range cols = hx_owned_fill(own, start, s, p.max_model_len);
-         for (hx_i32 j = 0; j < p.next_n; ++j)
-           hx_fill_neg_inf(p.out + ((hx_i64)b * p.next_n + j) * p.out_stride, cols.lo, cols.hi, lane, 32);
-       });
-}
-
 HX_INLINE __device__ void producer_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 tid) {
   const hx_i32 warp = tid >> 5, lane = tid & 31;
   // The batch's total work and fill, by the four warps; malformed sequences reported once, by unit 0.
@@ -158,7 +100,7 @@ HX_INLINE __device__ void producer_warpgroup(const DecodeTmaParams& p, const Sme
   const hx_i64 units = hx_grid_dim_x(), u = hx_block_x();
   if (warp == 0 || warp == 2) page_warp(p, sm, hx_balanced_part(total_work, units, u), lane, warp >> 1);
   else if (warp == 1) query_warp(p, sm, hx_balanced_part(total_work, units, u), lane);
-  else if (p.clean) fill_warp(p, hx_balanced_part(total_fill, units, u), lane);
+  else if (p.clean) fill_columns(p, hx_balanced_part(total_fill, units, u), lane, 32);
 }
 
 }  // namespace

@@ -33,88 +33,13 @@
 //
 // Work, segments and untrusted device values: as in paged_mqa_logits_wgmma.hip.
 //
-// The layout and the pieces every role shares: decode_tma_cta.h; warpgroup 0: decode_tma_loader.h.
+// What both decode kernels share (constants, walk, the math pass): decode_common.h; the layout: decode_tma_cta.h;
+// warpgroup 0: decode_tma_loader.h and decode_feed.h.
 #include "decode_tma_loader.h"
 
 namespace {
 
 // ------------------------------------------------------------------ math warpgroups
-// One pass: rows [pb, pb + R) of a segment against one A stage.
-struct Pass {
-  hx_u64 adesc, bdesc;  // the A stage; the Q slot at the pass's first row
-  hx_u32 astep;         // A's k32 step in descriptor units
-  hx_u32 wt;            // shared address of this lane's weight group of the pass's first row
-  hx_u32 bounds;        // shared address of the pass's first row's bound
-  float* out;           // the pass's first row at this lane's key
-  hx_i64 stride;        // out row stride
-  hx_i32 n;             // this lane's key column
-  float scale;          // kv_scale / 2 (the sums hold 2 relu)
-  bool in, bad, clean;  // the key's column exists in this stage; its block id was out of range; clean_logits
-};
-
-// The MMA of R rows (N = R H), then: v[i R + jr] = sum over this thread's heads of relu(acc) x weight for key row
-// 8i + l/4 of the warp's 16 and row jr. Accumulator column 8J + 2(l%4) + c (J = jr JQ + jj) is head 8 jj + 2(l%4) + c
-// of row jr, in register 4J + 2i + c; relu(x) x w as (x + |x|) x w, one FADD and one FFMA (the 2 leaves with the
-// scale). The quad then reduces: lane bit 0 keeps key row b1, bit 1 keeps rows [b2 RP/2, b2 RP/2 + RP/2) (R padded
-// to even with a zero row), and each lane stores its RP/2 sums, predicated.
-template <int R>
-HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
-  constexpr int NACC = R * H / 2, RP = R + (R & 1);
-  float acc[NACC];
-  hx_fence_regs(acc);
-  hx_wgmma_fence();
-  hx_wgmma_k128(acc, c.adesc, c.bdesc, c.astep);
-  hx_wgmma_commit();
-  hx_wgmma_wait<0>();
-  hx_fence_regs(acc);
-  float v[2 * R];
-#pragma unroll
-  for (int jr = 0; jr < R; ++jr) {
-    float w2[2 * JQ];
-#pragma unroll
-    for (int m = 0; m < JQ / 2; ++m) {
-      const hx_f32x4 wv = lds_f32x4(c.wt + 4 * (jr * WROW + 4 * m));
-      w2[4 * m] = wv.x;
-      w2[4 * m + 1] = wv.y;
-      w2[4 * m + 2] = wv.z;
-      w2[4 * m + 3] = wv.w;
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float sum = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < JQ; ++jj) {
-#pragma unroll
-        for (int cc = 0; cc < 2; ++cc) {
-          const float x = acc[4 * (jr * JQ + jj) + 2 * i + cc];
-          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);
-        }
-      }
-      v[i * R + jr] = sum;
-    }
-  }
-  float h1[RP];
-#pragma unroll
-  for (int jr = 0; jr < R; ++jr) {
-    const float send = b1 ? v[jr] : v[R + jr];
-    const float keep = b1 ? v[R + jr] : v[jr];
-    h1[jr] = keep + hx_shfl_xor(send, 1);
-  }
-  if (R & 1) h1[RP - 1] = 0.f;
-  const float ninf = hx_bits_to_f32(0xFF800000u);
-#pragma unroll
-  for (int k = 0; k < RP / 2; ++k) {
-    const float send = b2 ? h1[k] : h1[RP / 2 + k];
-    const float keep = b2 ? h1[RP / 2 + k] : h1[k];
-    const float z = keep + hx_shfl_xor(send, 2);
-    const hx_i32 jr = b2 * (RP / 2) + k;
-    const bool row = jr < R;
-    const hx_i32 bound = row ? lds_i32(c.bounds + 4 * jr) : 0;
-    const bool valid = c.n < bound;
-    hx_store_f32_if(row && c.in && (valid || c.clean), c.out + jr * c.stride, valid && !c.bad ? z * c.scale : ninf);
-  }
-}
-
 // Math warpgroup m (0, 1, 2): stages i with i % 3 == m, of every segment in order.
 HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
   const hx_i32 w = mt >> 5, l = mt & 31;

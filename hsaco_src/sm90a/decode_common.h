@@ -1,0 +1,186 @@
+// What both sm_90a paged decode kernels (paged_mqa_logits_wgmma.hip, paged_mqa_logits_wgmma_tma.hip) share, on the
+// hopper.h primitives: the constants, the shared loads and stores, each sequence's price, the walk that finds the
+// sequences whose piece of the batch's prefix of prices meets a unit's own range, and the math warpgroups' pass.
+// H = HX_HEADS, D = 128. Each kernel's own shared-memory layout and rings: decode_cta.h, decode_tma_cta.h.
+#pragma once
+#include "decode_work.h"
+#include "paged_cache.h"
+#include "hx_params.h"
+#include "hopper.h"
+
+#if !defined(HX_HEADS) || (HX_HEADS != 32 && HX_HEADS != 64)
+#error "the sm_90a decode kernels: build with -DHX_HEADS=32 or -DHX_HEADS=64"
+#endif
+
+namespace {
+
+constexpr int H = HX_HEADS, D = 128;
+constexpr int NEXT_N_MAX = 8;
+constexpr int RMAX = 128 / H;        // query rows per MMA pass: N = RMAX x H = 128 (64 accumulators a thread)
+constexpr int JQ = H / 8;            // 8-column accumulator groups per query row
+// Weights in shared memory, per row: four groups (one per t = l % 4, the reading lane's quad position) of that
+// lane's 2 JQ weights, contiguous for 16-byte loads, padded to 20 floats at H = 64 so the four groups fall in
+// distinct banks.
+constexpr int WGROUP = 2 * JQ + (JQ == 8 ? 4 : 0);
+constexpr int WROW = 4 * WGROUP;
+constexpr int SK = 64;                          // keys per stage: the MMA's M
+constexpr hx_i32 MEMW = 8;                      // block_price of a block while memory sets the pace
+constexpr hx_i32 ERR_BLOCK_ID = 1, ERR_LENGTH = 4;
+
+HX_INLINE __device__ hx_i32 lds_i32(hx_u32 a) {
+  hx_i32 v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+HX_INLINE __device__ float lds_f32(hx_u32 a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+HX_INLINE __device__ hx_u32x4 lds_128(hx_u32 a) {
+  hx_u32x4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a)
+               : "memory");
+  return v;
+}
+HX_INLINE __device__ hx_f32x4 lds_f32x4(hx_u32 a) {
+  hx_f32x4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a)
+               : "memory");
+  return v;
+}
+HX_INLINE __device__ void sts_i32(hx_u32 a, hx_i32 v) { asm volatile("st.shared.b32 [%0], %1;" :: "r"(a), "r"(v) : "memory"); }
+HX_INLINE __device__ void sts_f32(hx_u32 a, float v) { asm volatile("st.shared.f32 [%0], %1;" :: "r"(a), "f"(v) : "memory"); }
+HX_INLINE __device__ void sts_128(hx_u32 a, hx_u32x4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+HX_INLINE __device__ hx_i64 shfl_xor_i64(hx_i64 v, int m) {
+  const hx_u64 u = (hx_u64)v;
+  const hx_u32 lo = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)u, m), hi = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)(u >> 32), m);
+  return (hx_i64)(((hx_u64)hi << 32) | lo);
+}
+
+template <class P>
+HX_INLINE __device__ hx_decode_seq sequence(const P& p, hx_i32 ctx, hx_i32 live) {
+  return hx_decode_sequence(ctx, live, p.next_n, p.max_model_len, p.block_size);
+}
+template <class P>
+HX_INLINE __device__ hx_decode_seq sequence_at(const P& p, hx_i32 b) {
+  return sequence(p, p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n);
+}
+// What one block of the sequence costs here: its bytes (MEMW) while the MMA keeps up with them, its MMA time once
+// more live rows make that the longer (H = 64 past 4 rows), in the same unit (the MMA time of one row at H = 32).
+HX_INLINE __device__ hx_i64 block_price(const hx_decode_seq& s) {
+  return s.live > 0 ? (hx_i64)hx_max_i32(MEMW, s.live * (H / 32)) : 0;
+}
+HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) { return (hx_i64)s.blocks * block_price(s); }
+
+// Calls f(b, seq, start) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
+// prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls.
+template <class P, class Price, class F>
+HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& price, F&& f) {
+  hx_i64 base = 0;
+  for (hx_i32 b0 = 0; b0 < p.B && base < own.hi; b0 += 32) {
+    const hx_i32 b = b0 + lane;
+    hx_i32 ctx = 0, live = 0;
+    if (b < p.B) {
+      ctx = p.context_lens[b];
+      live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
+    }
+    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;
+    hx_i64 incl = w;
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) {
+      const hx_i64 y = hx_shfl_up_i64(incl, x);
+      if (lane >= x) incl += y;
+    }
+    const hx_i64 start = base + incl - w;
+    hx_u32 hits = hx_ballot(w > 0 && start < own.hi && start + w > own.lo);
+    while (hits) {
+      const hx_i32 k = __ffs(hits) - 1;
+      hits &= hits - 1;
+      f(b0 + k, sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k)), hx_shfl_idx_i64(start, k));
+    }
+    base += hx_shfl_idx_i64(incl, 31);
+  }
+}
+
+// ------------------------------------------------------------------ the math pass
+// One pass: rows [pb, pb + R) of a segment against one A stage.
+struct Pass {
+  hx_u64 adesc, bdesc;  // the A stage; the Q slot at the pass's first row
+  hx_u32 astep;         // A's k32 step in descriptor units
+  hx_u32 wt;            // shared address of this lane's weight group of the pass's first row
+  hx_u32 bounds;        // shared address of the pass's first row's bound
+  float* out;           // the pass's first row at this lane's key
+  hx_i64 stride;        // out row stride
+  hx_i32 n;             // this lane's key column
+  float scale;          // kv_scale / 2 (the sums hold 2 relu)
+  bool in, bad, clean;  // the key's column exists in this stage; its block id was out of range; clean_logits
+};
+
+// The MMA of R rows (N = R H), then: v[i R + jr] = sum over this thread's heads of relu(acc) x weight for key row
+// 8i + l/4 of the warp's 16 and row jr. Accumulator column 8J + 2(l%4) + c (J = jr JQ + jj) is head 8 jj + 2(l%4) + c
+// of row jr, in register 4J + 2i + c; relu(x) x w as (x + |x|) x w, one FADD and one FFMA (the 2 leaves with the
+// scale). The quad then reduces: lane bit 0 keeps key row b1, bit 1 keeps rows [b2 RP/2, b2 RP/2 + RP/2) (R padded
+// to even with a zero row), and each lane stores its RP/2 sums, predicated.
+template <int R>
+HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
+  constexpr int NACC = R * H / 2, RP = R + (R & 1);
+  float acc[NACC];
+  hx_fence_regs(acc);
+  hx_wgmma_fence();
+  hx_wgmma_k128(acc, c.adesc, c.bdesc, c.astep);
+  hx_wgmma_commit();
+  hx_wgmma_wait<0>();
+  hx_fence_regs(acc);
+  float v[2 * R];
+#pragma unroll
+  for (int jr = 0; jr < R; ++jr) {
+    float w2[2 * JQ];
+#pragma unroll
+    for (int m = 0; m < JQ / 2; ++m) {
+      const hx_f32x4 wv = lds_f32x4(c.wt + 4 * (jr * WROW + 4 * m));
+      w2[4 * m] = wv.x;
+      w2[4 * m + 1] = wv.y;
+      w2[4 * m + 2] = wv.z;
+      w2[4 * m + 3] = wv.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float sum = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < JQ; ++jj) {
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          const float x = acc[4 * (jr * JQ + jj) + 2 * i + cc];
+          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);
+        }
+      }
+      v[i * R + jr] = sum;
+    }
+  }
+  float h1[RP];
+#pragma unroll
+  for (int jr = 0; jr < R; ++jr) {
+    const float send = b1 ? v[jr] : v[R + jr];
+    const float keep = b1 ? v[R + jr] : v[jr];
+    h1[jr] = keep + hx_shfl_xor(send, 1);
+  }
+  if (R & 1) h1[RP - 1] = 0.f;
+  const float ninf = hx_bits_to_f32(0xFF800000u);
+#pragma unroll
+  for (int k = 0; k < RP / 2; ++k) {
+    const float send = b2 ? h1[k] : h1[RP / 2 + k];
+    const float keep = b2 ? h1[RP / 2 + k] : h1[k];
+    const float z = keep + hx_shfl_xor(send, 2);
+    const hx_i32 jr = b2 * (RP / 2) + k;
+    const bool row = jr < R;
+    const hx_i32 bound = row ? lds_i32(c.bounds + 4 * jr) : 0;
+    const bool valid = c.n < bound;
+    hx_store_f32_if(row && c.in && (valid || c.clean), c.out + jr * c.stride, valid && !c.bad ? z * c.scale : ninf);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,70 @@
+// The producer warpgroup's roles that both sm_90a paged decode kernels share: block-table entries, each segment's
+// query rows and weights into a Q slot (the Q warp), and the -inf fill. Included after a kernel's layout
+// (decode_cta.h or decode_tma_cta.h), whose Q slots, records and Q ring it uses.
+#pragma once
+
+namespace {
+
+// Block-table column col of a row (entries [0, hi) exist for this segment): the block id, or -1 for a column
+// past hi (not read) or an entry naming no block (never read through: error bit 0).
+template <class P>
+HX_INLINE __device__ hx_i32 table_entry(const P& p, const hx_i32* row, hx_i32 col, hx_i32 hi) {
+  if (col >= hi) return -1;
+  const hx_i32 id = col < p.max_blocks ? row[col] : -1;
+  const bool ok = col < p.max_blocks && id >= 0 && (hx_i64)id < p.num_blocks;
+  if (!ok && p.errors) hx_atomic_or(p.errors, ERR_BLOCK_ID);
+  return ok ? id : -1;
+}
+
+// Where weight (row r, head h = 8 jj + 2 t + c) sits in a Q slot's weights.
+HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
+  const hx_i32 r = idx / H, hh = idx % H;
+  return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
+}
+
+// Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
+// waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
+template <class P>
+HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, hx_range64 own, hx_i32 lane) {
+  const hx_ring<2> q = q_ring(sm);
+  const hx_i32 SB = SK / p.block_size;
+  hx_u32 qit = 0;
+  walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+    const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+    if (blk.hi <= blk.lo) return;
+    const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
+    q.wait_empty(qit);
+    if (lane == 0) {
+      sts_i32(rec, hx_ceil_div(blk.hi - blk.lo, SB));
+      sts_i32(rec + 4, b);
+      sts_i32(rec + 8, s.live);
+    }
+    if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
+    const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
+    const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
+    const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
+    for (hx_i32 j = 0; j < s.live; ++j) hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
+    for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
+    hx_cp_async_commit();
+    hx_cp_async_wait<0>();
+    hx_fence_proxy_async();
+    q.arrive_full(qit);
+    ++qit;
+  });
+  q.wait_empty(qit);
+  if (lane == 0) sts_i32(sm.base + QREC_OFF + (qit & 1) * QREC_BYTES, 0);
+  q.arrive_full(qit);
+}
+
+// Threads t of nt: the -inf of this unit's piece of the batch's fill columns, every row.
+template <class P>
+HX_INLINE __device__ void fill_columns(const P& p, hx_range64 own, hx_i32 t, hx_i32 nt) {
+  walk(p, own, t & 31, [&](const hx_decode_seq& s) { return hx_decode_fill(s, p.max_model_len); },
+       [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+         const hx_range cols = hx_owned_fill(own, start, s, p.max_model_len);
+         for (hx_i32 j = 0; j < p.next_n; ++j)
+           hx_fill_neg_inf(p.out + ((hx_i64)b * p.next_n + j) * p.out_stride, cols.lo, cols.hi, t, nt);
+       });
+}
+
+}  // namespace
