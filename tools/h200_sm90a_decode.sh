@@ -13,6 +13,8 @@
 #   check     hipindexer check decode --kernel $KERNEL: the sampled design within its shapes (H 32/64,
 #             D 128, block_size 16/64, both layouts), layouts bitwise equal, untrusted values, reruns, 4 GiB offsets
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on one small case per head count
+#   stress    60 back-to-back calls at (64, 131072), next_n 1, H 32 and 64, block 64 (a race between the ring's
+#             producers and consumers shows there first, as a launch failure), then one gated small call
 #   mutate    the kernel's plant set ($SET: sm90a_decode or sm90a_decode_tma) on the carried builds ($PLANTS), in two
 #             lanes beside the sanitizer
 #   bench     bench decode: H 64 and 32, next_n 1, 2, 4, 8, block 64 at (64, 131072) and (16, 32768), one block-16
@@ -30,7 +32,7 @@
 # (default 470: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-"build probe sass tests check sanitize mutate bench"}  # profile and stages: on request
+STEPS=${STEPS:-"build probe sass tests check stress sanitize mutate bench"}  # profile and stages: on request
 KERNEL=${KERNEL:-paged_mqa_logits_wgmma}           # or paged_mqa_logits_wgmma_tma
 SET=${SET:-$([ $KERNEL = paged_mqa_logits_wgmma_tma ] && echo sm90a_decode_tma || echo sm90a_decode)}
 PLANTS=${PLANTS:-build/plants/$SET}
@@ -131,6 +133,37 @@ if has check && [ $HUNG = 0 ]; then
     --max-context 32768 --cases 16 --reruns 5 $CHECK_ARGS
   say "$(grep -E '^FAIL' "$OUT/check.log" | cut -c1-400 | head -6)"
   say "$(grep -A6 -E '^op ' "$OUT/check.log" | head -8)"
+fi
+
+if has stress && [ $HUNG = 0 ]; then
+  for h in 32 64; do
+    s=$(date +%s)
+    timeout $(lim 60) $PY - $h >> "$OUT/tests.log" 2>&1 <<'EOF'
+import os
+import sys
+import numpy as np
+from hipindexer import fp8_paged_mqa_logits, testing
+from hipindexer.gate import gate_decode
+from hipindexer.runtime import Device, DeviceArray
+H = int(sys.argv[1])
+dev = Device("cuda:0")
+case = testing.DecodeCase(64, 1, H, 128, 64, False, mean_context=131072, spread="equal", key_codes=True)
+inp = testing.decode_inputs(np.random.default_rng(0), case)
+args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+out = DeviceArray.empty((64, inp.max_model_len), np.float32, dev)
+for _ in range(60):
+    fp8_paged_mqa_logits(*args, out=out, kernel=os.environ["KERNEL"], device=dev)
+dev.synchronize()
+small = testing.decode_inputs(np.random.default_rng(1), testing.DecodeCase(4, 1, H, 128, 64, False, mean_context=4096))
+o = fp8_paged_mqa_logits(*small.args(), kernel=os.environ["KERNEL"], device=dev)
+g = gate_decode(o.numpy(), small, True, "fp8_tc")
+print(f"stress H={H}: 60 calls at (64, 131072) ok; then {g.message}")
+sys.exit(0 if g else 1)
+EOF
+    rc=$?
+    say "stress H=$h: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") in $(( $(date +%s) - s )) s"
+    [ $rc = 0 ] || FAILED=1
+  done
 fi
 
 # compute-sanitizer on one small case per head count: ragged rows, a padding sequence, both block sizes and
