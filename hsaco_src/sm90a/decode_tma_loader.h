@@ -1,7 +1,7 @@
 // The warpgroup of the sm_90a paged decode kernel (paged_mqa_logits_wgmma_tma.hip) that feeds its math warpgroups,
-// on decode_tma_cta.h and decode_feed.h: the block-table walk and, per block, the tensor copy of its keys (with its scales where the
-// page allows, else one bulk copy of them besides), alternate stages by warps 0 and 2; each segment's query rows
-// and weights into a Q slot (warp 1); the -inf fill (warp 3).
+// on decode_tma_cta.h and decode_feed.h: the block-table walk and, per block, the tensor copy of its keys (with its
+// scales where the page allows, else one bulk copy of them besides), alternate stages by warps 0 and 2; each
+// segment's query rows and weights into a Q slot (warp 1); the -inf fill (warp 3).
 #pragma once
 #include "decode_tma_cta.h"
 #include "decode_feed.h"
@@ -26,7 +26,8 @@ HX_INLINE __device__ void copy_keys(const DecodeTmaParams& p, hx_u32 dst, hx_i32
 
 // Page warp `parity` (0, 1): of every segment's blocks, 64 keys a stage, the stages of its parity into the stage
 // ring (the other page warp takes the rest: a warp issues one copy at a time, and two keep more in flight).
-HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx_range64 own, hx_i32 lane, hx_u32 parity) {
+HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx_range64 own, hx_i32 lane,
+                                    hx_u32 parity) {
   const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
   const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
   if (lane < SB) {
