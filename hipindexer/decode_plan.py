@@ -41,7 +41,7 @@ class DecodeKernelSpec:
     page: int = 0
     waves: int = 1
     resident: tuple = ()       # ((H, units per CU), ...)
-    kv_map: bool = False       # takes DecodeTmaParams: keys copied through a tensor map of the cache (hipindexer.kv_map)
+    kv_map: bool = False       # takes DecodeTmaParams: keys copied through a tensor map (hipindexer.kv_map)
 
     @property
     def accumulation(self) -> str:

@@ -1,12 +1,12 @@
-"""The tensor map through which the sm_90a tensor-core decode kernel copies a paged cache's keys.
+"""The tensor map through which the sm_90a decode kernel paged_mqa_logits_wgmma_tma copies a paged cache's keys.
 
 The kernel's copy engine (TMA) reads a block's keys through a CUtensorMap that the host encodes once per cache
 (its address, block count, block size and layout) and keeps in device memory; the kernel finds it in
-DecodeParams.kv_map. Block-flat: [num_blocks][rows][D bytes] in the 128-byte swizzle, one box a block: the whole
+DecodeTmaParams.kv_map. Block-flat: [num_blocks][rows][D bytes] in the 128-byte swizzle, one box a block: the whole
 page where it is whole D-byte rows (block_size 64 at D = 128: 66 rows, the scales in the last two), else its
 keys. Preshuffled, unswizzled: a 16-token group holds chunk c (16 bytes) of its tokens 8h..8h+7 in 128 contiguous
 bytes at 256 c + 128 h, so the map walks (16 bytes, 8 tokens, chunk, 128-byte row 16 g + h, block), one box of
-two rows a group, which lands as the MMA's core matrices (hsaco_src/sm90a/decode_loader.h, copy_keys).
+two rows a group, which lands as the MMA's core matrices (hsaco_src/sm90a/decode_tma_loader.h, copy_keys).
 """
 from __future__ import annotations
 

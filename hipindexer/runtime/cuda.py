@@ -1,10 +1,12 @@
 """CUDA backend over cuda.bindings.driver: every driver call of the package lives here.
 
-Mirror of hip.py (same method set). Only calls whose Python signature is the
+Mirror of hip.py (the same method set, plus tensor_map_u8: tensor maps are a CUDA feature). Only calls whose Python signature is the
 same in cuda-bindings 12.x and 13.x are used (no cuCtxCreate, no
 cuDeviceComputeCapability). Contexts are the devices' primary contexts, so
 CuPy, JAX and torch see the same context and share pointers and streams.
 """
+import ctypes
+
 import numpy as np
 
 try:
@@ -194,9 +196,9 @@ class CudaBackend:
         """The 128 bytes of a CUtensorMap over uint8 elements (cuTensorMapEncodeTiled): dims and box innermost
         first, strides (bytes) of dims 1.., element strides 1, no interleave, the 128-byte swizzle or none,
         256-byte L2 promotion, no out-of-bounds fill."""
-        import ctypes
         T = _cu
-        sw = T.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128 else T.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+        sw = T.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle128 else \
+            T.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
         m = _check(T.cuTensorMapEncodeTiled(
             T.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, len(dims), int(ptr),
             [T.cuuint64_t(int(d)) for d in dims], [T.cuuint64_t(int(x)) for x in strides],
