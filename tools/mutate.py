@@ -255,74 +255,64 @@ SM90A_SHARED = [
 ]
 PLANTS["sm90a"] += SM90A_SHARED
 PLANTS["sm90a_fold"] += SM90A_SHARED
-# The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma): the decode set's plants at their place in this
-# kernel (the index math of decode_work.h and paged_cache.h it shares as is), a swapped next_n row in the MMA's
-# operand, a block-table entry prefetched from the wrong column, the A stage left unswizzled and a second MMA pass
-# reading the first pass's rows. Run with --suite cuda --set sm90a_decode.
+# The sm_90a tensor-core decode kernels (paged_mqa_logits_wgmma, and paged_mqa_logits_wgmma_tma on the tensor copy
+# engine): the decode set's plants at their place in each kernel (the index math of decode_work.h they share as
+# is), a swapped next_n row in the MMA's operand, a block-table entry read from the wrong column or prefetched from
+# it, a batch-blind output row and a second MMA pass reading the first pass's rows; then each kernel's own (below).
+# Run with --suite cuda --set sm90a_decode or sm90a_decode_tma.
+SM90A_FEED = "sm90a/decode_feed.h"  # the block-table entries, the Q warp and the fill both decode kernels share
+
+
+def _sm90a_decode_plants(kernel: str, loader: str) -> list[Plant]:
+    """The plants both sm_90a decode kernels take, in `kernel` (its .hip) and `loader` (its page warps)."""
+    return [
+        DECODE_COMMON["next_n_blind_bound"],
+        Plant("batch_blind_row", kernel, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
+              "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
+        Plant("split_boundary_one_block_late", "common/decode_work.h",
+              "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
+              "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
+        Plant("block_table_column_off_by_one", loader, "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
+              "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
+        DECODE_COMMON["dead_ragged_row_computed"],
+        Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
+              "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
+        Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+              "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
+        Plant("page_prefetched_from_wrong_column", loader, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
+              "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
+        Plant("second_pass_reads_first_rows", kernel, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
+              "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
+    ]
+
+
+# paged_mqa_logits_wgmma: the cache layout plants of paged_cache.h (its repack reads through them) and the A stage
+# left unswizzled.
 SM90A_DEC = "sm90a/paged_mqa_logits_wgmma.hip"
 SM90A_DEC_LOADER = "sm90a/decode_loader.h"  # its warpgroups 0 (pages) and 1 (repack)
-SM90A_FEED = "sm90a/decode_feed.h"  # the block-table entries, the Q warp and the fill both decode kernels share
-PLANTS["sm90a_decode"] = [
-    DECODE_COMMON["next_n_blind_bound"],
-    Plant("batch_blind_row", SM90A_DEC, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
-          "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
-    Plant("split_boundary_one_block_late", "common/decode_work.h",
-          "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
-          "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
-    Plant("block_table_column_off_by_one", SM90A_DEC_LOADER,
-          "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
-          "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
+PLANTS["sm90a_decode"] = _sm90a_decode_plants(SM90A_DEC, SM90A_DEC_LOADER) + [
     DECODE_COMMON["preshuffle_16_and_D_swapped"],
     DECODE_COMMON["scale_of_the_next_token"],
-    DECODE_COMMON["dead_ragged_row_computed"],
-    Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
-          "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
-    Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
-          "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
-    Plant("page_prefetched_from_wrong_column", SM90A_DEC_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
-          "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
     Plant("a_stage_unswizzled", SM90A_DEC_LOADER, "dst[i] = hx_sw128_offset((hx_u32)r, (hx_u32)c);",
           "dst[i] = (hx_u32)r * 128u + ((hx_u32)c << 4);"),
-    Plant("second_pass_reads_first_rows", SM90A_DEC, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
-          "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
 ]
-# The sm_90a tensor-core decode kernel on the tensor copy engine (paged_mqa_logits_wgmma_tma): the decode set's plants at their place in this
-# kernel (the index math of decode_work.h it shares as is; the cache layout reaches it through the host's tensor
-# map, so the layout plants of paged_cache.h have no text here and the layout checks cover kv_map.py), a swapped
-# next_n row in the MMA's operand, a block-table entry prefetched from the wrong column, a stage's keys copied
-# from the next block, its scales from the next token (or, from a whole page, read past the swizzle), the keys
-# read as unswizzled, the preshuffled keys' core matrices read along the wrong axes and a second MMA pass reading
-# the first pass's rows. Run with --suite cuda --set sm90a_decode_tma.
+# paged_mqa_logits_wgmma_tma: the cache layout reaches it through the host's tensor map, so paged_cache.h's layout
+# plants have no text here (tests/test_kv_map.py and the layout checks cover kv_map.py); a stage's keys copied from
+# the next block, its scales from the next token (or, from a whole page, read past the swizzle), the keys read as
+# unswizzled and the preshuffled keys' core matrices read along the wrong axes.
 SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
-PLANTS["sm90a_decode_tma"] = [
-    DECODE_COMMON["next_n_blind_bound"],
-    Plant("batch_blind_row", SM90A_TMA, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
-          "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
-    Plant("split_boundary_one_block_late", "common/decode_work.h",
-          "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
-          "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
-    Plant("block_table_column_off_by_one", SM90A_TMA_LOADER,
-          "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
-          "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
+PLANTS["sm90a_decode_tma"] = _sm90a_decode_plants(SM90A_TMA, SM90A_TMA_LOADER) + [
     Plant("keys_of_the_next_block", SM90A_TMA_LOADER, "copy_keys(p, keys + lane * kbytes, id, full);",
           "copy_keys(p, keys + lane * kbytes, id + (id + 1 < p.num_blocks), full);"),
     Plant("whole_page_scale_read_unswizzled", SM90A_TMA, "((((key % 32) / 4) ^ (key / 32)) << 4)",
           "(((key % 32) / 4) << 4)"),
     Plant("scales_of_the_next_token", SM90A_TMA_LOADER, "p.kv_cache + (hx_i64)id * page + kbytes,",
           "p.kv_cache + (hx_i64)id * page + kbytes + 16,"),
-    DECODE_COMMON["dead_ragged_row_computed"],
-    Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
-          "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
-    Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
-          "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
-    Plant("page_prefetched_from_wrong_column", SM90A_TMA_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
-          "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
-    Plant("keys_read_unswizzled", SM90A_TMA, ": hx_wgmma_desc_sw128(stage);", ": hx_wgmma_desc_sw128(stage) & ~((hx_u64)3 << 62);"),
+    Plant("keys_read_unswizzled", SM90A_TMA, ": hx_wgmma_desc_sw128(stage);",
+          ": hx_wgmma_desc_sw128(stage) & ~((hx_u64)3 << 62);"),
     Plant("preshuffled_core_matrix_strides_swapped", SM90A_TMA, "hx_wgmma_desc_plain(stage, 128, 1024)",
           "hx_wgmma_desc_plain(stage, 1024, 128)"),
-    Plant("second_pass_reads_first_rows", SM90A_TMA, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
-          "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
 ]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
@@ -363,15 +353,16 @@ def apply(src: Path, plant: Plant) -> None:
     path.write_text(text.replace(plant.old, plant.new))
 
 
-def _build_plant(d: Path, clean: Path, plant: Plant | None, targets: list[str]) -> subprocess.CompletedProcess:
-    """The planted copy of hsaco_src/ built into the package copy d/pkg. A plant's build starts from the
-    clean build's objects, so build.py recompiles only the kernels whose sources the plant touched."""
+def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str]) -> subprocess.CompletedProcess:
+    """A copy of hsaco_src/ with `plants` applied, built into the package copy d/pkg. A planted build starts from
+    the clean build's objects (clean/pkg), so build.py recompiles only the kernels whose sources changed."""
     if d.exists():
         shutil.rmtree(d)
     shutil.copytree(ROOT / "hsaco_src", d / "src")
     pkg = PackageCopy(d / "pkg")
-    if plant:
+    for plant in plants:
         apply(d / "src", plant)
+    if plants:
         clean_pkg = PackageCopy(clean / "pkg")
         for have, want in ((clean_pkg.kernels, pkg.kernels), (clean_pkg.root / "work", pkg.root / "work")):
             if have.is_dir():
@@ -421,7 +412,7 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
             name = plant.name if plant else "(none: the suite must pass)"
             d = root / (plant.name if plant else "clean")
             t0 = time.time()
-            b = None if prebuilt else _build_plant(d, root / "clean", plant, spec["targets"])
+            b = None if prebuilt else build_planted(d, root / "clean", [plant] if plant else [], spec["targets"])
             pkg = PackageCopy(d / "pkg")
             if b is not None and b.returncode != 0:
                 results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +

@@ -22,7 +22,7 @@ import click
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tools.mutate import Plant, apply  # noqa: E402
+from tools.mutate import Plant, build_planted  # noqa: E402
 from tools.package_copy import PackageCopy  # noqa: E402
 
 DEC = "sm90a/paged_mqa_logits_wgmma.hip"
@@ -82,20 +82,6 @@ VARIANTS = {
 }
 
 
-def build(d: Path, subs: list[Plant], shipped: Path | None) -> subprocess.CompletedProcess:
-    if d.exists():
-        shutil.rmtree(d)
-    shutil.copytree(ROOT / "hsaco_src", d / "src")
-    for s in subs:
-        apply(d / "src", s)
-    pkg = PackageCopy(d / "pkg")
-    if shipped is not None:
-        for have, want in (((shipped / "pkg" / "hipindexer" / "kernels"), pkg.kernels), (shipped / "pkg" / "work", pkg.root / "work")):
-            if have.is_dir():
-                shutil.copytree(have, want)
-    return pkg.refresh().build(["sm_90a"], src=d / "src")
-
-
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--set", "vset", type=click.Choice(sorted(VARIANTS)), required=True)
 @click.option("--builds", type=click.Path(path_type=Path), required=True)
@@ -112,7 +98,7 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, cmd):
     for name, subs in chosen.items():
         d = builds / name
         if not prebuilt:
-            b = build(d, subs, None if name == "shipped" else builds / "shipped")
+            b = build_planted(d, builds / "shipped", subs, ["sm_90a"])
             if b.returncode:
                 click.echo(f"{name}: build failed: {(b.stderr.strip().splitlines() or ['?'])[-1]}")
                 continue

@@ -452,17 +452,11 @@ HX_INLINE __device__ void hx_wgmma_k32(float (&d)[32], hx_u64 a, hx_u64 b, hx_u3
 HX_INLINE __device__ void hx_wgmma_k32(float (&d)[48], hx_u64 a, hx_u64 b, hx_u32 acc) {
   hx_wgmma_m64n96k32_e4m3(d, a, b, acc);
 }
-// D = A[64 x 128] B[N x 128]^T over 128-byte rows: four k32 steps, each 32 bytes further into both tiles, the
-// first overwriting D. Issued, not committed.
+// D = A[64 x 128] B[N x 128]^T over 128-byte rows: four k32 steps, the first overwriting D, each 32 bytes further
+// into B (in the 128-byte swizzle) and a_step descriptor units (16 bytes each) further into A: 2 in the swizzle,
+// k_stride / 8 for hx_wgmma_desc_plain. Issued, not committed.
 template <int R>
-HX_INLINE __device__ void hx_wgmma_k128(float (&d)[R], hx_u64 a, hx_u64 b) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) hx_wgmma_k32(d, a + 2 * kk, b + 2 * kk, kk);
-}
-// The same with A's k32 step (in the descriptor's 16-byte address units) given: 2 in the 128-byte swizzle,
-// k_stride / 8 for hx_wgmma_desc_plain.
-template <int R>
-HX_INLINE __device__ void hx_wgmma_k128(float (&d)[R], hx_u64 a, hx_u64 b, hx_u32 a_step) {
+HX_INLINE __device__ void hx_wgmma_k128(float (&d)[R], hx_u64 a, hx_u64 b, hx_u32 a_step = 2) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) hx_wgmma_k32(d, a + (hx_u64)(a_step * kk), b + 2 * kk, kk);
 }
