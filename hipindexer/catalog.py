@@ -290,7 +290,7 @@ KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
                       "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
                       accumulation="fp8_tc"))
-# sm_90a fast decode path (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): whole blocks by bulk copies,
+# sm_90a tensor-core decode (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): whole blocks by bulk copies,
 # repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
 # (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.decode_plan.WGMMA_DECODE_SM90). The raw ring takes the
 # shared memory its Q slots leave, so it asks for all 227 KiB.
@@ -298,8 +298,8 @@ KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hi
                       "DecodeParams", block=512, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=232448, accumulation="fp8_tc"))
 # The same op on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip;
-# hipindexer.decode_plan.WGMMA_TMA_DECODE_SM90): pages land swizzled, three math warpgroups, no repack. Chosen
-# only by name (kernel="paged_mqa_logits_wgmma_tma") until it has had its device run (docs/benchmarks.md).
+# hipindexer.decode_plan.WGMMA_TMA_DECODE_SM90): pages land swizzled, three math warpgroups, no repack. The
+# planner's default at those shapes; the bulk-copy kernel above is chosen by name.
 KERNELS.append(Kernel("paged_mqa_logits_wgmma_tma", "sm90a/paged_mqa_logits_wgmma_tma.hip",
                       "hx_paged_mqa_logits_wgmma_tma", "DecodeTmaParams", block=512, targets=("sm_90a",),
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc"))

@@ -79,12 +79,14 @@ class DecodeKernelSpec:
 # pairs per pass; fp32 FMAs.
 GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic", block=128)
 # sm_90a fp8 wgmma (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip): 64-key stages of whole blocks (16 or 64 tokens,
-# either layout), up to 128 (row, head) pairs per MMA pass; one unit per SM by default.
+# either layout) by bulk copies, repacked into the operand swizzle, up to 128 (row, head) pairs per MMA pass; one
+# unit per SM by default. Chosen only by name: it needs no tensor map (see below).
 WGMMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma", block=512, fits=((32, 128), (64, 128)),
                                      block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
                                      persistent=True, stage_keys=64)
 # The same on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip): whole pages land swizzled,
-# three math warpgroups. Registered after the kernel above, so only kernel="paged_mqa_logits_wgmma_tma" picks it.
+# three math warpgroups, no repack. The default: registered first. Its tensor map (hipindexer/kv_map.py) is
+# uploaded on a cache's first call, which therefore has to come before a graph capture.
 WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", block=512, fits=((32, 128), (64, 128)),
                                          block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
                                          persistent=True, stage_keys=64, kv_map=True)
@@ -103,8 +105,8 @@ def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
     DECODE_KERNELS[spec.key] = spec
 
 
-register_decode("sm_90a", WGMMA_DECODE_SM90)
 register_decode("sm_90a", WGMMA_TMA_DECODE_SM90)
+register_decode("sm_90a", WGMMA_DECODE_SM90)
 # gfx950 scaled-MFMA kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): 4 waves per unit, 64-key pages, every
 # live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the LDS would allow
 # 4, the VGPRs (over 168) allow 2).
@@ -174,7 +176,7 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
     ``units_per_cu`` units per CU, no more than a sequence of max_model_len keys has tiles; an explicit
     split_kv is honoured exactly. However many units there are, the kernel shares the batch's real work
     among them evenly (each key block weighted by its sequence's live rows), so split_kv sets the grain,
-    not which sequence a unit serves. A persistent kernel (sm_90a's paged_mqa_logits_wgmma) gets one unit
+    not which sequence a unit serves. A persistent kernel (sm_90a's paged_mqa_logits_wgmma_tma) gets one unit
     per SM by default (fewer when the batch has fewer tiles), split_kv then reporting ceil(units / B).
 
     Keys are read from memory once per call for any next_n x H x D: a unit stages a tile of keys in shared
@@ -183,14 +185,16 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
     staged as f32, 16 x D x 4 bytes; wgmma: one MMA of up to 128 pairs). Rows past next_n_lens[b] do no
     work beyond their -inf fill.
 
-    The kernel, unless forced: on sm_90a paged_mqa_logits_wgmma (fp8 tensor cores) at H in {32, 64},
-    D = 128, block_size 16 or 64, either layout, under accumulation="fast"; the generic kernel otherwise.
+    The kernel, unless forced: on sm_90a paged_mqa_logits_wgmma_tma (fp8 tensor cores, keys by the tensor
+    copy engine) at H in {32, 64}, D = 128, block_size 16 or 64, either layout, under accumulation="fast"; the
+    generic kernel otherwise. kernel="paged_mqa_logits_wgmma" takes the bulk-copy kernel of the same shapes,
+    which needs no tensor map of the cache.
     accumulation: "fast" takes the fastest kernel serving the shape whatever its accumulation class,
     "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
 
     >>> from hipindexer.planner import TARGETS
     >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"]).kernel
-    'paged_mqa_logits_wgmma'
+    'paged_mqa_logits_wgmma_tma'
     >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"], accumulation="fp32").kernel
     'paged_mqa_logits_generic'
     """

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("H", [32, 64])
 @pytest.mark.parametrize("block_size", [16, 64])
 @pytest.mark.parametrize("preshuffle", [False, True])
-def test_sm90a_takes_the_wgmma_kernel_where_it_serves(H, block_size, preshuffle):
+def test_sm90a_takes_the_tensor_copy_wgmma_kernel_where_it_serves(H, block_size, preshuffle):
     for next_n in range(1, 9):
         p = plan_decode(16, next_n, H, 128, block_size, 32768, H200, preshuffle=preshuffle)
-        assert p.kernel == WGMMA and p.variant == {"HX_HEADS": H} and p.block == 512
+        assert p.kernel == TMA and p.variant == {"HX_HEADS": H} and p.block == 512
         assert p.accumulation == "fp8_tc" and p.eps == 2.0 ** -12
         assert p.tile == 64 and p.head_pass == 128 and p.key_reads == 1
 
@@ -71,7 +71,7 @@ def test_the_default_grid_is_one_unit_per_sm_or_per_stage(B, mml):
 
 def test_an_explicit_split_kv_gives_b_times_split_units():
     p = plan_decode(64, 2, 32, 128, 16, 32768, H200, split_kv=7)
-    assert p.kernel == WGMMA and p.units == 448 and p.grid == (448, 1, 1)
+    assert p.kernel == TMA and p.units == 448 and p.grid == (448, 1, 1)
 
 
 def test_catalog_declares_the_kernel_for_sm90a_only():
@@ -148,10 +148,10 @@ def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory(name):
         assert m["kernel_qgmma"] == 4 * len(widths)  # four k32 steps of D = 128 per pass width
 
 
-def test_the_tensor_copy_kernel_is_chosen_only_by_name():
+def test_the_bulk_copy_kernel_is_chosen_only_by_name():
     for H in (32, 64):
-        assert plan_decode(16, 1, H, 128, 64, 32768, H200).kernel == WGMMA
-        p = plan_decode(16, 1, H, 128, 64, 32768, H200, kernel=TMA)
-        assert p.kernel == TMA and p.variant == {"HX_HEADS": H} and p.block == 512
+        assert plan_decode(16, 1, H, 128, 64, 32768, H200).kernel == TMA
+        p = plan_decode(16, 1, H, 128, 64, 32768, H200, kernel=WGMMA)
+        assert p.kernel == WGMMA and p.variant == {"HX_HEADS": H} and p.block == 512
     assert catalog.KERNEL[TMA].params == "DecodeTmaParams" and WGMMA_TMA_DECODE_SM90.kv_map
     assert not WGMMA_DECODE_SM90.kv_map

@@ -6,10 +6,12 @@ needs torch and the built deep_gemm, which the package never does).
     python tools/deepgemm_bench.py prefill --shapes 4096x32768,8192x8192 --heads 64,32 > dg_prefill.json
 
 Inputs follow DeepGEMM's own tests: random fp8 queries and key codes, kv_scale 1, a block table over a shuffled
-pool, 2-D context lengths (token j of a sequence of context c sees c - next_n + j + 1 keys), clean_logits=True
-(its separate fill kernel counted). Time: CUDA events around each call with a 256 MB memset queued before it (the
-L2 flushed, the host's launch cost hidden), median of `--repeats` after 3 warm-ups; decode both with the schedule
-kernel a serving step runs (`us`) and without it (`us_kernel`). GB/s and TFLOP/s are counted as the hipindexer
+pool, 2-D context lengths (token j of a sequence of context c sees c - next_n + j + 1 keys). Decode runs with
+clean_logits=False: at this commit DeepGEMM's paged op refuses clean_logits with 2-D lengths, and takes no other
+(so its time leaves out the -inf fill ours counts). Prefill runs with clean_logits=True (its fill kernel
+counted). Time: CUDA events around each call with a 256 MB memset queued before it (the L2 flushed, the
+host's launch cost hidden), median of `--repeats` after 3 warm-ups; decode both with the schedule kernel a
+serving step runs (`us`) and without it (`us_kernel`). GB/s and TFLOP/s are counted as the hipindexer
 benchmark counts them (key + scale bytes once per sequence; 2 H D per valid (row, key) pair).
 """
 import json
@@ -73,13 +75,13 @@ def decode(rows, heads, next_ns, block_size, repeats):
                 def step(with_schedule=True, sched=[None]):
                     if with_schedule or sched[0] is None:
                         sched[0] = deep_gemm.get_paged_mqa_logits_metadata(lens, block_size, num_sms)
-                    return deep_gemm.fp8_paged_mqa_logits(q, kv, w, lens, table, sched[0], ctx, clean_logits=True)
+                    return deep_gemm.fp8_paged_mqa_logits(q, kv, w, lens, table, sched[0], ctx, clean_logits=False)
 
                 us = _time(step, repeats)
                 us_kernel = _time(lambda: step(False), repeats)
                 key_bytes = B * ctx * (D + 4)
                 cases.append({"op": "decode", "library": "DeepGEMM", "B": B, "ctx": ctx, "H": H, "D": D,
-                              "block_size": block_size, "next_n": n, "clean": True, "us": us, "us_kernel": us_kernel,
+                              "block_size": block_size, "next_n": n, "clean": False, "us": us, "us_kernel": us_kernel,
                               "GBps": key_bytes / (us * 1e-6) / 1e9,
                               "tflops": 2 * H * D * _pairs_decode(B, ctx, n) / (us * 1e-6) / 1e12})
                 print(f"decode B={B} ctx={ctx} H={H} n={n}: {us:.1f} us ({us_kernel:.1f} without the schedule)",

@@ -1,6 +1,6 @@
 #!/bin/bash
-# One device call for an sm_90a decode kernel ($KERNEL: paged_mqa_logits_wgmma, the default, or
-# paged_mqa_logits_wgmma_tma) on an H200, from the repository root with hipindexer/kernels and the plant builds carried. Each step under `timeout`, logs in $OUT (8 files at most), the
+# One device call for an sm_90a decode kernel ($KERNEL: paged_mqa_logits_wgmma_tma, the default, or
+# paged_mqa_logits_wgmma) on an H200, from the repository root with hipindexer/kernels and the plant builds carried. Each step under `timeout`, logs in $OUT (8 files at most), the
 # summary printed last. Correctness first: the benchmark runs only when every correctness step passed.
 #   build     the carried sm_90a objects current (built here if not)
 #   probe     eight small cases, each in its own process under a short timeout, so that a deadlock or a crash
@@ -33,7 +33,7 @@
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"build probe sass tests check stress sanitize mutate bench"}  # profile and stages: on request
-KERNEL=${KERNEL:-paged_mqa_logits_wgmma}           # or paged_mqa_logits_wgmma_tma
+KERNEL=${KERNEL:-paged_mqa_logits_wgmma_tma}       # or paged_mqa_logits_wgmma
 SET=${SET:-$([ $KERNEL = paged_mqa_logits_wgmma_tma ] && echo sm90a_decode_tma || echo sm90a_decode)}
 PLANTS=${PLANTS:-build/plants/$SET}
 VARIANTS=${VARIANTS:-build/variants/$SET}
