@@ -76,8 +76,22 @@ VARIANTS = {
                       Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")],
         # one page warp for every stage (warp 2 idle)
         "one_page_warp": [Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;", "if (parity) break;")],
+        # the epilogue without the FADD of relu (|x| x w, one FFMA an accumulator: what folding the ReLU's linear
+        # half into the MMA would leave)
+        "no_relu_fadd": [Plant("no_relu_fadd", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);",
+                               "sum = __fmaf_rn(__builtin_fabsf(x), w2[2 * jj + cc], sum);")],
         # a stage ring of at most 12 stages
         "ring_12": [Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 12;")],
+        # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same
+        # bytes, unswizzled) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
+        "no_math_bulk_pages": [_no_math(TMA), Plant(
+            "bulk_pages", TMA_LOADER, "    hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
+            "    hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
+            "hx_block_bytes(p.block_size, D), bar);")],
+        "no_math_one_page_warp": [_no_math(TMA), Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;",
+                                                       "if (parity) break;")],
+        "no_math_ring_12": [_no_math(TMA), Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;",
+                                                 "constexpr hx_u32 SRMAX = 12;")],
     },
 }
 

@@ -69,10 +69,12 @@ template <class P>
 HX_INLINE __device__ hx_decode_seq sequence_at(const P& p, hx_i32 b) {
   return sequence(p, p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n);
 }
-// What one block of the sequence costs here: its bytes (MEMW) while the MMA keeps up with them, its MMA time once
-// more live rows make that the longer (H = 64 past 4 rows), in the same unit (the MMA time of one row at H = 32).
+// What one block of the sequence costs here, in eighths of the time its bytes take to stream in: that (MEMW) while
+// the MMA keeps up with them, else two a live row, at either head count. Units balance their pieces of the batch
+// by these prices, so rows priced too cheap send the units that land among many-row sequences more than their
+// share, and too dear the reverse; docs/benchmarks.md has the ragged batches that chose the weights.
 HX_INLINE __device__ hx_i64 block_price(const hx_decode_seq& s) {
-  return s.live > 0 ? (hx_i64)hx_max_i32(MEMW, s.live * (H / 32)) : 0;
+  return s.live > 0 ? (hx_i64)hx_max_i32(MEMW, 2 * s.live) : 0;
 }
 HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) { return (hx_i64)s.blocks * block_price(s); }
 
