@@ -83,7 +83,8 @@ VARIANTS = {
         # a stage ring of at most 12 stages
         "ring_12": [Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 12;")],
         # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same
-        # bytes, unswizzled) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
+        # bytes, unswizzled; block_size 64 only: a bulk copy moves whole 16-byte units, a 16-token page is 2112
+        # bytes) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
         "no_math_bulk_pages": [_no_math(TMA), Plant(
             "bulk_pages", TMA_LOADER, "    hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
             "    hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
@@ -103,8 +104,9 @@ VARIANTS = {
 @click.option("--build-only", is_flag=True)
 @click.option("--prebuilt", is_flag=True)
 @click.option("--timeout", default=300)
+@click.option("--graph", is_flag=True, help="Compare graph-replay times where the benchmark measured them.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def main(vset, builds, variants, build_only, prebuilt, timeout, cmd):
+def main(vset, builds, variants, build_only, prebuilt, timeout, graph, cmd):
     chosen = {k: v for k, v in VARIANTS[vset].items() if variants is None or k in variants.split(",") or k == "shipped"}
     if not build_only and not cmd:
         raise click.UsageError("give the command to time after --")
@@ -133,7 +135,7 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, cmd):
             continue
         for c in doc["cases"]:
             case = f"B={c['B']} ctx={c['ctx']} H={c['H']} n={c['next_n']} bs={c['block_size']}"
-            times.setdefault(case, {})[name] = c["us"]
+            times.setdefault(case, {})[name] = c["us_graph"] if graph and c.get("us_graph") else c["us"]
         click.echo(f"{name}: done", err=True)
     if times:
         names = list(chosen)
