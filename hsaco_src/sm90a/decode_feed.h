@@ -5,6 +5,36 @@
 
 namespace {
 
+// The batch's total work and fill, summed by the producer warpgroup (thread tid of its 128, every one of which
+// gets both) through the layout's TOT_OFF words; malformed sequences reported once, by unit 0.
+template <class P>
+HX_INLINE __device__ void batch_totals(const P& p, const Smem& sm, hx_i32 tid, hx_i64& total_work,
+                                       hx_i64& total_fill) {
+  const hx_i32 warp = tid >> 5, lane = tid & 31;
+  hx_i64 work = 0, fill = 0;
+  bool malformed = false;
+  for (hx_i32 b = tid; b < p.B; b += 128) {
+    const hx_decode_seq s = sequence_at(p, b);
+    malformed |= s.malformed;
+    work += work_price(s);
+    fill += hx_decode_fill(s, p.max_model_len);
+  }
+  if (malformed && hx_block_x() == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
+#pragma unroll
+  for (int x = 16; x >= 1; x >>= 1) {
+    work += shfl_xor_i64(work, x);
+    fill += shfl_xor_i64(fill, x);
+  }
+  hx_i64* tot = (hx_i64*)(sm.ptr + TOT_OFF);
+  if (lane == 0) {
+    tot[2 * warp] = work;
+    tot[2 * warp + 1] = fill;
+  }
+  hx_bar_sync(1, 128);
+  total_work = tot[0] + tot[2] + tot[4] + tot[6];
+  total_fill = tot[1] + tot[3] + tot[5] + tot[7];
+}
+
 // Block-table column col of a row (entries [0, hi) exist for this segment): the block id, or -1 for a column
 // past hi (not read) or an entry naming no block (never read through: error bit 0).
 template <class P>

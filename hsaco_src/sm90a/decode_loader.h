@@ -56,28 +56,8 @@ HX_INLINE __device__ void page_warp(const DecodeParams& p, const Smem& sm, hx_ra
 
 HX_INLINE __device__ void producer_warpgroup(const DecodeParams& p, const Smem& sm, hx_i32 tid) {
   const hx_i32 warp = tid >> 5, lane = tid & 31;
-  // The batch's total work and fill, by the four warps; malformed sequences reported once, by unit 0.
-  hx_i64 work = 0, fill = 0;
-  bool malformed = false;
-  for (hx_i32 b = tid; b < p.B; b += 128) {
-    const hx_decode_seq s = sequence_at(p, b);
-    malformed |= s.malformed;
-    work += work_price(s);
-    fill += hx_decode_fill(s, p.max_model_len);
-  }
-  if (malformed && hx_block_x() == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
-#pragma unroll
-  for (int x = 16; x >= 1; x >>= 1) {
-    work += shfl_xor_i64(work, x);
-    fill += shfl_xor_i64(fill, x);
-  }
-  hx_i64* tot = (hx_i64*)(sm.ptr + TOT_OFF);
-  if (lane == 0) {
-    tot[2 * warp] = work;
-    tot[2 * warp + 1] = fill;
-  }
-  hx_bar_sync(1, 128);
-  const hx_i64 total_work = tot[0] + tot[2] + tot[4] + tot[6], total_fill = tot[1] + tot[3] + tot[5] + tot[7];
+  hx_i64 total_work, total_fill;
+  batch_totals(p, sm, tid, total_work, total_fill);
   const hx_i64 units = hx_grid_dim_x(), u = hx_block_x();
   if (warp == 0) page_warp(p, sm, hx_balanced_part(total_work, units, u), lane);
   else if (warp == 1) query_warp(p, sm, hx_balanced_part(total_work, units, u), lane);
