@@ -188,6 +188,8 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
   hx_turn_start(3, w);
   hx_turn_wait(3, w);
   hx_turn_pass(3, w);
+  hx_turn_end(3, w);
+  hx_turn_wait(5, w, 256);
   float x[4];
   hx_e4m3x4_to_f32((hx_u32)hx_shfl_xor_i32((hx_i32)lane, 1), x);
   const float y[4] = {s, x[1], x[2], hx_shfl_xor(x[3], 2)};

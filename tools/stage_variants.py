@@ -32,6 +32,9 @@ TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 TMA_CTA = "sm90a/decode_tma_cta.h"
 TMA_LOADER = "sm90a/decode_tma_loader.h"
 COMMON = "sm90a/decode_common.h"  # the math pass both decode kernels share
+FOLD = "sm90a/mqa_logits_wgmma_fold.hip"
+PLAIN = "sm90a/mqa_logits_wgmma.hip"
+PEAK = "sm90a/wgmma_peak.hip"
 
 
 def _mma_only() -> Plant:
@@ -39,6 +42,44 @@ def _mma_only() -> Plant:
     return Plant("mma_only", COMMON, "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n",
                  "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n"
                  "  if (c.n == -7) hx_store_f32_if(true, c.out, acc[0] + acc[NACC - 1]);\n  if (c.n != -8) return;\n")
+
+
+def _peak_at(n: int) -> list[Plant]:
+    """The fp8 peak loop on m64nNk32 instead of m64n256k32 (its reported TFLOP/s still count N = 256)."""
+    return [Plant(f"peak_n{n}_acc", PEAK, "float acc[128];", f"float acc[{n // 2}];"),
+            Plant(f"peak_n{n}_zero", PEAK, "for (int i = 0; i < 128; ++i) acc[i] = 0.f;",
+                  f"for (int i = 0; i < {n // 2}; ++i) acc[i] = 0.f;"),
+            Plant(f"peak_n{n}_sum", PEAK, "for (int i = 0; i < 128; ++i) s += acc[i];",
+                  f"for (int i = 0; i < {n // 2}; ++i) s += acc[i];"),
+            Plant(f"peak_n{n}_mma", PEAK, "hx_wgmma_m64n256k32_e4m3(acc,", f"hx_wgmma_m64n{n}k32_e4m3(acc,")]
+
+
+def _two_warpgroups() -> Plant:
+    """The peak loop's third warpgroup leaves before the loop."""
+    return Plant("peak_2wg", PEAK, "  hx_wgmma_fence();\n  for (hx_i32 it", "  if (wg == 2) return;\n  hx_wgmma_fence();\n  for (hx_i32 it")
+
+
+def _flag(f: str, name: str, value: str) -> Plant:
+    """A kernel's `static constexpr bool NAME = ...;` set to value."""
+    other = "false" if value == "true" else "true"
+    return Plant(f"{name.lower()}_{value}", f, f"static constexpr bool {name} = {other};",
+                 f"static constexpr bool {name} = {value};")
+
+
+PRE_CTA = "sm90a/prefill_cta.h"
+_PREFILL_STAGES = {
+    # the logits never stored (the quad reduce kept)
+    "no_store": [Plant("no_store", PRE_CTA, "hx_store_f32_if(store, t.row[kq],", "hx_store_f32_if(store & (e == -0x7fffffff), t.row[kq],")],
+    # every stage's logits stored over the unit's first stage's (the same instructions, no new lines)
+    "same_addr_store": [Plant("same_addr", PRE_CTA, "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;",
+                              "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += 0;")],
+    # the logits stored with the evict-first hint
+    "store_cs": [Plant("store_cs", "sm90a/hopper.h", "@p st.global.f32 [%0], %1;", "@p st.global.cs.f32 [%0], %1;")],
+    # the loader warps copy no keys (the math reads stale stages; scales still copied)
+    "no_kcopy": [Plant("no_kcopy", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(",
+                       "    if (n0 < 0) hx_copy_tile_sw128<BK / 2>("),
+                 Plant("no_kcopy_tail", PRE_CTA, "    else hx_copy_tile_sw128_rows<BK / 2, 8>(", "    else if (n0 < -1) hx_copy_tile_sw128_rows<BK / 2, 8>(")],
+}
 
 
 def _no_math(f: str) -> Plant:
@@ -54,6 +95,29 @@ _NO_REPACK = [
 ]
 
 VARIANTS = {
+    # mqa_logits_wgmma_fold: the math warpgroups' turns at the tensor cores (PINGPONG) and an MMA group in flight
+    # under every head sum but a pair's last (OVERLAP); the peak loop at the fold's N and the plain kernel's
+    "sm90a_prefill_fold": {
+        "shipped": [],
+        "pingpong": [_flag(FOLD, "PINGPONG", "true")],
+        "overlap": [_flag(FOLD, "OVERLAP", "true")],
+        "both": [_flag(FOLD, "PINGPONG", "true"), _flag(FOLD, "OVERLAP", "true")],
+        **_PREFILL_STAGES,
+        # the unit's q_eff terms not computed (the MMA reads stale term rows)
+        "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
+                                "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
+        "peak_n136": _peak_at(136),
+        "peak_n128": _peak_at(128),
+        # ... on two warpgroups, as many as the fold's math
+        "peak_n136_2wg": [*_peak_at(136), _two_warpgroups()],
+        "peak_n256_2wg": [_two_warpgroups()],
+    },
+    # mqa_logits_wgmma: the two halves' warpgroup pairs taking turns at the tensor cores
+    "sm90a_prefill_plain": {
+        "shipped": [],
+        "pingpong": [_flag(PLAIN, "PINGPONG", "true")],
+        **_PREFILL_STAGES,
+    },
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
     "sm90a_decode": {
         "shipped": [],
@@ -134,8 +198,13 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, cmd):
             click.echo(f"{name}: no result (exit {r.returncode}): {r.stderr.strip()[-300:]}")
             continue
         for c in doc["cases"]:
-            case = f"B={c['B']} ctx={c['ctx']} H={c['H']} n={c['next_n']} bs={c['block_size']}"
+            if doc.get("op") == "prefill":
+                case = f"M={c['M']} N={c['N']} H={c['H']} clean={c['clean']}"
+            else:
+                case = f"B={c['B']} ctx={c['ctx']} H={c['H']} n={c['next_n']} bs={c['block_size']}"
             times.setdefault(case, {})[name] = c["us_graph"] if graph and c.get("us_graph") else c["us"]
+        if doc.get("matrix_peak_TFLOPs"):  # TFLOP/s, not us: a peak variant's N changes what it means
+            times.setdefault("peak loop TFLOP/s (as N = 256)", {})[name] = doc["matrix_peak_TFLOPs"]
         click.echo(f"{name}: done", err=True)
     if times:
         names = list(chosen)
