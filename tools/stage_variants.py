@@ -59,17 +59,19 @@ def _two_warpgroups() -> Plant:
     return Plant("peak_2wg", PEAK, "  hx_wgmma_fence();\n  for (hx_i32 it", "  if (wg == 2) return;\n  hx_wgmma_fence();\n  for (hx_i32 it")
 
 
-def _flag(f: str, name: str, value: str) -> Plant:
-    """A kernel's `static constexpr bool NAME = ...;` set to value."""
-    other = "false" if value == "true" else "true"
-    return Plant(f"{name.lower()}_{value}", f, f"static constexpr bool {name} = {other};",
-                 f"static constexpr bool {name} = {value};")
+def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, after_commit: str) -> list[Plant]:
+    """The math warpgroups of `f` in two sides (`side`: 0 or 1) taking turns at issuing a stage's MMAs on
+    barriers 4 and 5 (hx_turn_*), so that one side's head sums may run under the other's MMAs."""
+    arg = f"4, (hx_u32){side}, {threads}"
+    end = "      sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));\n    }\n  }\n"
+    return [Plant("turn_start", f, start, f"{start}    hx_turn_start({arg});\n"),
+            Plant("turn_wait", f, before_fence, before_fence.replace("hx_wgmma_fence();", f"hx_turn_wait({arg});\n        hx_wgmma_fence();")),
+            Plant("turn_pass", f, after_commit, after_commit.replace("return scale;", f"hx_turn_pass({arg});\n        return scale;")),
+            Plant("turn_end", f, end, end.replace("    }\n  }\n", f"    }}\n    hx_turn_end({arg});\n  }}\n"))]
 
 
 PRE_CTA = "sm90a/prefill_cta.h"
 _PREFILL_STAGES = {
-    # the logits never stored (the quad reduce kept)
-    "no_store": [Plant("no_store", PRE_CTA, "hx_store_f32_if(store, t.row[kq],", "hx_store_f32_if(store & (e == -0x7fffffff), t.row[kq],")],
     # every stage's logits stored over the unit's first stage's (the same instructions, no new lines)
     "same_addr_store": [Plant("same_addr", PRE_CTA, "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;",
                               "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += 0;")],
@@ -95,27 +97,28 @@ _NO_REPACK = [
 ]
 
 VARIANTS = {
-    # mqa_logits_wgmma_fold: the math warpgroups' turns at the tensor cores (PINGPONG) and an MMA group in flight
-    # under every head sum but a pair's last (OVERLAP); the peak loop at the fold's N and the plain kernel's
+    # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
+    # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
         "shipped": [],
-        "pingpong": [_flag(FOLD, "PINGPONG", "true")],
-        "overlap": [_flag(FOLD, "OVERLAP", "true")],
-        "both": [_flag(FOLD, "PINGPONG", "true"), _flag(FOLD, "OVERLAP", "true")],
+        "pingpong": _pingpong(FOLD, "g", 256, "const hx_i32 g = wg - 1;\n",
+                              "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();",
+                              "          hx_wgmma_commit();\n        }\n        return scale;"),
         **_PREFILL_STAGES,
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
         "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
                                 "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
         "peak_n136": _peak_at(136),
         "peak_n128": _peak_at(128),
-        # ... on two warpgroups, as many as the fold's math
         "peak_n136_2wg": [*_peak_at(136), _two_warpgroups()],
         "peak_n256_2wg": [_two_warpgroups()],
     },
-    # mqa_logits_wgmma: the two halves' warpgroup pairs taking turns at the tensor cores
+    # mqa_logits_wgmma: the two halves' warpgroup pairs taking turns at the tensor cores; the loader and stores
     "sm90a_prefill_plain": {
         "shipped": [],
-        "pingpong": [_flag(PLAIN, "PINGPONG", "true")],
+        "pingpong": _pingpong(PLAIN, "h", 512, "    const hx_i32 g = mw & 1, h = mw >> 1;\n",
+                              "        hx_fence_regs(acc);\n        hx_wgmma_fence();",
+                              "        hx_wgmma_commit();\n        return scale;"),
         **_PREFILL_STAGES,
     },
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups

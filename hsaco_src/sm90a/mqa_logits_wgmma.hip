@@ -27,9 +27,6 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
   static constexpr int LOAD_REGS = 56, MATH_REGS = 104;
   static_assert(128 * LOAD_REGS + 4 * 128 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
   static constexpr hx_u32 BAR_OFF = FX_OFF;
-  // The two halves' warpgroup pairs take turns at issuing a stage's MMAs (barriers BAR_TURN, BAR_TURN + 1).
-  static constexpr bool PINGPONG = false;
-  static constexpr hx_u32 BAR_TURN = 4, TURN_THREADS = 4 * 128;
   static_assert(BAR_OFF + BAR_BYTES + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
 
   // relu(acc) x weight summed over this thread's heads: v[i RQ + q], key row 8i + l/4 of the warp's 16 and query
@@ -68,7 +65,6 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
     hx_setmaxnreg_inc<MATH_REGS>();
     const hx_i32 mw = wg - 1;
     const hx_i32 g = mw & 1, h = mw >> 1;
-    if constexpr (PINGPONG) hx_turn_start(BAR_TURN, (hx_u32)h, TURN_THREADS);
     const hx_i32 mt = tid - 128 * wg;  // thread in the warpgroup
     const hx_i32 w = mt / 32, l = mt % 32;
     const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
@@ -99,11 +95,9 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
         sm.k.wait_full(at);
         const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
         hx_fence_regs(acc);
-        if constexpr (PINGPONG) hx_turn_wait(BAR_TURN, (hx_u32)h, TURN_THREADS);
         hx_wgmma_fence();
         hx_wgmma_k128(acc, adesc0 + (hx_u64)(at.slot * (BK * D / 16)), hx_wgmma_desc_sw128(qtile + h * QHALF_BYTES));
         hx_wgmma_commit();
-        if constexpr (PINGPONG) hx_turn_pass(BAR_TURN, (hx_u32)h, TURN_THREADS);
         return scale;
       };
       auto sum = [&](V& v) {
@@ -121,7 +115,6 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
       // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
       sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
     }
-    if constexpr (PINGPONG) hx_turn_end(BAR_TURN, (hx_u32)h, TURN_THREADS);
   }
 };
 

@@ -38,9 +38,6 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
   static_assert(BAR_OFF + BAR_BYTES + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
   static constexpr hx_u32 BAR_PARTIALS = 1;  // + math warpgroup: its four warps' q_eff partials are written
   static constexpr hx_u32 BAR_TERMS = 3;     // both math warpgroups: every term row is written
-  static constexpr hx_u32 BAR_TURN = 4;      // and 5: the math warpgroups' turns at issuing a stage's MMAs
-  static constexpr bool PINGPONG = false;
-  static constexpr bool OVERLAP = false;
 
   // |acc| x weight summed over this thread's heads plus the linear term: v[i RQ + q], key row 8i + l/4 of the
   // warp's 16 and query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj) is head
@@ -138,7 +135,6 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
   HX_INLINE __device__ void math_warpgroup(const PrefillParams& p, const Smem& sm, hx_i32 tid, hx_i32 wg) {
     hx_setmaxnreg_inc<MATH_REGS>();
     const hx_i32 g = wg - 1;
-    if constexpr (PINGPONG) hx_turn_start(BAR_TURN, (hx_u32)g);
     const hx_i32 mt = tid - 128 * wg;  // thread in the warpgroup
     const hx_i32 w = mt / 32, l = mt % 32;
     const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
@@ -174,84 +170,39 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
       const hx_u32 qtile = sm.base + Q_OFF + qb * Q_BYTES;
 
       using V = float[2][2 * RQ];
-      auto issue_half = [&](int hh, hx_u32 slot) {  // one commit group
-        hx_fence_regs(acc[hh]);
-        hx_wgmma_fence();
-        hx_wgmma_k128(acc[hh], adesc0 + (hx_u64)(slot * (BK * D / 16)), hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES));
-        hx_wgmma_commit();
-      };
-      // The warpgroups' turns at the tensor cores: one's sums run under the other's MMAs.
-      auto turn_wait = [&]() { if constexpr (PINGPONG) hx_turn_wait(BAR_TURN, (hx_u32)g); };
-      auto turn_pass = [&]() { if constexpr (PINGPONG) hx_turn_pass(BAR_TURN, (hx_u32)g); };
-      auto begin = [&]() -> float {  // the next stage in place; its kv_scale
+      auto issue = [&]() -> float {
         sm.k.wait_full(at);
-        return 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
+        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
+        hx_fence_regs(acc[0]);
+        hx_fence_regs(acc[1]);
+        hx_wgmma_fence();
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          hx_wgmma_k128(acc[hh], adesc0 + (hx_u64)(at.slot * (BK * D / 16)),
+                        hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES));
+          hx_wgmma_commit();
+        }
+        return scale;
       };
-      auto half_sums = [&](int hh, float (&v)[2 * RQ]) {
-        hx_fence_regs(acc[hh]);
-        head_sums(acc[hh], wq[hh], wt[hh], v);
+      auto sum = [&](V& v) {
+        hx_wgmma_wait<1>();  // the first half's group: its sums run under the second's MMAs
+        hx_fence_regs(acc[0]);
+        head_sums(acc[0], wq[0], wt[0], v[0]);
+        hx_wgmma_wait<0>();
+        hx_fence_regs(acc[1]);
+        head_sums(acc[1], wq[1], wt[1], v[1]);
+        sm.k.arrive_empty(at);
+        at.next();
       };
       auto store = [&](const V& v, float scale) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) reduce_store(t[hh], v[hh], e, scale, b1, b2);
         e += BK;
       };
-      hx_i32 st = 0;
-      if constexpr (OVERLAP) {
-        // Two stages a, b an iteration, an MMA group always in flight under the sums but at the end: b's first
-        // half is issued once a's first half is summed, b's second once a's second is.
-        for (; st + 2 <= ns; st += 2) {
-          V va, vb;
-          const float sa = begin();
-          const hx_u32 a = at.slot;
-          turn_wait();
-          issue_half(0, a);
-          issue_half(1, a);
-          turn_pass();
-          at.next();
-          hx_wgmma_wait<1>();
-          half_sums(0, va[0]);
-          const float sb = begin();
-          turn_wait();
-          issue_half(0, at.slot);
-          turn_pass();
-          hx_wgmma_wait<1>();
-          half_sums(1, va[1]);
-          sm.k.arrive_empty(a);
-          turn_wait();
-          issue_half(1, at.slot);
-          turn_pass();
-          store(va, sa);
-          hx_wgmma_wait<1>();
-          half_sums(0, vb[0]);
-          hx_wgmma_wait<0>();
-          half_sums(1, vb[1]);
-          sm.k.arrive_empty(at);
-          at.next();
-          store(vb, sb);
-        }
-      }
-      auto issue = [&]() -> float {
-        const float scale = begin();
-        turn_wait();
-        issue_half(0, at.slot);
-        issue_half(1, at.slot);
-        turn_pass();
-        return scale;
-      };
-      auto sum = [&](V& v) {
-        hx_wgmma_wait<1>();  // the first half's group: its sums run under the second's MMAs
-        half_sums(0, v[0]);
-        hx_wgmma_wait<0>();
-        half_sums(1, v[1]);
-        sm.k.arrive_empty(at);
-        at.next();
-      };
-      run_stages<!OVERLAP, V>(ns - st, issue, sum, store);
+      run_stages<true, V>(ns, issue, sum, store);
       // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
       sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
     }
-    if constexpr (PINGPONG) hx_turn_end(BAR_TURN, (hx_u32)g);
   }
 };
 
