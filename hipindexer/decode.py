@@ -115,13 +115,18 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     st = dev.default_stream if stream is None else as_stream(stream, dev)
     if out is None:
         out = DeviceArray.empty(shape, np.float32, dev, st)
+    _launch(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
+    return out
+
+
+def _launch(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
+    """A prepared decode launch on device arrays; a tensor-copy kernel also takes the cache's map (map_of)."""
     ptrs = (q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
             block_tables.ptr, out.ptr, 0 if errors is None else errors.ptr)
     if map_of is None:
         launch(st.handle, *ptrs)
     else:
         launch(st.handle, *ptrs, map_of(st, kv_cache.ptr))
-    return out
 
 
 def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation, stream, device,
@@ -174,9 +179,5 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
     remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), map_of))
     qa, ca, wa, cl, bt = (upload(a, dev, st) for a in (qa, ca, wa, cl, bt))
     nl = None if nl is None else upload(nl, dev, st)
-    ptrs = (qa.ptr, ca.ptr, wa.ptr, cl.ptr, 0 if nl is None else nl.ptr, bt.ptr, o.ptr, 0 if ea is None else ea.ptr)
-    if map_of is None:
-        launch(st.handle, *ptrs)
-    else:
-        launch(st.handle, *ptrs, map_of(st, ca.ptr))
+    _launch(launch, map_of, st, qa, ca, wa, cl, nl, bt, o, ea)
     return o

@@ -59,17 +59,20 @@ def _two_warpgroups() -> Plant:
     return Plant("peak_2wg", PEAK, "  hx_wgmma_fence();\n  for (hx_i32 it", "  if (wg == 2) return;\n  hx_wgmma_fence();\n  for (hx_i32 it")
 
 
-def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, after_commit: str) -> list[Plant]:
-    """The math warpgroups of `f` in two sides (`side`: 0 or 1) taking turns at issuing a stage's MMAs on
-    barriers 4 and 5 (hx_turn_*), so that one side's head sums may run under the other's MMAs."""
+def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pass_after: str) -> list[Plant]:
+    """The math warpgroups of `f` in two sides (`side`: 0 or 1) taking turns at the tensor cores on barriers 4
+    and 5 (hx_turn_*): a side waits for its turn before issuing a stage's MMAs and passes it on after the
+    text `pass_after` (its issue, or the wait that retires its MMAs: strict turns)."""
     arg = f"4, (hx_u32){side}, {threads}"
     end = "      sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));\n    }\n  }\n"
     return [Plant("turn_start", f, start, f"{start}    hx_turn_start({arg});\n"),
             Plant("turn_wait", f, before_fence, before_fence.replace("hx_wgmma_fence();", f"hx_turn_wait({arg});\n        hx_wgmma_fence();")),
-            Plant("turn_pass", f, after_commit, after_commit.replace("return scale;", f"hx_turn_pass({arg});\n        return scale;")),
+            Plant("turn_pass", f, pass_after, f"{pass_after}        hx_turn_pass({arg});\n"),
             Plant("turn_end", f, end, end.replace("    }\n  }\n", f"    }}\n    hx_turn_end({arg});\n  }}\n"))]
 
 
+_FOLD_START, _FOLD_FENCE = "const hx_i32 g = wg - 1;\n", "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();"
+_PLAIN_START, _PLAIN_FENCE = "    const hx_i32 g = mw & 1, h = mw >> 1;\n", "        hx_fence_regs(acc);\n        hx_wgmma_fence();"
 PRE_CTA = "sm90a/prefill_cta.h"
 _PREFILL_STAGES = {
     # every stage's logits stored over the unit's first stage's (the same instructions, no new lines)
@@ -101,9 +104,11 @@ VARIANTS = {
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
         "shipped": [],
-        "pingpong": _pingpong(FOLD, "g", 256, "const hx_i32 g = wg - 1;\n",
-                              "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();",
-                              "          hx_wgmma_commit();\n        }\n        return scale;"),
+        "pingpong": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, "          hx_wgmma_commit();\n        }\n"),
+        "pingpong_strict": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, "        hx_wgmma_wait<0>();\n"),
+        # ... passed on once the first half's MMAs retire
+        "pingpong_half": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE,
+                                   "        hx_wgmma_wait<1>();  // the first half's group: its sums run under the second's MMAs\n"),
         **_PREFILL_STAGES,
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
         "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
@@ -116,9 +121,8 @@ VARIANTS = {
     # mqa_logits_wgmma: the two halves' warpgroup pairs taking turns at the tensor cores; the loader and stores
     "sm90a_prefill_plain": {
         "shipped": [],
-        "pingpong": _pingpong(PLAIN, "h", 512, "    const hx_i32 g = mw & 1, h = mw >> 1;\n",
-                              "        hx_fence_regs(acc);\n        hx_wgmma_fence();",
-                              "        hx_wgmma_commit();\n        return scale;"),
+        "pingpong": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_commit();\n"),
+        "pingpong_strict": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_wait<0>();\n"),
         **_PREFILL_STAGES,
     },
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
