@@ -71,6 +71,14 @@ def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pa
             Plant("turn_end", f, end, end.replace("    }\n  }\n", f"    }}\n    hx_turn_end({arg});\n  }}\n"))]
 
 
+def _free_run(f: str) -> list[Plant]:
+    """The math warpgroups of `f` never wait for a K stage and the loader neither waits for a free one nor copies
+    keys: the math's own pace (MMAs, sums, stores) without the ring between them."""
+    return [*_PREFILL_STAGES["no_kcopy"],
+            Plant("no_wait_full", f, "        sm.k.wait_full(at);\n", "\n"),
+            Plant("no_wait_empty", PRE_CTA, "        s.k.wait_empty(kit);\n", "\n")]
+
+
 _FOLD_START, _FOLD_FENCE = "const hx_i32 g = wg - 1;\n", "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();"
 _PLAIN_START, _PLAIN_FENCE = "    const hx_i32 g = mw & 1, h = mw >> 1;\n", "        hx_fence_regs(acc);\n        hx_wgmma_fence();"
 PRE_CTA = "sm90a/prefill_cta.h"
@@ -110,6 +118,7 @@ VARIANTS = {
         "pingpong_half": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE,
                                    "        hx_wgmma_wait<1>();  // the first half's group: its sums run under the second's MMAs\n"),
         **_PREFILL_STAGES,
+        "free_run": _free_run(FOLD),
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
         "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
                                 "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
@@ -123,6 +132,7 @@ VARIANTS = {
         "shipped": [],
         "pingpong": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_commit();\n"),
         "pingpong_strict": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_wait<0>();\n"),
+        "free_run": _free_run(PLAIN),
         **_PREFILL_STAGES,
     },
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
