@@ -107,6 +107,9 @@ _NO_REPACK = [
           "for (int i = 0; i < 4; ++i) if (x[i].x == 1u) sts_128(atile + dst[i], x[i]);"),
 ]
 
+_NO_SCALES = [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),
+              Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")]
+
 VARIANTS = {
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
@@ -153,8 +156,9 @@ VARIANTS = {
         "mma_only": [_mma_only()],
         "no_math": [_no_math(TMA)],
         # no scale copies (the stage expects the keys' bytes alone; whole pages bring theirs anyway)
-        "no_scales": [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),
-                      Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")],
+        "no_scales": _NO_SCALES,
+        # the loader alone, without the scale copies (block_size 16: eight 64-byte copies a stage of four pages)
+        "no_math_no_scales": [_no_math(TMA), *_NO_SCALES],
         # one page warp for every stage (warp 2 idle)
         "one_page_warp": [Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;", "if (parity) break;")],
         # the epilogue without the FADD of relu (|x| x w, one FFMA an accumulator: what folding the ReLU's linear
