@@ -155,9 +155,10 @@ VARIANTS = {
         "shipped": [],
         "mma_only": [_mma_only()],
         "no_math": [_no_math(TMA)],
-        # no scale copies (the stage expects the keys' bytes alone; whole pages bring theirs anyway)
+        # no scale copies, the stage expecting the keys' bytes alone: block_size 16 only (a 64-token page comes
+        # whole with its scales, more bytes than the stage would then expect: the kernel never finishes)
         "no_scales": _NO_SCALES,
-        # the loader alone, without the scale copies (block_size 16: eight 64-byte copies a stage of four pages)
+        # the loader alone without the scale copies (block_size 16 only)
         "no_math_no_scales": [_no_math(TMA), *_NO_SCALES],
         # one page warp for every stage (warp 2 idle)
         "one_page_warp": [Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;", "if (parity) break;")],
