@@ -71,14 +71,6 @@ def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pa
             Plant("turn_end", f, end, end.replace("    }\n  }\n", f"    }}\n    hx_turn_end({arg});\n  }}\n"))]
 
 
-def _free_run(f: str) -> list[Plant]:
-    """The math warpgroups of `f` never wait for a K stage and the loader neither waits for a free one nor copies
-    keys: the math's own pace (MMAs, sums, stores) without the ring between them."""
-    return [*_PREFILL_STAGES["no_kcopy"],
-            Plant("no_wait_full", f, "        sm.k.wait_full(at);\n", "\n"),
-            Plant("no_wait_empty", PRE_CTA, "        s.k.wait_empty(kit);\n", "\n")]
-
-
 _FOLD_START, _FOLD_FENCE = "const hx_i32 g = wg - 1;\n", "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();"
 _PLAIN_START, _PLAIN_FENCE = "    const hx_i32 g = mw & 1, h = mw >> 1;\n", "        hx_fence_regs(acc);\n        hx_wgmma_fence();"
 PRE_CTA = "sm90a/prefill_cta.h"
@@ -95,6 +87,14 @@ _PREFILL_STAGES = {
 }
 
 
+def _free_run(f: str) -> list[Plant]:
+    """The math warpgroups of `f` never wait for a K stage and the loader neither waits for a free one nor copies
+    keys: the math's own pace (MMAs, sums, stores) without the ring between them."""
+    return [*_PREFILL_STAGES["no_kcopy"],
+            Plant("no_wait_full", f, "        sm.k.wait_full(at);\n", "\n"),
+            Plant("no_wait_empty", PRE_CTA, "        s.k.wait_empty(kit);\n", "\n")]
+
+
 def _no_math(f: str) -> Plant:
     """The math warpgroups take each stage and give it back."""
     return Plant("no_math", f, "for (hx_i32 pb = 0; pb < live; pb += RMAX) {", "for (hx_i32 pb = 0; pb < 0 * live; pb += RMAX) {")
@@ -107,6 +107,8 @@ _NO_REPACK = [
           "for (int i = 0; i < 4; ++i) if (x[i].x == 1u) sts_128(atile + dst[i], x[i]);"),
 ]
 
+_ONE_PAGE_WARP = Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;", "if (parity) break;")
+_RING_12 = Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 12;")
 _NO_SCALES = [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),
               Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")]
 
@@ -161,13 +163,13 @@ VARIANTS = {
         # the loader alone without the scale copies (block_size 16 only)
         "no_math_no_scales": [_no_math(TMA), *_NO_SCALES],
         # one page warp for every stage (warp 2 idle)
-        "one_page_warp": [Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;", "if (parity) break;")],
+        "one_page_warp": [_ONE_PAGE_WARP],
         # the epilogue without the FADD of relu (|x| x w, one FFMA an accumulator: what folding the ReLU's linear
         # half into the MMA would leave)
         "no_relu_fadd": [Plant("no_relu_fadd", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);",
                                "sum = __fmaf_rn(__builtin_fabsf(x), w2[2 * jj + cc], sum);")],
         # a stage ring of at most 12 stages
-        "ring_12": [Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 12;")],
+        "ring_12": [_RING_12],
         # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same
         # bytes, unswizzled; block_size 64 only: a bulk copy moves whole 16-byte units, a 16-token page is 2112
         # bytes) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
@@ -175,10 +177,8 @@ VARIANTS = {
             "bulk_pages", TMA_LOADER, "    hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
             "    hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
             "hx_block_bytes(p.block_size, D), bar);")],
-        "no_math_one_page_warp": [_no_math(TMA), Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;",
-                                                       "if (parity) break;")],
-        "no_math_ring_12": [_no_math(TMA), Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;",
-                                                 "constexpr hx_u32 SRMAX = 12;")],
+        "no_math_one_page_warp": [_no_math(TMA), _ONE_PAGE_WARP],
+        "no_math_ring_12": [_no_math(TMA), _RING_12],
     },
 }
 
