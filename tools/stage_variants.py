@@ -95,6 +95,11 @@ def _free_run(f: str) -> list[Plant]:
             Plant("no_wait_empty", PRE_CTA, "        s.k.wait_empty(kit);\n", "\n")]
 
 
+_LIGHT_SUMS = Plant("light_sums", FOLD, "for (int jj = 0; jj < JQ; ++jj) {", "for (int jj = 0; jj < 1; ++jj) {")
+_NO_STORE = Plant("no_store", PRE_CTA, "const bool store = (e < 0) & (inside | t.fill[kq]);",
+                  "const bool store = (e == -1234567) & (inside | t.fill[kq]);")
+
+
 def _no_math(f: str) -> Plant:
     """The math warpgroups take each stage and give it back."""
     return Plant("no_math", f, "for (hx_i32 pb = 0; pb < live; pb += RMAX) {", "for (hx_i32 pb = 0; pb < 0 * live; pb += RMAX) {")
@@ -127,6 +132,15 @@ VARIANTS = {
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
         "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
                                 "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
+        # ... with the head sums cut to one head pair of eight (an eighth of the FFMAs), with no pairs of stages
+        # (each stage's stores after its own sums), with stores that never happen (same instructions, predicate
+        # false), with the two math warpgroups taking turns
+        "free_run_light_sums": [*_free_run(FOLD), _LIGHT_SUMS],
+        "free_run_single": [*_free_run(FOLD), Plant("single", FOLD, "run_stages<true, V>", "run_stages<false, V>")],
+        "free_run_no_store": [*_free_run(FOLD), _NO_STORE],
+        "free_run_light_no_store": [*_free_run(FOLD), _LIGHT_SUMS, _NO_STORE],
+        "free_run_pingpong": [*_free_run(FOLD), *_pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE,
+                                                           "          hx_wgmma_commit();\n        }\n")],
         "peak_n136": _peak_at(136),
         "peak_n128": _peak_at(128),
         "peak_n136_2wg": [*_peak_at(136), _two_warpgroups()],
