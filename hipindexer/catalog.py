@@ -284,12 +284,12 @@ KERNELS.append(Kernel("paged_mqa_logits_mfma_bs1", "gfx950/paged_mqa_logits_mfma
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=204800, accumulation="fp8_tc"))
-# With the linear half of the ReLU folded into the MMA (m64n136 at H = 64, m64n144 at H = 32) and two math
-# warpgroups that keep every weight in registers: faster, and its error grows with |sum_h w_h x_h| instead of the
-# kept heads' terms (see planner.WGMMA_FOLD_SM90). Its own source on the same pieces.
+# At H = 64 with the linear half of the ReLU folded into the MMA (m64n136) and two math warpgroups that keep every
+# weight in registers: faster, and its error grows with |sum_h w_h x_h| instead of the kept heads' terms (see
+# planner.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis (64 only).
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
-                      "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      smem=229888, accumulation="fp8_tc"))
+                      "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
+                      accumulation="fp8_tc"))
 # sm_90a tensor-core decode (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): whole blocks by bulk copies,
 # repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
 # (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.decode_plan.WGMMA_DECODE_SM90). The raw ring takes the

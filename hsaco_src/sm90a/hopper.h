@@ -417,15 +417,6 @@ HX_INLINE __device__ void hx_wgmma_m64n136k32_e4m3(float (&d)[68], hx_u64 a, hx_
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// D[64 x 144] (+)= A[64 x 32] * B[144 x 32]^T: the n128 form plus two 8-column blocks.
-HX_INLINE __device__ void hx_wgmma_m64n144k32_e4m3(float (&d)[72], hx_u64 a, hx_u64 b, hx_u32 accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71}, %72, %73, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
 // The narrower N of the m64nNk32 form that decode's (query row, head) columns take, N = rows x H at H in {32, 64}:
 // the same operand layouts, N / 2 accumulators per thread.
 HX_INLINE __device__ void hx_wgmma_m64n32k32_e4m3(float (&d)[16], hx_u64 a, hx_u64 b, hx_u32 accumulate) {
@@ -456,9 +447,6 @@ HX_INLINE __device__ void hx_wgmma_k32(float (&d)[64], hx_u64 a, hx_u64 b, hx_u3
 }
 HX_INLINE __device__ void hx_wgmma_k32(float (&d)[68], hx_u64 a, hx_u64 b, hx_u32 acc) {
   hx_wgmma_m64n136k32_e4m3(d, a, b, acc);
-}
-HX_INLINE __device__ void hx_wgmma_k32(float (&d)[72], hx_u64 a, hx_u64 b, hx_u32 acc) {
-  hx_wgmma_m64n144k32_e4m3(d, a, b, acc);
 }
 HX_INLINE __device__ void hx_wgmma_k32(float (&d)[128], hx_u64 a, hx_u64 b, hx_u32 acc) {
   hx_wgmma_m64n256k32_e4m3(d, a, b, acc);

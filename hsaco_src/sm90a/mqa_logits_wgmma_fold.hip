@@ -1,11 +1,11 @@
-// sm_90a prefill logits on fp8 wgmma, H in {32, 64} (-DHX_HEADS), D = 128, with the linear half of the ReLU folded
+// sm_90a prefill logits on fp8 wgmma, H = 64 (-DHX_HEADS=64), D = 128, with the linear half of the ReLU folded
 // into the MMA: two math warpgroups, each running both query halves of its keys.
 //
 // The fold: 2 relu(x) = x + |x|, and sum_h w_h x_h = k . (sum_h w_h q_h) is linear in the key, so the MMA computes
 // it against one more B row per query row and term: q_eff = sum_h w_h q_h, split into four e4m3 terms (scales s,
 // s/16, s/256, s/4096; each term's rounding error is at most 1/16 of the next scale's range, so the sum holds
-// q_eff to about 2^-16 of its largest element). Each half's B tile grows by RQ / 2 8-row blocks (m64n136 at H = 64,
-// m64n144 at H = 32): column 128 + 8b + 2t + c holds term t of the half's query row 2b + c. The epilogue then needs one FFMA per accumulator (|x| w)
+// q_eff to about 2^-16 of its largest element). Each half's B tile grows by one 8-row block (m64n136): column
+// 128 + 2t + c holds term t of the half's query row c. The epilogue then needs one FFMA per accumulator (|x| w)
 // instead of an FADD and an FFMA. The MMA's error on the linear term grows with |sum_h w_h x_h| over every head,
 // where the plain kernel's grows with the kept heads' terms only: rows whose weighted heads cancel fare worse,
 // inside the same accumulation class.
@@ -15,26 +15,24 @@
 // commit group per half, the first half's head sums under the second's MMAs, two stages per iteration (one's
 // stores under the next's MMAs). With registers raised to 224 every weight stays in registers: no shared loads
 // in the epilogue but the term scales, which leaves the shared-memory pipe to the MMA operands. At a unit's start
-// warpgroup g computes q_eff of the query rows 2k + g of both halves (fold_query); the two warpgroups then meet.
+// warpgroup g computes q_eff of query row g of both halves (fold_query); the two warpgroups then meet.
 #include "prefill_cta.h"
 
-#if !defined(HX_HEADS) || (HX_HEADS != 32 && HX_HEADS != 64)
-#error "mqa_logits_wgmma_fold.hip: build with -DHX_HEADS=32 or 64"
+#if !defined(HX_HEADS) || HX_HEADS != 64
+#error "mqa_logits_wgmma_fold.hip: build with -DHX_HEADS=64"
 #endif
 
 namespace {
 
 constexpr int FTERMS = 4;  // e4m3 terms of q_eff
 
-struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
-  static_assert(NX == FTERMS * RQ && RQ % 2 == 0, "four terms per query row, two rows per 8-column block");
-  static constexpr int LOAD_REGS = H == 64 ? 56 : 40, MATH_REGS = H == 64 ? 224 : 232;
+struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
+  static_assert(RQ == 2 && NX == FTERMS * RQ, "two query rows per half, four terms each");
+  static constexpr int LOAD_REGS = 56, MATH_REGS = 224;
   static_assert(128 * LOAD_REGS + 2 * 128 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
-  // Term t's scales of a half's RQ rows, in the padding after lane t's weight group of the half's row 0.
+  // Term t's scales of a half's two rows, in the padding after lane t's weight group of the half's row 0.
   static constexpr int FOLD_SCALE = 2 * JQ;
-  static_assert(WGROUP >= FOLD_SCALE + RQ && RQ <= 4, "the scales fit in a weight group's padding");
-  static constexpr int HW = H / 4;   // heads of one warp in fold_query
-  static constexpr int PW = H / 16;  // ... of which PW sit in each of the row's four weight groups
+  static_assert(WGROUP >= FOLD_SCALE + 2, "two scales fit in a weight group's padding");
   static constexpr hx_u32 FX_BYTES = BQ * 4 * 32 * 16;  // q_eff partials: BQ rows x 4 warps x 32 lanes x f32x4
   static constexpr hx_u32 BAR_OFF = FX_OFF + FX_BYTES;
   static_assert(BAR_OFF + BAR_BYTES + 1024 <= HX_SMEM, "shared memory layout exceeds the catalog's dynamic size");
@@ -43,20 +41,12 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
 
   // |acc| x weight summed over this thread's heads plus the linear term: v[i RQ + q], key row 8i + l/4 of the
   // warp's 16 and query row q of the half. Accumulator column 8j + 2(l%4) + c (j = q JQ + jj) is head
-  // 8 jj + 2(l%4) + c of that row, in register 4j + 2i + c; column 128 + 8(q/2) + 2t + q%2 (register
-  // term_reg(q, i), t = l % 4) is term t of the row's linear part, whose scale sits at wt[FOLD_SCALE + q] (one
-  // 8- or 16-byte load).
-  static constexpr __host__ __device__ int term_reg(int q, int i) { return NACC - 2 * RQ + 4 * (q >> 1) + 2 * i + (q & 1); }
+  // 8 jj + 2(l%4) + c of that row, in register 4j + 2i + c; column 128 + 2t + q (register NACC - 4 + 2i + q,
+  // t = l % 4) is term t of the row's linear part, whose scale sits at wt[FOLD_SCALE + q] (one 8-byte load).
   HX_INLINE __device__ void head_sums(const float (&acc)[NACC], const float (&wq)[RQ][2 * JQ], const float* wt,
                                       float (&v)[2 * RQ]) {
-    float term_scale[RQ];
-    if constexpr (RQ == 2) {
-      const hx_f32x2 ts = *(const hx_f32x2*)(wt + FOLD_SCALE);
-      term_scale[0] = ts.x; term_scale[1] = ts.y;
-    } else {
-      const hx_f32x4 ts = *(const hx_f32x4*)(wt + FOLD_SCALE);
-      term_scale[0] = ts.x; term_scale[1] = ts.y; term_scale[2] = ts.z; term_scale[3] = ts.w;
-    }
+    const hx_f32x2 ts = *(const hx_f32x2*)(wt + FOLD_SCALE);
+    const float term_scale[RQ] = {ts.x, ts.y};
 #pragma unroll
     for (int q = 0; q < RQ; ++q) {
 #pragma unroll
@@ -68,39 +58,33 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
 #pragma unroll
           for (int c = 0; c < 2; ++c) sum = __fmaf_rn(__builtin_fabsf(acc[4 * j + 2 * i + c]), wq[q][2 * jj + c], sum);
         }
-        sum = __fmaf_rn(acc[term_reg(q, i)], term_scale[q], sum);
+        sum = __fmaf_rn(acc[NACC - 4 + 2 * i + q], term_scale[q], sum);
         v[i * RQ + q] = sum;
       }
     }
   }
 
-  // The fold's B rows for query row q = 2k + g of half `half` in Q slot qb, by math warpgroup g: q_eff[d] = sum over
-  // heads of w[head] q[head][d], warp w over heads [HW w, HW w + HW) and lane l over d in [4l, 4l + 4); warp 0
-  // adds the four warps' partials, takes the row's scale s (a power of two with max |q_eff| / s <= 448) and writes
-  // the four e4m3 terms into rows 128 + 8(q/2) + 2t + q%2 of the half, and term t's scale s 16^-t into the padding
-  // of lane t's weight group of the half's row 0 (FOLD_SCALE + q). The caller then meets every warpgroup that
-  // multiplies the half.
-  HX_INLINE __device__ void fold_query(const Smem& sm, hx_u32 qb, hx_i32 half, int k, hx_i32 g) {
-    const hx_i32 q = 2 * k + g, rb = half * RQ + q;  // row of the half, of the row block
+  // The fold's B rows for query row g of half `half` in Q slot qb, by one math warpgroup: q_eff[d] = sum over
+  // heads of w[head] q[head][d], warp w over heads [16w, 16w + 16) and lane l over d in [4l, 4l + 4); warp 0 adds
+  // the four warps' partials, takes the row's scale s (a power of two with max |q_eff| / s <= 448) and writes the
+  // four e4m3 terms into rows 128 + 2t + g of the half, and term t's scale s 16^-t into the padding of lane t's
+  // weight group of the half's row 0 (FOLD_SCALE + g). The caller then meets every warpgroup that multiplies the
+  // half.
+  HX_INLINE __device__ void fold_query(const Smem& sm, hx_u32 qb, hx_i32 half, hx_i32 g, hx_i32 mw) {
+    const hx_i32 rb = half * RQ + g;  // row of the row block
     const hx_u32 qhalf = sm.base + Q_OFF + qb * Q_BYTES + half * QHALF_BYTES;
     const hx_u32 l = hx_lane_reread(), w = (hx_u32)hx_uniform_i32((hx_i32)(hx_thread_x() / 32) & 3);
-    const float* wrow = (const float*)(sm.ptr + W_OFF + qb * W_BYTES) + rb * WROW + PW * w;
-    const hx_u32 row0 = (hx_u32)(q * H + HW * w);  // tile row of head HW w, a multiple of 8
+    const float* wrow = (const float*)(sm.ptr + W_OFF + qb * W_BYTES) + rb * WROW + 4 * w;
+    const hx_u32 row0 = (hx_u32)(g * H + 16 * w);  // tile row of head 16w, a multiple of 8
     float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      // weight_slot: the PW floats at (row, t WGROUP + PW w) hold heads HW w + 8 (e / 2) + 2t + e % 2.
-      float wh[PW];
-      if constexpr (PW == 4) {
-        const hx_f32x4 wv = *(const hx_f32x4*)(wrow + t * WGROUP);
-        wh[0] = wv.x; wh[1] = wv.y; wh[2] = wv.z; wh[3] = wv.w;
-      } else {
-        const hx_f32x2 wv = *(const hx_f32x2*)(wrow + t * WGROUP);
-        wh[0] = wv.x; wh[1] = wv.y;
-      }
+      // weight_slot: the float4 at (row, t WGROUP + 4w) holds heads 16w + {2t, 2t + 1, 8 + 2t, 9 + 2t}.
+      const hx_f32x4 wv = *(const hx_f32x4*)(wrow + t * WGROUP);
+      const float wh[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
-      for (int e = 0; e < PW; ++e) {
-        const int hh = 2 * t + (e & 1) + 8 * (e >> 1);  // head HW w + hh
+      for (int e = 0; e < 4; ++e) {
+        const int hh = 2 * t + (e & 1) + 8 * (e >> 1);  // head 16w + hh
         hx_u32 word;
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(qhalf + hx_sw128_offset(row0 + hh, l >> 2) + (l & 3u) * 4u));
         float x[4];
@@ -111,7 +95,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
     }
     hx_f32x4* fx = (hx_f32x4*)(sm.ptr + FX_OFF + rb * (4 * 32 * 16));
     fx[w * 32 + l] = hx_f32x4{part[0], part[1], part[2], part[3]};
-    hx_bar_sync(BAR_PARTIALS + g, 128);
+    hx_bar_sync(BAR_PARTIALS + mw, 128);
     if (w != 0) return;
     float qe[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -126,7 +110,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
     // The smallest power of two s with m / s <= 448 (m / 448 rounded up to a power of two); 1 for a zero row.
     const hx_u32 mb = __float_as_uint(m * (1.f / 448.f));
     float s = mb == 0 ? 1.f : __uint_as_float((mb + 0x7FFFFFu) & 0xFF800000u);
-    float* wpad = (float*)(sm.ptr + W_OFF + qb * W_BYTES) + half * RQ * WROW + FOLD_SCALE + q;
+    float* wpad = (float*)(sm.ptr + W_OFF + qb * W_BYTES) + half * RQ * WROW + FOLD_SCALE + g;
     if (l < 4) wpad[l * WGROUP] = s * __uint_as_float((127u - 4u * l) << 23);  // s 16^-l
 #pragma unroll
     for (int t = 0; t < FTERMS; ++t) {
@@ -139,7 +123,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
       hx_e4m3x4_to_f32(word, back);
 #pragma unroll
       for (int i = 0; i < 4; ++i) qe[i] = __fmaf_rn(-s, back[i], qe[i]);
-      const hx_u32 row = NQ / 2 + 8 * k + 2 * t + g;
+      const hx_u32 row = NQ / 2 + 2 * t + g;
       asm volatile("st.shared.u32 [%0], %1;" :: "r"(qhalf + hx_sw128_offset(row, l >> 2) + (l & 3u) * 4u), "r"(word)
                    : "memory");
       s *= 1.f / 16.f;
@@ -181,9 +165,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 128 / HX_HEADS> {
         for (int q = 0; q < RQ; ++q) load_weights(wt[hh], q, wq[hh][q]);
       }
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int k = 0; k < RQ / 2; ++k) fold_query(sm, qb, hh, k, g);
+      for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);
       hx_bar_sync(BAR_TERMS, 256);
       const hx_u32 qtile = sm.base + Q_OFF + qb * Q_BYTES;
 

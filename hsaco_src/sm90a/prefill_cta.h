@@ -40,9 +40,8 @@ struct PrefillCta {
   static constexpr int NACC = QHALF_ROWS / 2;            // accumulators per thread of one half (m64 x QHALF_ROWS)
   // Weights in shared memory: per row, four groups (one per t = l % 4, the reading lane's quad position) of that
   // lane's 2 JQ weights, contiguous for 16-byte loads; padded to 20 floats at H = 64 so the four groups fall in
-  // distinct banks (weight_slot), and to 12 at H = 32 when the Q halves carry extra rows: the padding holds the
-  // fold's term scales.
-  static constexpr int WGROUP = 2 * JQ + (JQ == 8 || NX > 0 ? 4 : 0);
+  // distinct banks (weight_slot). The padding holds the fold's term scales.
+  static constexpr int WGROUP = 2 * JQ + (JQ == 8 ? 4 : 0);
   static constexpr int WROW = 4 * WGROUP;
   static_assert(H == 32 || H == 64, "heads");
   static_assert(QHALF_BYTES % 1024 == 0, "half tiles start on swizzle atoms");
