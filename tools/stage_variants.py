@@ -87,6 +87,39 @@ _PREFILL_STAGES = {
 }
 
 
+# the keys of a whole 128-key stage by one bulk copy per loader warp (8 KB, unswizzled: wrong logits, the copy
+# engine's cost), counted on the stage's full barrier; the scales and the last partial stage as shipped
+_BULK_KEYS = [Plant("bulk_keys_off", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(",
+                    "    if (n0 + BK <= p.N) {} else if (n0 < 0) hx_copy_tile_sw128<BK / 2>("),
+              Plant("bulk_keys", PRE_CTA, "        load_half_stage(p, s.base + K_OFF + slot * (BK * D),",
+                    "        if (lane == 0 && wu.t.part.work.lo + st * BK + BK <= p.N) {\n"
+                    "          hx_mbar_expect_tx(s.k.full_at(slot), BK / 2 * D);\n"
+                    "          hx_bulk_g2s(s.base + K_OFF + slot * (BK * D) + warp * (BK / 2 * D),\n"
+                    "                      p.k + (hx_i64)(wu.t.part.work.lo + st * BK + warp * (BK / 2)) * D, BK / 2 * D,\n"
+                    "                      s.k.full_at(slot));\n"
+                    "        }\n"
+                    "        load_half_stage(p, s.base + K_OFF + slot * (BK * D),")]
+
+
+# every stage's keys copied from the tensor's first 128 rows: L2 hits (`same_src`), or L1 hits with the 16-byte
+# copies cached in L1 (`same_src_l1`: the stage's bytes still written to shared memory, almost none read from L2)
+_SAME_SRC = Plant("same_src", PRE_CTA, "hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)(n0 + r_base) * D, lane);",
+                  "hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)r_base * D, lane);")
+_COPY_L1 = Plant("copy_l1", "sm90a/hopper.h", "cp.async.cg.shared.global [%0+%2], [%1+%2], 16;",
+                 "cp.async.ca.shared.global [%0+%2], [%1+%2], 16;")
+
+
+# no key copies, but each loader warp reads its half of the stage from shared memory instead (8 KB, the bytes its
+# copies would have written): the shared-memory traffic of the key stream without the copies
+_STAGE_READS = Plant("stage_reads", PRE_CTA, "  HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,\n"
+                     "                                            hx_i32 half, hx_i32 lane) {\n",
+                     "  HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,\n"
+                     "                                            hx_i32 half, hx_i32 lane) {\n"
+                     "#pragma unroll\n    for (int i = 0; i < 16; ++i) {\n      hx_u32 a, b, c, d;\n"
+                     "      asm volatile(\"ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(a), \"=r\"(b), \"=r\"(c), \"=r\"(d)\n"
+                     "                   : \"r\"(kdst + half * (BK / 2) * 128 + (hx_u32)(lane + 32 * i) * 16));\n    }\n")
+
+
 def _free_run(f: str) -> list[Plant]:
     """The math warpgroups of `f` never wait for a K stage and the loader neither waits for a free one nor copies
     keys: the math's own pace (MMAs, sums, stores) without the ring between them."""
@@ -129,6 +162,10 @@ VARIANTS = {
                                    "        hx_wgmma_wait<1>();  // the first half's group: its sums run under the second's MMAs\n"),
         **_PREFILL_STAGES,
         "free_run": _free_run(FOLD),
+        "bulk_keys": _BULK_KEYS,
+        "same_src": [_SAME_SRC],
+        "same_src_l1": [_SAME_SRC, _COPY_L1],
+        "no_kcopy_stage_reads": [*_PREFILL_STAGES["no_kcopy"], _STAGE_READS],
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
         "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
                                 "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
@@ -152,6 +189,10 @@ VARIANTS = {
         "pingpong": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_commit();\n"),
         "pingpong_strict": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_wait<0>();\n"),
         "free_run": _free_run(PLAIN),
+        "bulk_keys": _BULK_KEYS,
+        "same_src": [_SAME_SRC],
+        "same_src_l1": [_SAME_SRC, _COPY_L1],
+        "no_kcopy_stage_reads": [*_PREFILL_STAGES["no_kcopy"], _STAGE_READS],
         **_PREFILL_STAGES,
     },
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
