@@ -129,6 +129,9 @@ def _free_run(f: str) -> list[Plant]:
 
 
 _LIGHT_SUMS = Plant("light_sums", FOLD, "for (int jj = 0; jj < JQ; ++jj) {", "for (int jj = 0; jj < 1; ++jj) {")
+_PLAIN_LIGHT_SUMS = Plant("light_sums", PLAIN, "for (int jj = 0; jj < JQ; ++jj) {", "for (int jj = 0; jj < 1; ++jj) {")
+_PLAIN_NO_FADD = Plant("no_fadd", PLAIN, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + c], sum);",
+                       "sum = __fmaf_rn(__builtin_fabsf(x), w2[2 * jj + c], sum);")
 _NO_STORE = Plant("no_store", PRE_CTA, "const bool store = (e < 0) & (inside | t.fill[kq]);",
                   "const bool store = (e == -1234567) & (inside | t.fill[kq]);")
 
@@ -189,6 +192,12 @@ VARIANTS = {
         "pingpong": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_commit();\n"),
         "pingpong_strict": _pingpong(PLAIN, "h", 512, _PLAIN_START, _PLAIN_FENCE, "        hx_wgmma_wait<0>();\n"),
         "free_run": _free_run(PLAIN),
+        # ... with the head sums cut to one head pair in JQ, with |x| w instead of (x + |x|) w (one FP operation an
+        # accumulator, as the fold's), with neither sums nor stores; and |x| w with the ring
+        "free_run_light_sums": [*_free_run(PLAIN), _PLAIN_LIGHT_SUMS],
+        "free_run_no_fadd": [*_free_run(PLAIN), _PLAIN_NO_FADD],
+        "free_run_light_no_store": [*_free_run(PLAIN), _PLAIN_LIGHT_SUMS, _NO_STORE],
+        "no_fadd": [_PLAIN_NO_FADD],
         "bulk_keys": _BULK_KEYS,
         "same_src": [_SAME_SRC],
         "same_src_l1": [_SAME_SRC, _COPY_L1],
