@@ -74,19 +74,10 @@ def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pa
 _FOLD_START, _FOLD_FENCE = "const hx_i32 g = wg - 1;\n", "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();"
 _PLAIN_START, _PLAIN_FENCE = "    const hx_i32 g = mw & 1, h = mw >> 1;\n", "        hx_fence_regs(acc);\n        hx_wgmma_fence();"
 PRE_CTA = "sm90a/prefill_cta.h"
-_PREFILL_STAGES = {
-    # every stage's logits stored over the unit's first stage's (the same instructions, no new lines)
-    "same_addr_store": [Plant("same_addr", PRE_CTA, "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;",
-                              "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += 0;")],
-    # the logits stored with the evict-first hint
-    "store_cs": [Plant("store_cs", "sm90a/hopper.h", "@p st.global.f32 [%0], %1;", "@p st.global.cs.f32 [%0], %1;")],
-    # the loader warps copy no keys (the math reads stale stages; scales still copied)
-    "no_kcopy": [Plant("no_kcopy", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(",
-                       "    if (n0 < 0) hx_copy_tile_sw128<BK / 2>("),
-                 Plant("no_kcopy_tail", PRE_CTA, "    else hx_copy_tile_sw128_rows<BK / 2, 8>(", "    else if (n0 < -1) hx_copy_tile_sw128_rows<BK / 2, 8>(")],
-}
-
-
+_NO_KCOPY = [Plant("no_kcopy", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(",
+                   "    if (n0 < 0) hx_copy_tile_sw128<BK / 2>("),
+             Plant("no_kcopy_tail", PRE_CTA, "    else hx_copy_tile_sw128_rows<BK / 2, 8>(",
+                   "    else if (n0 < -1) hx_copy_tile_sw128_rows<BK / 2, 8>(")]
 # the keys of a whole 128-key stage by one bulk copy per loader warp (8 KB, unswizzled: wrong logits, the copy
 # engine's cost), counted on the stage's full barrier; the scales and the last partial stage as shipped
 _BULK_KEYS = [Plant("bulk_keys_off", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(",
@@ -100,14 +91,12 @@ _BULK_KEYS = [Plant("bulk_keys_off", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_t
                     "        }\n"
                     "        load_half_stage(p, s.base + K_OFF + slot * (BK * D),")]
 
-
 # every stage's keys copied from the tensor's first 128 rows: L2 hits (`same_src`), or L1 hits with the 16-byte
 # copies cached in L1 (`same_src_l1`: the stage's bytes still written to shared memory, almost none read from L2)
 _SAME_SRC = Plant("same_src", PRE_CTA, "hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)(n0 + r_base) * D, lane);",
                   "hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)r_base * D, lane);")
 _COPY_L1 = Plant("copy_l1", "sm90a/hopper.h", "cp.async.cg.shared.global [%0+%2], [%1+%2], 16;",
                  "cp.async.ca.shared.global [%0+%2], [%1+%2], 16;")
-
 
 # no key copies, but each loader warp reads its half of the stage from shared memory instead (8 KB, the bytes its
 # copies would have written): the shared-memory traffic of the key stream without the copies
@@ -119,17 +108,34 @@ _STAGE_READS = Plant("stage_reads", PRE_CTA, "  HX_INLINE __device__ void load_h
                      "      asm volatile(\"ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(a), \"=r\"(b), \"=r\"(c), \"=r\"(d)\n"
                      "                   : \"r\"(kdst + half * (BK / 2) * 128 + (hx_u32)(lane + 32 * i) * 16));\n    }\n")
 
+_PREFILL_STAGES = {
+    # every stage's logits stored over the unit's first stage's (the same instructions, no new lines)
+    "same_addr_store": [Plant("same_addr", PRE_CTA, "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;",
+                              "for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += 0;")],
+    # the logits stored with the evict-first hint
+    "store_cs": [Plant("store_cs", "sm90a/hopper.h", "@p st.global.f32 [%0], %1;", "@p st.global.cs.f32 [%0], %1;")],
+    # the loader warps copy no keys (the math reads stale stages; scales still copied)
+    "no_kcopy": _NO_KCOPY,
+    "bulk_keys": _BULK_KEYS,
+    "same_src": [_SAME_SRC],
+    "same_src_l1": [_SAME_SRC, _COPY_L1],
+    "no_kcopy_stage_reads": [*_NO_KCOPY, _STAGE_READS],
+}
+
 
 def _free_run(f: str) -> list[Plant]:
     """The math warpgroups of `f` never wait for a K stage and the loader neither waits for a free one nor copies
     keys: the math's own pace (MMAs, sums, stores) without the ring between them."""
-    return [*_PREFILL_STAGES["no_kcopy"],
+    return [*_NO_KCOPY,
             Plant("no_wait_full", f, "        sm.k.wait_full(at);\n", "\n"),
             Plant("no_wait_empty", PRE_CTA, "        s.k.wait_empty(kit);\n", "\n")]
 
 
-_LIGHT_SUMS = Plant("light_sums", FOLD, "for (int jj = 0; jj < JQ; ++jj) {", "for (int jj = 0; jj < 1; ++jj) {")
-_PLAIN_LIGHT_SUMS = Plant("light_sums", PLAIN, "for (int jj = 0; jj < JQ; ++jj) {", "for (int jj = 0; jj < 1; ++jj) {")
+def _light_sums(f: str) -> Plant:
+    """The head sums of `f` over one head pair of each lane's JQ instead of all of them."""
+    return Plant("light_sums", f, "for (int jj = 0; jj < JQ; ++jj) {", "for (int jj = 0; jj < 1; ++jj) {")
+
+
 _PLAIN_NO_FADD = Plant("no_fadd", PLAIN, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + c], sum);",
                        "sum = __fmaf_rn(__builtin_fabsf(x), w2[2 * jj + c], sum);")
 _NO_STORE = Plant("no_store", PRE_CTA, "const bool store = (e < 0) & (inside | t.fill[kq]);",
@@ -165,20 +171,16 @@ VARIANTS = {
                                    "        hx_wgmma_wait<1>();  // the first half's group: its sums run under the second's MMAs\n"),
         **_PREFILL_STAGES,
         "free_run": _free_run(FOLD),
-        "bulk_keys": _BULK_KEYS,
-        "same_src": [_SAME_SRC],
-        "same_src_l1": [_SAME_SRC, _COPY_L1],
-        "no_kcopy_stage_reads": [*_PREFILL_STAGES["no_kcopy"], _STAGE_READS],
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
         "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
                                 "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
         # ... with the head sums cut to one head pair of eight (an eighth of the FFMAs), with no pairs of stages
         # (each stage's stores after its own sums), with stores that never happen (same instructions, predicate
         # false), with the two math warpgroups taking turns
-        "free_run_light_sums": [*_free_run(FOLD), _LIGHT_SUMS],
+        "free_run_light_sums": [*_free_run(FOLD), _light_sums(FOLD)],
         "free_run_single": [*_free_run(FOLD), Plant("single", FOLD, "run_stages<true, V>", "run_stages<false, V>")],
         "free_run_no_store": [*_free_run(FOLD), _NO_STORE],
-        "free_run_light_no_store": [*_free_run(FOLD), _LIGHT_SUMS, _NO_STORE],
+        "free_run_light_no_store": [*_free_run(FOLD), _light_sums(FOLD), _NO_STORE],
         "free_run_pingpong": [*_free_run(FOLD), *_pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE,
                                                            "          hx_wgmma_commit();\n        }\n")],
         "peak_n136": _peak_at(136),
@@ -194,14 +196,10 @@ VARIANTS = {
         "free_run": _free_run(PLAIN),
         # ... with the head sums cut to one head pair in JQ, with |x| w instead of (x + |x|) w (one FP operation an
         # accumulator, as the fold's), with neither sums nor stores; and |x| w with the ring
-        "free_run_light_sums": [*_free_run(PLAIN), _PLAIN_LIGHT_SUMS],
+        "free_run_light_sums": [*_free_run(PLAIN), _light_sums(PLAIN)],
         "free_run_no_fadd": [*_free_run(PLAIN), _PLAIN_NO_FADD],
-        "free_run_light_no_store": [*_free_run(PLAIN), _PLAIN_LIGHT_SUMS, _NO_STORE],
+        "free_run_light_no_store": [*_free_run(PLAIN), _light_sums(PLAIN), _NO_STORE],
         "no_fadd": [_PLAIN_NO_FADD],
-        "bulk_keys": _BULK_KEYS,
-        "same_src": [_SAME_SRC],
-        "same_src_l1": [_SAME_SRC, _COPY_L1],
-        "no_kcopy_stage_reads": [*_PREFILL_STAGES["no_kcopy"], _STAGE_READS],
         **_PREFILL_STAGES,
     },
     # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
