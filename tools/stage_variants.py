@@ -72,6 +72,7 @@ def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pa
 
 
 _FOLD_START, _FOLD_FENCE = "const hx_i32 g = wg - 1;\n", "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();"
+_FOLD_ISSUED = "          hx_wgmma_commit();\n        }\n"  # the end of the fold's issue of a stage's two groups
 _PLAIN_START, _PLAIN_FENCE = "    const hx_i32 g = mw & 1, h = mw >> 1;\n", "        hx_fence_regs(acc);\n        hx_wgmma_fence();"
 PRE_CTA = "sm90a/prefill_cta.h"
 _NO_KCOPY = [Plant("no_kcopy", PRE_CTA, "    if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(",
@@ -164,7 +165,7 @@ VARIANTS = {
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
         "shipped": [],
-        "pingpong": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, "          hx_wgmma_commit();\n        }\n"),
+        "pingpong": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, _FOLD_ISSUED),
         "pingpong_strict": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, "        hx_wgmma_wait<0>();\n"),
         # ... passed on once the first half's MMAs retire
         "pingpong_half": _pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE,
@@ -181,8 +182,7 @@ VARIANTS = {
         "free_run_single": [*_free_run(FOLD), Plant("single", FOLD, "run_stages<true, V>", "run_stages<false, V>")],
         "free_run_no_store": [*_free_run(FOLD), _NO_STORE],
         "free_run_light_no_store": [*_free_run(FOLD), _light_sums(FOLD), _NO_STORE],
-        "free_run_pingpong": [*_free_run(FOLD), *_pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE,
-                                                           "          hx_wgmma_commit();\n        }\n")],
+        "free_run_pingpong": [*_free_run(FOLD), *_pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, _FOLD_ISSUED)],
         "peak_n136": _peak_at(136),
         "peak_n128": _peak_at(128),
         "peak_n136_2wg": [*_peak_at(136), _two_warpgroups()],
