@@ -8,21 +8,25 @@
 The names that reach the runtime (and with it hip-python and cuda-bindings) and the modules resolve on
 first use, so `import hipindexer` stays quick and loads no GPU library.
 
+The package in layers, each importing only those before it: arguments, reference, cache, testing and gate
+(numpy, never a device) and catalog (every kernel and parameter struct); runtime/ (code objects, memory,
+streams: it knows no indexer); plan/ (launch planning in pure Python, never a device); ops/ (the device ops);
+check/ and bench/ (the sweeps and benchmarks behind `hipindexer check` and `hipindexer bench`); cli.py.
+
 The repository's docs/ folder holds the ops' contract (docs/ops.md), the accuracy contract
 (docs/accuracy.md), the runtime and interop (docs/runtime.md) and the benchmark method
 (docs/benchmarks.md); docs/index.md says what is where.
 """
 import importlib
 
-from .planner import plan_prefill, plan_prefill_chunks
+from .plan import plan_decode, plan_prefill, plan_prefill_chunks
 
 __version__ = "0.1.0"
 
-_FROM = {"fp8_mqa_logits": ".ops", "fp8_paged_mqa_logits": ".decode", "plan_decode": ".decode_plan",
-         "quantize_and_cache_keys": ".cache_ops", "gather_cached_keys": ".cache_ops",
-         "packed_prefill_windows": ".cache_ops",
+_FROM = {"fp8_mqa_logits": ".ops", "fp8_paged_mqa_logits": ".ops", "quantize_and_cache_keys": ".ops",
+         "gather_cached_keys": ".ops", "packed_prefill_windows": ".ops",
          "Device": ".runtime", "DeviceArray": ".runtime", "Stream": ".runtime", "Event": ".runtime"}
-_MODULES = ("cache", "gate", "ops", "reference", "runtime", "testing")
+_MODULES = ("bench", "cache", "check", "gate", "ops", "plan", "reference", "runtime", "testing")
 
 __all__ = ["Device", "DeviceArray", "Event", "Stream", "cache", "fp8_mqa_logits", "fp8_paged_mqa_logits", "gate",
            "gather_cached_keys", "packed_prefill_windows", "plan_decode", "plan_prefill", "plan_prefill_chunks",

@@ -133,10 +133,22 @@ class Kernel:
     defines: tuple = ()  # ((NAME, value), ...) for every variant: one source built as two kernels
     accumulation: str | None = None  # logits kernels: their class in ACCUMULATION (the gate's per-element eps)
     test_only: bool = False  # built for the tests into kernels/test-only/: never in a wheel or in `hipindexer info`
+    # The shapes a logits kernel serves (the planners read them): (H, D) pairs, () for any H and any
+    # D % 16 == 0 up to max_dim (None: no bound); paged decode also by cache block size (() any) and layout.
+    fits: tuple = ()
+    max_dim: int | None = None
+    block_sizes: tuple = ()
+    layouts: tuple = (False, True)  # preshuffle values
 
     def __post_init__(self):
         if self.accumulation is not None and self.accumulation not in ACCUMULATION:
             raise ValueError(f"{self.key}: accumulation class {self.accumulation!r} is not one of {list(ACCUMULATION)}")
+
+    @property
+    def variant_axis(self) -> str | None:
+        """The define its variants differ in (e.g. HX_HEADS, chosen by H at launch); None for one object."""
+        names = {name for v in self.variants for name in v}
+        return names.pop() if len(names) == 1 else None
 
     @property
     def eps(self) -> float:
@@ -213,9 +225,9 @@ _DECODE_SHAPE = [
 ]
 STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
 # The same for a kernel that copies keys through a tensor map of the cache, held in global memory
-# (hipindexer/kv_map.py): its address is one more per-call pointer.
+# (hipindexer/ops/kv_map.py): its address is one more per-call pointer.
 STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_SHAPE))
-# The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.cache_ops). Optional
+# The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.ops.cache). Optional
 # errors is 0 (no flags).
 STRUCTS.append(Struct("CacheWriteParams", [
     ("k", "ptr"), ("kv_cache", "ptr:u8"), ("slots", "ptr"), ("errors", "ptr:i32"),
@@ -242,6 +254,7 @@ STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), (
 STRUCTS.append(Struct("PeakParams", [("out", "ptr:f32"), ("iters", "i32")]))
 STRUCT = {s.name: s for s in STRUCTS}
 
+_H32_H64 = ((32, 128), (64, 128))  # the fast paths' (H, D): GLM-5's indexer heads and DeepSeek-V3.2's
 KERNELS = [
     Kernel("fill_u32", "generic/fill.hip", "hx_fill_u32", "FillParams", block=256),
     Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64, test_only=True),
@@ -250,12 +263,13 @@ KERNELS = [
     Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256,
            accumulation="fp32"),
 ]
-# Generic paged decode: any H, D % 16 == 0, any block_size, both layouts (hipindexer.planner.GENERIC_DECODE).
+# Generic paged decode: any H, D % 16 == 0 up to 1024 (its staged key rows), any block_size, both layouts
+# (hipindexer.plan.decode.GENERIC_DECODE).
 KERNELS.append(Kernel("paged_mqa_logits_generic", "generic/paged_mqa_logits.hip", "hx_paged_mqa_logits_generic",
-                      "DecodeParams", block=128, accumulation="fp32"))
+                      "DecodeParams", block=128, accumulation="fp32", max_dim=1024))
 KERNELS.append(Kernel("stream_read_u32x4", "generic/stream_read.hip", "hx_stream_read_u32x4", "StreamReadParams",
                       block=256))
-# The paged K cache on the device (hipindexer.cache_ops): quantise-and-write by slot, gather for prefill, and the
+# The paged K cache on the device (hipindexer.ops.cache): quantise-and-write by slot, gather for prefill, and the
 # packed prefill windows of a chunk.
 KERNELS.append(Kernel("quantize_and_cache", "generic/cache_write.hip", "hx_quantize_and_cache", "CacheWriteParams",
                       block=256))
@@ -268,41 +282,42 @@ KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile",
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
                       block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      accumulation="fp32"))
+                      accumulation="fp32", fits=_H32_H64))
 # gfx950 fast decode path (H in {32, 64}, D = 128): scaled 16x16x128 MFMAs, 4 waves per unit taking 64-key
 # pages, the live rows' Q in LDS. One source, two builds: block sizes that are powers of two >= 16 (both
 # layouts), and block_size 1 (each key gathered through its own 64-bit address).
 KERNELS.append(Kernel("paged_mqa_logits_mfma", "gfx950/paged_mqa_logits_mfma.hip", "hx_paged_mqa_logits_mfma",
                       "DecodeParams", block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      accumulation="fp32"))
+                      accumulation="fp32", fits=_H32_H64, block_sizes=(16, 32, 64, 128, 256, 512, 1024)))
 KERNELS.append(Kernel("paged_mqa_logits_mfma_bs1", "gfx950/paged_mqa_logits_mfma.hip",
                       "hx_paged_mqa_logits_mfma_bs1", "DecodeParams", block=256, targets=("gfx950",),
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), defines=(("HX_GATHER", 1),),
-                      accumulation="fp32"))
+                      accumulation="fp32", fits=_H32_H64, block_sizes=(1,), layouts=(False,)))
 # sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark: four math
 # warpgroups, m64n128 each (hsaco_src/sm90a/mqa_logits_wgmma.hip on prefill_cta.h and hopper.h).
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      smem=204800, accumulation="fp8_tc"))
+                      smem=204800, accumulation="fp8_tc", fits=_H32_H64))
 # At H = 64 with the linear half of the ReLU folded into the MMA (m64n136) and two math warpgroups that keep every
 # weight in registers: faster, and its error grows with |sum_h w_h x_h| instead of the kept heads' terms (see
-# planner.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis (64 only).
+# hipindexer.plan.prefill.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis (64 only).
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
                       "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
-                      accumulation="fp8_tc"))
+                      accumulation="fp8_tc", fits=((64, 128),)))
 # sm_90a tensor-core decode (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): whole blocks by bulk copies,
 # repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
-# (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.decode_plan.WGMMA_DECODE_SM90). The raw ring takes the
+# (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.plan.decode.WGMMA_DECODE_SM90). The raw ring takes the
 # shared memory its Q slots leave, so it asks for all 227 KiB.
 KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma",
                       "DecodeParams", block=512, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      smem=232448, accumulation="fp8_tc"))
+                      smem=232448, accumulation="fp8_tc", fits=_H32_H64, block_sizes=(16, 64)))
 # The same op on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip;
-# hipindexer.decode_plan.WGMMA_TMA_DECODE_SM90): pages land swizzled, three math warpgroups, no repack. The
+# hipindexer.plan.decode.WGMMA_TMA_DECODE_SM90): pages land swizzled, three math warpgroups, no repack. The
 # planner's default at those shapes; the bulk-copy kernel above is chosen by name.
 KERNELS.append(Kernel("paged_mqa_logits_wgmma_tma", "sm90a/paged_mqa_logits_wgmma_tma.hip",
                       "hx_paged_mqa_logits_wgmma_tma", "DecodeTmaParams", block=512, targets=("sm_90a",),
-                      variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc"))
+                      variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc",
+                      fits=_H32_H64, block_sizes=(16, 64)))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,
                       targets=("sm_90a",), accumulation="fp8_tc"))
 KERNEL = {k.key: k for k in KERNELS}

@@ -95,7 +95,7 @@ def _pow2(x: float) -> str:
 
 
 def _report(outcomes, as_json: bool, verbose: bool = False) -> None:
-    from .sweep import kernel_figures, tally
+    from .check.sweep import kernel_figures, tally
     by_op = {}
     for o in outcomes:
         by_op.setdefault(o.op, []).append(o)
@@ -128,7 +128,7 @@ def _report(outcomes, as_json: bool, verbose: bool = False) -> None:
 def _run_cases(cases, run) -> list:
     """Run every case; failures are printed as they happen, progress goes to stderr: a bar on a terminal,
     a plain counter otherwise (logs)."""
-    from .sweep import FAIL
+    from .check.sweep import FAIL
     outcomes = []
     tty = sys.stderr.isatty()
     with click.progressbar(length=len(cases), file=sys.stderr, label="cases") if tty else _NoBar() as bar:
@@ -164,7 +164,7 @@ def check(ctx, quick: bool, seed: int, as_json: bool, verbose: bool) -> None:
     """Correctness sweeps. Bare: the numpy reference against per-element float64 formulations."""
     if ctx.invoked_subcommand is not None:
         return
-    from .sweep import reference_cases
+    from .check.sweep import reference_cases
     rng = np.random.default_rng(seed)
     _report(_run_cases(list(reference_cases(quick)), lambda c: c(rng)), as_json, verbose)
 
@@ -189,7 +189,7 @@ def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
     """--kernel and --accumulation as planner tunables, refused (exit 2) before anything runs if the planner
     would refuse them for some (H, D) asked for."""
     from .ops import target_of
-    from .planner import plan_prefill
+    from .plan import plan_prefill
     tunables = {"accumulation": accumulation} | ({"kernel": kernel} if kernel else {})
     for H in heads:
         for D in dims:
@@ -217,7 +217,7 @@ def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
 def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, as_json,
                   verbose) -> None:
     """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
-    from .sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
+    from .check.sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
     dev = _device_or_exit(device_spec)
     forced = _check_kernel(kernel, dev, heads, dims, accumulation)
     _progress(f"device {dev!r}")
@@ -252,7 +252,7 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
     first), the two cache layouts, untrusted device values; without --quick also bitwise reruns and caches
     past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
-    from . import sweep
+    from .check import sweep
     dev = _device_or_exit(device_spec)
     heads, dims, block_sizes = _decode_filters(kernel, heads, dims, block_sizes)
     _check_decode_kernel(kernel, dev, accumulation, heads, dims, block_sizes)
@@ -296,7 +296,7 @@ def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
     """quantize_and_cache_keys, gather_cached_keys and packed_prefill_windows on a device against the numpy
     helpers of hipindexer.cache, bit for bit: every input type, both layouts, block sizes 1, 16 and 64, the
     rounding boundaries, and untrusted device values."""
-    from .cache_check import cache_cases
+    from .check.cache import cache_cases
     dev = _device_or_exit(device_spec)
     _progress(f"device {dev!r}")
     rng = np.random.default_rng(seed)
@@ -305,21 +305,21 @@ def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
 
 def _decode_filters(kernel, heads, dims, block_sizes):
     """The axis filters of check decode: as given, else what a forced kernel serves (None: the whole axis)."""
-    from .decode_plan import DECODE_KERNELS
-    spec = DECODE_KERNELS.get(kernel) if kernel else None
-    if spec is not None and spec.fits:
-        heads = heads or tuple(sorted({h for h, _ in spec.fits}))
-        dims = dims or tuple(sorted({d for _, d in spec.fits}))
-    if spec is not None and spec.block_sizes:
-        block_sizes = block_sizes or tuple(spec.block_sizes)
+    from .plan.decode import DECODE
+    facts = DECODE.by_key[kernel].kernel if kernel in DECODE.by_key else None  # its catalog entry
+    if facts is not None and facts.fits:
+        heads = heads or tuple(sorted({h for h, _ in facts.fits}))
+        dims = dims or tuple(sorted({d for _, d in facts.fits}))
+    if facts is not None and facts.block_sizes:
+        block_sizes = block_sizes or tuple(facts.block_sizes)
     return heads, dims, block_sizes
 
 
 def _check_decode_kernel(kernel, dev, accumulation, heads=None, dims=None, block_sizes=None) -> None:
     """--kernel and --accumulation refused (exit 2) before anything runs if the decode planner refuses them
     at a shape within the filters."""
-    from .decode_plan import plan_decode
     from .ops import target_of
+    from .plan import plan_decode
     H, D, bs = (heads or (16,))[0], (dims or (64,))[0], (block_sizes or (16,))[0]
     try:
         plan_decode(1, 1, H, D, bs, 16, target_of(dev), accumulation=accumulation,
@@ -328,20 +328,12 @@ def _check_decode_kernel(kernel, dev, accumulation, heads=None, dims=None, block
         raise click.UsageError(f"--kernel {kernel}: {e}" if kernel else str(e)) from None
 
 
-def _decode_serves(kernel, dev, H, D, block_size) -> bool:
-    """Does the forced kernel (any kernel when none is forced) serve this decode shape?"""
-    if not kernel:
-        return True
-    from .decode_plan import DECODE_KERNELS
-    return DECODE_KERNELS[kernel].serves(H, D, block_size, False)
-
-
 def _decode_serves(kernel, H, D, block_size) -> bool:
     """Does the forced kernel (any kernel when none is forced) serve this decode shape?"""
     if not kernel:
         return True
-    from .decode_plan import DECODE_KERNELS
-    return DECODE_KERNELS[kernel].serves(H, D, block_size, False)
+    from .plan.decode import DECODE
+    return DECODE.by_key[kernel].serves(H, D, block_size, False)
 
 
 def _checkout_module(relpath: str):
@@ -502,6 +494,28 @@ def bench() -> None:
     """Benchmarks (device time by events, host time per call, ceilings measured on the same run)."""
 
 
+EMULATED_NOTE = "EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds"
+
+
+def _bench_report(op: str, dev, ceilings: dict, ceiling_lines: list[str], rows: list[dict], table: list[list],
+                  header: list[str], as_json: bool) -> None:
+    """One bench command's output: JSON (the run's date, device, driver, ceilings and rows), or the ceilings
+    and a table; an emulated run says first that its times are not speeds."""
+    from .bench.timing import emulated
+    note = EMULATED_NOTE if emulated(dev) else None
+    if as_json:
+        click.echo(json.dumps({"op": op, "date": _today(), "device": repr(dev), "driver": _driver(dev),
+                               "emulated": emulated(dev), "note": note, **ceilings, "cases": rows}, indent=1))
+        return
+    for line in ([note] if note else []) + ceiling_lines:
+        click.echo(line)
+    click.echo(_table(table, header))
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "-"
+
+
 @bench.command("prefill")
 @click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
 @click.option("--shapes", type=Shapes(), default=None,
@@ -519,7 +533,8 @@ def bench() -> None:
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
     measures (docs/benchmarks.md)."""
-    from .bench import PREFILL_BENCH_SHAPES, bench_prefill, copy_bandwidth, emulated, matrix_peak
+    from .bench.prefill import PREFILL_BENCH_SHAPES, bench_prefill
+    from .bench.timing import copy_bandwidth, emulated, matrix_peak
     dev = _device_or_exit(device_spec)
     tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
     if emulated(dev):
@@ -540,21 +555,15 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
                 r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
                 r["of_copy"] = r["GBps"] * 1e9 / bw
                 rows.append(r)
-    if as_json:
-        click.echo(json.dumps({"op": "prefill", "date": _today(), "device": repr(dev), "driver": _driver(dev),
-                               "emulated": emulated(dev), "copy_GBps": bw / 1e9,
-                               "matrix_peak_TFLOPs": peak / 1e12 if peak else None, "cases": rows}, indent=1))
-        return
-    if emulated(dev):
-        click.echo("EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds")
-    click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
-    click.echo("matrix-rate ceiling (our fp8 peak loop): " + (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target"))
-    pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"  # noqa: E731
-    click.echo(_table([[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", f"{r['tflops']:.1f}",
-                        pct(r["of_matrix_peak"]), f"{r['GBps']:.0f}", pct(r["of_copy"]), f"{r['host_us']:.1f}"]
-                       for r in rows],
-                      ["M", "N", "H", "clean", "kernel", "median us", "TFLOP/s", "of matrix peak", "GB/s",
-                       "of copy", "host us/call"]))
+    _bench_report("prefill", dev, {"copy_GBps": bw / 1e9, "matrix_peak_TFLOPs": peak / 1e12 if peak else None},
+                  [f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s",
+                   "matrix-rate ceiling (our fp8 peak loop): " +
+                   (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target")], rows,
+                  [[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", f"{r['tflops']:.1f}",
+                    _pct(r["of_matrix_peak"]), f"{r['GBps']:.0f}", _pct(r["of_copy"]), f"{r['host_us']:.1f}"]
+                   for r in rows],
+                  ["M", "N", "H", "clean", "kernel", "median us", "TFLOP/s", "of matrix peak", "GB/s", "of copy",
+                   "host us/call"], as_json)
 
 
 @bench.command("decode")
@@ -573,12 +582,11 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 @click.option("--json", "as_json", is_flag=True)
 def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
-    from .bench import copy_bandwidth, read_bandwidth
-    from .bench_decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
+    from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
+    from .bench.timing import copy_bandwidth, emulated, read_bandwidth
     dev = _device_or_exit(device_spec)
     block_size = int(block_size)
     _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
-    emulated = dev.backend == "emu"
     if rows:
         try:
             shapes = [(r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in rows.split(",")]
@@ -588,9 +596,9 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
             raise click.UsageError(f"--rows: expected SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long, "
                                    f"got {rows!r}") from None
     else:
-        shapes = EMULATOR_ROWS if emulated else DECODE_BENCH_ROWS
+        shapes = EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
-    ceiling_bytes = (16 << 20) if emulated else (2 << 30)
+    ceiling_bytes = (16 << 20) if emulated(dev) else (2 << 30)
     _progress(f"device {dev!r}: measuring the copy and read ceilings")
     copy_bw, read_bw = copy_bandwidth(dev, ceiling_bytes), read_bandwidth(dev, ceiling_bytes)
     results = []
@@ -602,24 +610,15 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
         moved = r["key_bytes"] + r["logits_bytes"]
         r["of_read"] = moved / (r["us"] * 1e-6) / read_bw
         r["of_copy"] = moved / (r["us"] * 1e-6) / copy_bw
-    note = "emulated: these times are not speeds (the emulator runs the gfx950 sources on the CPU)" if emulated else None
-    if as_json:
-        click.echo(json.dumps({"op": "decode", "date": _today(), "device": repr(dev), "driver": _driver(dev),
-                               "emulated": emulated, "copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9,
-                               "note": note, "cases": results}, indent=1))
-        return
-    if note:
-        click.echo(note)
-    click.echo(f"copy ceiling (read + write): {copy_bw / 1e9:.0f} GB/s; read ceiling (read only): "
-               f"{read_bw / 1e9:.0f} GB/s")
-    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
-    click.echo(_table([[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["kernel"],
-                        r["units"],
-                        f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", f"{r['GBps']:.0f}",
-                        f"{r['logits_bytes'] / 1e6:.1f}", pct(r["of_read"]), f"{r['tflops']:.2f}",
-                        f"{r['host_us']:.1f}"] for r in results],
-                      ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "kernel", "units", "median us", "graph us",
-                       "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"]))
+    _bench_report("decode", dev, {"copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9},
+                  [f"copy ceiling (read + write): {copy_bw / 1e9:.0f} GB/s; read ceiling (read only): "
+                   f"{read_bw / 1e9:.0f} GB/s"], results,
+                  [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["kernel"],
+                    r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", f"{r['GBps']:.0f}",
+                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), f"{r['tflops']:.2f}", f"{r['host_us']:.1f}"]
+                   for r in results],
+                  ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "kernel", "units", "median us", "graph us",
+                   "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
 
 
 @bench.command("cache")
@@ -630,32 +629,24 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
 def bench_cache_cmd(device_spec, repeats, as_json) -> None:
     """quantize_and_cache_keys (65536 keys, and a decode step's 64) and gather_cached_keys (131072 tokens)
     against the copy ceiling measured in the same run (docs/benchmarks.md)."""
-    from .bench import copy_bandwidth, emulated
-    from .bench_cache import bench_cache
+    from .bench.cache import bench_cache
+    from .bench.timing import copy_bandwidth, emulated
     dev = _device_or_exit(device_spec)
-    emu = emulated(dev)
-    if emu:
+    if emulated(dev):
         _progress("emulated device: tiny sizes, and the times measure the CPU emulator: they are not speeds")
     _progress(f"device {dev!r}: measuring the copy ceiling")
     bw = copy_bandwidth(dev)
     rows = bench_cache(dev, repeats, _progress)
     for r in rows:
         r["of_copy"] = r["GBps"] * 1e9 / bw
-    note = "EMULATED: these times measure the CPU emulator running the gfx950 code, not a GPU: not speeds" \
-        if emu else None
-    if as_json:
-        click.echo(json.dumps({"op": "cache", "date": _today(), "device": repr(dev), "driver": _driver(dev),
-                               "emulated": emu, "note": note, "copy_GBps": bw / 1e9, "cases": rows}, indent=1))
-        return
-    if note:
-        click.echo(note)
-    click.echo(f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s")
     scale = {True: "pow2", False: "amax/448", None: "-"}
-    click.echo(_table([[r["op"], "preshuffled" if r["preshuffle"] else "block-flat", scale[r["power_of_two"]],
-                        r["tokens"], f"{r['us']:.2f}", f"{r['us_graph']:.2f}" if r["us_graph"] else "-",
-                        f"{r['GBps']:.0f}", f"{100 * r['of_copy']:.1f}%", f"{r['host_us']:.1f}"] for r in rows],
-                      ["op", "layout", "scale", "tokens", "median us", "graph us", "GB/s", "of copy",
-                       "host us/call"]))
+    _bench_report("cache", dev, {"copy_GBps": bw / 1e9},
+                  [f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s"], rows,
+                  [[r["op"], "preshuffled" if r["preshuffle"] else "block-flat", scale[r["power_of_two"]],
+                    r["tokens"], f"{r['us']:.2f}", f"{r['us_graph']:.2f}" if r["us_graph"] else "-",
+                    f"{r['GBps']:.0f}", _pct(r["of_copy"]), f"{r['host_us']:.1f}"] for r in rows],
+                  ["op", "layout", "scale", "tokens", "median us", "graph us", "GB/s", "of copy", "host us/call"],
+                  as_json)
 
 
 if __name__ == "__main__":

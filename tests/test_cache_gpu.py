@@ -4,8 +4,9 @@ its memory); tests/emu/cache_cases.py holds the rest, on any device."""
 import numpy as np
 import pytest
 
-from hipindexer import cache, cache_check
-from hipindexer.cache_ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
+from hipindexer import cache
+from hipindexer.check import cache as cache_check
+from hipindexer.ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
 from hipindexer.runtime import DeviceArray, Stream
 
 pytestmark = pytest.mark.gpu

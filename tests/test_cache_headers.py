@@ -14,7 +14,7 @@ import pytest
 
 from hipindexer import cache
 from hipindexer.arguments import FP8
-from hipindexer.cache_check import fp8_boundaries
+from hipindexer.check.cache import fp8_boundaries
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -56,7 +56,8 @@ def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, says):
 
 
 def test_an_unknown_kernel_is_refused_before_any_ceiling_is_measured(monkeypatch):
-    from hipindexer import bench, cli, runtime
+    from hipindexer import cli, runtime
+    from hipindexer.bench import timing as bench
     fake = type("FakeDevice", (), {"arch": "sm_90a", "num_cus": 132, "wave_size": 32, "backend": "cuda"})()
     monkeypatch.setattr(cli, "_device_or_exit", lambda spec: fake)
     monkeypatch.setattr(bench, "copy_bandwidth", lambda *a, **k: pytest.fail("measured a ceiling"))

@@ -3,8 +3,8 @@ items no feasible case can hold reported, the same seed giving the same design; 
 own designs."""
 import itertools
 
-from hipindexer import sweep
-from hipindexer.covering import covering_design
+from hipindexer.check import sweep
+from hipindexer.check.covering import covering_design
 
 AXES = {"a": (1, 2, 3), "b": ("x", "y"), "c": (False, True), "d": (10, 20, 30, 40)}
 

@@ -3,8 +3,9 @@ written into the same device arrays, and caches past 4 GiB. Skips without a GPU 
 import numpy as np
 import pytest
 
-from hipindexer import fp8_paged_mqa_logits, sweep, testing
-from hipindexer.decode_plan import plan_decode
+from hipindexer import fp8_paged_mqa_logits, testing
+from hipindexer.check import sweep
+from hipindexer.plan import plan_decode
 from hipindexer.gate import gate_decode
 from hipindexer.ops import target_of
 from hipindexer.runtime import DeviceArray, Stream

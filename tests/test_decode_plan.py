@@ -6,9 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hipindexer import decode_plan
-from hipindexer.decode_plan import GENERIC_DECODE, DecodeKernelSpec, plan_decode, register_decode
-from hipindexer.planner import TARGETS
+from hipindexer import catalog
+from hipindexer.plan import TARGETS
+from hipindexer.plan import decode as decode_plan
+from hipindexer.plan.decode import GENERIC_DECODE, DecodeKernelSpec, plan_decode, register_decode
+from hipindexer.plan.menu import KernelMenu
 
 SHAPE = dict(B=st.integers(1, 4096), next_n=st.integers(1, 8), H=st.integers(1, 128),
              D=st.sampled_from([16, 64, 128, 256, 1024]), block_size=st.sampled_from([1, 2, 7, 16, 64, 256, 1024]),
@@ -20,7 +22,7 @@ SHAPE = dict(B=st.integers(1, 4096), next_n=st.integers(1, 8), H=st.integers(1, 
 def test_the_default_grid_fits_the_work_and_the_target(B, next_n, H, D, block_size, max_model_len, arch):
     t = TARGETS[arch]
     plan = plan_decode(B, next_n, H, D, block_size, max_model_len, t)
-    spec = decode_plan.DECODE_KERNELS[plan.kernel]
+    spec = decode_plan.DECODE.by_key[plan.kernel]
     tiles = -(-max_model_len // plan.tile)
     assert plan.grid == (plan.units, 1, 1)
     assert 1 <= plan.split_kv <= max(1, tiles)                    # no unit left without a possible tile
@@ -75,10 +77,13 @@ def test_shapes_no_kernel_serves_are_named(args, match):
 
 @pytest.fixture
 def fast_path(monkeypatch):
-    """A pretend fp8 tensor-core decode kernel for H = 64, D = 128, block_size 64 on sm_90a."""
-    spec = DecodeKernelSpec("mqa_logits_wgmma", block=256, fits=((64, 128),), block_sizes=(64,))
-    monkeypatch.setattr(decode_plan, "FAST_DECODE", {})
-    monkeypatch.setattr(decode_plan, "DECODE_KERNELS", dict(decode_plan.DECODE_KERNELS))
+    """A pretend fp8 tensor-core decode kernel for H = 64, D = 128, block_size 64 on sm_90a: its launch facts in
+    the catalog, its planning facts in a spec."""
+    monkeypatch.setitem(catalog.KERNEL, "pretend_decode", catalog.Kernel(
+        "pretend_decode", "sm90a/pretend.hip", "hx_pretend", "DecodeParams", block=256, targets=("sm_90a",),
+        variants=({"HX_HEADS": 64},), accumulation="fp8_tc", fits=((64, 128),), block_sizes=(64,)))
+    spec = DecodeKernelSpec("pretend_decode")
+    monkeypatch.setattr(decode_plan, "DECODE", KernelMenu("decode", GENERIC_DECODE))
     decode_plan._plan_decode.cache_clear()
     register_decode("sm_90a", spec)
     yield spec

@@ -29,8 +29,8 @@ MAIN = [
     "hipindexer.cache.quantize_keys", "hipindexer.cache.write_cache", "hipindexer.cache.gather_keys",
     "hipindexer.cache.make_block_tables", "hipindexer.cache.packed_prefill_windows",
     "hipindexer.testing.prefill_inputs", "hipindexer.testing.prefill_windows",
-    "hipindexer.gate.gate", "hipindexer.planner.Target", "hipindexer.planner.plan_prefill",
-    "hipindexer.planner.plan_prefill_chunks", "hipindexer.runtime.get_kernel",
+    "hipindexer.gate.gate", "hipindexer.plan.Target", "hipindexer.plan.plan_prefill",
+    "hipindexer.plan.plan_prefill_chunks", "hipindexer.runtime.get_kernel",
     "hipindexer.runtime.as_device_array", "hipindexer.runtime.Device", "hipindexer.runtime.DeviceArray",
     "hipindexer.runtime.Stream", "hipindexer.runtime.Event",
 ]
@@ -39,7 +39,7 @@ PUBLIC_MODULES = ["hipindexer.reference", "hipindexer.cache", "hipindexer.testin
 # Classes whose public methods and properties are public API.
 CLASSES = ["hipindexer.runtime.Device", "hipindexer.runtime.DeviceArray", "hipindexer.runtime.Stream",
            "hipindexer.runtime.Event", "hipindexer.runtime.Kernel", "hipindexer.runtime.Manifest",
-           "hipindexer.planner.Target", "hipindexer.planner.PrefillPlan", "hipindexer.gate.GateResult",
+           "hipindexer.plan.Target", "hipindexer.plan.PrefillPlan", "hipindexer.gate.GateResult",
            "hipindexer.testing.PrefillInputs", "hipindexer.testing.DecodeCase", "hipindexer.testing.DecodeInputs"]
 
 
@@ -128,14 +128,16 @@ def test_public_methods_and_properties_have_docstrings():
 
 
 @pytest.mark.parametrize("module", ["hipindexer.reference", "hipindexer.cache", "hipindexer.testing",
-                                    "hipindexer.gate", "hipindexer.planner"])
+                                    "hipindexer.gate", "hipindexer.plan.target",
+                                    "hipindexer.plan.prefill", "hipindexer.plan.decode", "hipindexer.plan.chunks"])
 def test_docstring_examples_run_on_the_reference(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
 
 
-DEVICE_DOCTESTS = ["hipindexer.ops", "hipindexer.cache_ops", "hipindexer.runtime.device", "hipindexer.runtime.array"]
+DEVICE_DOCTESTS = ["hipindexer.ops.prefill", "hipindexer.ops.decode", "hipindexer.ops.cache", "hipindexer.runtime.device",
+                   "hipindexer.runtime.array"]
 _RUN_DOCTESTS = """
 import doctest, importlib, sys
 failed = attempted = 0

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hipindexer import decode_plan
-from hipindexer.decode_plan import GENERIC_DECODE, WAVES_PER_SIMD, plan_decode
-from hipindexer.planner import TARGETS
+from hipindexer.plan import decode as decode_plan
+from hipindexer.plan.decode import GENERIC_DECODE, WAVES_PER_SIMD, plan_decode
+from hipindexer.plan import TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "emu"))
@@ -37,7 +37,7 @@ def test_the_planner_picks_them_for_every_fast_shape_and_only_those():
 
 @pytest.mark.parametrize("H_", [32, 64])
 def test_the_grid_aims_at_resident_waves_per_simd_from_host_shapes(H_):
-    spec = decode_plan.DECODE_KERNELS[PAGED]
+    spec = decode_plan.DECODE.by_key[PAGED]
     waves = min(WAVES_PER_SIMD, spec.resident_waves_per_simd(H_))
     assert waves >= 2                                             # the occupancy every variant keeps
     want_units = int(waves * 4 * GFX.num_cus / spec.waves)
@@ -62,7 +62,7 @@ def test_the_planners_occupancy_figures_match_the_built_code_objects(emu_kernels
     for e in doc["kernels"]:
         if e["target"] != "gfx950" or e["name"] not in (PAGED, BS1):
             continue
-        spec, H_ = decode_plan.DECODE_KERNELS[e["name"]], e["variant"]["HX_HEADS"]
+        spec, H_ = decode_plan.DECODE.by_key[e["name"]], e["variant"]["HX_HEADS"]
         res = e["resources"]
         units = min(res["occupancy"] * 4 // spec.waves, (160 * 1024) // res["lds"])
         assert dict(spec.resident)[H_] == units, (e["variant_key"], res["occupancy"], res["lds"], spec.resident)

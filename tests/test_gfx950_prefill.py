@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hipindexer.planner import TARGETS, plan_prefill
+from hipindexer.plan import TARGETS, plan_prefill
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "emu"))

@@ -1,10 +1,10 @@
-"""The tensor map of a paged cache (hipindexer/kv_map.py), replayed on the host: the boxes the sm_90a tensor-copy
+"""The tensor map of a paged cache (hipindexer/ops/kv_map.py), replayed on the host: the boxes the sm_90a tensor-copy
 decode kernel asks for land every key byte where its MMA operand layout reads it (CPU only)."""
 import numpy as np
 import pytest
 
 from hipindexer.cache import shuffle_cache
-from hipindexer.kv_map import map_geometry
+from hipindexer.ops.kv_map import map_geometry
 
 D = 128
 

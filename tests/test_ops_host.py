@@ -85,7 +85,7 @@ def _resident(dev, inp):
 
 
 def test_a_repeated_call_reuses_its_prepared_launch_without_checking_or_planning_again(hopper, monkeypatch):
-    from hipindexer import ops
+    from hipindexer.ops import prefill as ops
     hb, dev = hopper
     args = _resident(dev, _inputs())
     out = DeviceArray.empty((24, 300), np.float32, dev)
@@ -148,7 +148,7 @@ def test_a_prepared_call_still_refuses_a_misaligned_pointer_and_allocates_a_miss
 
 
 def test_the_benchmark_reports_host_microseconds_per_call(hopper, monkeypatch):
-    from hipindexer import bench
+    from hipindexer.bench import prefill as bench
     hb, dev = hopper
     monkeypatch.setitem(bench.L2_BYTES, "sm_90a", 1 << 20)  # a few input sets, not the H200's 60 MiB worth
     r = bench.bench_prefill(dev, 16, 256, 64, 128, repeats=2)

@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hipindexer.planner import GENERIC, TARGETS, plan_prefill, plan_prefill_chunks
+from hipindexer.plan import TARGETS, plan_prefill, plan_prefill_chunks
+from hipindexer.plan.prefill import GENERIC
 
 H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
 

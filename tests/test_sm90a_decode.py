@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from hipindexer import catalog, sweep
+from hipindexer import catalog
+from hipindexer.check import sweep
 from hipindexer.cli import _decode_filters
-from hipindexer.decode_plan import GENERIC_DECODE, WGMMA_DECODE_SM90, WGMMA_TMA_DECODE_SM90, plan_decode
-from hipindexer.planner import TARGETS
+from hipindexer.plan.decode import GENERIC_DECODE, WGMMA_DECODE_SM90, WGMMA_TMA_DECODE_SM90, plan_decode
+from hipindexer.plan import TARGETS
 from hipindexer.runtime.module import DEFAULT_MANIFEST
 
 H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]

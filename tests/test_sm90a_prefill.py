@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hipindexer import catalog
-from hipindexer.planner import GENERIC, TARGETS, WGMMA_FOLD_SM90, WGMMA_SM90, plan_prefill
+from hipindexer.plan import TARGETS, plan_prefill
+from hipindexer.plan.prefill import GENERIC, WGMMA_FOLD_SM90, WGMMA_SM90
 from hipindexer.runtime.module import DEFAULT_MANIFEST
 
 H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]

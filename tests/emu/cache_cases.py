@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import hipindexer
-from hipindexer import cache, cache_check, testing
-from hipindexer.cache_ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
-from hipindexer.decode import ERROR_LENGTH, ERROR_SLOT
+from hipindexer import cache, testing
+from hipindexer.check import cache as cache_check
+from hipindexer.ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
+from hipindexer.ops import ERROR_LENGTH, ERROR_SLOT
 from hipindexer.gate import gate_decode, gate_prefill
 from hipindexer.ops import target_of
-from hipindexer.planner import plan_prefill
+from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray, Stream
 
 DEV = Device()  # the emulated MI355X under -p emu_session; a GPU run straight through pytest
@@ -259,7 +260,7 @@ def _class_of_prefill(M, N):
 
 
 def _class_of_decode(max_model_len, preshuffle):
-    from hipindexer.decode_plan import plan_decode
+    from hipindexer.plan import plan_decode
     return plan_decode(3, 1, H, D, BS, max_model_len, target_of(DEV), preshuffle=preshuffle).accumulation
 
 

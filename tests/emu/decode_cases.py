@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from hipindexer import fp8_paged_mqa_logits, reference, testing
-from hipindexer.decode import ERROR_BLOCK_ID, ERROR_LENGTH
-from hipindexer.decode_plan import plan_decode
+from hipindexer.ops import ERROR_BLOCK_ID, ERROR_LENGTH
+from hipindexer.plan import plan_decode
 from hipindexer.gate import gate_decode
 from hipindexer.ops import target_of
 from hipindexer.runtime import Device, DeviceArray
@@ -229,7 +229,7 @@ FAST_CASES = [
 
 
 def _fast_kernel(case):
-    from hipindexer.decode_plan import plan_decode
+    from hipindexer.plan import plan_decode
     from hipindexer.ops import target_of
     return plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, case.max_model_len or 1 << 16,
                        target_of(DEV), preshuffle=case.preshuffle, split_kv=case.split_kv).kernel
@@ -259,7 +259,7 @@ def test_fast_shapes_give_bitwise_the_same_logits_for_every_split(block_size, pr
 
 @pytest.mark.parametrize("H,D,block_size", [(32, 128, 16), (64, 128, 1), (64, 128, 64)])
 def test_fast_shapes_skip_and_flag_untrusted_device_values(H, D, block_size):
-    from hipindexer import sweep
+    from hipindexer.check import sweep
     o = sweep.decode_untrusted_values(np.random.default_rng(22), DEV, heads=(H,), dims=(D,),
                                       block_sizes=(block_size,))
     assert o.status == "passed", o.message

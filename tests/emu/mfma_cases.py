@@ -11,7 +11,7 @@ import pytest
 from hipindexer import fp8_mqa_logits, testing
 from hipindexer.gate import gate_prefill
 from hipindexer.ops import target_of
-from hipindexer.planner import plan_prefill
+from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
 
 DEV = Device("emu:gfx950")

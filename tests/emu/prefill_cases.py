@@ -11,7 +11,7 @@ from built_kernels import manifest_of_test_kernels
 from hipindexer import fp8_mqa_logits, reference, testing
 from hipindexer.gate import gate_prefill
 from hipindexer.ops import target_of
-from hipindexer.planner import plan_prefill
+from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray, get_kernel
 
 DEV = Device("emu:gfx950")

@@ -14,7 +14,7 @@ import atexit
 
 import numpy as np
 
-from .runtime import DeviceArray
+from ..runtime import DeviceArray
 
 _MAPS: dict = {}  # (device, address, num_blocks, block_size, D, preshuffle) -> DeviceArray of the map
 atexit.register(_MAPS.clear)  # freed while the driver is still up, not in the interpreter's last collection

@@ -22,10 +22,10 @@ import statistics
 import ml_dtypes
 import numpy as np
 
-from . import cache
-from .bench import L2_BYTES, emulated, host_us_per_call, time_batches, time_graph
-from .cache_ops import gather_cached_keys, quantize_and_cache_keys
-from .runtime import DeviceArray
+from .. import cache
+from ..ops import gather_cached_keys, quantize_and_cache_keys
+from ..runtime import DeviceArray
+from .timing import L2_BYTES, emulated, host_us_per_call, time_batches, time_graph
 
 D, BLOCK_SIZE = 128, 64
 KEY_DTYPE = np.dtype(ml_dtypes.bfloat16)

@@ -14,8 +14,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import reference, testing
-from .gate import GateResult, gate, gate_decode, gate_prefill
+from .. import reference, testing
+from ..gate import GateResult, gate, gate_decode, gate_prefill
 
 PASS, FAIL, NA = "passed", "failed", "not applicable"
 
@@ -133,9 +133,9 @@ def prefill_device_case(rng, device, M, N, H, D, mode, clean, **tunables) -> Out
 
 
 def _prefill_device_case(rng, device, M, N, H, D, mode, clean, accumulation="fast", **tunables) -> Outcome:
-    from .ops import fp8_mqa_logits, target_of
-    from .planner import plan_prefill
-    from .runtime import DeviceArray
+    from ..ops import fp8_mqa_logits, target_of
+    from ..plan import plan_prefill
+    from ..runtime import DeviceArray
     name = f"M{M}_N{N}_H{H}_D{D}_{mode}_{'clean' if clean else 'raw'}"
     plan = plan_prefill(M, N, H, D, target_of(device), accumulation=accumulation, **tunables)
     try:
@@ -179,8 +179,8 @@ def kernel_figures(outcomes: list[Outcome]) -> dict:
 
 def bitwise_reruns(rng, device, M=2048, N=8192, H=64, D=128, runs=20, **tunables) -> Outcome:
     """The same large case `runs` times: every output must be bitwise identical."""
-    from .ops import fp8_mqa_logits
-    from .runtime import DeviceArray
+    from ..ops import fp8_mqa_logits
+    from ..runtime import DeviceArray
     inp = testing.prefill_inputs(rng, M, N, H, D, "multi_req")
     first = None
     for i in range(runs):
@@ -297,15 +297,15 @@ def decode_shape(H: int, D: int, block_size: int, heads=None, dims=None, block_s
 
 def _accumulation_of(device, case: testing.DecodeCase, mml: int, accumulation="fast", **tunables) -> tuple[str, str]:
     """(kernel, accumulation class) the op runs a case with: the gate's eps follows the kernel."""
-    from .decode_plan import plan_decode
-    from .ops import target_of
+    from ..ops import target_of
+    from ..plan import plan_decode
     plan = plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, mml, target_of(device),
                        preshuffle=case.preshuffle, accumulation=accumulation, **tunables)
     return plan.kernel, plan.accumulation
 
 
 def _errors_array(device):
-    from .runtime import DeviceArray
+    from ..runtime import DeviceArray
     return DeviceArray.from_numpy(np.zeros(1, np.int32), device)
 
 
@@ -325,10 +325,9 @@ def decode_device_case(rng, device, case: testing.DecodeCase, clean: bool, accum
 
 
 def _decode_device_case(rng, device, case, clean, accumulation, **tunables) -> Outcome:
-    from .decode import fp8_paged_mqa_logits
-    from .decode_plan import plan_decode
-    from .ops import target_of
-    from .runtime import DeviceArray
+    from ..ops import fp8_paged_mqa_logits, target_of
+    from ..plan import plan_decode
+    from ..runtime import DeviceArray
     name = f"{case.name}_{'clean' if clean else 'raw'}"
     inp = testing.decode_inputs(rng, case)
     R, mml = case.B * case.next_n, inp.max_model_len
@@ -355,8 +354,8 @@ def _decode_device_case(rng, device, case, clean, accumulation, **tunables) -> O
 
 
 def _decode_run(device, inp, clean=True, errors=None, **kw) -> np.ndarray:
-    from .decode import fp8_paged_mqa_logits
-    from .runtime import DeviceArray
+    from ..ops import fp8_paged_mqa_logits
+    from ..runtime import DeviceArray
     out = DeviceArray.empty((inp.q.shape[0] * inp.q.shape[1], inp.max_model_len), np.float32, device).fill(np.nan)
     fp8_paged_mqa_logits(*inp.args(), clean_logits=clean, errors=errors, out=out, device=device, **kw)
     return out.numpy()
@@ -366,7 +365,7 @@ def decode_layouts_agree(rng, device, heads=None, dims=None, block_sizes=None, *
     """One cache in both layouts: bitwise identical logits (and both pass the gate). The shape stays within
     the filters (heads, dims, block_sizes); the whole batch on one unit and on the planner's grid, so both
     long runs of one sequence's blocks and many unit boundaries are crossed."""
-    from .cache import shuffle_cache
+    from ..cache import shuffle_cache
     shape = decode_shape(32, 128, 64, heads, dims, block_sizes, need16=True)
     if shape is None:
         return Outcome("decode", "layouts_block_flat_vs_preshuffled", NA, "no block size of the filter is a "
@@ -401,8 +400,8 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
     -inf on their keys and error bit 0; a negative context length and a next_n_lens above next_n give
     -inf rows and bit 2; every other position is bitwise what the clean inputs give. The shape stays within
     the filters (heads, dims, block_sizes)."""
-    from .decode import ERROR_BLOCK_ID, ERROR_LENGTH
-    from .runtime import DeviceArray
+    from ..ops import ERROR_BLOCK_ID, ERROR_LENGTH
+    from ..runtime import DeviceArray
     H, D, bs = decode_shape(16, 64, 16, heads, dims, block_sizes)
     case = testing.DecodeCase(4, 2, H, D, bs, False, mean_context=max(200, 3 * bs), spread="equal", ragged=True,
                               live_min=1)
@@ -446,7 +445,7 @@ def decode_bitwise_reruns(rng, device, runs: int = 20, heads=None, dims=None, bl
     case = testing.DecodeCase(16, 4, H, D, bs, False, mean_context=16384, ragged=True, key_codes=True)
     name = f"bitwise_{case.name}"
     inp = testing.decode_inputs(rng, case)
-    from .runtime import DeviceArray
+    from ..runtime import DeviceArray
     args = [DeviceArray.from_numpy(a, device) if isinstance(a, np.ndarray) else a for a in inp.args()]
     dev_inp = testing.DecodeInputs(*args)
     first = None
@@ -469,7 +468,7 @@ def decode_offset_case(rng, device, block_size: int, base: int, heads=None, dims
     """A batch whose blocks sit at the top of a pool of base + its own blocks (64-bit offsets), against the
     reference on the batch's own small pool. Not applicable without the device memory, or for a block size
     the filter (block_sizes) leaves out."""
-    from .runtime import DeviceArray
+    from ..runtime import DeviceArray
     name = f"offset_bs{block_size}_above_{base}_blocks"
     if block_sizes is not None and block_size not in block_sizes:
         return Outcome("decode", name, NA, f"block_size {block_size} is outside the filter {list(block_sizes)}")

@@ -17,13 +17,12 @@ import statistics
 
 import numpy as np
 
-from . import testing
-from .bench import L2_BYTES, host_us_per_call, time_batches, time_graph
-from .decode import fp8_paged_mqa_logits
-from .decode_plan import plan_decode
-from .ops import target_of
-from .reference import decode_bounds
-from .runtime import DeviceArray
+from .. import testing
+from ..ops import fp8_paged_mqa_logits, target_of
+from ..plan import plan_decode
+from ..reference import decode_bounds
+from ..runtime import DeviceArray
+from .timing import L2_BYTES, host_us_per_call, time_batches, time_graph
 
 D, BLOCK_SIZE = 128, 64
 DECODE_BENCH_ROWS = (("equal", 64, 131072), ("equal", 64, 32768), ("equal", 16, 131072), ("equal", 16, 32768),

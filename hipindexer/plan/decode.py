@@ -1,7 +1,7 @@
 """Launch planning for paged decode, in pure Python from host shapes (graph-safe).
 
 ``plan_decode`` sees (B, next_n, H, D, block_size, max_model_len), the cache
-layout, a ``planner.Target`` and the caller's forced choices, and returns a
+layout, a ``Target`` and the caller's forced choices, and returns a
 ``DecodePlan``: the kernel, a grid of B * split_kv units and the figures the
 kernel works with. Nothing depends on values in device memory: the kernel
 balances a batch's real work across those units itself, from the lengths it
@@ -9,27 +9,23 @@ reads (hsaco_src/common/decode_work.h), so one plan serves every step of a
 captured graph whatever its context lengths.
 
 Fast paths register with ``register_decode`` (arch -> specs, tried in order
-before the generic kernel), as prefill's do with ``planner.register_prefill``.
+before the generic kernel), as prefill's do with ``register_prefill``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .catalog import ACCUMULATION, KERNEL
-from .planner import ACCUMULATIONS, Target
+from ..catalog import ACCUMULATION
+from .menu import CatalogFacts, KernelMenu
+from .target import Target
 
 
 @dataclass(frozen=True)
-class DecodeKernelSpec:
-    """What the planner must know of a decode kernel."""
+class DecodeKernelSpec(CatalogFacts):
+    """How to plan for a decode kernel; its block, variant define, the shapes it serves (H, D, block sizes,
+    layouts) and its class are its catalog entry's."""
     key: str
-    block: int                 # threads per block (fixed at build time)
-    fits: tuple = ()           # ((H, D), ...) it serves; () = any H, any D % 16 == 0 up to max_dim
-    block_sizes: tuple = ()    # block_size values it serves; () = any
-    layouts: tuple = (False, True)  # preshuffle values it serves
-    max_dim: int = 1024
-    variant: str | None = None      # variant define chosen by H, e.g. "HX_HEADS" (None: one object)
     units_per_cu: int = 8      # the default grid: about this many units per CU (SM), fewer for short contexts
     head_pass: int = 16        # (row, head) pairs computed per pass over a staged key tile
     persistent: bool = False   # one unit per block, the default grid one block per CU (SM): a unit's piece of the
@@ -41,15 +37,21 @@ class DecodeKernelSpec:
     page: int = 0
     waves: int = 1
     resident: tuple = ()       # ((H, units per CU), ...)
-    kv_map: bool = False       # takes DecodeTmaParams: keys copied through a tensor map (hipindexer.kv_map)
 
     @property
-    def accumulation(self) -> str:
-        return KERNEL[self.key].accumulation
+    def kv_map(self) -> bool:
+        """Takes DecodeTmaParams: keys copied through a tensor map of the cache (hipindexer.ops.kv_map)."""
+        return self.kernel.params == "DecodeTmaParams"
+
+    def refuses(self, H: int, D: int, block_size: int, preshuffle: bool) -> str | None:
+        k = self.kernel
+        if ((k.fits and (H, D) in k.fits) or (not k.fits and (k.max_dim is None or D <= k.max_dim))) and \
+                (not k.block_sizes or block_size in k.block_sizes) and bool(preshuffle) in k.layouts:
+            return None
+        return f"does not serve H={H}, D={D}, block_size={block_size}, preshuffle={bool(preshuffle)}"
 
     def serves(self, H: int, D: int, block_size: int, preshuffle: bool) -> bool:
-        return ((not self.fits and D <= self.max_dim) or (H, D) in self.fits) and \
-            (not self.block_sizes or block_size in self.block_sizes) and bool(preshuffle) in self.layouts
+        return self.refuses(H, D, block_size, preshuffle) is None
 
     def resident_waves_per_simd(self, H: int) -> float:
         """Waves per SIMD (4 SIMDs per CU) when a CU holds as many of this kernel's units as it can."""
@@ -77,21 +79,17 @@ class DecodeKernelSpec:
 
 # hsaco_src/generic/paged_mqa_logits.hip: one key per thread, 128 keys per tile (D <= 128), 16 (row, head)
 # pairs per pass; fp32 FMAs.
-GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic", block=128)
+GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic")
 # sm_90a fp8 wgmma (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip): 64-key stages of whole blocks (16 or 64 tokens,
 # either layout) by bulk copies, repacked into the operand swizzle, up to 128 (row, head) pairs per MMA pass; one
 # unit per SM by default. Chosen only by name: it needs no tensor map (see below).
-WGMMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma", block=512, fits=((32, 128), (64, 128)),
-                                     block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
-                                     persistent=True, stage_keys=64)
+WGMMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma", units_per_cu=1, head_pass=128, persistent=True,
+                                     stage_keys=64)
 # The same on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip): whole pages land swizzled,
-# three math warpgroups, no repack. The default: registered first. Its tensor map (hipindexer/kv_map.py) is
+# three math warpgroups, no repack. The default: registered first. Its tensor map (hipindexer/ops/kv_map.py) is
 # uploaded on a cache's first call, which therefore has to come before a graph capture.
-WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", block=512, fits=((32, 128), (64, 128)),
-                                         block_sizes=(16, 64), variant="HX_HEADS", units_per_cu=1, head_pass=128,
-                                         persistent=True, stage_keys=64, kv_map=True)
-FAST_DECODE: dict[str, list[DecodeKernelSpec]] = {}
-DECODE_KERNELS = {GENERIC_DECODE.key: GENERIC_DECODE}
+WGMMA_TMA_DECODE_SM90 = replace(WGMMA_DECODE_SM90, key="paged_mqa_logits_wgmma_tma")
+DECODE = KernelMenu("decode", GENERIC_DECODE)
 DECODE_TUNABLES = ("kernel",)
 # A grid's units as blocks of threads: AMD counts the grid in threads (< 2^32), so that bounds it everywhere.
 GRID_THREADS = (1 << 32) - 1
@@ -101,8 +99,8 @@ WAVES_PER_SIMD = 2.5
 
 
 def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
-    FAST_DECODE.setdefault(arch, []).append(spec)
-    DECODE_KERNELS[spec.key] = spec
+    """Add a fast decode kernel for `arch`, tried after those registered before it."""
+    DECODE.register(arch, spec)
 
 
 register_decode("sm_90a", WGMMA_TMA_DECODE_SM90)
@@ -111,12 +109,9 @@ register_decode("sm_90a", WGMMA_DECODE_SM90)
 # live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the LDS would allow
 # 4, the VGPRs (over 168) allow 2).
 # Block sizes that are powers of two >= 16 in both layouts, and block_size 1 (its own build).
-MFMA_DECODE_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma", block=256, fits=((32, 128), (64, 128)),
-                                      block_sizes=(16, 32, 64, 128, 256, 512, 1024), variant="HX_HEADS", page=64,
-                                      waves=4, resident=((32, 2), (64, 2)), head_pass=0)
-MFMA_DECODE_BS1_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma_bs1", block=256, fits=((32, 128), (64, 128)),
-                                          block_sizes=(1,), layouts=(False,), variant="HX_HEADS", page=64, waves=4,
-                                          resident=((32, 2), (64, 2)), head_pass=0)
+MFMA_DECODE_GFX950 = DecodeKernelSpec("paged_mqa_logits_mfma", page=64, waves=4, resident=((32, 2), (64, 2)),
+                                      head_pass=0)
+MFMA_DECODE_BS1_GFX950 = replace(MFMA_DECODE_GFX950, key="paged_mqa_logits_mfma_bs1")
 register_decode("gfx950", MFMA_DECODE_GFX950)
 register_decode("gfx950", MFMA_DECODE_BS1_GFX950)
 
@@ -143,28 +138,12 @@ class DecodePlan:
 
 def _pick(arch: str, H: int, D: int, block_size: int, preshuffle: bool, forced: str | None,
           accumulation: str) -> DecodeKernelSpec:
-    if accumulation not in ACCUMULATIONS:
-        raise ValueError(f"accumulation: expected one of {list(ACCUMULATIONS)}, got {accumulation!r}")
     if D % 16:
         raise ValueError(f"q: D must be a multiple of 16 for every kernel, got D={D}")
-    if forced is not None:
-        spec = DECODE_KERNELS.get(forced)
-        if spec is None or (spec is not GENERIC_DECODE and spec not in FAST_DECODE.get(arch, [])):
-            have = [GENERIC_DECODE.key] + [s.key for s in FAST_DECODE.get(arch, [])]
-            raise ValueError(f"kernel: {forced!r} is not a decode kernel for {arch}; choose from {have}")
-        if not spec.serves(H, D, block_size, preshuffle):
-            raise ValueError(f"kernel: {forced!r} does not serve H={H}, D={D}, block_size={block_size}, "
-                             f"preshuffle={bool(preshuffle)}")
-        if accumulation == "fp32" and spec.accumulation != "fp32":
-            raise ValueError(f"kernel: {forced!r} accumulates in the {spec.accumulation} class; "
-                             f"accumulation='fp32' takes fp32-class kernels only")
-        return spec
-    for spec in FAST_DECODE.get(arch, []):
-        if spec.serves(H, D, block_size, preshuffle) and (accumulation == "fast" or spec.accumulation == "fp32"):
-            return spec
-    if D > GENERIC_DECODE.max_dim:
-        raise ValueError(f"q: D={D} is past the generic decode kernel's {GENERIC_DECODE.max_dim}")
-    return GENERIC_DECODE
+    spec = DECODE.pick(arch, forced, accumulation, lambda s: s.refuses(H, D, block_size, preshuffle))
+    if spec is GENERIC_DECODE and D > spec.kernel.max_dim:
+        raise ValueError(f"q: D={D} is past the generic decode kernel's {spec.kernel.max_dim}")
+    return spec
 
 
 def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_len: int, target: Target, *,
@@ -192,7 +171,7 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
     accumulation: "fast" takes the fastest kernel serving the shape whatever its accumulation class,
     "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
 
-    >>> from hipindexer.planner import TARGETS
+    >>> from hipindexer.plan import TARGETS
     >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"]).kernel
     'paged_mqa_logits_wgmma_tma'
     >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"], accumulation="fp32").kernel

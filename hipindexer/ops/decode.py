@@ -1,6 +1,6 @@
 """The paged decode op: ``fp8_paged_mqa_logits`` on a device (docs/ops.md).
 
-Arguments are handled as by the prefill op (hipindexer.ops): numpy arrays are
+Arguments are handled as by the prefill op (hipindexer.ops.launch): numpy arrays are
 copied to the device on the op's stream, DeviceArrays and foreign device arrays
 (``__cuda_array_interface__`` / ``__dlpack__``) are used in place, fp8 may
 arrive as uint8. Shapes, dtypes and every host (numpy) value are checked before
@@ -12,54 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arguments import F32, I32, check_decode_block_tables, check_decode_lengths, decode_shape
-from .decode_plan import DECODE_KERNELS, DECODE_TUNABLES, plan_decode
+from ..arguments import check_decode_block_tables, check_decode_lengths, decode_shape
+from ..plan import check_accumulation, plan_decode
+from ..plan.decode import DECODE, DECODE_TUNABLES
+from ..runtime import DeviceArray
+from ..runtime.device import as_stream
 from .kv_map import kv_map_finder
-from .ops import adopt, check_resident, kernel_for, prepared, remember, resident_key, resolve_device, target_of, upload
-from .planner import check_accumulation
-from .runtime import DeviceArray
-from .runtime.device import as_stream
-
-# Bits the kernels OR into errors[0].
-ERROR_BLOCK_ID = 1      # a block-table entry that is read names no block of the cache
-ERROR_SLOT = 2          # a cache writer's slot outside the cache (the writers' bit)
-ERROR_LENGTH = 4        # a negative context length, or next_n_lens outside 0..next_n
-INT32_MAX = (1 << 31) - 1
+from .launch import (INT32_MAX, adopt, check_errors, check_out, check_resident, check_tunables, kernel_for, prepared,
+                     remember, resident_key, resolve_device, target_of, upload)
 
 # The per-call pointers of DecodeParams, in struct order (absent optional arrays pass 0).
 DECODE_POINTERS = ("q", "kv_cache", "weights", "context_lens", "next_n_lens", "block_tables", "out", "errors")
 DECODE_TMA_POINTERS = DECODE_POINTERS + ("kv_map",)  # DecodeTmaParams
-
-
-def _device_only(name: str, x, device, stream, what: str) -> DeviceArray:
-    if isinstance(x, np.ndarray):
-        raise TypeError(f"{name}: expected a device array ({what}); a numpy array would be a copy, and the "
-                        f"result lost")
-    return adopt(name, x, device, stream)
-
-
-def _out(out, R: int, N: int, device, stream) -> DeviceArray | None:
-    if out is None:
-        return None
-    o = _device_only("out", out, device, stream, "the logits")
-    if o.dtype != F32 or o.shape != (R, N):
-        raise ValueError(f"out: expected a float32 [B * next_n={R}, max_model_len={N}] device array, "
-                         f"got {o.dtype.name} {o.shape}")
-    if o.readonly:
-        raise ValueError("out: the array is read-only")
-    if o.strides[1] != 4 or (R > 1 and (o.strides[0] % 4 or o.strides[0] < 4 * N)):
-        raise ValueError(f"out: rows must be contiguous with a row stride >= max_model_len floats, "
-                         f"got strides {o.strides}")
-    return o
-
-
-def _errors(errors, device, stream) -> DeviceArray | None:
-    if errors is None:
-        return None
-    e = _device_only("errors", errors, device, stream, "int32 [1], flags OR-ed in by the kernel")
-    if e.dtype != I32 or e.size < 1 or e.readonly:
-        raise ValueError(f"errors: expected a writable int32 [1] device array, got {e.dtype.name} {e.shape}")
-    return e
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens=None,
@@ -82,7 +46,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     accumulation: "fast" or "fp32" (fp32-class kernels only; docs/accuracy.md).
     errors: an int32 [1] device array whose bits the kernel ORs in for device-held values out of range
     (ERROR_BLOCK_ID: a block id outside [0, num_blocks), whose keys come out -inf and are never read;
-    ERROR_LENGTH: a negative length or next_n_lens outside 0..next_n, whose rows come out -inf).
+    ERROR_LENGTH: a negative length or next_n_lens outside 0..next_n, whose rows come out -inf; the bits are
+    hipindexer.ops.launch's).
     out: None (a new array) or a float32 [B * next_n, max_model_len] device array whose row stride may
     exceed max_model_len (the padding stays untouched). stream, device: as for fp8_mqa_logits.
     Tunable: kernel.
@@ -133,9 +98,7 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
                           tunables, key):
     """The full path: check shapes, host values and options, plan, upload host arrays, prepare the launch
     (kept under `key` when one is given), launch."""
-    unknown = sorted(set(tunables) - set(DECODE_TUNABLES))
-    if unknown:
-        raise TypeError(f"unknown tunable(s) {unknown}; the decode op takes {list(DECODE_TUNABLES)}")
+    check_tunables("decode", tunables, DECODE_TUNABLES)
     check_accumulation(accumulation)
     dev = resolve_device(device, arrays)
     st = as_stream(stream, dev)
@@ -158,8 +121,8 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
     for name, a in (("weights", wa), ("context_lens", cl), ("block_tables", bt), ("next_n_lens", nl)):
         if a is not None:
             check_resident(name, a)
-    o = _out(out, s.B * s.next_n, s.max_model_len, dev, st)
-    ea = _errors(errors, dev, st)
+    o = check_out(out, ("B * next_n", s.B * s.next_n), ("max_model_len", s.max_model_len), dev, st)
+    ea = check_errors(errors, dev, st)
     extra = {} if tunables.get("kernel") is None else {"kernel": tunables["kernel"]}
     plan = None if s.B == 0 else plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len,
                                              target_of(dev), preshuffle=preshuffle, accumulation=accumulation,
@@ -169,7 +132,7 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
         o = DeviceArray.empty((s.B * s.next_n, s.max_model_len), np.float32, dev, st)
     if plan is None:  # an empty batch
         return o
-    tma = DECODE_KERNELS[plan.kernel].kv_map
+    tma = DECODE.by_key[plan.kernel].kv_map
     launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_TMA_POINTERS if tma else DECODE_POINTERS,
                           out_stride=o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
                           num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size,

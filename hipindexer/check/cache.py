@@ -19,8 +19,8 @@ from typing import Callable, Iterator
 import ml_dtypes
 import numpy as np
 
-from . import cache
-from .arguments import FP8
+from .. import cache
+from ..arguments import FP8
 from .sweep import FAIL, NA, PASS, Outcome
 
 KEY_TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
@@ -97,7 +97,7 @@ def boundary_keys(rng, D: int, dtype) -> np.ndarray:
 # ------------------------------------------------------------------ cases
 
 def _dev(a, device):
-    from .runtime import DeviceArray
+    from ..runtime import DeviceArray
     return DeviceArray.from_numpy(np.ascontiguousarray(a), device)
 
 
@@ -128,7 +128,7 @@ def write_case(rng, device, T: int, D: int, block_size: int, preshuffle: bool, k
                power_of_two: bool, keys: str = "random") -> Outcome:
     """Quantise T keys into a pool of about 1.25 T slots at a random permutation of them (every 10th
     token skipped with -1), slot_mapping int64 for even T and int32 for odd; the whole cache compared."""
-    from .cache_ops import quantize_and_cache_keys
+    from ..ops import quantize_and_cache_keys
     dtype = KEY_TYPES[key_type]
     k = random_keys(rng, T, D, dtype) if keys == "random" else boundary_keys(rng, D, dtype)
     T = k.shape[0]
@@ -159,8 +159,8 @@ def _odd_lengths(rng, R: int, mean: int) -> np.ndarray:
 def gather_case(rng, device, R: int, D: int, block_size: int, preshuffle: bool, mean: int) -> Outcome:
     """R requests of odd lengths through random block tables over a pool of random bytes, gathered into an
     output two rows longer (NaN-poisoned: rows past cu_seq_lens[R] must stay untouched)."""
-    from .cache_ops import gather_cached_keys
-    from .runtime import DeviceArray
+    from ..ops import gather_cached_keys
+    from ..runtime import DeviceArray
     name = f"R{R}_D{D}_bs{block_size}_{'shuf' if preshuffle else 'flat'}"
     lens = _odd_lengths(rng, R, mean)
     tables, nb = cache.make_block_tables(lens, block_size, rng)
@@ -185,7 +185,7 @@ def gather_case(rng, device, R: int, D: int, block_size: int, preshuffle: bool, 
 
 def windows_case(rng, device, R: int, spare: int) -> Outcome:
     """R requests (some with no query rows) and `spare` rows past them, device against numpy."""
-    from .cache_ops import packed_prefill_windows
+    from ..ops import packed_prefill_windows
     name = f"R{R}_spare{spare}"
     L = rng.integers(0, 3000, R).astype(np.int32)
     q = (L * rng.random(R)).astype(np.int32)
@@ -200,8 +200,8 @@ def windows_case(rng, device, R: int, spare: int) -> Outcome:
 def untrusted_case(rng, device) -> Outcome:
     """Device-held values out of range, one per op: the bit set, nothing written through them, every other
     byte as numpy writes it."""
-    from .cache_ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
-    from .runtime import DeviceArray
+    from ..ops import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
+    from ..runtime import DeviceArray
     problems = []
     D, bs, nb = 64, 16, 6
     k = random_keys(rng, 8, D, np.float32)
@@ -259,8 +259,8 @@ OFFSET_CASES = ((1, 1 << 25), (64, 1 << 19))  # (block_size, blocks below the on
 def offset_case(rng, device, block_size: int, base: int) -> Outcome:
     """Writes and gathers in the top blocks of a pool of base + their own blocks, so every byte offset is
     past 4 GiB (64-bit offsets), against numpy on a pool of their own. Not applicable without the memory."""
-    from .cache_ops import gather_cached_keys, quantize_and_cache_keys
-    from .runtime import DeviceArray
+    from ..ops import gather_cached_keys, quantize_and_cache_keys
+    from ..runtime import DeviceArray
     name = f"offset_bs{block_size}_above_{base}_blocks"
     D, T = 128, 300
     nb = -(-(T + T // 4) // block_size)

@@ -3,12 +3,12 @@
 The device twins of hipindexer.cache's numpy helpers, bit for bit (docs/cache.md):
 ``quantize_and_cache_keys`` is ``cache.quantize_keys`` + ``cache.write_cache``, ``gather_cached_keys``
 is ``cache.gather_keys`` of each request concatenated, ``packed_prefill_windows`` is
-``cache.packed_prefill_windows``. Arguments are handled as by the prefill op (hipindexer.ops): numpy
+``cache.packed_prefill_windows``. Arguments are handled as by the prefill op (hipindexer.ops.launch): numpy
 arrays are copied to the device on the op's stream, DeviceArrays and foreign device arrays are used in
 place; every shape, dtype and host value is checked before anything is copied or launched; the ops
 return without synchronising. Values only the device holds (slots, block ids, lengths) are never
 trusted: what is out of range is skipped and reported through ``errors=`` (bits ERROR_BLOCK_ID,
-ERROR_SLOT, ERROR_LENGTH of hipindexer.decode).
+ERROR_SLOT, ERROR_LENGTH of hipindexer.ops.launch).
 
 A call whose arrays are all DeviceArrays keeps its prepared launch under their layouts and the
 options, as the prefill op does, so a serving loop pays little Python per call.
@@ -18,17 +18,19 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .arguments import F32, FP8, I32, SCALE_BYTES, U8, cache_view, check_preshuffle, expect
-from .decode import _device_only, _errors
-from .ops import adopt, check_resident, kernel_for, prepared, remember, resident_key, resolve_device, upload
-from .runtime import DeviceArray
-from .runtime.device import as_stream
+from ..arguments import F32, FP8, I32, SCALE_BYTES, U8, cache_view, check_preshuffle, expect
+from ..catalog import KERNEL
+from ..runtime import DeviceArray
+from ..runtime.device import as_stream
+from .launch import (INT32_MAX, adopt, check_errors, check_resident, device_only, kernel_for, prepared, remember,
+                     resident_key, resolve_device, upload)
 
-BLOCK = 256  # threads per block of the three kernels (the catalog's block)
+BLOCK = KERNEL["quantize_and_cache"].block  # the writer's threads per block, which tokens_per_block divides
+GATHER_BLOCK = KERNEL["gather_cached_keys"].block
+WINDOWS_BLOCK = KERNEL["packed_prefill_windows"].block
 # k's element type -> the kernel's dtype code (hsaco_src/common/fp8_quant.h: HX_KEY_F32, _F16, _BF16).
 KEY_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(ml_dtypes.bfloat16): 2}
 SLOT_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
-INT32_MAX = (1 << 31) - 1
 
 
 def tokens_per_block(D: int) -> int:
@@ -44,7 +46,7 @@ def _key_dim(name: str, D: int) -> None:
 
 def _cache(kv_cache, D: int | None, device, stream, d_from: str, writable: bool):
     """kv_cache as (array, num_blocks, block_size, D); D None: read off the cache's last dim."""
-    ca = _device_only("kv_cache", kv_cache, device, stream, "the paged cache, written in place") if writable \
+    ca = device_only("kv_cache", kv_cache, device, stream, "the paged cache, written in place") if writable \
         else adopt("kv_cache", kv_cache, device, stream)
     if D is None:
         shape = tuple(ca.shape)
@@ -161,7 +163,7 @@ def _quantize_and_cache(arrays, preshuffle, power_of_two, stream, device, key):
         raise ValueError(f"k: row {row} holds NaN or Inf; keys must be finite to quantise")
     check_resident("k", ka, align=16)
     check_resident("slot_mapping", sa)
-    ea = _errors(errors, dev, st)
+    ea = check_errors(errors, dev, st)
     if T == 0:
         return None
     tt = tokens_per_block(D)
@@ -306,7 +308,7 @@ def _gather(arrays, preshuffle, stream, device, key):
     _check_gather_values(_host(cu), _host(bt), nb, bs, max_blocks, N)
     check_resident("block_tables", bt)
     check_resident("cu_seq_lens", cu)
-    ea = _errors(errors, dev, st)
+    ea = check_errors(errors, dev, st)
     if ok is None:
         ok = given = DeviceArray.empty((N, D), FP8, dev, st)
         os_ = DeviceArray.empty((N,), np.float32, dev, st)
@@ -314,8 +316,8 @@ def _gather(arrays, preshuffle, stream, device, key):
     if items == 0 or R == 0:
         return given, os_
     launch = kernel_for(dev, "gather_cached_keys").prepare(
-        -(-items // BLOCK), BLOCK, pointers=GATHER_POINTERS, num_blocks=nb, N=N, R=R, max_blocks=max_blocks, D=D,
-        block_size=bs, preshuffle=int(bool(preshuffle)))
+        -(-items // GATHER_BLOCK), GATHER_BLOCK, pointers=GATHER_POINTERS, num_blocks=nb, N=N, R=R,
+        max_blocks=max_blocks, D=D, block_size=bs, preshuffle=int(bool(preshuffle)))
     remember(key, (launch, dev))
     ca, bt, cu = (upload(a, dev, st) for a in (ca, bt, cu))
     launch(st.handle, ca.ptr, bt.ptr, cu.ptr, ok.ptr, os_.ptr, 0 if ea is None else ea.ptr)
@@ -371,7 +373,7 @@ def packed_prefill_windows(query_lens, context_lens, num_rows=None, out=None, er
 
 
 def _windows(arrays, num_rows, stream, device, key):
-    from . import cache
+    from .. import cache
     dev = resolve_device(device, arrays)
     st = as_stream(stream, dev)
     query_lens, context_lens, out_ks, out_ke, errors = arrays
@@ -421,13 +423,13 @@ def _windows(arrays, num_rows, stream, device, key):
             raise ValueError(f"query_lens: {M} rows in all, past int32")
     check_resident("query_lens", qa)
     check_resident("context_lens", la)
-    ea = _errors(errors, dev, st)
+    ea = check_errors(errors, dev, st)
     if oks is None:
         oks, oke = DeviceArray.empty((M,), np.int32, dev, st), DeviceArray.empty((M,), np.int32, dev, st)
     if M == 0:
         return oks, oke
-    launch = kernel_for(dev, "packed_prefill_windows").prepare(-(-M // BLOCK), BLOCK, pointers=WINDOW_POINTERS,
-                                                               M=M, R=R)
+    launch = kernel_for(dev, "packed_prefill_windows").prepare(-(-M // WINDOWS_BLOCK), WINDOWS_BLOCK,
+                                                              pointers=WINDOW_POINTERS, M=M, R=R)
     remember(key, (launch, dev, M))
     qa, la = upload(qa, dev, st), upload(la, dev, st)
     launch(st.handle, qa.ptr, la.ptr, oks.ptr, oke.ptr, 0 if ea is None else ea.ptr)
