@@ -434,13 +434,13 @@ def _roofline():
 
 
 def _planned_waves_per_simd(key: str, heads) -> float | None:
-    """Waves per SIMD the decode planner's default grid aims at for this kernel (hipindexer.decode_plan)."""
+    """Waves per SIMD the decode planner's default grid aims at for this kernel (hipindexer.plan.decode)."""
     try:
         sys.path.insert(0, str(ROOT))
-        from hipindexer import decode_plan
+        from hipindexer.plan import decode as decode_plan
     except ImportError:
         return None
-    spec = decode_plan.DECODE_KERNELS.get(key)
+    spec = decode_plan.DECODE.by_key.get(key)
     if spec is None or not spec.page or heads is None:
         return None
     return min(decode_plan.WAVES_PER_SIMD, spec.resident_waves_per_simd(heads))

@@ -157,8 +157,8 @@ def ours_launch(figures: dict, B: int, next_n: int, ctx: int, block_size: int, H
     """A launch of paged_mqa_logits_mfma(_bs1) as plan_decode makes it, from its ISA report's page-loop
     figures (tools/isa_report.py DecodeFigures as a dict): every live row per 64-key page, K read once."""
     sys.path.insert(0, str(ROOT))
-    from hipindexer.decode_plan import plan_decode
-    from hipindexer.planner import TARGETS
+    from hipindexer.plan import plan_decode
+    from hipindexer.plan import TARGETS
     mml = max_model_len or ctx
     plan = plan_decode(B, next_n, H, D, block_size, mml, TARGETS["gfx950"], preshuffle=block_size % 16 == 0)
     waves_per_unit = plan.block // 64
