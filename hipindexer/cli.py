@@ -81,6 +81,15 @@ class Shapes(click.ParamType):
 DEVICE_HELP = ("The device: cuda:N, hip:N, or emu:gfx950 (the CPU emulator of the gfx950 kernels, in a source "
                "checkout after python build.py). Default: the first GPU, HIP then CUDA.")
 ACCUMULATION_HELP = "fast: the fastest kernel of any accumulation class; fp32: fp32-class kernels only."
+# Options several commands take, declared once.
+device_option = click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+kernel_option = click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
+accumulation_option = click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast",
+                                   show_default=True, help=ACCUMULATION_HELP)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+verbose_option = click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+reruns_option = click.option("--reruns", default=20, show_default=True,
+                             help="Bitwise-identical reruns of one large case (0: skip).")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -157,8 +166,8 @@ class _NoBar:
 @main.group(invoke_without_command=True)
 @click.option("--quick", is_flag=True, help="The small sweep (CI size).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
-@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+@json_option
+@verbose_option
 @click.pass_context
 def check(ctx, quick: bool, seed: int, as_json: bool, verbose: bool) -> None:
     """Correctness sweeps. Bare: the numpy reference against per-element float64 formulations."""
@@ -201,19 +210,18 @@ def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
 
 
 @check.command("prefill")
-@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@device_option
 @click.option("--quick", is_flag=True, help="Small shapes only (CI size).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--heads", type=IntList(), default="32,64,16", show_default=True, help="Head counts H.")
 @click.option("--dims", type=IntList(), default="64,128", show_default=True, help="Head dimensions D.")
 @click.option("--shapes", type=Shapes(), default=None,
               help="MxN,... (default: the full sweep's fourteen shapes, or --quick's five).")
-@click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
-@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
-@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help=ACCUMULATION_HELP)
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+@reruns_option
+@kernel_option
+@accumulation_option
+@json_option
+@verbose_option
 def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, as_json,
                   verbose) -> None:
     """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
@@ -230,7 +238,7 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 
 
 @check.command("decode")
-@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@device_option
 @click.option("--quick", is_flag=True, help="Every case small (CI size, the emulator).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
 @click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
@@ -241,12 +249,11 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
               help="Only these head dimensions D (default: the design's, or those a forced kernel serves).")
 @click.option("--block-sizes", type=IntList(), default=None,
               help="Only these block sizes (default: the design's, or those a forced kernel serves).")
-@click.option("--reruns", default=20, show_default=True, help="Bitwise-identical reruns of one large case (0: skip).")
-@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
-@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help=ACCUMULATION_HELP)
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+@reruns_option
+@kernel_option
+@accumulation_option
+@json_option
+@verbose_option
 def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, block_sizes, reruns, kernel,
                  accumulation, as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
@@ -287,11 +294,11 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
 
 
 @check.command("cache")
-@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@device_option
 @click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+@json_option
+@verbose_option
 def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
     """quantize_and_cache_keys, gather_cached_keys and packed_prefill_windows on a device against the numpy
     helpers of hipindexer.cache, bit for bit: every input type, both layouts, block sizes 1, 16 and 64, the
@@ -517,7 +524,7 @@ def _pct(x) -> str:
 
 
 @bench.command("prefill")
-@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@device_option
 @click.option("--shapes", type=Shapes(), default=None,
               help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768))")
 @click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
@@ -526,10 +533,9 @@ def _pct(x) -> str:
               help="clean_logits of the timed calls.")
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed batches; the median is reported.")
-@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
-@click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast", show_default=True,
-              help=ACCUMULATION_HELP)
-@click.option("--json", "as_json", is_flag=True)
+@kernel_option
+@accumulation_option
+@json_option
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
     measures (docs/benchmarks.md)."""
@@ -567,7 +573,7 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 
 
 @bench.command("decode")
-@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@device_option
 @click.option("--rows", default=None,
               help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the eight rows of docs/benchmarks.md; tiny "
                    "ones on the emulator)")
@@ -578,8 +584,8 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 @click.option("--repeats", default=10, show_default=True)
 @click.option("--block-size", type=click.Choice(["16", "64"]), default="64", show_default=True,
               help="Tokens per cache block.")
-@click.option("--kernel", default=None, help="Force a kernel (default: the planner's choice).")
-@click.option("--json", "as_json", is_flag=True)
+@kernel_option
+@json_option
 def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
@@ -622,10 +628,10 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
 
 
 @bench.command("cache")
-@click.option("--device", "device_spec", default=None, help=DEVICE_HELP)
+@device_option
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed batches; the median is reported.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def bench_cache_cmd(device_spec, repeats, as_json) -> None:
     """quantize_and_cache_keys (65536 keys, and a decode step's 64) and gather_cached_keys (131072 tokens)
     against the copy ceiling measured in the same run (docs/benchmarks.md)."""
