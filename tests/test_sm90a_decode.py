@@ -122,6 +122,15 @@ def test_built_objects_do_not_spill_and_carry_their_shared_memory(name):
         assert e["dynamic_smem"] == catalog.KERNEL[name].smem and e["block"] == 512
 
 
+
+def test_the_generic_decode_kernel_builds_without_spills_on_sm90a():
+    # Its walk state lives in shared memory and its pass loop takes pairs two at a time so that ptxas, aiming
+    # at 128-thread occupancy, has no reason to spill around the key loops (hsaco_src/generic/paged_mqa_logits.hip).
+    (e,) = _entries("paged_mqa_logits_generic")
+    r = e["resources"]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    assert e["block"] == 128
+
 def _cuobjdump():
     for cand in (os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
         if cand and Path(cand).is_file():

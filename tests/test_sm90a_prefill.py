@@ -103,7 +103,8 @@ def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
 
 
 # Every hopper.h primitive at least once, so that ptxas checks the PTX of those no shipped kernel uses yet (bulk
-# and tensor copies, expect-tx, turn-taking, every wgmma shape). Assembled, never run.
+# and tensor copies, expect-tx, every wgmma shape), and the turn-taking ones the stage variants plant into hopper.h
+# (tools/stage_variants.py TURN_PRIMITIVES, planted here the same way). Assembled, never run.
 HOPPER_PROBE = r"""
 #include "hx_params.h"
 #include "hopper.h"
@@ -212,8 +213,13 @@ def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
         tc = find_nvidia()
     except ToolchainError as e:
         pytest.skip(str(e))
+    from by_path import load
+    root = Path(__file__).resolve().parents[1]
+    variants = load("hx_stage_variants_tool", root / "tools" / "stage_variants.py")
+    mutate = load("hx_mutate_tool", root / "tools" / "mutate.py")
     src, work, out = tmp_path / "src", tmp_path / "work", tmp_path / "out"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "hsaco_src", src)
+    shutil.copytree(root / "hsaco_src", src)
+    mutate.apply(src, variants.TURN_PRIMITIVES)
     (src / "sm90a" / "hopper_probe.hip").write_text(HOPPER_PROBE)
     (work / "include").mkdir(parents=True)
     header = catalog.header_text()

@@ -59,13 +59,38 @@ def _two_warpgroups() -> Plant:
     return Plant("peak_2wg", PEAK, "  hx_wgmma_fence();\n  for (hx_i32 it", "  if (wg == 2) return;\n  hx_wgmma_fence();\n  for (hx_i32 it")
 
 
+# Turn-taking on two named barriers, which no shipped kernel uses: the timing variants that try it plant these
+# definitions into hopper.h after the named barriers they build on (TURN_PRIMITIVES), and the hopper.h probe
+# (tests/test_sm90a_prefill.py) assembles them from here.
+_BAR_ARRIVE = ("HX_INLINE __device__ void hx_bar_arrive(hx_u32 id, hx_u32 count) {\n"
+               "  asm volatile(\"bar.arrive %0, %1;\" :: \"r\"(id), \"r\"(count) : \"memory\");\n}\n")
+TURN_TEXT = r"""// Two sides w = 0, 1 (a warpgroup each, or as many warps as `count` / 2) taking turns at a section (issuing
+// their MMAs, say, so that one's epilogue runs under the other's) on barriers base and base + 1: between
+// hx_turn_wait and hx_turn_pass the other side is outside its own section, and it sees this one's earlier
+// memory accesses once its own wait returns. Side 0 goes first (hx_turn_start, once, by both); both take the
+// same number of turns, then hx_turn_end (by both) takes side 1's last pass, so no barrier is left part-way.
+HX_INLINE __device__ void hx_turn_start(hx_u32 base, hx_u32 w, hx_u32 count = 256) {
+  if (w == 1) hx_bar_arrive(base, count);
+}
+HX_INLINE __device__ void hx_turn_wait(hx_u32 base, hx_u32 w, hx_u32 count = 256) { hx_bar_sync(base + w, count); }
+HX_INLINE __device__ void hx_turn_pass(hx_u32 base, hx_u32 w, hx_u32 count = 256) {
+  hx_bar_arrive(base + (w ^ 1u), count);
+}
+HX_INLINE __device__ void hx_turn_end(hx_u32 base, hx_u32 w, hx_u32 count = 256) {
+  if (w == 0) hx_bar_sync(base, count);
+}
+"""
+TURN_PRIMITIVES = Plant("turn_primitives", "sm90a/hopper.h", _BAR_ARRIVE, _BAR_ARRIVE + TURN_TEXT)
+
+
 def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pass_after: str) -> list[Plant]:
     """The math warpgroups of `f` in two sides (`side`: 0 or 1) taking turns at the tensor cores on barriers 4
-    and 5 (hx_turn_*): a side waits for its turn before issuing a stage's MMAs and passes it on after the
-    text `pass_after` (its issue, or the wait that retires its MMAs: strict turns)."""
+    and 5 (hx_turn_*, planted with TURN_PRIMITIVES): a side waits for its turn before issuing a stage's MMAs and
+    passes it on after the text `pass_after` (its issue, or the wait that retires its MMAs: strict turns)."""
     arg = f"4, (hx_u32){side}, {threads}"
     end = "      sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));\n    }\n  }\n"
-    return [Plant("turn_start", f, start, f"{start}    hx_turn_start({arg});\n"),
+    return [TURN_PRIMITIVES,
+            Plant("turn_start", f, start, f"{start}    hx_turn_start({arg});\n"),
             Plant("turn_wait", f, before_fence, before_fence.replace("hx_wgmma_fence();", f"hx_turn_wait({arg});\n        hx_wgmma_fence();")),
             Plant("turn_pass", f, pass_after, f"{pass_after}        hx_turn_pass({arg});\n"),
             Plant("turn_end", f, end, end.replace("    }\n  }\n", f"    }}\n    hx_turn_end({arg});\n  }}\n"))]

@@ -302,21 +302,6 @@ HX_INLINE __device__ void hx_bar_sync(hx_u32 id, hx_u32 count) {
 HX_INLINE __device__ void hx_bar_arrive(hx_u32 id, hx_u32 count) {
   asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(count) : "memory");
 }
-// Two sides w = 0, 1 (a warpgroup each, or as many warps as `count` / 2) taking turns at a section (issuing
-// their MMAs, say, so that one's epilogue runs under the other's) on barriers base and base + 1: between
-// hx_turn_wait and hx_turn_pass the other side is outside its own section, and it sees this one's earlier
-// memory accesses once its own wait returns. Side 0 goes first (hx_turn_start, once, by both); both take the
-// same number of turns, then hx_turn_end (by both) takes side 1's last pass, so no barrier is left part-way.
-HX_INLINE __device__ void hx_turn_start(hx_u32 base, hx_u32 w, hx_u32 count = 256) {
-  if (w == 1) hx_bar_arrive(base, count);
-}
-HX_INLINE __device__ void hx_turn_wait(hx_u32 base, hx_u32 w, hx_u32 count = 256) { hx_bar_sync(base + w, count); }
-HX_INLINE __device__ void hx_turn_pass(hx_u32 base, hx_u32 w, hx_u32 count = 256) {
-  hx_bar_arrive(base + (w ^ 1u), count);
-}
-HX_INLINE __device__ void hx_turn_end(hx_u32 base, hx_u32 w, hx_u32 count = 256) {
-  if (w == 0) hx_bar_sync(base, count);
-}
 
 // ---------------------------------------------------------------- register reallocation (warpgroup)
 // The warpgroup's registers per thread become N (a multiple of 8 in [24, 256]), moved within the CTA's launch
