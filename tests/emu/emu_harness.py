@@ -1,6 +1,6 @@
 """Drive emulated kernels straight through libhxemu (no HIP runtime, no hip-python).
 
-Used by the primitive tests: a kernel .so built by hipindexer.emubuild, its
+Used by the primitive tests: a kernel .so built by hxbuild.emu, its
 descriptor found by symbol, launched with a packed param struct.
 """
 import ctypes
@@ -59,11 +59,8 @@ PRIM_KERNELS = ["hx_t_mfma32", "hx_t_mfma16", "hx_t_permlane", "hx_t_permlane16"
 
 
 def _emubuild():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_hx_emubuild_tests", ROOT / "hipindexer" / "emubuild.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from hxbuild import emu
+    return emu
 
 
 def toolchain_missing():
