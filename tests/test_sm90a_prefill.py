@@ -227,8 +227,7 @@ def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
 
 
 def test_sass_mix_takes_the_innermost_loop_with_the_most_mmas():
-    from by_path import load
-    mix = load("_hx_sass_mix", Path(__file__).resolve().parents[1] / "tools" / "sass_mix.py")
+    from tools.support import sass_mix as mix
     lines = ["        Function : k"]
     code = [(0x00, "MOV R1, R2"), (0x10, "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT"),
             (0x20, "FFMA R3, R4, R5, R3"), (0x30, "@!P0 BRA 0x10"),  # inner loop: 1 QGMMA, 1 FFMA

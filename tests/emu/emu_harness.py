@@ -82,26 +82,15 @@ def prims_lib() -> EmuLib:
     return EmuLib(so, lib)
 
 
-def tool(name: str):
-    """tools/<name>.py loaded as a module of its own (the tools are scripts, not an installed package)."""
-    import importlib.util
-    import sys
-    spec = importlib.util.spec_from_file_location(f"_hx_{name}", ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _mutate():
     import sys
     sys.path.insert(0, str(ROOT))
-    from tools import mutate
+    from tools.support import mutate
     return mutate
 
 
 def logits_tile_plants():
-    """Bugs the logits tile's suite (logits_cases.py) must catch, as tools/mutate.py plants them: text
+    """Bugs the logits tile's suite (logits_cases.py) must catch, as tools/support/mutate.py plants them: text
     substitutions on a copy of hsaco_src/, so the shipped source carries no hooks."""
     Plant, f = _mutate().Plant, "gfx950/logits_tile.hip"
     return [
@@ -146,10 +135,10 @@ def logits_tile_lib(plant=None) -> EmuLib:
 
 
 def _package_copy(kernels: Path):
-    """The package copy (tools/package_copy.py) whose kernels/ folder is `kernels`."""
+    """The package copy (tools/support/package_copy.py) whose kernels/ folder is `kernels`."""
     import sys
     sys.path.insert(0, str(ROOT))
-    from tools.package_copy import PackageCopy
+    from tools.support.package_copy import PackageCopy
     return PackageCopy(Path(kernels).parent.parent)
 
 

@@ -3,7 +3,7 @@
 # kernel and none of the test-only ones, install it into a fresh venv with no
 # kernel compiler on PATH, and check `hipindexer info` sees exactly the shipped kernels.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python -m pip wheel -q . --no-deps -w "$work/dist"
