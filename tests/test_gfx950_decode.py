@@ -13,9 +13,9 @@ from hipindexer.decode_plan import GENERIC_DECODE, WAVES_PER_SIMD, plan_decode
 from hipindexer.planner import TARGETS
 from tools.support import isa_lint, isa_report, roofline
 
+import emu_harness as H
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
 
 PAGED, BS1 = "paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"
 GFX = TARGETS["gfx950"]

@@ -10,9 +10,9 @@ import pytest
 from hipindexer.planner import TARGETS, plan_prefill
 from tools.support import isa_lint, isa_report
 
+import emu_harness as H
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
 
 KERNEL = "mqa_logits_mfma"
 

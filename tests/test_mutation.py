@@ -23,9 +23,8 @@ def test_every_plant_is_caught_by_the_emulated_sweep(emu_kernels, plant_set):
 
 def test_every_plant_matches_its_kernel_source_exactly_once():
     # A kernel edit that strands a plant must fail here, not halfway through a device run.
-    from tools.support import mutate
-    sys.path.insert(0, str(ROOT / "tests" / "emu"))
     import emu_harness
+    from tools.support import mutate
     sets = {**mutate.PLANTS, "logits_tile (tests/emu/emu_harness.py)": emu_harness.logits_tile_plants()}
     for plant_set, plants in sets.items():
         for plant in plants:

@@ -200,8 +200,6 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
 
 @pytest.mark.toolchain
 def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from hxbuild.compile import compile_job
     from hxbuild.hipindexer_modules import catalog
     from hxbuild.jobs import Job, flags_for, source_hash

@@ -83,9 +83,7 @@ def prims_lib() -> EmuLib:
 
 
 def _mutate():
-    import sys
-    sys.path.insert(0, str(ROOT))
-    from tools.support import mutate
+    from tools.support import mutate  # on use: it needs click, which the primitive tests do not
     return mutate
 
 
@@ -117,8 +115,6 @@ def _planted_sources(plant) -> Path:
 
 def logits_tile_lib(plant=None) -> EmuLib:
     """hsaco_src/gfx950/logits_tile.hip for the emulator, optionally with a plant of logits_tile_plants()."""
-    import sys
-    sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
     eb = _emubuild()
     inc = BUILD / "include"
@@ -136,8 +132,6 @@ def logits_tile_lib(plant=None) -> EmuLib:
 
 def _package_copy(kernels: Path):
     """The package copy (tools/support/package_copy.py) whose kernels/ folder is `kernels`."""
-    import sys
-    sys.path.insert(0, str(ROOT))
     from tools.support.package_copy import PackageCopy
     return PackageCopy(Path(kernels).parent.parent)
 
@@ -146,14 +140,9 @@ def build_emu_package() -> Path:
     """gfx950 objects + their emulated twins, built (incrementally) by build.py into the kernels/ folder of a
     package copy under BUILD/pkg, which it returns: the children below import that copy, so its runtime and
     its emulator run this build."""
-    import importlib.util
-    import sys
-    spec = importlib.util.spec_from_file_location("_hx_build_emu_test", ROOT / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = build
-    spec.loader.exec_module(build)
+    from hxbuild.toolchains import find_toolchain
     pkg = _package_copy(BUILD / "pkg" / "hipindexer" / "kernels").refresh()
-    build.find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
+    find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
     p = pkg.build(["gfx950", "emu-gfx950"], extra=["-j", "2"])
     assert p.returncode == 0, p.stderr[-3000:]
     return pkg.kernels
@@ -166,7 +155,13 @@ def run_cli(kernels: Path, *args, timeout=1200):
 
 def run_child_pytest(kernels: Path, *files):
     """Run test files (relative to the checkout) in a child pytest whose hipindexer is the package copy that
-    holds `kernels` and whose HIP is the emulator (-p emu_session)."""
-    return _package_copy(kernels).run(
+    holds `kernels` and whose HIP is the emulator (-p emu_session). The checkout's pyproject.toml would put
+    the checkout first on sys.path (pytest's `pythonpath`), where its own hipindexer/ wins over the copy's:
+    the child's pythonpath is the copy's root instead, then the tests' folders."""
+    import shlex
+    pkg = _package_copy(kernels)
+    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu")])
+    return pkg.run(
         ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
-         "-c", ROOT / "pyproject.toml", *(ROOT / f for f in files)], ROOT / "tests" / "emu", timeout=900)
+         "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", *(ROOT / f for f in files)],
+        ROOT / "tests" / "emu", timeout=900)
