@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:  # `hipindexer build` and the tests load this file by path
     sys.path.insert(0, str(ROOT))
 
+from hxbuild import emu as emubuild  # noqa: E402
 from hxbuild import manifest  # noqa: E402
 from hxbuild.builder import build  # noqa: E402
-from hxbuild.hipindexer_modules import emubuild  # noqa: E402
 from hxbuild.process import BuildError, ToolchainError  # noqa: E402,F401
 from hxbuild.toolchains import TARGETS, find_toolchain  # noqa: E402,F401
 from hxbuild.trees import trees  # noqa: E402

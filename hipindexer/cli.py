@@ -343,27 +343,52 @@ def _decode_serves(kernel, H, D, block_size) -> bool:
     return DECODE.by_key[kernel].serves(H, D, block_size, False)
 
 
-def _checkout_module(relpath: str):
-    """A file of the source checkout this package runs from (build.py, tools/...), loaded by path;
-    None where there is none (an installed wheel carries neither)."""
-    import importlib.util
+def _source_checkout(*needs: str):
+    """The source checkout this package runs from: the folder above the package's, when it holds hsaco_src/
+    and `needs` (build.py, tools/); None where it does not (an installed wheel carries none of them)."""
     from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / relpath
-    if not path.is_file():
+    root = Path(__file__).resolve().parent.parent
+    return root if all((root / p).exists() for p in ("hsaco_src", *needs)) else None
+
+
+def _build_script():
+    """The checkout's build.py, loaded by path: it imports without numpy or this package (a wheel build runs
+    it in an isolated environment), so it is a script, not a module of either; None without a checkout."""
+    import importlib.util
+    root = _source_checkout("build.py")
+    if root is None:
         return None
-    name = "_hx_" + path.stem
-    spec = importlib.util.spec_from_file_location(name, path)
+    name = "_hx_build"
+    spec = importlib.util.spec_from_file_location(name, root / "build.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up while defining
     spec.loader.exec_module(mod)
     return mod
 
 
+def _checkout_tools():
+    """tools.support's isa_report and roofline, imported from the source checkout (its root put on sys.path)."""
+    from pathlib import Path
+    root = _source_checkout("tools")
+    if root is None:
+        raise click.ClickException(
+            "hipindexer info --isa needs a source checkout: it recompiles each gfx950 kernel from hsaco_src/ with "
+            "clang -S and reads the assembly with tools/support/isa_report.py, and a wheel carries neither (this "
+            f"package runs from {Path(__file__).resolve().parent}, with no hsaco_src/ and tools/ beside it)")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        from tools.support import isa_report, roofline
+    except ImportError as e:
+        raise click.ClickException(f"hipindexer info --isa: no tools.support from the checkout at {root}: {e}")
+    return isa_report, roofline
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def build(args) -> None:
     """Compile the kernel sources into code objects (build.py; --help for its options)."""
-    mod = _checkout_module("build.py")
+    mod = _build_script()
     if mod is None:
         raise click.ClickException("hipindexer build needs a source checkout (build.py and hsaco_src/); "
                                    "an installed wheel already carries its code objects")
@@ -372,7 +397,7 @@ def build(args) -> None:
 
 def _toolchains() -> dict:
     """target -> {mode, path, version[, ptxas, ptxas_version]} or {missing: why}; {note} without a checkout."""
-    mod = _checkout_module("build.py")
+    mod = _build_script()
     if mod is None:
         return {"note": "no source checkout here: toolchains are only needed to build"}
     from pathlib import Path
@@ -426,31 +451,28 @@ def _kernel_table(kernels: list[dict]) -> str:
 
 
 def _isa_info(as_json: bool) -> None:
-    mod = _checkout_module("tools/isa_report.py")
-    if mod is None:
-        raise click.ClickException("hipindexer info --isa needs a source checkout (tools/isa_report.py and "
-                                   "hsaco_src/) and a gfx950 compiler: it recompiles each kernel with -S")
+    isa_report, roofline = _checkout_tools()  # and a gfx950 compiler: each kernel is recompiled with -S
     from .runtime.module import DEFAULT_MANIFEST
-    reports = mod.manifest_reports(DEFAULT_MANIFEST)
+    reports = isa_report.manifest_reports(DEFAULT_MANIFEST)
     if as_json:
-        click.echo(json.dumps([mod.as_dict(r) for r in reports], indent=1))
+        click.echo(json.dumps([isa_report.as_dict(r) for r in reports], indent=1))
     else:
-        click.echo(mod.format_table(reports))
-        dec = mod.format_decode_table(reports)
+        click.echo(isa_report.format_table(reports))
+        dec = isa_report.format_decode_table(reports)
         if dec:
             click.echo("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by "
                        "VGPRs / resident with LDS / the planner's grid):\n" + dec)
             from dataclasses import asdict
-            roof = mod._roofline()
             figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
-            click.echo("\nestimated decode times (tools/roofline.py, calibrated on aiter's HIP decode kernel; "
-                       "ESTIMATES, not measurements):\n" + roof.format_goals(roof.goal_estimates(figs)))
+            click.echo("\nestimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode "
+                       "kernel; ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
 
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--isa", is_flag=True, help="gfx950 ISA report instead: resources and each kernel's hot loop "
-                                          "(instruction mix, MFMA and VALU cycles per tile; tools/isa_report.py).")
+                                          "(instruction mix, MFMA and VALU cycles per tile; "
+                                          "tools/support/isa_report.py; needs a source checkout).")
 def info(as_json: bool, isa: bool) -> None:
     """Backends, devices and their arch, toolchains, and every kernel of the manifest with its resources,
     dynamic shared memory and accumulation class ("-": it computes no logits)."""

@@ -8,7 +8,9 @@
     manifest.py            manifest.json: which entries are current, --check, writing it
     trees.py               where each kernel goes: shipped, or test-only (never in a wheel)
     builder.py             an incremental build of every tree
-    hipindexer_modules.py  the package files the build reads (catalog, codeobj, emubuild)
+    emu.py                 the emulator target (emu-gfx950): the CPU emulator's libraries and each
+                           gfx950 kernel compiled for it (development and CI only, never in a wheel)
+    hipindexer_modules.py  the package files the build reads (catalog, codeobj)
     process.py             running a tool; the build's errors
 
 Stdlib only, plus msgpack for the AMDGPU metadata: a wheel build runs this in

@@ -1,4 +1,4 @@
-"""The hipindexer files the build reads: the catalog, the code-object reader and the emulator build.
+"""The hipindexer files the build reads: the catalog and the code-object reader.
 
 They are loaded by path, not through `import hipindexer...`: the package's
 __init__ needs numpy and friends, which an isolated wheel build does not have.
@@ -23,4 +23,3 @@ def _load(name: str, path: Path):
 
 catalog = _load("_hx_catalog", PACKAGE / "catalog.py")
 codeobj = _load("_hx_codeobj", PACKAGE / "runtime" / "codeobj.py")
-emubuild = _load("_hx_emubuild", PACKAGE / "emubuild.py")

@@ -14,9 +14,6 @@ def gpu_device():
 @pytest.fixture(scope="session")
 def emu_kernels():
     """gfx950 objects and their emulated twins built for the tests (skips without the toolchain)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "emu"))
     import emu_harness
     why = emu_harness.toolchain_missing()
     if why:

@@ -2,14 +2,10 @@
 (tests/emu/cache_cases.py), the quick bitwise sweep (`hipindexer check cache --device emu:gfx950 --quick`)
 and the benchmark's emulator run."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
+import emu_harness as H
 
 pytestmark = pytest.mark.toolchain
 

@@ -183,3 +183,15 @@ def test_build_command_runs_the_checkout_s_build_py():
     res = CliRunner().invoke(main, ["build", "--check", "--no-emu"])
     assert res.exit_code in (0, 1), res.output
     assert "current" in res.output or "stale:" in res.output, res.output
+
+
+def test_checkout_commands_outside_a_checkout_say_they_need_one(tmp_path):
+    """The package with no source checkout around it, as a wheel installs it: `info --isa` (tools/ and
+    hsaco_src/) and `build` (build.py and hsaco_src/) say so, and why, instead of failing on an import."""
+    from tools.support.package_copy import PackageCopy
+    pkg = PackageCopy(tmp_path).refresh()
+    isa = pkg.run(["-m", "hipindexer.cli", "info", "--isa"], timeout=120)
+    assert isa.returncode == 1, isa.stdout + isa.stderr
+    assert "needs a source checkout" in isa.stderr and "recompiles each gfx950 kernel" in isa.stderr, isa.stderr
+    built = pkg.run(["-m", "hipindexer.cli", "build", "--check"], timeout=120)
+    assert built.returncode == 1 and "needs a source checkout" in built.stderr, built.stderr

@@ -1,14 +1,10 @@
 """The decode op through the emulated MI355X: the op's behaviour (tests/emu/decode_cases.py) and the quick
 sampled sweep (`hipindexer check decode --device emu:gfx950 --quick`)."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
+import emu_harness as H
 
 pytestmark = pytest.mark.toolchain
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+import emu_harness as H
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
 
 # ------------------------------------------------------------------ docstrings
 

@@ -6,14 +6,9 @@ pytest (-p emu_session): tests/emu/emu_hip_cases.py, then the real-GPU runtime
 suite tests/test_runtime_gpu.py unchanged on the emulated device. The kernels
 are built (incrementally) into build/emu-test/pkg by build.py itself.
 """
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
+import emu_harness as H
 
 pytestmark = pytest.mark.toolchain
 

@@ -1,15 +1,11 @@
 """The first gfx950 kernel end to end on the emulator: hsaco_src/gfx950/logits_tile.hip
 against the reference through the gate, and the planted bugs the suite must catch."""
-import sys
-from pathlib import Path
-
 import pytest
 
 from hipindexer import testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "emu"))
-import emu_harness as H  # noqa: E402
-import logits_cases as L  # noqa: E402
+import emu_harness as H
+import logits_cases as L
 
 pytestmark = pytest.mark.toolchain
 

@@ -4,6 +4,7 @@ numpy formulation of the lane layouts in docs/gfx950.md.
 Test kernels: tests/emu/prims.hip, compiled with -DHX_EMU and launched straight
 through libhxemu (no HIP runtime), so these run in the main pytest process.
 """
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,8 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "emu"))
-import emu_harness as H  # noqa: E402
+import emu_harness as H
 
 FP8 = ml_dtypes.float8_e4m3fn
 pytestmark = pytest.mark.toolchain
@@ -343,9 +343,8 @@ def test_uninitialised_locals_are_poisoned(emu):
 
 def test_stray_read_past_an_allocation_faults(emu):
     """A device allocation ends at a guard page: one float past it is SIGSEGV, in a child process."""
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import ctypes, sys
-        sys.path.insert(0, {str(Path(H.__file__).parent)!r})
         import emu_harness as H
         e = H.prims_lib()
         hip = ctypes.CDLL(str(H.BUILD / "lib" / "libamdhip64.so"))
@@ -356,7 +355,9 @@ def test_stray_read_past_an_allocation_faults(emu):
         e.launch("hx_t_stray", H.PrimParams(p.value, None, ctypes.addressof(out), None, n, 0, 0, 0))
         print("survived", n)
     """)
-    ok = subprocess.run([sys.executable, "-c", code, "15"], capture_output=True, text=True)
+    paths = [str(H.ROOT), str(Path(H.__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    ok = subprocess.run([sys.executable, "-c", code, "15"], cwd=H.ROOT, env=env, capture_output=True, text=True)
     assert ok.returncode == 0 and "survived 15" in ok.stdout, ok.stderr
-    bad = subprocess.run([sys.executable, "-c", code, "16"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-c", code, "16"], cwd=H.ROOT, env=env, capture_output=True, text=True)
     assert bad.returncode == -11, (bad.returncode, bad.stdout, bad.stderr)

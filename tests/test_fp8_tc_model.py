@@ -1,12 +1,7 @@
-"""tools/fp8_tc_model.py: the accumulation model behind the sm_90a kernel's one failing row."""
-from pathlib import Path
-
+"""tools/support/fp8_tc_model.py: the accumulation model behind the sm_90a kernel's one failing row."""
 import numpy as np
 
-from by_path import load
-
-ROOT = Path(__file__).resolve().parents[1]
-model = load("hx_fp8_tc_model", ROOT / "tools" / "fp8_tc_model.py")
+from tools.support import fp8_tc_model as model
 
 
 def test_model_is_exact_when_it_keeps_every_bit():

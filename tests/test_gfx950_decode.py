@@ -11,10 +11,11 @@ import pytest
 from hipindexer.plan import decode as decode_plan
 from hipindexer.plan.decode import GENERIC_DECODE, WAVES_PER_SIMD, plan_decode
 from hipindexer.plan import TARGETS
+from tools.support import isa_lint, isa_report, roofline
+
+import emu_harness as H
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
 
 PAGED, BS1 = "paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"
 GFX = TARGETS["gfx950"]
@@ -87,7 +88,7 @@ def test_quick_sweep_at_their_shapes_passes_on_the_emulator(emu_kernels):
 
 @pytest.fixture(scope="module")
 def isa(emu_kernels):
-    return {r.source: r for r in H.tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
+    return {r.source: r for r in isa_report.manifest_reports(emu_kernels / "manifest.json")
             if r.source.startswith(PAGED)}
 
 
@@ -112,7 +113,7 @@ def test_static_goals_from_the_isa_report(isa, key, heads):
 
 @pytest.mark.toolchain
 def test_isa_lint_is_clean_for_all_four_builds(emu_kernels):
-    lint = H.tool("isa_lint")
+    lint = isa_lint
     src = ROOT / "hsaco_src" / "gfx950" / "paged_mqa_logits_mfma.hip"
     for gather in (0, 1):
         for heads in (32, 64):
@@ -122,10 +123,11 @@ def test_isa_lint_is_clean_for_all_four_builds(emu_kernels):
 
 @pytest.mark.toolchain
 def test_every_planted_bug_in_the_decode_kernels_is_caught(emu_kernels):
-    """tools/mutate.py's "gfx950_decode" set (the decode set's bugs at their place in these kernels, a wrong lane
-    half in the head reduction, the preshuffle strides swapped, and the kernels' own) against its suite: the
-    first cases of the quick sample at H 32, 64 and D 128 plus the layout and untrusted-value checks."""
-    p = subprocess.run([sys.executable, "tools/mutate.py", "--suite", "emu", "--set", "gfx950_decode", "--json"],
+    """tools/support/mutate.py's "gfx950_decode" set (the decode set's bugs at their place in these kernels, a
+    wrong lane half in the head reduction, the preshuffle strides swapped, and the kernels' own) against its
+    suite: the first cases of the quick sample at H 32, 64 and D 128 plus the layout and untrusted-value checks."""
+    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", "gfx950_decode",
+                        "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=2400)
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]
@@ -143,7 +145,7 @@ def test_estimates_of_the_issue_rows_from_the_isa_report(isa):
     measurements): within the goals at H = 32, B = 64 and 16 and at H = 64, B = 64 (B = 1, next_n = 2 misses
     its 4 us: the model's fixed costs of a one-sequence launch; docs/gfx950.md)."""
     from dataclasses import asdict
-    roof = H.tool("roofline")
+    roof = roofline
     rows = roof.goal_estimates({k: asdict(r.decode) for k, r in isa.items()})
     assert len(rows) == 4
     for o in rows:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from hipindexer.plan import TARGETS, plan_prefill
+from tools.support import isa_lint, isa_report
+
+import emu_harness as H
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
 
 KERNEL = "mqa_logits_mfma"
 
@@ -50,7 +51,7 @@ def test_forced_chunks_splits_orders_and_strides_on_the_emulator(emu_kernels):
 
 @pytest.fixture(scope="module")
 def isa(emu_kernels):
-    reports = H.tool("isa_report").manifest_reports(emu_kernels / "manifest.json")
+    reports = isa_report.manifest_reports(emu_kernels / "manifest.json")
     return {r.source: r for r in reports}
 
 
@@ -74,7 +75,7 @@ def test_static_goals_from_the_isa_report(isa, emu_kernels, heads):
 
 @pytest.mark.toolchain
 def test_isa_lint_is_clean_for_both_variants(emu_kernels):
-    lint = H.tool("isa_lint")
+    lint = isa_lint
     src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
     for heads in (32, 64):
         assert lint.lint(lint.compile_asm(src, ["HX_BLOCK=256", f"HX_HEADS={heads}"]), src.read_text()) == []
@@ -83,12 +84,12 @@ def test_isa_lint_is_clean_for_both_variants(emu_kernels):
 @pytest.mark.toolchain
 def test_isa_report_reads_any_gfx950_assembly(tmp_path):
     """The report takes plain clang -S output (how another project's kernel is compared)."""
-    lint, rep = H.tool("isa_lint"), H.tool("isa_report")
+    lint, rep = isa_lint, isa_report
     src = ROOT / "hsaco_src" / "gfx950" / "mqa_logits_mfma.hip"
     asm = tmp_path / "k.s"
     asm.write_text(lint.compile_asm(src, ["HX_BLOCK=256", "HX_HEADS=32"]))
-    p = subprocess.run([sys.executable, str(ROOT / "tools" / "isa_report.py"), str(asm), "--tile-mfmas", "4",
-                        "--json"], capture_output=True, text=True, check=True)
+    p = subprocess.run([sys.executable, "-m", "tools.support.isa_report", str(asm), "--tile-mfmas", "4", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, check=True)
     (one,) = json.loads(p.stdout)
     assert one["kernel"] == "hx_mqa_logits_mfma" and one["loop"]["counts"]["mfma"] % 4 == 0
     assert one["per_tile"]["mfma_cycles"] == 4 * 64  # 4 MFMAs of 16 passes
@@ -98,10 +99,10 @@ def test_isa_report_reads_any_gfx950_assembly(tmp_path):
 
 @pytest.mark.toolchain
 def test_every_planted_bug_in_the_mfma_kernel_is_caught(emu_kernels):
-    """tools/mutate.py's "gfx950" set (wrong lane half, wrong accumulator-to-head weight, permlane swap of the
-    wrong pair, split one tile short, row-block tail overrun, dropped kv_scale, LDS buffers swapped) against
-    its default suite (the quick shapes + 128x2048 at H 32, 64, D 128): ~4 min on 2 cores."""
-    p = subprocess.run([sys.executable, "tools/mutate.py", "--suite", "emu", "--set", "gfx950", "--json"],
+    """tools/support/mutate.py's "gfx950" set (wrong lane half, wrong accumulator-to-head weight, permlane swap
+    of the wrong pair, split one tile short, row-block tail overrun, dropped kv_scale, LDS buffers swapped)
+    against its default suite (the quick shapes + 128x2048 at H 32, 64, D 128): ~4 min on 2 cores."""
+    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", "gfx950", "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=1800)
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]

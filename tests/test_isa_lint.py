@@ -1,14 +1,13 @@
-"""tools/isa_lint.py on the gfx950 assembly: the real kernels are clean, and
+"""tools/support/isa_lint.py on the gfx950 assembly: the real kernels are clean, and
 each rule fires on the defect it is for."""
 import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tools.support import isa_lint as L
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("_hx_isa_lint", ROOT / "tools" / "isa_lint.py")
-L = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(L)
 
 HAVE_CLANG = importlib.util.find_spec("ziglang") is not None
 SOURCES = [ROOT / "hsaco_src" / "gfx950" / "logits_tile.hip", ROOT / "tests" / "emu" / "prims.hip"]

@@ -1,7 +1,7 @@
 """The reference runs the largest real chunk shape within a stated peak memory."""
 import pytest
 
-from tools.reference_cost import measure_in_subprocess
+from tools.measure.reference_cost import measure_in_subprocess
 
 PEAK_LIMIT = 2 << 30  # 2 GiB: the 512 MiB output plus a 512 MiB score chunk and the inputs
 

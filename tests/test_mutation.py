@@ -1,4 +1,4 @@
-"""The suite catches planted kernel bugs: tools/mutate.py on the emulated gfx950 build."""
+"""The suite catches planted kernel bugs: tools/support/mutate.py on the emulated gfx950 build."""
 import json
 import subprocess
 import sys
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.toolchain
 
 @pytest.mark.parametrize("plant_set", ["generic", "decode", "cache"])
 def test_every_plant_is_caught_by_the_emulated_sweep(emu_kernels, plant_set):
-    p = subprocess.run([sys.executable, "tools/mutate.py", "--suite", "emu", "--set", plant_set, "--json"],
+    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", plant_set, "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=1800)
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]
@@ -23,10 +23,8 @@ def test_every_plant_is_caught_by_the_emulated_sweep(emu_kernels, plant_set):
 
 def test_every_plant_matches_its_kernel_source_exactly_once():
     # A kernel edit that strands a plant must fail here, not halfway through a device run.
-    from by_path import load
-    mutate = load("hx_mutate_tool", ROOT / "tools" / "mutate.py")
-    sys.path.insert(0, str(ROOT / "tests" / "emu"))
     import emu_harness
+    from tools.support import mutate
     sets = {**mutate.PLANTS, "logits_tile (tests/emu/emu_harness.py)": emu_harness.logits_tile_plants()}
     for plant_set, plants in sets.items():
         for plant in plants:
@@ -36,8 +34,7 @@ def test_every_plant_matches_its_kernel_source_exactly_once():
 
 
 def test_every_stage_variant_matches_its_kernel_source_exactly_once():
-    from by_path import load
-    variants = load("hx_stage_variants_tool", ROOT / "tools" / "stage_variants.py")
+    from tools.measure import stage_variants as variants
     for vset, named in variants.VARIANTS.items():
         for name, subs in named.items():
             for sub in subs:
@@ -46,7 +43,8 @@ def test_every_stage_variant_matches_its_kernel_source_exactly_once():
 
 
 def test_shipped_sources_carry_no_plant_hooks():
-    """Plants are text substitutions on a copy (tools/mutate.py), never #ifdefs in what a wheel is built from."""
+    """Plants are text substitutions on a copy (tools/support/mutate.py), never #ifdefs in what a wheel is built
+    from."""
     hooks = [f"{f.relative_to(ROOT)}:{n}" for f in sorted((ROOT / "hsaco_src").rglob("*")) if f.is_file()
              for n, line in enumerate(f.read_text().splitlines(), 1) if "HX_PLANT" in line]
     assert not hooks, hooks

@@ -1,4 +1,4 @@
-"""tools/package_copy.py: how harnesses point the CLI and the tests at another kernel build, now that the
+"""tools/support/package_copy.py: how harnesses point the CLI and the tests at another kernel build, now that the
 runtime takes no environment variable for it."""
 import json
 import os
@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools.support.package_copy import PackageCopy
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tools.package_copy import PackageCopy  # noqa: E402
 
 
 def test_the_runtime_takes_its_kernels_from_its_own_folder_whatever_the_environment(tmp_path):

@@ -1,14 +1,10 @@
 """The prefill op through the emulated MI355X: the op's behaviour, the ownership
 arithmetic, and the quick correctness sweep (`hipindexer check prefill --device emu:gfx950 --quick`)."""
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "emu"))
-import emu_harness as H  # noqa: E402
+import emu_harness as H
 
 pytestmark = pytest.mark.toolchain
 

@@ -1,14 +1,6 @@
-"""tools/roofline.py: the decode estimator's calibration on aiter's HIP kernel and the model's bounds (pure
+"""tools/support/roofline.py: the decode estimator's calibration on aiter's HIP kernel and the model's bounds (pure
 Python; our kernels' estimates, which need their ISA, are in tests/test_gfx950_decode.py)."""
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("_hx_roofline_test", ROOT / "tools" / "roofline.py")
-R = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = R
-spec.loader.exec_module(R)
+from tools.support import roofline as R
 
 
 def test_the_calibration_lands_within_30_percent_on_at_least_four_measured_rows():

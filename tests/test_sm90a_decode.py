@@ -3,7 +3,7 @@ copy engine): planner choice, catalog entries, build resources and the SASS of t
 at hand (CPU only).
 
 Its correctness proof is the device sweep (`hipindexer check decode --device cuda:0 --kernel
-paged_mqa_logits_wgmma`, tools/h200_sm90a_decode.sh); here only what a machine without a GPU can check.
+paged_mqa_logits_wgmma`, tools/device/h200_sm90a_decode.sh); here only what a machine without a GPU can check.
 """
 import json
 import os
@@ -144,8 +144,7 @@ def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory(name):
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("no cuobjdump (set CUOBJDUMP)")
-    from by_path import load
-    mix = load("_hx_sass_mix", ROOT / "tools" / "sass_mix.py")
+    from tools.support import sass_mix as mix
     for e in entries:
         H = e["variant"]["HX_HEADS"]
         sass = subprocess.run([tool, "-sass", str(DEFAULT_MANIFEST.parent / e["object"])], capture_output=True,

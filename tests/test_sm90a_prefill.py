@@ -104,7 +104,7 @@ def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
 
 # Every hopper.h primitive at least once, so that ptxas checks the PTX of those no shipped kernel uses yet (bulk
 # and tensor copies, expect-tx, every wgmma shape), and the turn-taking ones the stage variants plant into hopper.h
-# (tools/stage_variants.py TURN_PRIMITIVES, planted here the same way). Assembled, never run.
+# (tools/measure/stage_variants.py TURN_PRIMITIVES, planted here the same way). Assembled, never run.
 HOPPER_PROBE = r"""
 #include "hx_params.h"
 #include "hopper.h"
@@ -202,8 +202,6 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
 
 @pytest.mark.toolchain
 def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from hxbuild.compile import compile_job
     from hxbuild.hipindexer_modules import catalog
     from hxbuild.jobs import Job, flags_for, source_hash
@@ -213,10 +211,9 @@ def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
         tc = find_nvidia()
     except ToolchainError as e:
         pytest.skip(str(e))
-    from by_path import load
+    from tools.measure import stage_variants as variants
+    from tools.support import mutate
     root = Path(__file__).resolve().parents[1]
-    variants = load("hx_stage_variants_tool", root / "tools" / "stage_variants.py")
-    mutate = load("hx_mutate_tool", root / "tools" / "mutate.py")
     src, work, out = tmp_path / "src", tmp_path / "work", tmp_path / "out"
     shutil.copytree(root / "hsaco_src", src)
     mutate.apply(src, variants.TURN_PRIMITIVES)
@@ -234,8 +231,7 @@ def test_every_hopper_primitive_assembles_for_sm90a(tmp_path):
 
 
 def test_sass_mix_takes_the_innermost_loop_with_the_most_mmas():
-    from by_path import load
-    mix = load("_hx_sass_mix", Path(__file__).resolve().parents[1] / "tools" / "sass_mix.py")
+    from tools.support import sass_mix as mix
     lines = ["        Function : k"]
     code = [(0x00, "MOV R1, R2"), (0x10, "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT"),
             (0x20, "FFMA R3, R4, R5, R3"), (0x30, "@!P0 BRA 0x10"),  # inner loop: 1 QGMMA, 1 FFMA

@@ -29,7 +29,7 @@
 // (the MFMAs of tile t + 1 are issued before the epilogue of tile t, which
 // fills their result latency); at H = 64 a second set does not fit in 256
 // VGPRs next to Q and the weights (64 + 64 + 64 + K), so the other resident
-// wave covers it. tools/isa_report.py gives the hot loop's figures.
+// wave covers it. tools/support/isa_report.py gives the hot loop's figures.
 //
 // K operand order: with unit scales any permutation of the 128 K indices
 // applied to A and B alike gives the same product; we use the documented

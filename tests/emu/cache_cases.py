@@ -1,6 +1,6 @@
 """The paged-cache ops on a device: the emulated MI355X (tests/test_cache_emu.py runs this file in a child
 pytest with -p emu_session, whose HIP is the emulator), or the first GPU (`python -m pytest
-tests/emu/cache_cases.py` on a GPU machine, as tools/h200_cache.sh does).
+tests/emu/cache_cases.py` on a GPU machine, as tools/device/h200_cache.sh does).
 
 Bitwise agreement with hipindexer.cache's numpy helpers, argument errors named before anything moves,
 error flags for untrusted device values, and the end-to-end path of a serving stack: keys quantised into

@@ -1,6 +1,6 @@
 """The decode op on a device: the emulated MI355X (tests/test_decode_emu.py runs this file in a child pytest
 with -p emu_session, whose HIP is the emulator), or the first GPU (`python -m pytest tests/emu/decode_cases.py`
-on a GPU machine, as tools/h200_decode.sh does)."""
+on a GPU machine, as tools/device/h200_decode.sh does)."""
 import numpy as np
 import pytest
 

@@ -1,6 +1,6 @@
 """Drive emulated kernels straight through libhxemu (no HIP runtime, no hip-python).
 
-Used by the primitive tests: a kernel .so built by hipindexer.emubuild, its
+Used by the primitive tests: a kernel .so built by hxbuild.emu, its
 descriptor found by symbol, launched with a packed param struct.
 """
 import ctypes
@@ -59,11 +59,8 @@ PRIM_KERNELS = ["hx_t_mfma32", "hx_t_mfma16", "hx_t_permlane", "hx_t_permlane16"
 
 
 def _emubuild():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_hx_emubuild_tests", ROOT / "hipindexer" / "emubuild.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from hxbuild import emu
+    return emu
 
 
 def toolchain_missing():
@@ -85,26 +82,13 @@ def prims_lib() -> EmuLib:
     return EmuLib(so, lib)
 
 
-def tool(name: str):
-    """tools/<name>.py loaded as a module of its own (the tools are scripts, not an installed package)."""
-    import importlib.util
-    import sys
-    spec = importlib.util.spec_from_file_location(f"_hx_{name}", ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _mutate():
-    import sys
-    sys.path.insert(0, str(ROOT))
-    from tools import mutate
+    from tools.support import mutate  # on use: it needs click, which the primitive tests do not
     return mutate
 
 
 def logits_tile_plants():
-    """Bugs the logits tile's suite (logits_cases.py) must catch, as tools/mutate.py plants them: text
+    """Bugs the logits tile's suite (logits_cases.py) must catch, as tools/support/mutate.py plants them: text
     substitutions on a copy of hsaco_src/, so the shipped source carries no hooks."""
     Plant, f = _mutate().Plant, "gfx950/logits_tile.hip"
     return [
@@ -131,8 +115,6 @@ def _planted_sources(plant) -> Path:
 
 def logits_tile_lib(plant=None) -> EmuLib:
     """hsaco_src/gfx950/logits_tile.hip for the emulator, optionally with a plant of logits_tile_plants()."""
-    import sys
-    sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
     eb = _emubuild()
     inc = BUILD / "include"
@@ -149,10 +131,8 @@ def logits_tile_lib(plant=None) -> EmuLib:
 
 
 def _package_copy(kernels: Path):
-    """The package copy (tools/package_copy.py) whose kernels/ folder is `kernels`."""
-    import sys
-    sys.path.insert(0, str(ROOT))
-    from tools.package_copy import PackageCopy
+    """The package copy (tools/support/package_copy.py) whose kernels/ folder is `kernels`."""
+    from tools.support.package_copy import PackageCopy
     return PackageCopy(Path(kernels).parent.parent)
 
 
@@ -160,14 +140,9 @@ def build_emu_package() -> Path:
     """gfx950 objects + their emulated twins, built (incrementally) by build.py into the kernels/ folder of a
     package copy under BUILD/pkg, which it returns: the children below import that copy, so its runtime and
     its emulator run this build."""
-    import importlib.util
-    import sys
-    spec = importlib.util.spec_from_file_location("_hx_build_emu_test", ROOT / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = build
-    spec.loader.exec_module(build)
+    from hxbuild.toolchains import find_toolchain
     pkg = _package_copy(BUILD / "pkg" / "hipindexer" / "kernels").refresh()
-    build.find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
+    find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
     p = pkg.build(["gfx950", "emu-gfx950"], extra=["-j", "2"])
     assert p.returncode == 0, p.stderr[-3000:]
     return pkg.kernels
@@ -180,7 +155,13 @@ def run_cli(kernels: Path, *args, timeout=1200):
 
 def run_child_pytest(kernels: Path, *files):
     """Run test files (relative to the checkout) in a child pytest whose hipindexer is the package copy that
-    holds `kernels` and whose HIP is the emulator (-p emu_session)."""
-    return _package_copy(kernels).run(
+    holds `kernels` and whose HIP is the emulator (-p emu_session). The checkout's pyproject.toml would put
+    the checkout first on sys.path (pytest's `pythonpath`), where its own hipindexer/ wins over the copy's:
+    the child's pythonpath is the copy's root instead, then the tests' folders."""
+    import shlex
+    pkg = _package_copy(kernels)
+    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu")])
+    return pkg.run(
         ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
-         "-c", ROOT / "pyproject.toml", *(ROOT / f for f in files)], ROOT / "tests" / "emu", timeout=900)
+         "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", *(ROOT / f for f in files)],
+        ROOT / "tests" / "emu", timeout=900)

@@ -1,6 +1,7 @@
 """The HIP backend (hip.py over hip-python) on the emulated runtime: run only in a
 process of its own, by tests/test_emu_hip.py (-p emu_session)."""
 import ctypes
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,14 @@ from hipindexer.runtime.hip import HipError
 @pytest.fixture(scope="module")
 def dev():
     return Device("emu:gfx950")
+
+
+def test_this_process_runs_the_package_copy_not_the_checkout():
+    """The harness starts this process on a package copy whose kernels/ is the tests' emulated build; the
+    checkout's own hipindexer/ (first on sys.path by the checkout's pytest `pythonpath`, unless the harness
+    overrides it) must not shadow it."""
+    import hipindexer
+    assert Path(hipindexer.__file__).resolve().parent != Path(__file__).resolve().parents[2] / "hipindexer"
 
 
 def test_device_is_an_emulated_mi355x(dev):

@@ -1,5 +1,5 @@
 """hsaco_src/gfx950/logits_tile.hip against hipindexer.reference through the gate,
-launched straight through libhxemu (shared by the tests and tools/emu_plants.py)."""
+launched straight through libhxemu (shared by the tests and tools/support/emu_plants.py)."""
 
 import numpy as np
 

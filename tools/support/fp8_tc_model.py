@@ -6,7 +6,7 @@ behaviour DeepSeek-V3's report describes for Hopper's fp8 MMAs, about 14 bits). 
 reproduces the row on which the sm_90a kernel misses calc_diff 1e-5: `check prefill`'s first case (seed 0,
 M=1, N=1, H=32, causal), whose heads cancel 180-fold (docs/accuracy.md gives the calc_diff an H200 returned).
 
-    python tools/fp8_tc_model.py --shape 1x1 --heads 32 --bits 13
+    python -m tools.support.fp8_tc_model --shape 1x1 --heads 32 --bits 13
 
 --fold models mqa_logits_wgmma_fold instead: 2 relu(x) = |x| + x, the |x| w part from the per-head dots and
 the x w part from one more dot per query row against sum_h w_h q_h split into four e4m3 terms; its error

@@ -4,18 +4,15 @@ What an inference stack pays per layer per step on the host, less the driver's o
 device-resident inputs (DeviceArrays), out= given, the arrays rotated between a few sets as the
 benchmark does. Timeit-style: the median over repeats of the mean over a batch of calls.
 
-    python tools/host_overhead.py --arch sm_90a --shapes 128x1024,4096x32768 --heads 64
+    python -m tools.measure.host_overhead --arch sm_90a --shapes 128x1024,4096x32768 --heads 64
 """
 import ctypes
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import click
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hipindexer import fp8_mqa_logits  # noqa: E402
 from hipindexer.runtime import Device, DeviceArray, register_backend  # noqa: E402
 from hipindexer.runtime import cuda as rcuda  # noqa: E402

@@ -1,12 +1,12 @@
 """Where a kernel's time goes, without counters: builds of it with one stage left out, timed side by side.
 
-    python tools/stage_variants.py --set sm90a_decode --builds DIR --build-only        # compile here ...
-    python tools/stage_variants.py --set sm90a_decode --builds DIR --prebuilt \\
+    python -m tools.measure.stage_variants --set sm90a_decode --builds DIR --build-only        # compile here ...
+    python -m tools.measure.stage_variants --set sm90a_decode --builds DIR --prebuilt \\
         -- bench decode --device cuda:0 --rows equal:64x131072 --heads 64 --next-n 1,2 --repeats 5   # ... time there
 
-A variant is a list of text substitutions on a copy of hsaco_src/, like a plant of tools/mutate.py, but its
+A variant is a list of text substitutions on a copy of hsaco_src/, like a plant of tools/support/mutate.py, but its
 outputs are wrong on purpose: only its time means anything. Each variant is built into its own package copy
-(tools/package_copy.py), starting from the shipped build's objects, and the command after `--` (a
+(tools/support/package_copy.py), starting from the shipped build's objects, and the command after `--` (a
 `hipindexer.cli` command that prints --json) runs on each copy in turn; the table lists each case's median
 microseconds per variant and the fraction of the shipped build's time.
 """
@@ -15,15 +15,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import click
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tools.mutate import Plant, build_planted  # noqa: E402
-from tools.package_copy import PackageCopy  # noqa: E402
+from tools.support.mutate import Plant, build_planted
+from tools.support.package_copy import PackageCopy
 
 DEC = "sm90a/paged_mqa_logits_wgmma.hip"
 CTA = "sm90a/decode_cta.h"

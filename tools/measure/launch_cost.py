@@ -3,20 +3,17 @@
 the backend's launch call, and the bare driver entry point called through ctypes, each in microseconds
 per call (median of repeats of 200 back-to-back calls on a small shape, device-resident inputs).
 
-    python tools/launch_cost.py [--device cuda:0] [--heads 64]
+    python -m tools.measure.launch_cost [--device cuda:0] [--heads 64]
 """
 from __future__ import annotations
 
 import ctypes
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import click
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hipindexer import fp8_mqa_logits, testing  # noqa: E402
 from hipindexer.ops import prepared, resident_key  # noqa: E402
 from hipindexer.runtime import Device, DeviceArray, get_kernel  # noqa: E402

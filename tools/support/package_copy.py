@@ -1,5 +1,5 @@
 """A copy of the hipindexer package with a kernel build of its own, for harnesses that run the CLI or a
-test suite against kernels other than the checkout's: planted bugs (tools/mutate.py), the emulated
+test suite against kernels other than the checkout's: planted bugs (tools/support/mutate.py), the emulated
 tests' build (tests/emu/emu_harness.py).
 
 The runtime finds its code objects next to its own files (hipindexer/kernels/manifest.json) and the
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "hipindexer"
 
 

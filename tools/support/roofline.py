@@ -2,8 +2,8 @@
 """Roofline estimate of a paged decode launch on an MI355X, from a hot loop's instruction mix. ESTIMATES, not
 measurements: no MI355X has run this project's kernels.
 
-    python tools/roofline.py                 # calibration on aiter's HIP decode kernel, then our kernels' rows
-    python tools/roofline.py --json
+    python -m tools.support.roofline                 # calibration on aiter's HIP decode kernel, then our kernels' rows
+    python -m tools.support.roofline --json
 
 The model, per launch (docs/gfx950.md, "Estimated decode times"):
   a wave runs `iterations` loop iterations (a tile of keys x rows); each costs the wave `mfma` + `valu` cycles of
@@ -24,9 +24,6 @@ import json
 import math
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # MI355X (docs/gfx950.md)
 HBM_BYTES_PER_S = 8e12
@@ -97,7 +94,7 @@ AITER_HIP_ROWS = [
     (16, 6, 131072, 64, 141.2), (64, 6, 8192, 64, 32.5), (64, 6, 131072, 64, 551.7),
 ]
 # Its tile loop (32 keys x R rows per wave iteration), from its source compiled here with this project's clang
-# (gfx950, -O3 -fno-honor-nans) and read by tools/isa_report.py: (waves, chunk, block_size, R) ->
+# (gfx950, -O3 -fno-honor-nans) and read by tools/support/isa_report.py: (waves, chunk, block_size, R) ->
 # (occupancy, MFMA cycles, VALU cycles) per iteration. No register prefetch of K (prefetch 0).
 AITER_HIP_LOOPS = {
     (4, 256, 1, 1): (7, 128, 348), (8, 128, 1, 2): (4, 256, 512), (8, 256, 1, 2): (4, 256, 512),
@@ -155,8 +152,7 @@ def calibrate(rows=AITER_HIP_ROWS) -> tuple[Fit, list]:
 def ours_launch(figures: dict, B: int, next_n: int, ctx: int, block_size: int, H: int,
                 max_model_len: int | None = None) -> Launch:
     """A launch of paged_mqa_logits_mfma(_bs1) as plan_decode makes it, from its ISA report's page-loop
-    figures (tools/isa_report.py DecodeFigures as a dict): every live row per 64-key page, K read once."""
-    sys.path.insert(0, str(ROOT))
+    figures (tools/support/isa_report.py DecodeFigures as a dict): every live row per 64-key page, K read once."""
     from hipindexer.plan import plan_decode
     from hipindexer.plan import TARGETS
     mml = max_model_len or ctx
@@ -209,11 +205,7 @@ def format_goals(rows: list[dict]) -> str:
 
 def our_figures() -> dict:
     """The page-loop figures of each MFMA decode variant, from the ISA report of the built kernels."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_hx_isa_report", ROOT / "tools" / "isa_report.py")
-    rep = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = rep
-    spec.loader.exec_module(rep)
+    from tools.support import isa_report as rep  # on use: isa_report imports this module
     out = {}
     for r in rep.manifest_reports():
         if r.decode is not None:
@@ -222,7 +214,7 @@ def our_figures() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="roofline.py", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.support.roofline", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     fit, errs = calibrate()

@@ -4,13 +4,13 @@ hsaco_src/gfx950/logits_tile.hip once per planted bug (a text substitution on
 a copy of hsaco_src/, tests/emu/emu_harness.py's logits_tile_plants) and
 prints the first suite case that catches it (exit 1 if a plant survives).
 
-    python tools/emu_plants.py
+    python -m tools.support.emu_plants
 """
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "emu")]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "emu"))  # the tests' emulator harness and the tile's suite: not a package
 
 import emu_harness as H  # noqa: E402
 import logits_cases as L  # noqa: E402

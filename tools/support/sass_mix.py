@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The hot loop's instruction mix of sm_90a code objects, from cuobjdump's SASS.
 
-    python tools/sass_mix.py K.cubin [...]            # runs `cuobjdump -sass` on each
-    python tools/sass_mix.py K.sass [...]             # or reads its saved output
-    python tools/sass_mix.py --before DIR K.cubin     # beside the same-named object (.cubin or .sass) in DIR
-    python tools/sass_mix.py --json ...
+    python -m tools.support.sass_mix K.cubin [...]            # runs `cuobjdump -sass` on each
+    python -m tools.support.sass_mix K.sass [...]             # or reads its saved output
+    python -m tools.support.sass_mix --before DIR K.cubin     # beside the same-named object (.cubin or .sass) in DIR
+    python -m tools.support.sass_mix --json ...
 
 The hot loop is the innermost back edge (a branch to a lower address) whose address range holds the
 most QGMMA (a range holding another QGMMA-bearing loop is an outer one, e.g. a unit loop). Its

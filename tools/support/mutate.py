@@ -1,20 +1,20 @@
 """Mutation harness: plant named bugs in kernel sources, rebuild, run a suite, report which were caught.
 
-    python tools/mutate.py --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
-    python tools/mutate.py --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
-    python tools/mutate.py --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
-    python tools/mutate.py --suite cuda --set sm90a_fold                 # the sm_90a fold kernel's plants
-    python tools/mutate.py --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
-    python tools/mutate.py --suite emu --set decode                      # the generic decode kernel's plants
-    python tools/mutate.py --suite emu --set cache                       # the paged-cache kernels' plants
-    python tools/mutate.py --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
-    python tools/mutate.py --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels' plants
-    python tools/mutate.py --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
-    python tools/mutate.py --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
+    python -m tools.support.mutate --suite emu  [--plants a,b] [--set generic]   # gfx950 through the emulator
+    python -m tools.support.mutate --suite cuda [--plants a,b] [--set generic]   # sm_90a on a GPU
+    python -m tools.support.mutate --suite cuda --set sm90a                      # the sm_90a wgmma kernel's plants
+    python -m tools.support.mutate --suite cuda --set sm90a_fold                 # the sm_90a fold kernel's plants
+    python -m tools.support.mutate --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
+    python -m tools.support.mutate --suite emu --set decode                      # the generic decode kernel's plants
+    python -m tools.support.mutate --suite emu --set cache                       # the paged-cache kernels' plants
+    python -m tools.support.mutate --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
+    python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
+    python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
+    python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into the kernels/ folder of a copy of
-the hipindexer package (tools/package_copy.py), starting from the unplanted
+the hipindexer package (tools/support/package_copy.py), starting from the unplanted
 build's objects so only the kernels whose sources the plant touched recompile,
 and the set's suite (SET_CMDS) runs on that package copy. A plant is caught
 when the suite fails or crashes; an unmodified build must pass first.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import click
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tools.package_copy import PackageCopy  # noqa: E402
+from tools.support.package_copy import PackageCopy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 MFMA_DECODE = "gfx950/paged_mqa_logits_mfma.hip"

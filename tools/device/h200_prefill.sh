@@ -2,14 +2,14 @@
 # One device call for the prefill op on an H200, run from the repository root (code objects carried, built
 # here). Steps (STEPS, default all), bench alone on the GPU first, then the correctness lanes side by side:
 #   gputests  pytest -m gpu (the runtime and op tests that need a real GPU)
-#   sass      SASS of the sm_90a objects and their hot loops' instruction mix (tools/sass_mix.py), beside BEFORE's
+#   sass      SASS of the sm_90a objects and their hot loops' instruction mix (tools/support/sass_mix.py), beside BEFORE's
 #   bench     hipindexer bench prefill: the default kernels (host us per call too), each wgmma kernel forced on
 #             this build and on BEFORE's, and accumulation=fp32 on two shapes; the fp8 peak loop in each run
 #   sweep     hipindexer check prefill, the full sweep with the defaults, one lane per head count
 #   fp32      the full sweep at H = 32, 64, D = 128 with accumulation=fp32
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on small cases of every sm_90a prefill kernel
 #   mutate    the plant sets generic, sm90a, sm90a_fold on builds made here (PLANTS=dir from
-#             `tools/mutate.py --suite cuda --set S --builds dir/S --build-only`)
+#             `python -m tools.support.mutate --suite cuda --set S --builds dir/S --build-only`)
 # Env: BEFORE=dir (an earlier kernels/ folder), PLANTS=dir, OUT=dir (logs; at most 8 files come back),
 # BUDGET_S (default 560): every step's timeout is cut to what is left, so the summary always prints last.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -53,7 +53,7 @@ if has sass; then
       [ -n "$BEFORE" ] && [ -f "$BEFORE/sm_90a/$f.cubin" ] &&
         "$CUOBJDUMP" -sass "$BEFORE/sm_90a/$f.cubin" > "$TMP/sass/before/$f.sass" 2>/dev/null
     done
-    timeout $(lim 60) python3 tools/sass_mix.py ${BEFORE:+--before "$TMP/sass/before"} \
+    timeout $(lim 60) python3 -m tools.support.sass_mix ${BEFORE:+--before "$TMP/sass/before"} \
       $(for f in $OBJECTS; do echo "$TMP/sass/after/$f.sass"; done) > "$TMP/mix.txt" 2>&1; rc=$?
     local_mem=$(grep -oE '[0-9]+ LDL/STL' "$TMP/mix.txt" | awk '{s += $1} END {print s + 0}')
     row sass $([ $rc = 0 ] && [ "$local_mem" = 0 ] && echo ok || echo FAIL) $(( $(date +%s) - t )) \
@@ -151,7 +151,7 @@ export -f sanitize tool; export TMP KERNELS
 has sanitize && { lane sanitize bash -c sanitize & pids+=($!); }
 if has mutate && [ -n "$PLANTS" ]; then
   for s in generic sm90a sm90a_fold; do
-    lane mutate_$s python3 tools/mutate.py --suite cuda --set $s --builds "$PLANTS/$s" --prebuilt & pids+=($!)
+    lane mutate_$s python3 -m tools.support.mutate --suite cuda --set $s --builds "$PLANTS/$s" --prebuilt & pids+=($!)
   done
 fi
 for p in "${pids[@]}"; do wait $p; done

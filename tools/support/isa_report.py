@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """ISA report for gfx950 kernels: resources and the hot loop's instruction mix and cycle estimate.
 
-    python tools/isa_report.py                    # every gfx950 kernel of the manifest (recompiled with -S)
-    python tools/isa_report.py FILE.s [...]       # any gfx950 assembly (clang -S output), e.g. another kernel's
-    python tools/isa_report.py --json ...         # machine-readable
+    python -m tools.support.isa_report                    # every gfx950 kernel of the manifest (recompiled with -S)
+    python -m tools.support.isa_report FILE.s [...]       # any gfx950 assembly (clang -S output), e.g. another kernel's
+    python -m tools.support.isa_report --json ...         # machine-readable
     hipindexer info --isa                         # the same, from the CLI
 
 Per kernel function: VGPRs, AGPRs, SGPRs, scratch, LDS, occupancy (from the
@@ -47,7 +47,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tools.support import roofline
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # catalog kernel -> (MFMAs per tile, what a tile is); variants by define
 TILE_MFMAS = {
@@ -385,7 +387,6 @@ def report_asm(asm: str, source: str, tile_mfmas: int | None = None, tile_what: 
 
 def _manifest_asm(entry: dict, src_root: Path) -> str:
     """clang -S of a manifest entry with the flags it was built with (and the current params header)."""
-    sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -422,21 +423,9 @@ def manifest_reports(manifest: Path | None = None, src_root: Path | None = None)
     return reports
 
 
-def _roofline():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_hx_roofline", ROOT / "tools" / "roofline.py")
-    mod = sys.modules.get(spec.name)
-    if mod is None:
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    return mod
-
-
 def _planned_waves_per_simd(key: str, heads) -> float | None:
     """Waves per SIMD the decode planner's default grid aims at for this kernel (hipindexer.plan.decode)."""
     try:
-        sys.path.insert(0, str(ROOT))
         from hipindexer.plan import decode as decode_plan
     except ImportError:
         return None
@@ -499,7 +488,7 @@ def format_table(reports: list[KernelReport]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="isa_report.py", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.support.isa_report", description=__doc__.splitlines()[0])
     ap.add_argument("asm", nargs="*", type=Path, help="gfx950 assembly files (default: the manifest's kernels)")
     ap.add_argument("--manifest", type=Path, default=None)
     ap.add_argument("--src", type=Path, default=None, help="kernel source root (default: hsaco_src)")
@@ -520,8 +509,8 @@ def main(argv=None) -> int:
                   "resident with LDS / the planner's grid):\n" + dec)
         figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
         if figs:
-            print("\nestimated decode times (tools/roofline.py, calibrated on aiter's HIP decode kernel; ESTIMATES, "
-                  "not measurements):\n" + _roofline().format_goals(_roofline().goal_estimates(figs)))
+            print("\nestimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode kernel; "
+                  "ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
         print("\nmodel: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
               "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
               "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")

@@ -1,9 +1,9 @@
 """DeepGEMM's fp8 MQA logits kernels timed on the shapes of `hipindexer bench decode` and `bench prefill`, for a
-ratio measured in the same run (tools/h200_deepgemm.sh builds DeepGEMM on the device and runs this there; it
+ratio measured in the same run (tools/device/h200_deepgemm.sh builds DeepGEMM on the device and runs this there; it
 needs torch and the built deep_gemm, which the package never does).
 
-    python tools/deepgemm_bench.py decode --rows 64x131072,16x32768 --heads 64 --next-n 1,2 > dg_decode.json
-    python tools/deepgemm_bench.py prefill --shapes 4096x32768,8192x8192 --heads 64,32 > dg_prefill.json
+    python -m tools.measure.deepgemm_bench decode --rows 64x131072,16x32768 --heads 64 --next-n 1,2 > dg_decode.json
+    python -m tools.measure.deepgemm_bench prefill --shapes 4096x32768,8192x8192 --heads 64,32 > dg_prefill.json
 
 Inputs follow DeepGEMM's own tests: random fp8 queries and key codes, kv_scale 1, a block table over a shuffled
 pool, 2-D context lengths (token j of a sequence of context c sees c - next_n + j + 1 keys). Decode runs with

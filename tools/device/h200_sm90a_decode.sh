@@ -7,7 +7,7 @@
 #             names the path it took (head count, block size, layout, passes, units) before anything longer runs;
 #             a probe that times out skips every later GPU step
 #   sass      QGMMA count and local memory (LDL/STL) of both objects with this machine's cuobjdump, the hot loop's
-#             mix (tools/sass_mix.py), and the CPU tests of tests/test_sm90a_decode.py against these objects
+#             mix (tools/support/sass_mix.py), and the CPU tests of tests/test_sm90a_decode.py against these objects
 #   tests     the decode GPU tests (graph replay and bad block tables with the new kernel in the plan, caches past
 #             4 GiB, untrusted values on both kernels)
 #   check     hipindexer check decode --kernel $KERNEL: the sampled design within its shapes (H 32/64,
@@ -22,12 +22,12 @@
 #   profile   ncu at (64, 131072), H 64: DRAM bytes read and written per call at next_n 1, 2, 4 and 8 (K read once:
 #             equal to the key + scale bytes), and the full section set at next_n 1 with its per-instruction
 #             stall samples (profile_src.csv.gz)
-#   stages    the stage-removal builds of tools/stage_variants.py ($VARIANTS, made with --build-only) timed
+#   stages    the stage-removal builds of tools/measure/stage_variants.py ($VARIANTS, made with --build-only) timed
 #             beside the shipped build on the same rows
 # The benchmark runs only when build, probe, sass, tests and check passed; the sanitizer and the plants are reported
 # beside it; profile and stages run only when named. Env: KERNEL, STEPS (default all but those two), OUT (default
-# /tmp/hx-out), PLANTS (default build/plants/$SET, made with `python tools/mutate.py --suite cuda --set $SET --builds
-# build/plants/$SET --build-only`), VARIANTS (default build/variants/$SET, made with `python tools/stage_variants.py
+# /tmp/hx-out), PLANTS (default build/plants/$SET, made with `python -m tools.support.mutate --suite cuda --set $SET --builds
+# build/plants/$SET --build-only`), VARIANTS (default build/variants/$SET, made with `python -m tools.measure.stage_variants
 # --set $SET --builds build/variants/$SET --build-only`), CHECK_ARGS / BENCH_ARGS (extra options), BUDGET_S
 # (default 470: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -114,7 +114,7 @@ if has sass; then
       "$CUOBJDUMP" -sass "$f" > "$OUT/sass_h$h.sass" 2>&1
       say "sass H=$h: $(grep -c QGMMA "$OUT/sass_h$h.sass") QGMMA ($(grep -oE 'QGMMA\.[0-9x]+' "$OUT/sass_h$h.sass" | sort -u | tr '\n' ' ')), $(grep -cE '\b(LDL|STL)' "$OUT/sass_h$h.sass") LDL/STL"
     done
-    timeout $(lim 30) $PY tools/sass_mix.py "$OUT/sass_h32.sass" "$OUT/sass_h64.sass" > "$OUT/sass.txt" 2>&1
+    timeout $(lim 30) $PY -m tools.support.sass_mix "$OUT/sass_h32.sass" "$OUT/sass_h64.sass" > "$OUT/sass.txt" 2>&1
     rm -f "$OUT"/sass_h*.sass
     grep -E 'loop|max R' "$OUT/sass.txt" | head -4 >> "$S"
     CUOBJDUMP=$CUOBJDUMP run cputests 60 "$OUT/sass.txt" $PY -m pytest -q -p no:cacheprovider tests/test_sm90a_decode.py
@@ -206,14 +206,14 @@ if [ $HUNG = 0 ] && { has sanitize || has mutate; }; then
   fi
   if has mutate; then
     if [ -f "$PLANTS/clean/pkg/hipindexer/kernels/manifest.json" ]; then
-      names=$($PY -c "import sys; sys.path.insert(0, 'tools'); sys.path.insert(0, '.')
-from tools.mutate import PLANTS; n = [p.name for p in PLANTS['$SET']]; print(','.join(n[0::2])); print(','.join(n[1::2]))")
+      names=$($PY -c "from tools.support.mutate import PLANTS
+n = [p.name for p in PLANTS['$SET']]; print(','.join(n[0::2])); print(','.join(n[1::2]))")
       a=$(echo "$names" | sed -n 1p); b=$(echo "$names" | sed -n 2p)
-      ( run mutate_a 180 "$OUT/mutate.log" $PY tools/mutate.py --suite cuda --set $SET --builds "$PLANTS" \
+      ( run mutate_a 180 "$OUT/mutate.log" $PY -m tools.support.mutate --suite cuda --set $SET --builds "$PLANTS" \
           --prebuilt --plants "$a" ) & pids+=($!)
       # lane b on its own copy: a suite run rewrites its build's package files (PackageCopy.refresh)
       PLANTS_B=$(mktemp -d); cp -r "$PLANTS"/. "$PLANTS_B"/
-      ( run mutate_b 180 "$OUT/mutate_b.tmp" $PY tools/mutate.py --suite cuda --set $SET --builds "$PLANTS_B" \
+      ( run mutate_b 180 "$OUT/mutate_b.tmp" $PY -m tools.support.mutate --suite cuda --set $SET --builds "$PLANTS_B" \
           --prebuilt --plants "$b" ) & pids+=($!)
     else
       say "== mutate: no plant builds in $PLANTS"; FAILED=1
@@ -264,7 +264,7 @@ fi
 if has profile && [ $FAILED = 0 ] && [ $HUNG = 0 ]; then
   NCU=$(tool ncu)
   if [ -z "$NCU" ]; then say "== profile: no ncu here"; else
-    P="$PY tools/profile_op.py decode --shape 64x131072 --heads 64 --kernel $KERNEL"
+    P="$PY -m tools.measure.profile_op decode --shape 64x131072 --heads 64 --kernel $KERNEL"
     NCUK="$NCU --clock-control none -k regex:$KERNEL --launch-skip 1 --launch-count 1"
     for n in 1 2 4 8; do
       timeout $(lim 90) $NCUK --csv --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
@@ -282,7 +282,7 @@ if has profile && [ $FAILED = 0 ] && [ $HUNG = 0 ]; then
 fi
 
 if has stages && [ $HUNG = 0 ]; then
-  run stages 300 "$OUT/stages.txt" $PY tools/stage_variants.py --set $SET --builds "$VARIANTS" --prebuilt -- \
+  run stages 300 "$OUT/stages.txt" $PY -m tools.measure.stage_variants --set $SET --builds "$VARIANTS" --prebuilt -- \
     bench decode --device cuda:0 --rows equal:64x131072 --heads 64 --next-n 1,2,8 --clean true --repeats 5
   grep -A8 '^case' "$OUT/stages.txt" >> "$S"
 fi

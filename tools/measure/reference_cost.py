@@ -1,7 +1,7 @@
 """Time and peak memory of the numpy reference on the real prefill chunk shapes.
 
 Each shape runs in a fresh subprocess so its peak RSS is its own.
-    python tools/reference_cost.py [--shapes 1024x131072,...] [--heads 64] [--json]
+    python -m tools.measure.reference_cost [--shapes 1024x131072,...] [--heads 64] [--json]
 """
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import click
+
+ROOT = Path(__file__).resolve().parents[2]  # the child imports this module and hipindexer from the checkout
 
 SHAPES = ((4096, 32768), (2048, 65536), (1024, 131072))
 
@@ -32,8 +35,8 @@ def measure(M: int, N: int, H: int, D: int = 128, mode: str = "causal") -> dict:
 
 
 def measure_in_subprocess(M: int, N: int, H: int, D: int = 128) -> dict:
-    code = f"import json, tools.reference_cost as c; print(json.dumps(c.measure({M}, {N}, {H}, {D})))"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    code = f"import json, tools.measure.reference_cost as c; print(json.dumps(c.measure({M}, {N}, {H}, {D})))"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 

@@ -5,7 +5,7 @@
 #   STEPS="build tests check mutate bench" (default: all, about 6-8 minutes); BENCH_ARGS adds bench options
 #   (e.g. BENCH_ARGS="--heads 64 --next-n 1,2,8" when time is short); CHECK_ARGS adds check options.
 #   PLANTS (default build/plants/decode): the decode plant builds, made where the compilers are with
-#   `python tools/mutate.py --suite cuda --set decode --builds build/plants/decode --build-only` and carried
+#   `python -m tools.support.mutate --suite cuda --set decode --builds build/plants/decode --build-only` and carried
 #   here with hipindexer/kernels.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
@@ -39,10 +39,10 @@ check)
   say "$(grep -A12 -E '^op ' "$OUT/check.log" | head -12)" ;;
 mutate)  # on the plant builds made beside the checkout (no compiler needed here), else built here
   if [ -f "$PLANTS/clean/pkg/hipindexer/kernels/manifest.json" ]; then
-    run mutate 200 $PY tools/mutate.py --suite $SUITE --set decode --builds "$PLANTS" --prebuilt
+    run mutate 200 $PY -m tools.support.mutate --suite $SUITE --set decode --builds "$PLANTS" --prebuilt
   else
     say "(no plant builds in $PLANTS: building them here)"
-    run mutate 300 $PY tools/mutate.py --suite $SUITE --set decode
+    run mutate 300 $PY -m tools.support.mutate --suite $SUITE --set decode
   fi
   say "$(tail -9 "$OUT/mutate.log")" ;;
 bench)
@@ -50,7 +50,7 @@ bench)
   timeout ${BENCH_S:-150} $PY -m hipindexer.cli bench decode --device $DEVICE --clean true --repeats 5 $BENCH_ARGS \
     --json > "$OUT/bench.json" 2> "$OUT/bench.err"; rc=$?
   say "== bench: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo ' (timed out)')"
-  $PY tools/results_table.py "$OUT/bench.json" >> "$S" 2>&1 ;;
+  $PY -m tools.measure.results_table "$OUT/bench.json" >> "$S" 2>&1 ;;
 esac; done
 say "== total $(( $(date +%s) - T0 )) s"
 cat "$S"

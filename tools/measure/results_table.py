@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown results tables from `hipindexer bench ... --json` files, for docs/benchmarks.md.
 
-    python tools/results_table.py bench_prefill.json [bench_decode.json ...]
+    python -m tools.measure.results_table bench_prefill.json [bench_decode.json ...]
 
 Each file becomes one dated section: the device, its driver, the ceilings the
 same run measured, then one row per case with medians and fractions of those

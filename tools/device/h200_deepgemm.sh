@@ -1,6 +1,6 @@
 #!/bin/bash
-# One device call: DeepGEMM built on the H200 from the source tools/stage_deepgemm.sh staged (carry build/deepgemm),
-# timed on the decode and prefill benchmark shapes (tools/deepgemm_bench.py), and hipindexer's benchmark of the
+# One device call: DeepGEMM built on the H200 from the source tools/device/stage_deepgemm.sh staged (carry build/deepgemm),
+# timed on the decode and prefill benchmark shapes (tools/measure/deepgemm_bench.py), and hipindexer's benchmark of the
 # same shapes in the same call; the ratios (DeepGEMM time / ours: above 1, ours is faster) in $OUT/summary.txt.
 # Env: OUT (default /tmp/hx-out), KERNELS (decode kernels of ours to time, default both sm_90a ones), ROWS, SHAPES,
 # STEPS (default "build decode prefill").
@@ -17,7 +17,7 @@ ROOT=$PWD; T=/tmp/deepgemm
 # Every kernel call of DeepGEMM's JIT crashed in std::regex until the system libstdc++ was loaded first (seen on
 # this image with torch's bundled libraries): preload it.
 PRE=$(ls /usr/lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null)
-DG="env LD_PRELOAD=$PRE PYTHONPATH=$T/DeepGEMM python3 $ROOT/tools/deepgemm_bench.py"
+DG="env LD_PRELOAD=$PRE PYTHONPATH=$T/DeepGEMM:$ROOT python3 -m tools.measure.deepgemm_bench"
 HX="env PYTHONPATH=$ROOT python3 -m hipindexer.cli"
 if has build; then
   rm -rf "$T"; mkdir -p "$T"; tar -xzf build/deepgemm/deepgemm.tar.gz -C "$T"; cat "$T/DeepGEMM/STAGED" >> "$S"

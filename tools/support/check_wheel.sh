@@ -3,7 +3,7 @@
 # kernel and none of the test-only ones, install it into a fresh venv with no
 # kernel compiler on PATH, and check `hipindexer info` sees exactly the shipped kernels.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python -m pip wheel -q . --no-deps -w "$work/dist"
@@ -20,6 +20,9 @@ assert shipped <= objects, ("shipped kernels missing from the wheel", shipped - 
 assert not test_only & objects, ("test-only kernels in the wheel", test_only & objects)
 stray = [n for n in names if "test-only" in n or "emu-gfx950" in n]
 assert not stray, ("test or emulator files in the wheel", stray)
+# The package and its metadata only: no build code (build.py, hxbuild/ with the emulator's build), no tools/.
+extra = {n.split("/")[0] for n in names} - {"hipindexer"}
+assert all(t.endswith(".dist-info") for t in extra), ("more than the package in the wheel", extra)
 print("wheel carries", sorted(objects))
 PY
 python3 -m venv "$work/venv"

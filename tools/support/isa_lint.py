@@ -17,7 +17,7 @@ Per kernel function:
   - scaled MFMAs take their E8M0 scales from VGPRs (llvm-project pull request 158117: the
     hardware misreads inline or scalar constants there).
 
-    python tools/isa_lint.py [SOURCE.hip ...]   (default: every gfx950 catalog kernel)
+    python -m tools.support.isa_lint [SOURCE.hip ...]   (default: every gfx950 catalog kernel)
 """
 import re
 import subprocess
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _FUNC = re.compile(r"-- Begin function (\S+)\n(.*?)(?=-- Begin function|\Z)", re.S)
 _SWAP = re.compile(r"^\s*v_permlane(?:16|32)_swap_b32(?:_e32)?\s+(v\d+),\s*(v\d+)", re.M)
@@ -110,7 +110,6 @@ def lint(asm: str, source: str = "") -> list[str]:
 
 def compile_asm(source: Path, defines=(), flags=None) -> str:
     """clang -S of a gfx950 source with build.py's device flags (plus the generated params header)."""
-    sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
     with tempfile.TemporaryDirectory() as tmp:
         inc = Path(tmp) / "include"
@@ -129,7 +128,6 @@ def compile_asm(source: Path, defines=(), flags=None) -> str:
 
 def _default_sources():
     """(source, defines) of every gfx950 catalog kernel variant."""
-    sys.path.insert(0, str(ROOT))
     from hipindexer import catalog
     return [(ROOT / "hsaco_src" / k.source, [f"HX_BLOCK={k.block}"] + [f"{d}={v[d]}" for d in sorted(v)] +
              [f"{d}={x}" for d, x in k.defines])

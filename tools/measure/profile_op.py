@@ -1,8 +1,8 @@
 """One call (or a few) of an op on device-resident inputs, for a profiler to capture:
 
     ncu --clock-control none -k regex:mqa_logits --launch-skip 1 --launch-count 1 --section SpeedOfLight \
-        python3 tools/profile_op.py prefill --shape 2048x8192 --heads 64 --kernel mqa_logits_wgmma
-    ncu ... python3 tools/profile_op.py decode --shape 64x131072 --heads 64 --next-n 1
+        python3 -m tools.measure.profile_op prefill --shape 2048x8192 --heads 64 --kernel mqa_logits_wgmma
+    ncu ... python3 -m tools.measure.profile_op decode --shape 64x131072 --heads 64 --next-n 1
 """
 import click
 import numpy as np
