@@ -61,6 +61,36 @@ class IntList(click.ParamType):
         return out
 
 
+class NextNs(click.ParamType):
+    """Comma-separated next_n values of bench decode: 1..8 each, or ragged."""
+    name = "N,...|ragged"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        out = tuple(x.strip() for x in str(value).split(","))
+        if not out or any(x != "ragged" and not (x.isdigit() and 1 <= int(x) <= 8) for x in out):
+            self.fail(f"expected comma-separated next_n values, each 1..8 or ragged, got {value!r}", param, ctx)
+        return tuple(x if x == "ragged" else str(int(x)) for x in out)
+
+
+class DecodeRows(click.ParamType):
+    """Comma-separated decode bench rows SPREAD:BxCTX: "equal:64x32768,one_long:16x131072"."""
+    name = "SPREAD:BxCTX,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            out = tuple((r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in str(value).split(","))
+            if any(len(t) != 3 or t[0] not in ("equal", "pm30", "one_long") or min(t[1:]) < 1 for t in out):
+                raise ValueError
+        except (ValueError, IndexError):
+            self.fail(f"expected SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long and B, CTX >= 1, got {value!r}",
+                      param, ctx)
+        return out
+
+
 class Shapes(click.ParamType):
     """Comma-separated MxN pairs: "128x1024,1x113"."""
     name = "MxN,..."
@@ -87,8 +117,10 @@ kernel_option = click.option("--kernel", default=None, help="Force a kernel (def
 accumulation_option = click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast",
                                    show_default=True, help=ACCUMULATION_HELP)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+# numpy's default_rng refuses negative seeds.
+SEED = click.IntRange(min=0)
 verbose_option = click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
-reruns_option = click.option("--reruns", default=20, show_default=True,
+reruns_option = click.option("--reruns", type=click.IntRange(min=0), default=20, show_default=True,
                              help="Bitwise-identical reruns of one large case (0: skip).")
 
 
@@ -165,7 +197,7 @@ class _NoBar:
 
 @main.group(invoke_without_command=True)
 @click.option("--quick", is_flag=True, help="The small sweep (CI size).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @json_option
 @verbose_option
 @click.pass_context
@@ -212,7 +244,7 @@ def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
 @check.command("prefill")
 @device_option
 @click.option("--quick", is_flag=True, help="Small shapes only (CI size).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--heads", type=IntList(), default="32,64,16", show_default=True, help="Head counts H.")
 @click.option("--dims", type=IntList(), default="64,128", show_default=True, help="Head dimensions D.")
 @click.option("--shapes", type=Shapes(), default=None,
@@ -240,9 +272,12 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 @check.command("decode")
 @device_option
 @click.option("--quick", is_flag=True, help="Every case small (CI size, the emulator).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
-@click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
-@click.option("--max-context", type=int, default=None, help="Leave out context values above this.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the design and of the random inputs.")
+@click.option("--cases", "max_cases", type=click.IntRange(min=1), default=None,
+              help="Cap the sampled design at this many cases (default: --quick until every pair is covered, "
+                   "the full sweep at its own cap).")
+@click.option("--max-context", type=click.IntRange(min=1), default=None,
+              help="Leave out context values above this.")
 @click.option("--heads", type=IntList(), default=None,
               help="Only these head counts H (default: the design's, or those a forced kernel serves).")
 @click.option("--dims", type=IntList(), default=None,
@@ -296,7 +331,7 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
 @check.command("cache")
 @device_option
 @click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @json_option
 @verbose_option
 def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
@@ -574,14 +609,15 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 
 @bench.command("decode")
 @device_option
-@click.option("--rows", default=None,
+@click.option("--rows", type=DecodeRows(), default=None,
               help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the eight rows of docs/benchmarks.md; tiny "
                    "ones on the emulator)")
 @click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
-@click.option("--next-n", "next_ns", default="1,2,4,6,8,ragged", show_default=True,
+@click.option("--next-n", "next_ns", type=NextNs(), default="1,2,4,6,8,ragged", show_default=True,
               help="next_n values; ragged = next_n 8 with half the rows live")
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
-@click.option("--repeats", default=10, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed batches; the median is reported.")
 @click.option("--block-size", type=click.Choice(["16", "64"]), default="64", show_default=True,
               help="Tokens per cache block.")
 @kernel_option
@@ -593,16 +629,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     dev = _device_or_exit(device_spec)
     block_size = int(block_size)
     _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
-    if rows:
-        try:
-            shapes = [(r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in rows.split(",")]
-            if any(len(t) != 3 or t[0] not in ("equal", "pm30", "one_long") for t in shapes):
-                raise ValueError
-        except (ValueError, IndexError):
-            raise click.UsageError(f"--rows: expected SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long, "
-                                   f"got {rows!r}") from None
-    else:
-        shapes = EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS
+    shapes = rows or (EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     ceiling_bytes = (16 << 20) if emulated(dev) else (2 << 30)
     _progress(f"device {dev!r}: measuring the copy and read ceilings")
@@ -610,7 +637,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     results = []
     for spread, B, ctx in shapes:
         results += bench_decode_shape(dev, spread, B, ctx, heads,
-                                      tuple(next_ns.split(",")), cleans, repeats, _progress, block_size=block_size,
+                                      next_ns, cleans, repeats, _progress, block_size=block_size,
                                       **({"kernel": kernel} if kernel else {}))
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
