@@ -300,31 +300,40 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     _check_decode_kernel(kernel, dev, accumulation, heads, dims, block_sizes)
     _progress(f"device {dev!r}")
     design = sweep.decode_design(quick, seed, max_cases, max_context, heads, dims, block_sizes)
-    _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
-              f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
-              f"case cap: {len(design.uncovered)}")
-    names = list(sweep.DECODE_AXES)
-    _progress(_table([[c[a] for a in names] for c in design.cases], names))
     rng = np.random.default_rng(seed)
     forced = {"kernel": kernel} if kernel else {}
     within = dict(heads=heads, dims=dims, block_sizes=block_sizes)
-    cases = [sweep.decode_case_of(c) for c in design.cases]
-    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
-    outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **within, **forced))
+    # The fixed checks after the sampled design, each one case of the report.
+    extra = [("layouts agree", lambda: sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **within,
+                                                                   **forced))]
     for H, D, bs in sweep.UNTRUSTED_SHAPES:  # each kernel family the planner (or --kernel) runs at these shapes
         if all(f is None or v in f for v, f in ((H, heads), (D, dims), (bs, block_sizes))) and \
                 _decode_serves(kernel, H, D, bs):
-            outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
-                                                          block_sizes=(bs,), **forced))
-    if not any(o.case.startswith("untrusted_device_values") for o in outcomes):  # filters past every listed shape
-        outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
+            extra.append(("untrusted values", lambda H=H, D=D, bs=bs: sweep.decode_untrusted_values(
+                rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), **forced)))
+    if len(extra) == 1:  # the filters are past every listed shape
+        extra.append(("untrusted values", lambda: sweep.decode_untrusted_values(rng, dev, accumulation=accumulation,
+                                                                                **within, **forced)))
     if not quick:
         if reruns:
-            outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **within,
-                                                        **forced))
+            extra.append(("bitwise reruns", lambda: sweep.decode_bitwise_reruns(
+                rng, dev, runs=reruns, accumulation=accumulation, **within, **forced)))
         for bs, base in sweep.OFFSET_CASES:
-            outcomes.append(sweep.decode_offset_case(rng, dev, bs, base, accumulation=accumulation, **within,
-                                                     **forced))
+            extra.append(("caches past 4 GiB", lambda bs=bs, base=base: sweep.decode_offset_case(
+                rng, dev, bs, base, accumulation=accumulation, **within, **forced)))
+    kinds = {}
+    for name, _ in extra:
+        kinds[name] = kinds.get(name, 0) + 1
+    _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
+              f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
+              f"case cap: {len(design.uncovered)}; then {len(extra)} fixed cases beyond the sample ("
+              + ", ".join(f"{name} {n}" for name, n in kinds.items())
+              + f"): {len(design.cases) + len(extra)} cases in all")
+    names = list(sweep.DECODE_AXES)
+    _progress(_table([[c[a] for a in names] for c in design.cases], names))
+    cases = [sweep.decode_case_of(c) for c in design.cases]
+    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
+    outcomes += [check() for _, check in extra]
     _report(outcomes, as_json, verbose)
 
 
