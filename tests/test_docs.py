@@ -178,6 +178,25 @@ def test_the_readme_and_docs_have_examples_and_the_readme_runs_the_op_on_the_emu
     assert 'device="emu:gfx950"' in using_the_op and "Device()" in using_the_op
 
 
+def test_the_readme_decode_example_checks_real_logits_with_the_gate():
+    """A check of rows that are all -inf proves nothing: the example's inputs must give every row live keys
+    (numpy only: its statements up to the inputs, on the reference), and it must check them with the gate."""
+    import ast
+    import numpy as np
+    from hipindexer import reference
+    readme = (ROOT / "README.md").read_text()
+    code = next(m.group(2) for m in _FENCE.finditer(readme) if "fp8_paged_mqa_logits" in m.group(2))
+    assert "gate.gate_decode(" in code
+    tree = ast.parse(code)
+    upto = next(i for i, st in enumerate(tree.body) if isinstance(st, ast.Assign) and
+                any(isinstance(t, ast.Name) and t.id == "inp" for t in st.targets))
+    setup = [st for st in tree.body[:upto + 1] if "Device(" not in ast.unparse(st)]
+    scope = {}
+    exec(compile(ast.Module(setup, []), "README.md", "exec"), scope)
+    ref = reference.fp8_paged_mqa_logits(*scope["inp"].args())
+    assert np.isfinite(ref).any(axis=1).all(), "rows of the README's decode example see no keys"
+
+
 @pytest.mark.parametrize("path,words,code", list(_blocks()))
 def test_doc_examples_run(path, words, code, request):
     compile(code, str(path), "exec")
