@@ -570,7 +570,8 @@ def _pct(x) -> str:
 @bench.command("prefill")
 @device_option
 @click.option("--shapes", type=Shapes(), default=None,
-              help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768))")
+              help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768); "
+                   "tiny ones on the emulator)")
 @click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
 @click.option("--dim", type=click.IntRange(min=16), default=128, show_default=True, help="Head dimension D.")
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True,
@@ -583,34 +584,36 @@ def _pct(x) -> str:
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
     measures (docs/benchmarks.md)."""
-    from .bench.prefill import PREFILL_BENCH_SHAPES, bench_prefill
-    from .bench.timing import copy_bandwidth, emulated, matrix_peak
+    from .bench.prefill import EMULATOR_SHAPES, PREFILL_BENCH_SHAPES, bench_prefill
+    from .bench.timing import copy_bandwidth, emulated, figure, matrix_peak
     dev = _device_or_exit(device_spec)
     tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
     if emulated(dev):
-        _progress("emulated device: the times below measure the CPU emulator and are not speeds")
-    shp = shapes or PREFILL_BENCH_SHAPES
+        _progress("emulated device: tiny shapes unless --shapes, and the times measure the CPU emulator: they are "
+                  "not speeds")
+    shp = shapes or (EMULATOR_SHAPES if emulated(dev) else PREFILL_BENCH_SHAPES)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     _progress(f"device {dev!r}: measuring the copy ceiling")
     bw = copy_bandwidth(dev)
     _progress("measuring the matrix-rate ceiling")
     peak = matrix_peak(dev)
     rows = []
-    for (M, N) in shp:
-        for H in heads:
-            for cl in cleans:
-                _progress(f"M={M} N={N} H={H} clean={cl}")
-                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **tunables)
-                r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
-                r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
-                r["of_copy"] = r["GBps"] * 1e9 / bw
-                rows.append(r)
+    todo = [(M, N, H, cl) for (M, N) in shp for H in heads for cl in cleans]
+    for i, (M, N, H, cl) in enumerate(todo):
+        _progress(f"[{i + 1}/{len(todo)}] M={M} N={N} H={H} clean={cl}")
+        r = bench_prefill(dev, M, N, H, dim, cl, repeats, **tunables)
+        r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
+        r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
+        r["of_copy"] = r["GBps"] * 1e9 / bw
+        rows.append(r)
+        _progress(f"  {r['us']:.1f} us, {figure(r['tflops'], '.1f')} TFLOP/s, {figure(r['GBps'])} GB/s, "
+                  f"host {r['host_us']:.1f} us/call")
     _bench_report("prefill", dev, {"copy_GBps": bw / 1e9, "matrix_peak_TFLOPs": peak / 1e12 if peak else None},
-                  [f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s",
+                  [f"bandwidth ceiling (our copy kernel, read + write): {figure(bw / 1e9)} GB/s",
                    "matrix-rate ceiling (our fp8 peak loop): " +
-                   (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target")], rows,
-                  [[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", f"{r['tflops']:.1f}",
-                    _pct(r["of_matrix_peak"]), f"{r['GBps']:.0f}", _pct(r["of_copy"]), f"{r['host_us']:.1f}"]
+                   (f"{figure(peak / 1e12)} TFLOP/s" if peak else "none for this target")], rows,
+                  [[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", figure(r["tflops"], ".1f"),
+                    _pct(r["of_matrix_peak"]), figure(r["GBps"]), _pct(r["of_copy"]), f"{r['host_us']:.1f}"]
                    for r in rows],
                   ["M", "N", "H", "clean", "kernel", "median us", "TFLOP/s", "of matrix peak", "GB/s", "of copy",
                    "host us/call"], as_json)
@@ -634,7 +637,7 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
-    from .bench.timing import copy_bandwidth, emulated, read_bandwidth
+    from .bench.timing import copy_bandwidth, emulated, figure, read_bandwidth
     dev = _device_or_exit(device_spec)
     block_size = int(block_size)
     _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
@@ -653,11 +656,12 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
         r["of_read"] = moved / (r["us"] * 1e-6) / read_bw
         r["of_copy"] = moved / (r["us"] * 1e-6) / copy_bw
     _bench_report("decode", dev, {"copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9},
-                  [f"copy ceiling (read + write): {copy_bw / 1e9:.0f} GB/s; read ceiling (read only): "
-                   f"{read_bw / 1e9:.0f} GB/s"], results,
+                  [f"copy ceiling (read + write): {figure(copy_bw / 1e9)} GB/s; read ceiling (read only): "
+                   f"{figure(read_bw / 1e9)} GB/s"], results,
                   [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["kernel"],
-                    r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", f"{r['GBps']:.0f}",
-                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), f"{r['tflops']:.2f}", f"{r['host_us']:.1f}"]
+                    r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", figure(r["GBps"]),
+                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
+                    f"{r['host_us']:.1f}"]
                    for r in results],
                   ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "kernel", "units", "median us", "graph us",
                    "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
@@ -672,7 +676,7 @@ def bench_cache_cmd(device_spec, repeats, as_json) -> None:
     """quantize_and_cache_keys (65536 keys, and a decode step's 64) and gather_cached_keys (131072 tokens)
     against the copy ceiling measured in the same run (docs/benchmarks.md)."""
     from .bench.cache import bench_cache
-    from .bench.timing import copy_bandwidth, emulated
+    from .bench.timing import copy_bandwidth, emulated, figure
     dev = _device_or_exit(device_spec)
     if emulated(dev):
         _progress("emulated device: tiny sizes, and the times measure the CPU emulator: they are not speeds")
@@ -683,10 +687,10 @@ def bench_cache_cmd(device_spec, repeats, as_json) -> None:
         r["of_copy"] = r["GBps"] * 1e9 / bw
     scale = {True: "pow2", False: "amax/448", None: "-"}
     _bench_report("cache", dev, {"copy_GBps": bw / 1e9},
-                  [f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s"], rows,
+                  [f"bandwidth ceiling (our copy kernel, read + write): {figure(bw / 1e9)} GB/s"], rows,
                   [[r["op"], "preshuffled" if r["preshuffle"] else "block-flat", scale[r["power_of_two"]],
                     r["tokens"], f"{r['us']:.2f}", f"{r['us_graph']:.2f}" if r["us_graph"] else "-",
-                    f"{r['GBps']:.0f}", _pct(r["of_copy"]), f"{r['host_us']:.1f}"] for r in rows],
+                    figure(r["GBps"]), _pct(r["of_copy"]), f"{r['host_us']:.1f}"] for r in rows],
                   ["op", "layout", "scale", "tokens", "median us", "graph us", "GB/s", "of copy", "host us/call"],
                   as_json)
 

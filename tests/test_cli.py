@@ -81,6 +81,12 @@ def test_every_int_option_states_its_range():
     assert not bare, bare
 
 
+def test_bench_figures_never_round_a_measured_rate_to_zero():
+    from hipindexer.bench.timing import figure
+    assert [figure(x) for x in (3012.4, 45.6, 0.38, 0.0123, 0.0)] == ["3012", "46", "0.38", "0.012", "0"]
+    assert figure(0.0071, ".1f") == "0.0071" and figure(12.34, ".2f") == "12.34"
+
+
 def test_an_unknown_kernel_is_refused_before_any_ceiling_is_measured(monkeypatch):
     from hipindexer import cli, runtime
     from hipindexer.bench import timing as bench
