@@ -265,6 +265,7 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     cases = list(prefill_device_cases(quick, heads, dims, shapes))
     outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
     if reruns and not quick:
+        _progress(f"bitwise reruns of one large case: {reruns}")
         outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
     _report(outcomes, as_json, verbose)
 
@@ -333,7 +334,9 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     _progress(_table([[c[a] for a in names] for c in design.cases], names))
     cases = [sweep.decode_case_of(c) for c in design.cases]
     outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
-    outcomes += [check() for _, check in extra]
+    for i, (name, check) in enumerate(extra):
+        _progress(f"fixed case {i + 1}/{len(extra)}: {name}")
+        outcomes.append(check())
     _report(outcomes, as_json, verbose)
 
 

@@ -39,6 +39,7 @@ def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
     assert m, line
     assert int(m[1]) + int(m[2]) == int(m[4]) == len(doc["cases"]) == summary["run"] + summary["not applicable"]
     assert m[3].startswith("layouts agree 1, untrusted values "), line
+    assert f"fixed case {m[2]}/{m[2]}: " in p.stderr  # each announced as it starts
 
 
 def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu_kernels):
