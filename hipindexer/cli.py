@@ -61,6 +61,36 @@ class IntList(click.ParamType):
         return out
 
 
+class NextNs(click.ParamType):
+    """Comma-separated next_n values of bench decode: 1..8 each, or ragged."""
+    name = "N,...|ragged"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        out = tuple(x.strip() for x in str(value).split(","))
+        if not out or any(x != "ragged" and not (x.isdigit() and 1 <= int(x) <= 8) for x in out):
+            self.fail(f"expected comma-separated next_n values, each 1..8 or ragged, got {value!r}", param, ctx)
+        return tuple(x if x == "ragged" else str(int(x)) for x in out)
+
+
+class DecodeRows(click.ParamType):
+    """Comma-separated decode bench rows SPREAD:BxCTX: "equal:64x32768,one_long:16x131072"."""
+    name = "SPREAD:BxCTX,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            out = tuple((r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in str(value).split(","))
+            if any(len(t) != 3 or t[0] not in ("equal", "pm30", "one_long") or min(t[1:]) < 1 for t in out):
+                raise ValueError
+        except (ValueError, IndexError):
+            self.fail(f"expected SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long and B, CTX >= 1, got {value!r}",
+                      param, ctx)
+        return out
+
+
 class Shapes(click.ParamType):
     """Comma-separated MxN pairs: "128x1024,1x113"."""
     name = "MxN,..."
@@ -87,8 +117,10 @@ kernel_option = click.option("--kernel", default=None, help="Force a kernel (def
 accumulation_option = click.option("--accumulation", type=click.Choice(["fast", "fp32"]), default="fast",
                                    show_default=True, help=ACCUMULATION_HELP)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+# numpy's default_rng refuses negative seeds.
+SEED = click.IntRange(min=0)
 verbose_option = click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
-reruns_option = click.option("--reruns", default=20, show_default=True,
+reruns_option = click.option("--reruns", type=click.IntRange(min=0), default=20, show_default=True,
                              help="Bitwise-identical reruns of one large case (0: skip).")
 
 
@@ -165,7 +197,7 @@ class _NoBar:
 
 @main.group(invoke_without_command=True)
 @click.option("--quick", is_flag=True, help="The small sweep (CI size).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @json_option
 @verbose_option
 @click.pass_context
@@ -212,7 +244,7 @@ def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
 @check.command("prefill")
 @device_option
 @click.option("--quick", is_flag=True, help="Small shapes only (CI size).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--heads", type=IntList(), default="32,64,16", show_default=True, help="Head counts H.")
 @click.option("--dims", type=IntList(), default="64,128", show_default=True, help="Head dimensions D.")
 @click.option("--shapes", type=Shapes(), default=None,
@@ -233,6 +265,7 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     cases = list(prefill_device_cases(quick, heads, dims, shapes))
     outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
     if reruns and not quick:
+        _progress(f"bitwise reruns of one large case: {reruns}")
         outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
     _report(outcomes, as_json, verbose)
 
@@ -240,9 +273,12 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 @check.command("decode")
 @device_option
 @click.option("--quick", is_flag=True, help="Every case small (CI size, the emulator).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the design and of the random inputs.")
-@click.option("--cases", "max_cases", type=int, default=None, help="Cap the sampled design at this many cases.")
-@click.option("--max-context", type=int, default=None, help="Leave out context values above this.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the design and of the random inputs.")
+@click.option("--cases", "max_cases", type=click.IntRange(min=1), default=None,
+              help="Cap the sampled design at this many cases (default: --quick until every pair is covered, "
+                   "the full sweep at its own cap).")
+@click.option("--max-context", type=click.IntRange(min=1), default=None,
+              help="Leave out context values above this.")
 @click.option("--heads", type=IntList(), default=None,
               help="Only these head counts H (default: the design's, or those a forced kernel serves).")
 @click.option("--dims", type=IntList(), default=None,
@@ -265,38 +301,49 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     _check_decode_kernel(kernel, dev, accumulation, heads, dims, block_sizes)
     _progress(f"device {dev!r}")
     design = sweep.decode_design(quick, seed, max_cases, max_context, heads, dims, block_sizes)
-    _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
-              f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
-              f"case cap: {len(design.uncovered)}")
-    names = list(sweep.DECODE_AXES)
-    _progress(_table([[c[a] for a in names] for c in design.cases], names))
     rng = np.random.default_rng(seed)
     forced = {"kernel": kernel} if kernel else {}
     within = dict(heads=heads, dims=dims, block_sizes=block_sizes)
-    cases = [sweep.decode_case_of(c) for c in design.cases]
-    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
-    outcomes.append(sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **within, **forced))
+    # The fixed checks after the sampled design, each one case of the report.
+    extra = [("layouts agree", lambda: sweep.decode_layouts_agree(rng, dev, accumulation=accumulation, **within,
+                                                                   **forced))]
     for H, D, bs in sweep.UNTRUSTED_SHAPES:  # each kernel family the planner (or --kernel) runs at these shapes
         if all(f is None or v in f for v, f in ((H, heads), (D, dims), (bs, block_sizes))) and \
                 _decode_serves(kernel, H, D, bs):
-            outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
-                                                          block_sizes=(bs,), **forced))
-    if not any(o.case.startswith("untrusted_device_values") for o in outcomes):  # filters past every listed shape
-        outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
+            extra.append(("untrusted values", lambda H=H, D=D, bs=bs: sweep.decode_untrusted_values(
+                rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), **forced)))
+    if len(extra) == 1:  # the filters are past every listed shape
+        extra.append(("untrusted values", lambda: sweep.decode_untrusted_values(rng, dev, accumulation=accumulation,
+                                                                                **within, **forced)))
     if not quick:
         if reruns:
-            outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **within,
-                                                        **forced))
+            extra.append(("bitwise reruns", lambda: sweep.decode_bitwise_reruns(
+                rng, dev, runs=reruns, accumulation=accumulation, **within, **forced)))
         for bs, base in sweep.OFFSET_CASES:
-            outcomes.append(sweep.decode_offset_case(rng, dev, bs, base, accumulation=accumulation, **within,
-                                                     **forced))
+            extra.append(("caches past 4 GiB", lambda bs=bs, base=base: sweep.decode_offset_case(
+                rng, dev, bs, base, accumulation=accumulation, **within, **forced)))
+    kinds = {}
+    for name, _ in extra:
+        kinds[name] = kinds.get(name, 0) + 1
+    _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
+              f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
+              f"case cap: {len(design.uncovered)}; then {len(extra)} fixed cases beyond the sample ("
+              + ", ".join(f"{name} {n}" for name, n in kinds.items())
+              + f"): {len(design.cases) + len(extra)} cases in all")
+    names = list(sweep.DECODE_AXES)
+    _progress(_table([[c[a] for a in names] for c in design.cases], names))
+    cases = [sweep.decode_case_of(c) for c in design.cases]
+    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
+    for i, (name, check) in enumerate(extra):
+        _progress(f"fixed case {i + 1}/{len(extra)}: {name}")
+        outcomes.append(check())
     _report(outcomes, as_json, verbose)
 
 
 @check.command("cache")
 @device_option
 @click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @json_option
 @verbose_option
 def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
@@ -548,7 +595,8 @@ def _pct(x) -> str:
 @bench.command("prefill")
 @device_option
 @click.option("--shapes", type=Shapes(), default=None,
-              help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768))")
+              help="MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768); "
+                   "tiny ones on the emulator)")
 @click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
 @click.option("--dim", type=click.IntRange(min=16), default=128, show_default=True, help="Head dimension D.")
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True,
@@ -561,34 +609,36 @@ def _pct(x) -> str:
 def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
     measures (docs/benchmarks.md)."""
-    from .bench.prefill import PREFILL_BENCH_SHAPES, bench_prefill
-    from .bench.timing import copy_bandwidth, emulated, matrix_peak
+    from .bench.prefill import EMULATOR_SHAPES, PREFILL_BENCH_SHAPES, bench_prefill
+    from .bench.timing import copy_bandwidth, emulated, figure, matrix_peak
     dev = _device_or_exit(device_spec)
     tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
     if emulated(dev):
-        _progress("emulated device: the times below measure the CPU emulator and are not speeds")
-    shp = shapes or PREFILL_BENCH_SHAPES
+        _progress("emulated device: tiny shapes unless --shapes, and the times measure the CPU emulator: they are "
+                  "not speeds")
+    shp = shapes or (EMULATOR_SHAPES if emulated(dev) else PREFILL_BENCH_SHAPES)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     _progress(f"device {dev!r}: measuring the copy ceiling")
     bw = copy_bandwidth(dev)
     _progress("measuring the matrix-rate ceiling")
     peak = matrix_peak(dev)
     rows = []
-    for (M, N) in shp:
-        for H in heads:
-            for cl in cleans:
-                _progress(f"M={M} N={N} H={H} clean={cl}")
-                r = bench_prefill(dev, M, N, H, dim, cl, repeats, **tunables)
-                r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
-                r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
-                r["of_copy"] = r["GBps"] * 1e9 / bw
-                rows.append(r)
+    todo = [(M, N, H, cl) for (M, N) in shp for H in heads for cl in cleans]
+    for i, (M, N, H, cl) in enumerate(todo):
+        _progress(f"[{i + 1}/{len(todo)}] M={M} N={N} H={H} clean={cl}")
+        r = bench_prefill(dev, M, N, H, dim, cl, repeats, **tunables)
+        r["of_matrix_peak"] = r["tflops"] * 1e12 / peak if peak else None
+        r["GBps"] = r["bytes"] / (r["us"] * 1e-6) / 1e9
+        r["of_copy"] = r["GBps"] * 1e9 / bw
+        rows.append(r)
+        _progress(f"  {r['us']:.1f} us, {figure(r['tflops'], '.1f')} TFLOP/s, {figure(r['GBps'])} GB/s, "
+                  f"host {r['host_us']:.1f} us/call")
     _bench_report("prefill", dev, {"copy_GBps": bw / 1e9, "matrix_peak_TFLOPs": peak / 1e12 if peak else None},
-                  [f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s",
+                  [f"bandwidth ceiling (our copy kernel, read + write): {figure(bw / 1e9)} GB/s",
                    "matrix-rate ceiling (our fp8 peak loop): " +
-                   (f"{peak / 1e12:.0f} TFLOP/s" if peak else "none for this target")], rows,
-                  [[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", f"{r['tflops']:.1f}",
-                    _pct(r["of_matrix_peak"]), f"{r['GBps']:.0f}", _pct(r["of_copy"]), f"{r['host_us']:.1f}"]
+                   (f"{figure(peak / 1e12)} TFLOP/s" if peak else "none for this target")], rows,
+                  [[r["M"], r["N"], r["H"], r["clean"], r["kernel"], f"{r['us']:.1f}", figure(r["tflops"], ".1f"),
+                    _pct(r["of_matrix_peak"]), figure(r["GBps"]), _pct(r["of_copy"]), f"{r['host_us']:.1f}"]
                    for r in rows],
                   ["M", "N", "H", "clean", "kernel", "median us", "TFLOP/s", "of matrix peak", "GB/s", "of copy",
                    "host us/call"], as_json)
@@ -596,14 +646,15 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 
 @bench.command("decode")
 @device_option
-@click.option("--rows", default=None,
+@click.option("--rows", type=DecodeRows(), default=None,
               help="SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long (default: the eight rows of docs/benchmarks.md; tiny "
                    "ones on the emulator)")
 @click.option("--heads", type=IntList(), default="64,32", show_default=True, help="Head counts H.")
-@click.option("--next-n", "next_ns", default="1,2,4,6,8,ragged", show_default=True,
+@click.option("--next-n", "next_ns", type=NextNs(), default="1,2,4,6,8,ragged", show_default=True,
               help="next_n values; ragged = next_n 8 with half the rows live")
 @click.option("--clean", type=click.Choice(["true", "false", "both"]), default="both", show_default=True)
-@click.option("--repeats", default=10, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed batches; the median is reported.")
 @click.option("--block-size", type=click.Choice(["16", "64"]), default="64", show_default=True,
               help="Tokens per cache block.")
 @kernel_option
@@ -611,20 +662,11 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
-    from .bench.timing import copy_bandwidth, emulated, read_bandwidth
+    from .bench.timing import copy_bandwidth, emulated, figure, read_bandwidth
     dev = _device_or_exit(device_spec)
     block_size = int(block_size)
     _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
-    if rows:
-        try:
-            shapes = [(r.split(":")[0], *(int(x) for x in r.split(":")[1].split("x"))) for r in rows.split(",")]
-            if any(len(t) != 3 or t[0] not in ("equal", "pm30", "one_long") for t in shapes):
-                raise ValueError
-        except (ValueError, IndexError):
-            raise click.UsageError(f"--rows: expected SPREAD:BxCTX,... with SPREAD equal, pm30 or one_long, "
-                                   f"got {rows!r}") from None
-    else:
-        shapes = EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS
+    shapes = rows or (EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     ceiling_bytes = (16 << 20) if emulated(dev) else (2 << 30)
     _progress(f"device {dev!r}: measuring the copy and read ceilings")
@@ -632,18 +674,19 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     results = []
     for spread, B, ctx in shapes:
         results += bench_decode_shape(dev, spread, B, ctx, heads,
-                                      tuple(next_ns.split(",")), cleans, repeats, _progress, block_size=block_size,
+                                      next_ns, cleans, repeats, _progress, block_size=block_size,
                                       **({"kernel": kernel} if kernel else {}))
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
         r["of_read"] = moved / (r["us"] * 1e-6) / read_bw
         r["of_copy"] = moved / (r["us"] * 1e-6) / copy_bw
     _bench_report("decode", dev, {"copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9},
-                  [f"copy ceiling (read + write): {copy_bw / 1e9:.0f} GB/s; read ceiling (read only): "
-                   f"{read_bw / 1e9:.0f} GB/s"], results,
+                  [f"copy ceiling (read + write): {figure(copy_bw / 1e9)} GB/s; read ceiling (read only): "
+                   f"{figure(read_bw / 1e9)} GB/s"], results,
                   [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["kernel"],
-                    r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", f"{r['GBps']:.0f}",
-                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), f"{r['tflops']:.2f}", f"{r['host_us']:.1f}"]
+                    r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", figure(r["GBps"]),
+                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
+                    f"{r['host_us']:.1f}"]
                    for r in results],
                   ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "kernel", "units", "median us", "graph us",
                    "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
@@ -658,7 +701,7 @@ def bench_cache_cmd(device_spec, repeats, as_json) -> None:
     """quantize_and_cache_keys (65536 keys, and a decode step's 64) and gather_cached_keys (131072 tokens)
     against the copy ceiling measured in the same run (docs/benchmarks.md)."""
     from .bench.cache import bench_cache
-    from .bench.timing import copy_bandwidth, emulated
+    from .bench.timing import copy_bandwidth, emulated, figure
     dev = _device_or_exit(device_spec)
     if emulated(dev):
         _progress("emulated device: tiny sizes, and the times measure the CPU emulator: they are not speeds")
@@ -669,10 +712,10 @@ def bench_cache_cmd(device_spec, repeats, as_json) -> None:
         r["of_copy"] = r["GBps"] * 1e9 / bw
     scale = {True: "pow2", False: "amax/448", None: "-"}
     _bench_report("cache", dev, {"copy_GBps": bw / 1e9},
-                  [f"bandwidth ceiling (our copy kernel, read + write): {bw / 1e9:.0f} GB/s"], rows,
+                  [f"bandwidth ceiling (our copy kernel, read + write): {figure(bw / 1e9)} GB/s"], rows,
                   [[r["op"], "preshuffled" if r["preshuffle"] else "block-flat", scale[r["power_of_two"]],
                     r["tokens"], f"{r['us']:.2f}", f"{r['us_graph']:.2f}" if r["us_graph"] else "-",
-                    f"{r['GBps']:.0f}", _pct(r["of_copy"]), f"{r['host_us']:.1f}"] for r in rows],
+                    figure(r["GBps"]), _pct(r["of_copy"]), f"{r['host_us']:.1f}"] for r in rows],
                   ["op", "layout", "scale", "tokens", "median us", "graph us", "GB/s", "of copy", "host us/call"],
                   as_json)
 

@@ -47,12 +47,44 @@ def _run(*args):
     (["bench", "prefill", "--heads", "0"], "'--heads': expected integers >= 1"),
     (["check", "prefill", "--device", "gpu0"], "--device: unknown device spec 'gpu0'"),
     (["bench", "prefill", "--device", "hip:x"], "--device: unknown device spec 'hip:x'"),
+    (["check", "--seed", "-1"], "'--seed': -1 is not in the range x>=0"),
+    (["check", "prefill", "--seed", "-1"], "'--seed': -1 is not in the range x>=0"),
+    (["check", "decode", "--seed", "-1"], "'--seed': -1 is not in the range x>=0"),
+    (["check", "cache", "--seed", "-1"], "'--seed': -1 is not in the range x>=0"),
+    (["check", "decode", "--cases", "0"], "'--cases': 0 is not in the range x>=1"),
+    (["check", "decode", "--max-context", "-1"], "'--max-context': -1 is not in the range x>=1"),
+    (["check", "prefill", "--reruns", "-1"], "'--reruns': -1 is not in the range x>=0"),
+    (["bench", "decode", "--next-n", "9"], "'--next-n': expected comma-separated next_n values, each 1..8 or ragged"),
+    (["bench", "decode", "--next-n", "0,ragged"], "'--next-n': expected comma-separated next_n values"),
+    (["bench", "decode", "--repeats", "0"], "'--repeats': 0 is not in the range x>=1"),
+    (["bench", "decode", "--rows", "equal:0x512"], "'--rows': expected SPREAD:BxCTX,..."),
 ])
 def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, says):
     p = _run(*args)
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert p.stderr.startswith("Error: ") and says in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def _commands(cmd):
+    yield cmd
+    for sub in getattr(cmd, "commands", {}).values():
+        yield from _commands(sub)
+
+
+def test_every_int_option_states_its_range():
+    """A bare int option takes -1 and 0 alike; every count, seed and size says what it accepts."""
+    import click
+    from hipindexer import cli
+    bare = [f"{c.name} {p.opts[0]}" for c in _commands(cli.main) for p in c.params
+            if isinstance(p.type, click.types.IntParamType) and not isinstance(p.type, click.IntRange)]
+    assert not bare, bare
+
+
+def test_bench_figures_never_round_a_measured_rate_to_zero():
+    from hipindexer.bench.timing import figure
+    assert [figure(x) for x in (3012.4, 45.6, 0.38, 0.0123, 0.0)] == ["3012", "46", "0.38", "0.012", "0"]
+    assert figure(0.0071, ".1f") == "0.0071" and figure(12.34, ".2f") == "12.34"
 
 
 def test_an_unknown_kernel_is_refused_before_any_ceiling_is_measured(monkeypatch):
@@ -69,12 +101,7 @@ def test_an_unknown_kernel_is_refused_before_any_ceiling_is_measured(monkeypatch
 
 def test_every_device_option_has_help():
     from hipindexer import cli
-
-    def walk(cmd):
-        yield cmd
-        for sub in getattr(cmd, "commands", {}).values():
-            yield from walk(sub)
-    opts = [p for c in walk(cli.main) for p in c.params if p.name == "device_spec"]
+    opts = [p for c in _commands(cli.main) for p in c.params if p.name == "device_spec"]
     assert opts and all(p.help and "emu:gfx950" in p.help for p in opts)
 
 

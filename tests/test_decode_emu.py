@@ -1,6 +1,7 @@
 """The decode op through the emulated MI355X: the op's behaviour (tests/emu/decode_cases.py) and the quick
 sampled sweep (`hipindexer check decode --device emu:gfx950 --quick`)."""
 import json
+import re
 
 import pytest
 
@@ -27,6 +28,14 @@ def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
     ran = {c["kernel"] for c in doc["cases"]}
     assert {"paged_mqa_logits_generic", "paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"} <= ran, ran
     assert "sample: " in p.stderr and "covering" in p.stderr  # the design is printed
+    # ... and what runs beyond it, so that the counts add up to the report's
+    line = next(x for x in p.stderr.splitlines() if x.startswith("sample: "))
+    m = re.search(r"^sample: (\d+) cases .*; then (\d+) fixed cases beyond the sample \((.*)\): (\d+) cases in all$",
+                  line)
+    assert m, line
+    assert int(m[1]) + int(m[2]) == int(m[4]) == len(doc["cases"]) == summary["run"] + summary["not applicable"]
+    assert m[3].startswith("layouts agree 1, untrusted values "), line
+    assert f"fixed case {m[2]}/{m[2]}: " in p.stderr  # each announced as it starts
 
 
 def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu_kernels):

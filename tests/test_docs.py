@@ -178,6 +178,25 @@ def test_the_readme_and_docs_have_examples_and_the_readme_runs_the_op_on_the_emu
     assert 'device="emu:gfx950"' in using_the_op and "Device()" in using_the_op
 
 
+def test_the_readme_decode_example_checks_real_logits_with_the_gate():
+    """A check of rows that are all -inf proves nothing: the example's inputs must give every row live keys
+    (numpy only: its statements up to the inputs, on the reference), and it must check them with the gate."""
+    import ast
+    import numpy as np
+    from hipindexer import reference
+    readme = (ROOT / "README.md").read_text()
+    code = next(m.group(2) for m in _FENCE.finditer(readme) if "fp8_paged_mqa_logits" in m.group(2))
+    assert "gate.gate_decode(" in code
+    tree = ast.parse(code)
+    upto = next(i for i, st in enumerate(tree.body) if isinstance(st, ast.Assign) and
+                any(isinstance(t, ast.Name) and t.id == "inp" for t in st.targets))
+    setup = [st for st in tree.body[:upto + 1] if "Device(" not in ast.unparse(st)]
+    scope = {}
+    exec(compile(ast.Module(setup, []), "README.md", "exec"), scope)
+    ref = reference.fp8_paged_mqa_logits(*scope["inp"].args())
+    assert np.isfinite(ref).any(axis=1).all(), "rows of the README's decode example see no keys"
+
+
 @pytest.mark.parametrize("path,words,code", list(_blocks()))
 def test_doc_examples_run(path, words, code, request):
     compile(code, str(path), "exec")
@@ -190,6 +209,52 @@ def test_doc_examples_run(path, words, code, request):
         p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, f"{path.name} example failed:\n{code}\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
+
+
+# ------------------------------------------------------------------ what the docs say of the ops
+
+def _paragraphs(path):
+    return [p for p in path.read_text().split("\n\n") if p.strip()]
+
+
+def test_no_doc_calls_the_decode_op_in_progress():
+    said = [f"{path.relative_to(ROOT)}: {' '.join(p.split())}" for path in DOC_FILES for p in _paragraphs(path)
+            if "in progress" in p and ("decode" in p or "paged" in p)]
+    assert not said, "\n".join(said)
+
+
+def test_the_accuracy_table_lists_every_logits_kernel_in_its_class_row():
+    from hipindexer import catalog
+    text = (ROOT / "docs" / "accuracy.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in text.splitlines() if line.startswith("| `")}
+    ops = {"PrefillParams", "DecodeParams", "DecodeTmaParams"}  # the two ops' kernels, not the benches' peak loop
+    assert ops <= {k.params for k in catalog.KERNELS}
+    missing = [f"{k.key} ({k.accumulation})" for k in catalog.KERNELS
+               if k.params in ops and not k.test_only and f"`{k.key}`" not in rows.get(k.accumulation, "")]
+    assert not missing, f"docs/accuracy.md's class table leaves out {missing}"
+
+
+def test_the_ops_page_names_the_decode_kernel_the_planner_picks_on_each_target():
+    from hipindexer.plan import TARGETS, plan_decode
+    decode = (ROOT / "docs" / "ops.md").read_text().split("## Decode", 1)[1].split("\n## ", 1)[0]
+    for arch in ("sm_90a", "gfx950"):
+        for H, D, bs in ((64, 128, 64), (32, 128, 16), (64, 128, 1), (16, 64, 16)):
+            kernel = plan_decode(4, 2, H, D, bs, 1024, TARGETS[arch]).kernel
+            assert f"`{kernel}`" in decode, (arch, H, D, bs, kernel)
+
+
+def test_the_ops_page_says_how_the_device_ops_arguments_relate_to_the_reference_s():
+    """The same arguments up to clean_logits; after it, each op's own, every one named on the page."""
+    import hipindexer
+    from hipindexer import reference
+    intro = _paragraphs(ROOT / "docs" / "ops.md")[2]
+    for name in ("fp8_mqa_logits", "fp8_paged_mqa_logits"):
+        ref = list(inspect.signature(getattr(reference, name)).parameters)
+        dev = list(inspect.signature(getattr(hipindexer, name)).parameters)
+        cut = ref.index("clean_logits") + 1
+        assert ref[:cut] == dev[:cut], name
+        for p in ref[cut:] + dev[cut:]:
+            assert p == "tunables" or f"`{p}=`" in intro, f"docs/ops.md does not say {name} takes {p}="
 
 
 # ------------------------------------------------------------------ nothing points outside the repository

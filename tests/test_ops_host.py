@@ -153,3 +153,32 @@ def test_the_benchmark_reports_host_microseconds_per_call(hopper, monkeypatch):
     monkeypatch.setitem(bench.L2_BYTES, "sm_90a", 1 << 20)  # a few input sets, not the H200's 60 MiB worth
     r = bench.bench_prefill(dev, 16, 256, 64, 128, repeats=2)
     assert r["host_us"] > 0 and r["kernel"] == "mqa_logits_wgmma_fold" and len(hb.launches) > 50
+
+
+@pytest.mark.parametrize("shape,dtype", [((2,), np.int32), ((1, 1), np.int32), ((0,), np.int32), ((), np.int32),
+                                         ((1,), np.int64), ((1,), np.uint32)])
+def test_errors_must_be_exactly_an_int32_array_of_one_element_for_every_op(hopper, shape, dtype):
+    """The kernels OR bits into errors[0] only: a longer array would promise flags that never come."""
+    from hipindexer import (fp8_paged_mqa_logits, gather_cached_keys, packed_prefill_windows,
+                            quantize_and_cache_keys)
+    from hipindexer import cache as hcache
+    hb, dev = hopper
+    bad = DeviceArray.empty(shape, dtype, dev)
+    dec = testing.decode_inputs(np.random.default_rng(0), testing.DecodeCase(2, 2, 16, 64, 16, mean_context=100))
+    kv = DeviceArray.from_numpy(hcache.new_cache(2, 16, 64), dev)
+    calls = {
+        "fp8_paged_mqa_logits": lambda: fp8_paged_mqa_logits(*dec.args(), errors=bad, device=dev),
+        "quantize_and_cache_keys": lambda: quantize_and_cache_keys(np.ones((4, 64), np.float32), kv,
+                                                                   np.arange(4, dtype=np.int64), errors=bad),
+        "gather_cached_keys": lambda: gather_cached_keys(kv, np.array([[0, 1]], np.int32),
+                                                         np.array([0, 20], np.int32), errors=bad),
+        "packed_prefill_windows": lambda: packed_prefill_windows(np.array([3], np.int32), np.array([5], np.int32),
+                                                                 errors=bad, device=dev),
+    }
+    for call in calls.values():
+        with pytest.raises(ValueError, match=r"errors: expected a writable int32 \[1\] device array"):
+            call()
+    assert not hb.launches
+    good = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
+    fp8_paged_mqa_logits(*dec.args(), errors=good, device=dev)
+    assert len(hb.launches) == 1

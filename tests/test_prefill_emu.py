@@ -27,3 +27,23 @@ def test_bench_on_the_emulator_is_quick_and_says_its_times_are_not_speeds(emu_ke
                   "--clean", "true", "--repeats", "1", timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "EMULATED" in p.stdout and "not speeds" in p.stdout
+
+
+def test_bench_on_the_emulator_runs_tiny_shapes_by_default_with_progress_and_nonzero_ceilings(emu_kernels):
+    """The GPU's shapes take the emulator hours: by default it runs tiny ones, says so, prints a progress line
+    before and after every row, and its ceilings (fractions of a GB/s) never print as 0."""
+    import re
+    from hipindexer.bench.prefill import EMULATOR_SHAPES
+    p = H.run_cli(emu_kernels, "bench", "prefill", "--device", "emu:gfx950", "--heads", "32", "--clean", "true",
+                  "--repeats", "1", timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "tiny shapes unless --shapes" in p.stderr
+    n = len(EMULATOR_SHAPES)
+    for i, (M, N) in enumerate(EMULATOR_SHAPES):
+        assert f"[{i + 1}/{n}] M={M} N={N} H=32 clean=True\n  " in p.stderr, p.stderr
+    assert len(re.findall(r"^  [0-9.]+ us, .* TFLOP/s, .* GB/s, host ", p.stderr, re.M)) == n, p.stderr
+    ceiling = re.search(r"^bandwidth ceiling \(our copy kernel, read \+ write\): (\S+) GB/s$", p.stdout, re.M)
+    assert ceiling and float(ceiling[1]) > 0, p.stdout
+    table = [line.split() for line in p.stdout.splitlines() if line[:1].isdigit()]
+    assert [(int(r[0]), int(r[1])) for r in table] == list(EMULATOR_SHAPES)
+    assert all(float(r[6]) > 0 and float(r[8]) > 0 for r in table), table  # TFLOP/s, GB/s

@@ -41,6 +41,21 @@ def test_no_device_error_says_what_was_looked_for():
         Device("cuda:1")
 
 
+@no_gpu
+def test_without_a_gpu_the_gpu_tests_skip_with_one_short_summary_line():
+    """NoDeviceError's message names every library looked for (hundreds of characters): as a skip reason it
+    would make a long summary line per test."""
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-m", "gpu", "-p", "no:cacheprovider",
+                        "tests/test_runtime_gpu.py", "tests/test_decode_gpu.py"], cwd=root, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    skips = [line for line in p.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert len(skips) == 1 and "no GPU" in skips[0] and len(skips[0]) < 160, skips
+
+
 def test_backends_probe_without_raising():
     for b in (rhip.backend(), rcuda.backend()):
         assert isinstance(b.available(), bool)

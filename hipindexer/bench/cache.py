@@ -25,7 +25,7 @@ import numpy as np
 from .. import cache
 from ..ops import gather_cached_keys, quantize_and_cache_keys
 from ..runtime import DeviceArray
-from .timing import L2_BYTES, emulated, host_us_per_call, time_batches, time_graph
+from .timing import L2_BYTES, emulated, figure, host_us_per_call, time_batches, time_graph
 
 D, BLOCK_SIZE = 128, 64
 KEY_DTYPE = np.dtype(ml_dtypes.bfloat16)
@@ -110,5 +110,5 @@ def bench_cache(device, repeats: int = 10, progress=lambda msg: None) -> list[di
             r = fn()
             rows.append(r)
             graph = f", graph {r['us_graph']:.2f} us" if r["us_graph"] else ""
-            progress(f"  {r['us']:.2f} us{graph}, {r['GBps']:.0f} GB/s, host {r['host_us']:.1f} us/call")
+            progress(f"  {r['us']:.2f} us{graph}, {figure(r['GBps'])} GB/s, host {r['host_us']:.1f} us/call")
     return rows

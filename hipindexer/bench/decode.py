@@ -22,7 +22,7 @@ from ..ops import fp8_paged_mqa_logits, target_of
 from ..plan import plan_decode
 from ..reference import decode_bounds
 from ..runtime import DeviceArray
-from .timing import L2_BYTES, host_us_per_call, time_batches, time_graph
+from .timing import L2_BYTES, figure, host_us_per_call, time_batches, time_graph
 
 D, BLOCK_SIZE = 128, 64
 DECODE_BENCH_ROWS = (("equal", 64, 131072), ("equal", 64, 32768), ("equal", 16, 131072), ("equal", 16, 32768),
@@ -92,6 +92,7 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                     "sets": sets})
                 r = rows[-1]
                 graph_us = f", graph {r['us_graph']:.1f} us" if r["us_graph"] else ""
-                progress(f"  {r['us']:.1f} us{graph_us}, {r['GBps']:.0f} GB/s of keys, {r['tflops']:.2f} TFLOP/s, "
+                progress(f"  {r['us']:.1f} us{graph_us}, {figure(r['GBps'])} GB/s of keys, "
+                         f"{figure(r['tflops'], '.2f')} TFLOP/s, "
                          f"host {r['host_us']:.1f} us/call")
     return rows

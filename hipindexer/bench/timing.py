@@ -60,6 +60,13 @@ def host_us_per_call(device, fn, calls: int = 200) -> float:
     return (t1 - t0) * 1e6 / calls
 
 
+def figure(x: float, fmt: str = ".0f") -> str:
+    """x as `fmt` writes it, or to two significant digits where that would round a nonzero figure to 0: the
+    emulator's rates are fractions of a GB/s, and "0 GB/s" would say that nothing moved."""
+    s = format(x, fmt)
+    return f"{x:.2g}" if x and float(s) == 0 else s
+
+
 def emulated(device) -> bool:
     """True on the CPU emulator, whose times measure the emulator, not a GPU."""
     return device.backend == "emu"

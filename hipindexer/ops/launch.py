@@ -150,7 +150,7 @@ def check_errors(errors, device: Device, stream) -> DeviceArray | None:
     if errors is None:
         return None
     e = device_only("errors", errors, device, stream, "int32 [1], flags OR-ed in by the kernel")
-    if e.dtype != I32 or e.size < 1 or e.readonly:
+    if e.dtype != I32 or e.shape != (1,) or e.readonly:
         raise ValueError(f"errors: expected a writable int32 [1] device array, got {e.dtype.name} {e.shape}")
     return e
 

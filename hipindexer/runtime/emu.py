@@ -75,6 +75,14 @@ class EmuBackend(_hip.HipBackend):
     def library_path(self):
         return str(self.library)
 
+    def malloc(self, nbytes, stream):
+        try:
+            return super().malloc(nbytes, stream)
+        except _hip.HipError as e:  # the emulator says why: more than the host can give, with the figures
+            lib = ctypes.CDLL(str(self.library.resolve()))
+            lib.hxEmuLastErrorMessage.restype = ctypes.c_char_p
+            raise _hip.HipError(f"{e}: {lib.hxEmuLastErrorMessage().decode(errors='replace')}") from None
+
     def bindings_version(self):
         v = super().bindings_version()
         return f"{v} on the CPU emulator" if v else None

@@ -47,7 +47,7 @@ enum {
 };
 
 #define NUM_CUS 256
-#define TOTAL_MEM (288ull << 30)
+#define MI355X_MEM (288ull << 30)
 #define HIP_VERSION_ 71526333  // HIP 7.15 (what hip-python 10.0 was generated against)
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -67,6 +67,66 @@ static hipError_t fail(hipError_t e, const char* fmt, ...) {
 
 API const char* hxEmuLastErrorMessage(void) { return g_msg; }
 
+// ------------------------------------------------------------- host memory
+// Device allocations are host memory, and fresh ones are written through (poisoned) before hipMalloc
+// returns: one larger than the host can give would be killed by the operating system's OOM killer
+// instead of failing. So the device reports no more memory than the host has (a cgroup's limit
+// included), and hipMalloc refuses, with hipErrorOutOfMemory, what the host cannot give now.
+
+// The number in a file such as /sys/fs/cgroup/memory.max; 0 when it is missing or says "max".
+static unsigned long long read_number(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  if (fscanf(f, "%llu", &v) != 1) v = 0;
+  fclose(f);
+  return v;
+}
+
+// The cgroup's limit and what it has in use (v2, else v1); limit 0: none.
+static void cgroup_memory(unsigned long long* limit, unsigned long long* used) {
+  *limit = read_number("/sys/fs/cgroup/memory.max");
+  *used = read_number("/sys/fs/cgroup/memory.current");
+  if (!*limit) {
+    *limit = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    *used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+}
+
+static unsigned long long min_nonzero(unsigned long long a, unsigned long long b) { return !b || a < b ? a : b; }
+
+// What the emulated device reports as its memory: the MI355X's, or the host's where that is less.
+static size_t total_mem(void) {
+  static size_t total;
+  if (!total) {
+    unsigned long long limit, used;
+    cgroup_memory(&limit, &used);
+    unsigned long long phys = (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+    total = (size_t)min_nonzero(min_nonzero(MI355X_MEM, phys), limit);
+  }
+  return total;
+}
+
+// What the host can give now: /proc/meminfo's MemAvailable (free pages where it is missing), within the
+// cgroup's limit, within total_mem().
+static size_t available_mem(void) {
+  unsigned long long avail = 0, kb;
+  char line[256];
+  FILE* f = fopen("/proc/meminfo", "r");
+  if (f) {
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = kb << 10; break; }
+    fclose(f);
+  }
+  if (!avail) avail = (unsigned long long)sysconf(_SC_AVPHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+  unsigned long long limit, used;
+  cgroup_memory(&limit, &used);
+  if (limit) avail = min_nonzero(avail, limit > used ? limit - used : 1);
+  return (size_t)min_nonzero(avail, total_mem());
+}
+
+#define GIB(x) ((double)(x) / (double)(1ull << 30))
+
 // ------------------------------------------------------------- device info
 static int g_device;
 
@@ -80,7 +140,7 @@ static hipError_t check_dev(int d) {
 API hipError_t hipSetDevice(int d) { if (check_dev(d)) return g_last; g_device = d; OK; }
 API hipError_t hipGetDevice(int* d) { if (!d) return fail(hipErrorInvalidValue, "null"); *d = g_device; OK; }
 API hipError_t hipDeviceGet(int* dev, int ordinal) { if (check_dev(ordinal)) return g_last; *dev = ordinal; OK; }
-API hipError_t hipDeviceTotalMem(size_t* bytes, int d) { if (check_dev(d)) return g_last; *bytes = TOTAL_MEM; OK; }
+API hipError_t hipDeviceTotalMem(size_t* bytes, int d) { if (check_dev(d)) return g_last; *bytes = total_mem(); OK; }
 API hipError_t hipDeviceSynchronize(void) { OK; }
 
 API hipError_t hipGetDevicePropertiesR0600(hx_hipDeviceProp_t* p, int d) {
@@ -89,7 +149,7 @@ API hipError_t hipGetDevicePropertiesR0600(hx_hipDeviceProp_t* p, int d) {
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "AMD Instinct MI355X (emulated)");
   snprintf(p->gcnArchName, sizeof p->gcnArchName, "gfx950:sramecc+:xnack-");
-  p->totalGlobalMem = TOTAL_MEM;
+  p->totalGlobalMem = total_mem();
   p->sharedMemPerBlock = 160 * 1024;
   p->sharedMemPerBlockOptin = 160 * 1024;
   p->sharedMemPerMultiprocessor = 160 * 1024;
@@ -222,6 +282,10 @@ API unsigned long long hxEmuLoadedBytes(const void* p) {
 static hipError_t do_malloc(void** out, size_t size) {
   if (!out) return fail(hipErrorInvalidValue, "hipMalloc: null result pointer");
   if (size == 0) { *out = NULL; OK; }
+  size_t avail = available_mem();
+  if (size > avail)
+    return fail(hipErrorOutOfMemory, "hipMalloc(%zu bytes, %.2f GiB): more than the host can give the emulated device "
+                "(%.2f GiB available now of %.2f GiB)", size, GIB(size), GIB(avail), GIB(total_mem()));
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t data = (size + 15) & ~(size_t)15;
   size_t body = (data + page - 1) / page * page;
@@ -267,7 +331,12 @@ API hipError_t hipMalloc(void** p, size_t n) { return do_malloc(p, n); }
 API hipError_t hipMallocAsync(void** p, size_t n, void* s) { (void)s; return do_malloc(p, n); }
 API hipError_t hipFree(void* p) { return do_free(p); }
 API hipError_t hipFreeAsync(void* p, void* s) { (void)s; return do_free(p); }
-API hipError_t hipMemGetInfo(size_t* free_, size_t* total) { *free_ = TOTAL_MEM; *total = TOTAL_MEM; OK; }
+API hipError_t hipMemGetInfo(size_t* free_, size_t* total) {
+  if (!free_ || !total) return fail(hipErrorInvalidValue, "hipMemGetInfo: null result pointer");
+  *free_ = available_mem();
+  *total = total_mem();
+  OK;
+}
 
 static hipError_t copy(void* d, const void* s, size_t n) {
   if (n && (!d || !s)) return fail(hipErrorInvalidValue, "memcpy of %zu bytes with a null pointer", n);

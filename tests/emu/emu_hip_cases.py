@@ -29,7 +29,7 @@ def test_this_process_runs_the_package_copy_not_the_checkout():
 
 def test_device_is_an_emulated_mi355x(dev):
     assert dev.arch == "gfx950" and dev.name == "AMD Instinct MI355X (emulated)"
-    assert dev.num_cus == 256 and dev.wave_size == 64 and dev.total_memory == 288 << 30
+    assert dev.num_cus == 256 and dev.wave_size == 64 and 0 < dev.total_memory <= 288 << 30
     from rocm.bindings import hip
     props = dev._b._props(0)
     assert props.warpSize == 64 and props.multiProcessorCount == 256
@@ -40,6 +40,23 @@ def test_device_is_an_emulated_mi355x(dev):
                        ("hipDeviceAttributeMaxSharedMemoryPerBlock", 160 * 1024)]:
         err, v = hip.hipDeviceGetAttribute(getattr(A, name), 0)
         assert int(err) == 0 and v == want, name
+
+
+def test_the_device_has_no_more_memory_than_the_host_and_refuses_an_allocation_past_it(dev):
+    """Emulated allocations are host memory, written through as they are made: one past what the host can give
+    raises hipErrorOutOfMemory, naming the size, before anything is touched, instead of being OOM-killed."""
+    import os
+    from rocm.bindings import hip
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < dev.total_memory <= min(288 << 30, host)
+    assert dev._b._props(0).totalGlobalMem == dev.total_memory
+    err, free, total = hip.hipMemGetInfo()
+    assert int(err) == 0 and total == dev.total_memory and 0 < free <= total
+    big = dev.total_memory + (1 << 30)
+    with pytest.raises(HipError, match=rf"hipErrorOutOfMemory .*hipMalloc\({big} bytes, .* GiB\): more than the "
+                                       rf"host can give the emulated device"):
+        empty(big, np.uint8, device=dev)
+    assert empty(1 << 20, np.uint8, device=dev).numpy().size == 1 << 20  # and the next allocation is served
 
 
 def test_fill_through_hip_python(dev):
