@@ -38,27 +38,13 @@ HX_INLINE HX_DEV void hx_unpack16(hx_u32x4 v, float f[16]) {
   hx_fp8x4_to_f32(v.w, f + 12);
 }
 
-// Where a unit's walk over the batch stands. It stays in shared memory, read once per chunk of sequences:
-// held in registers it would be live across the key loops, and ptxas spills it there.
-struct hx_unit_walk {
-  hx_range64 own_work, own_fill;  // the unit's pieces of the batch's block work and fill
-  hx_i64 work_base, fill_base;    // the batch's work and fill before the chunk
-};
-
-// One sequence's slot of a chunk: its work (or fill), then the unit's blocks (or fill columns) of it.
-union hx_chunk_slot {
-  hx_i64 n;
-  hx_range part;
-};
-
 struct hx_decode_smem {
   hx_u32x4* k;      // [KT][krow16] staged key rows
   hx_f32x4* q;      // [PASS][D / 4] the pass's queries
   float* w;         // [PASS] their head weights (0 past the pass's last pair)
   float* scale;     // [KT] the tile's scales
   hx_i64* block;    // [KT] byte offsets of the tile's blocks; -1: out of range (their keys are -inf)
-  hx_chunk_slot* scan;  // [2 * HX_BLOCK] a chunk of sequences: work slots, then fill slots
-  hx_unit_walk* walk;
+  hx_i64* scan;     // [2 * HX_BLOCK] work / fill prefixes of a chunk of sequences
 };
 
 struct hx_decode_tiling {
@@ -128,31 +114,26 @@ HX_INLINE HX_DEV void hx_stage_tile(const DecodeParams& p, const hx_decode_tilin
 
 // sum over the pass's NP pairs of relu(q . k) * w at this thread's key k. Every pair, padding ones too
 // (zero queries and weights): a branch-free body whose NP chains of FMAs the compiler can interleave,
-// with constant indices that keep acc in registers. Two pairs at a time, the chunk's words in turn against
-// both; each pair's q . k still sums in d order. The grouping is for the register allocators: one pair at a
-// time, ptxas spills the walk's state around this loop on sm_90a; every pair per word, gfx950 needs so many
-// VGPRs that it loses occupancy.
+// with constant indices that keep acc in registers.
 template <int NP>
 HX_INLINE HX_DEV float hx_pass_logit(const hx_u32x4* k, const hx_decode_smem& s, hx_i32 chunks) {
-  static_assert(NP % 2 == 0, "pairs are taken two at a time");
   float acc[NP];
   for (int pp = 0; pp < NP; ++pp) acc[pp] = 0.f;
   for (hx_i32 c = 0; c < chunks; ++c) {
     float kf[16];
     hx_unpack16(k[c], kf);
     const hx_f32x4* qc = s.q + 4 * c;
-    for (int p0 = 0; p0 < NP; p0 += 2) {
+    for (int pp = 0; pp < NP; ++pp) {
+      const hx_f32x4* qv = qc + pp * 4 * chunks;
+      float a = acc[pp];
       for (int e = 0; e < 4; ++e) {
-        for (int pp = p0; pp < p0 + 2; ++pp) {
-          const hx_f32x4 x = qc[pp * 4 * chunks + e];
-          float a = acc[pp];
-          a += x.x * kf[4 * e];
-          a += x.y * kf[4 * e + 1];
-          a += x.z * kf[4 * e + 2];
-          a += x.w * kf[4 * e + 3];
-          acc[pp] = a;
-        }
+        const hx_f32x4 x = qv[e];
+        a += x.x * kf[4 * e];
+        a += x.y * kf[4 * e + 1];
+        a += x.z * kf[4 * e + 2];
+        a += x.w * kf[4 * e + 3];
       }
+      acc[pp] = a;
     }
   }
   float logit = 0.f;
@@ -222,15 +203,16 @@ HX_INLINE HX_DEV void hx_compute_blocks(const DecodeParams& p, const hx_decode_t
   }
 }
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_logits_generic(const HX_GRID_CONSTANT DecodeParams p) {
+// sm_90a: three resident blocks per SM let ptxas keep the unit's walk state in registers across the key loops
+// (its default register budget spilled it there); the shared key tile allows no more than seven anyway.
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3) void hx_paged_mqa_logits_generic(const HX_GRID_CONSTANT DecodeParams p) {
   HX_SHARED(hx_u32x4, k_rows, KT * KROW_MAX / 16);
   HX_SHARED(hx_f32x4, q_pass, QF_MAX / 4);
   HX_SHARED(float, w_pass, PASS);
   HX_SHARED(float, scales, KT);
   HX_SHARED(hx_i64, block_base, KT);
-  HX_SHARED(hx_chunk_slot, scan, 2 * HX_BLOCK);
-  HX_SHARED(hx_unit_walk, walk, 1);
-  const hx_decode_smem s = {k_rows, q_pass, w_pass, scales, block_base, scan, walk};
+  HX_SHARED(hx_i64, scan, 2 * HX_BLOCK);
+  const hx_decode_smem s = {k_rows, q_pass, w_pass, scales, block_base, scan};
   const hx_decode_tiling g = hx_tiling(p);
   const hx_i32 t = (hx_i32)hx_thread_x();
   const hx_i64 units = hx_grid_dim_x(), u = hx_block_x();
@@ -244,76 +226,53 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_logits_generic(const HX_G
     work += hx_decode_work(seq);
     fill += hx_decode_fill(seq, p.max_model_len);
   }
-  s.scan[t].n = work;
-  s.scan[HX_BLOCK + t].n = fill;
+  s.scan[t] = work;
+  s.scan[HX_BLOCK + t] = fill;
   hx_barrier();
   hx_i64 total_work = 0, total_fill = 0;
   for (hx_i32 i = 0; i < HX_BLOCK; ++i) {
-    total_work += s.scan[i].n;
-    total_fill += s.scan[HX_BLOCK + i].n;
+    total_work += s.scan[i];
+    total_fill += s.scan[HX_BLOCK + i];
   }
-  if (t == 0) {
-    s.walk->own_work = hx_balanced_part(total_work, units, u);
-    s.walk->own_fill = p.clean ? hx_balanced_part(total_fill, units, u) : hx_range64{0, 0};
-    s.walk->work_base = 0;
-    s.walk->fill_base = 0;
-  }
+  const hx_range64 own_work = hx_balanced_part(total_work, units, u);
+  const hx_range64 own_fill = p.clean ? hx_balanced_part(total_fill, units, u) : hx_range64{0, 0};
 
-  // Pass 2: walk the sequences in chunks, with running prefixes. Thread t finds what of sequence b0 + t falls
-  // in this unit's pieces, then the block does those sequences one by one.
+  // Pass 2: walk the sequences in chunks, with running prefixes, and do what falls in this unit's pieces.
+  hx_i64 work_base = 0, fill_base = 0;
   for (hx_i32 b0 = 0; b0 < p.B; b0 += HX_BLOCK) {
+    if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // uniform: this unit's pieces are done
     const hx_i32 b = b0 + t;
     hx_decode_seq mine = {};
     if (b < p.B) {
       mine = hx_decode_sequence(p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n, p.next_n,
                                 p.max_model_len, p.block_size);
     }
-    const hx_i64 w = b < p.B ? hx_decode_work(mine) : 0, f = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
-    hx_barrier();  // walk is written; the previous chunk's readers are done with scan[]
-    const hx_range64 own_work = s.walk->own_work, own_fill = s.walk->own_fill;
-    hx_i64 work_base = s.walk->work_base, fill_base = s.walk->fill_base;
-    if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // uniform: this unit's pieces are done
-    s.scan[t].n = w;
-    s.scan[HX_BLOCK + t].n = f;
+    hx_barrier();  // the previous chunk's readers are done with scan[]
+    s.scan[t] = b < p.B ? hx_decode_work(mine) : 0;
+    s.scan[HX_BLOCK + t] = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
     hx_barrier();
-    hx_i64 w0 = work_base, f0 = fill_base;  // where sequence b's work and fill start in the batch's
-    for (hx_i32 i = 0; i < HX_BLOCK; ++i) {
-      const hx_i64 wi = s.scan[i].n, fi = s.scan[HX_BLOCK + i].n;
-      if (i < t) {
-        w0 += wi;
-        f0 += fi;
-      }
-      work_base += wi;
-      fill_base += fi;
-    }
-    const bool in_work = w > 0 && w0 < own_work.hi && w0 + w > own_work.lo;
-    const bool in_fill = f > 0 && f0 < own_fill.hi && f0 + f > own_fill.lo;
-    const hx_range my_blocks = in_work ? hx_owned_blocks(own_work, w0, mine) : hx_range{0, 0};
-    const hx_range my_cols = in_fill ? hx_owned_fill(own_fill, f0, mine, p.max_model_len) : hx_range{0, 0};
-    hx_barrier();  // every thread has read the work and fill slots
-    s.scan[t].part = my_blocks;
-    s.scan[HX_BLOCK + t].part = my_cols;
-    hx_barrier();  // the parts are written; every thread has read walk
-    if (t == 0) {
-      s.walk->work_base = work_base;
-      s.walk->fill_base = fill_base;
-    }
-    for (hx_i32 i = 0; i < HX_BLOCK && b0 + i < p.B; ++i) {  // uniform: every thread reads the same parts
-      const hx_range blocks = s.scan[i].part, cols = s.scan[HX_BLOCK + i].part;
-      if (blocks.lo >= blocks.hi && cols.lo >= cols.hi) continue;
-      const hx_i32 bb = b0 + i;
-      const hx_decode_seq seq = hx_decode_sequence(p.context_lens[bb], p.next_n_lens ? p.next_n_lens[bb] : p.next_n,
-                                                   p.next_n, p.max_model_len, p.block_size);
-      // The fill first: its columns lie past every computed one (decode_work.h), and cols is then dead
-      // across the key loops.
-      if (cols.lo < cols.hi) {
-        const float neg_inf = hx_bits_to_f32(0xFF800000u);
-        for (hx_i32 j = 0; j < p.next_n; ++j) {
-          float* row = p.out + ((hx_i64)bb * p.next_n + j) * p.out_stride;
-          for (hx_i32 n = cols.lo + t; n < cols.hi; n += HX_BLOCK) row[n] = neg_inf;
+    const hx_i32 count = hx_min_i32(HX_BLOCK, p.B - b0);
+    for (hx_i32 i = 0; i < count; ++i) {  // uniform: every thread reads the same prefixes
+      const hx_i64 w = s.scan[i], f = s.scan[HX_BLOCK + i];
+      const bool in_work = w > 0 && work_base < own_work.hi && work_base + w > own_work.lo;
+      const bool in_fill = f > 0 && fill_base < own_fill.hi && fill_base + f > own_fill.lo;
+      if (in_work || in_fill) {
+        const hx_i32 bb = b0 + i;
+        const hx_decode_seq seq = hx_decode_sequence(p.context_lens[bb],
+                                                     p.next_n_lens ? p.next_n_lens[bb] : p.next_n, p.next_n,
+                                                     p.max_model_len, p.block_size);
+        if (in_work) hx_compute_blocks(p, g, s, bb, seq, hx_owned_blocks(own_work, work_base, seq));
+        if (in_fill) {
+          const hx_range cols = hx_owned_fill(own_fill, fill_base, seq, p.max_model_len);
+          const float neg_inf = hx_bits_to_f32(0xFF800000u);
+          for (hx_i32 j = 0; j < p.next_n; ++j) {
+            float* row = p.out + ((hx_i64)bb * p.next_n + j) * p.out_stride;
+            for (hx_i32 n = cols.lo + t; n < cols.hi; n += HX_BLOCK) row[n] = neg_inf;
+          }
         }
       }
-      if (blocks.lo < blocks.hi) hx_compute_blocks(p, g, s, bb, seq, blocks);
+      work_base += w;
+      fill_base += f;
     }
   }
 }
