@@ -238,8 +238,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_logits_generic(const HX_G
   // Pass 1: the batch's total block work and fill.
   hx_i64 work = 0, fill = 0;
   for (hx_i32 b = t; b < p.B; b += HX_BLOCK) {
-    const hx_decode_seq seq = hx_decode_sequence(p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n,
-                                                 p.next_n, p.max_model_len, p.block_size);
+    const hx_decode_seq seq = hx_decode_sequence_of(p, b);
     if (seq.malformed && u == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
     work += hx_decode_work(seq);
     fill += hx_decode_fill(seq, p.max_model_len);
@@ -265,8 +264,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_logits_generic(const HX_G
     const hx_i32 b = b0 + t;
     hx_decode_seq mine = {};
     if (b < p.B) {
-      mine = hx_decode_sequence(p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n, p.next_n,
-                                p.max_model_len, p.block_size);
+      mine = hx_decode_sequence_of(p, b);
     }
     const hx_i64 w = b < p.B ? hx_decode_work(mine) : 0, f = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
     hx_barrier();  // walk is written; the previous chunk's readers are done with scan[]
@@ -302,8 +300,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_logits_generic(const HX_G
       const hx_range blocks = s.scan[i].part, cols = s.scan[HX_BLOCK + i].part;
       if (blocks.lo >= blocks.hi && cols.lo >= cols.hi) continue;
       const hx_i32 bb = b0 + i;
-      const hx_decode_seq seq = hx_decode_sequence(p.context_lens[bb], p.next_n_lens ? p.next_n_lens[bb] : p.next_n,
-                                                   p.next_n, p.max_model_len, p.block_size);
+      const hx_decode_seq seq = hx_decode_sequence_of(p, bb);
       // The fill first: its columns lie past every computed one (decode_work.h), and cols is then dead
       // across the key loops.
       if (cols.lo < cols.hi) {
