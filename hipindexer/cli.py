@@ -279,8 +279,10 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     for H, D, bs in sweep.UNTRUSTED_SHAPES:  # each kernel family the planner (or --kernel) runs at these shapes
         if all(f is None or v in f for v, f in ((H, heads), (D, dims), (bs, block_sizes))) and \
                 _decode_serves(kernel, H, D, bs):
-            outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
-                                                          block_sizes=(bs,), **forced))
+            for per_row in (False, True):  # both forms of context_lens
+                outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,),
+                                                              dims=(D,), block_sizes=(bs,), lens_per_row=per_row,
+                                                              **forced))
     if not any(o.case.startswith("untrusted_device_values") for o in outcomes):  # filters past every listed shape
         outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
     if not quick:
