@@ -313,7 +313,8 @@ def _errors_array(device):
 
 def sample_sequences(rng, inp, count: int = DECODE_SAMPLE_SEQS) -> np.ndarray:
     B = inp.q.shape[0]
-    seqs = {0, B - 1, int(np.argmax(inp.context_lens))}
+    longest = inp.context_lens.max(axis=1) if inp.context_lens.ndim == 2 else inp.context_lens
+    seqs = {0, B - 1, int(np.argmax(longest))}
     seqs |= set(rng.choice(B, size=min(count, B), replace=False).tolist())
     return np.array(sorted(seqs))
 
