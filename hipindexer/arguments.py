@@ -84,6 +84,7 @@ class DecodeShape:
     block_size: int
     max_blocks: int
     max_model_len: int
+    lens_per_row: bool = False  # context_lens is [B, next_n]: each row's own key count
 
 
 def cache_view(kv_cache, D: int, name: str = "kv_cache", d_from: str = "q's D") -> tuple[int, int]:
@@ -131,7 +132,15 @@ def decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len
     Rw, Hw = expect("weights", weights, F32, 2, "[B * next_n, H] float32")
     expect_dim("weights", "rows", Rw, B * next_n, "q's B * next_n")
     expect_dim("weights", "H (last dim)", Hw, H, "q")
-    (Bc,) = expect("context_lens", context_lens, I32, 1, "[B] int32")
+    lens_per_row = len(_shape(context_lens)) == 2
+    if lens_per_row:
+        Bc, Nc = expect("context_lens", context_lens, I32, 2, "[B] or [B, next_n] int32")
+        expect_dim("context_lens", "next_n (dim 1)", Nc, next_n, "q")
+        if next_n_lens is not None:
+            raise ValueError("next_n_lens: not taken with [B, next_n] context_lens, whose rows carry their own "
+                             "lengths (a row of length 0 is a dead row)")
+    else:
+        (Bc,) = expect("context_lens", context_lens, I32, 1, "[B] or [B, next_n] int32")
     expect_dim("context_lens", "length", Bc, B, "q")
     Bt, max_blocks = expect("block_tables", block_tables, I32, 2, "[B, max_blocks_per_seq] int32")
     expect_dim("block_tables", "rows", Bt, B, "q")
@@ -145,7 +154,7 @@ def decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len
         raise ValueError(f"split_kv: expected None or an int >= 1, got {split_kv!r}")
     if preshuffle:
         check_preshuffle(block_size, D)
-    return DecodeShape(B, next_n, H, D, num_blocks, block_size, max_blocks, int(max_model_len))
+    return DecodeShape(B, next_n, H, D, num_blocks, block_size, max_blocks, int(max_model_len), lens_per_row)
 
 
 def check_decode_values(shape: DecodeShape, context_lens: np.ndarray, block_tables: np.ndarray,
@@ -159,8 +168,9 @@ def check_decode_lengths(shape: DecodeShape, context_lens: np.ndarray | None, ne
     """Context lengths >= 0 and live counts in 0..next_n (either may be None: not on the host)."""
     ctx = np.asarray(context_lens) if context_lens is not None else np.zeros(0, np.int32)
     if (ctx < 0).any():
-        b = int(np.argmax(ctx < 0))
-        raise ValueError(f"context_lens: must be >= 0, got {int(ctx[b])} for sequence {b}")
+        at = tuple(int(i) for i in np.argwhere(ctx < 0)[0])
+        where = f"sequence {at[0]}" if len(at) == 1 else f"row [{at[0]}, {at[1]}]"
+        raise ValueError(f"context_lens: must be >= 0, got {int(ctx[at])} for {where}")
     if next_n_lens is not None:
         nl = np.asarray(next_n_lens)
         bad = (nl < 0) | (nl > shape.next_n)
@@ -171,8 +181,11 @@ def check_decode_lengths(shape: DecodeShape, context_lens: np.ndarray | None, ne
 
 
 def check_decode_block_tables(shape: DecodeShape, context_lens: np.ndarray, block_tables: np.ndarray) -> None:
-    """Every block-table entry a sequence reads exists and names a block of the cache."""
+    """Every block-table entry a sequence reads exists and names a block of the cache (its longest row's,
+    with per-row lengths)."""
     ctx = np.asarray(context_lens)
+    if ctx.ndim == 2:
+        ctx = ctx.max(axis=1, initial=0)
     need = blocks_needed(np.maximum(ctx, 0), shape.block_size, shape.max_model_len)
     if (need > shape.max_blocks).any():
         b = int(np.argmax(need > shape.max_blocks))

@@ -222,6 +222,7 @@ _DECODE_SHAPE = [
     ("B", "i32"), ("next_n", "i32"), ("H", "i32"), ("D", "i32"), ("block_size", "i32"),
     ("max_blocks", "i32"),  # block_tables columns
     ("max_model_len", "i32"), ("clean", "i32"), ("preshuffle", "i32"),
+    ("lens_per_row", "i32"),  # context_lens is [B, next_n], a length per row (else [B], with next_n_lens)
 ]
 STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
 # The same for a kernel that copies keys through a tensor map of the cache, held in global memory

@@ -310,8 +310,10 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     for H, D, bs in sweep.UNTRUSTED_SHAPES:  # each kernel family the planner (or --kernel) runs at these shapes
         if all(f is None or v in f for v, f in ((H, heads), (D, dims), (bs, block_sizes))) and \
                 _decode_serves(kernel, H, D, bs):
-            extra.append(("untrusted values", lambda H=H, D=D, bs=bs: sweep.decode_untrusted_values(
-                rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), **forced)))
+            for per_row in (False, True):  # both forms of context_lens
+                extra.append(("untrusted values", lambda H=H, D=D, bs=bs, per_row=per_row: sweep.decode_untrusted_values(
+                    rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), lens_per_row=per_row,
+                    **forced)))
     if len(extra) == 1:  # the filters are past every listed shape
         extra.append(("untrusted values", lambda: sweep.decode_untrusted_values(rng, dev, accumulation=accumulation,
                                                                                 **within, **forced)))
@@ -657,11 +659,14 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
               help="Timed batches; the median is reported.")
 @click.option("--block-size", type=click.Choice(["16", "64"]), default="64", show_default=True,
               help="Tokens per cache block.")
+@click.option("--lens", type=click.Choice(["per-sequence", "per-row", "both"]), default="per-sequence",
+              show_default=True, help="context_lens as [B] (+ next_n_lens), as [B, next_n] (DeepGEMM's form), or "
+                                      "both, timed back to back.")
 @kernel_option
 @json_option
-def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, kernel, as_json) -> None:
+def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
-    from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, bench_decode_shape
+    from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, LENS_FORMS, bench_decode_shape
     from .bench.timing import copy_bandwidth, emulated, figure, read_bandwidth
     dev = _device_or_exit(device_spec)
     block_size = int(block_size)
@@ -675,6 +680,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     for spread, B, ctx in shapes:
         results += bench_decode_shape(dev, spread, B, ctx, heads,
                                       next_ns, cleans, repeats, _progress, block_size=block_size,
+                                      lens_forms=LENS_FORMS if lens == "both" else (lens,),
                                       **({"kernel": kernel} if kernel else {}))
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
@@ -683,12 +689,12 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     _bench_report("decode", dev, {"copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9},
                   [f"copy ceiling (read + write): {figure(copy_bw / 1e9)} GB/s; read ceiling (read only): "
                    f"{figure(read_bw / 1e9)} GB/s"], results,
-                  [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["kernel"],
-                    r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-", figure(r["GBps"]),
-                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
+                  [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["lens"],
+                    r["kernel"], r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-",
+                    figure(r["GBps"]), f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
                     f"{r['host_us']:.1f}"]
                    for r in results],
-                  ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "kernel", "units", "median us", "graph us",
+                  ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "lens", "kernel", "units", "median us", "graph us",
                    "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
 
 

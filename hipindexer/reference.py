@@ -37,12 +37,29 @@ def valid_mask(cu_seqlen_ks, cu_seqlen_ke, N: int) -> np.ndarray:
     return (n >= lo[:, None]) & (n < hi[:, None])
 
 
+def per_row_lengths(context_lens, next_n: int, next_n_lens=None) -> np.ndarray:
+    """[B, next_n] int32: the keys each row sees, in the per-row form the decode ops also take (DeepGEMM's
+    context_lens): row j < live_b of sequence b sees max(0, ctx_b - live_b + j + 1) keys, other rows none.
+    Both forms give the same logits.
+
+    >>> per_row_lengths(np.array([5, 3], np.int32), 2, np.array([2, 1], np.int32)).tolist()
+    [[4, 5], [3, 0]]
+    """
+    ctx = np.asarray(context_lens, np.int64)[:, None]
+    live = (np.full(ctx.shape, next_n, np.int64) if next_n_lens is None
+            else np.asarray(next_n_lens, np.int64)[:, None])
+    j = np.arange(next_n)[None, :]
+    return np.where(j < live, np.maximum(ctx - live + j + 1, 0), 0).astype(np.int32)
+
+
 def decode_bounds(context_lens, next_n: int, max_model_len: int, next_n_lens=None) -> np.ndarray:
     """[B * next_n] int64: row r = b * next_n + j has logits on [0, bound[r]).
 
-    Live rows (j < live_b) see keys n <= ctx_b - live_b + j and n < max_model_len;
-    other rows see none.
+    [B] context_lens: live rows (j < live_b) see keys n <= ctx_b - live_b + j and n < max_model_len; other
+    rows see none. [B, next_n] context_lens: row j sees keys n < context_lens[b, j] and n < max_model_len.
     """
+    if np.ndim(context_lens) == 2:
+        return np.clip(np.asarray(context_lens, np.int64), 0, max_model_len).reshape(-1)
     ctx = np.asarray(context_lens, np.int64)[:, None]
     live = (np.full(ctx.shape, next_n, np.int64) if next_n_lens is None
             else np.asarray(next_n_lens, np.int64)[:, None])
@@ -157,10 +174,14 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     kv_cache: [num_blocks, block_size, D + 4] uint8 (or vLLM's [num_blocks, block_size, 1, D + 4]): each
     block's block_size * D key bytes, then its block_size float32 scales (docs/ops.md, "The paged cache
     layouts"; hipindexer.cache writes it).
-    weights: [B * next_n, H] float32. context_lens: [B] int32, each sequence's tokens including this step's.
+    weights: [B * next_n, H] float32. context_lens: [B] int32, each sequence's tokens including this step's;
+    or [B, next_n] int32, each row's own key count (DeepGEMM's form: row j sees the keys n < context_lens[b,
+    j]; per_row_lengths turns the first form into this one).
     block_tables: [B, max_blocks_per_seq] int32; only the first ceil(min(ctx, max_model_len) / block_size)
-    entries of a row are read. max_model_len: int >= 1, the width of the output.
-    next_n_lens: None or [B] int32 in 0..next_n, the live rows of each sequence.
+    entries of a row are read (ctx: the longest row's count with per-row lengths). max_model_len: int >= 1,
+    the width of the output.
+    next_n_lens: None or [B] int32 in 0..next_n, the live rows of each sequence (not with [B, next_n]
+    context_lens).
     preshuffle: the cache's keys are in the 16 x 16 preshuffled order (block_size and D multiples of 16).
     split_kv: a device tunable (None or an int >= 1); checked, otherwise without effect here.
     clean_logits, out, accumulate, budget_bytes, magnitude: as for fp8_mqa_logits. Rows past a sequence's

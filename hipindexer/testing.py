@@ -18,6 +18,7 @@ import numpy as np
 
 from .arguments import FP8, SCALE_BYTES
 from .cache import make_block_tables, quantize_keys, write_cache
+from .reference import per_row_lengths
 
 PREFILL_MODES = ("causal", "cp", "misaligned", "empty", "past_end", "multi_req")
 
@@ -142,6 +143,8 @@ class DecodeCase:
     zero_live: int = 0            # sequences forced to next_n_lens 0 (needs ragged)
     key_codes: bool = False       # keys as random fp8 codes written straight into the pool (fast for long contexts)
     split_kv: int | None = None   # the op's split_kv for this case (None: the planner's)
+    lens_per_row: bool = False    # context_lens as [B, next_n] (DeepGEMM's form) in place of [B] + next_n_lens;
+                                  # ragged: each sequence's live rows' lengths in a random order
 
     @property
     def name(self) -> str:
@@ -153,7 +156,8 @@ class DecodeCase:
                 f"{f'_dead{self.zero_live}' if self.zero_live else ''}"
                 f"{f'_mml{self.max_model_len}' if self.max_model_len else ''}"
                 f"{f'_z{self.zero_contexts}' if self.zero_contexts else ''}"
-                f"{f'_split{self.split_kv}' if self.split_kv else ''}")
+                f"{f'_split{self.split_kv}' if self.split_kv else ''}"
+                f"{'_rowlens' if self.lens_per_row else ''}")
 
 
 @dataclass
@@ -244,6 +248,12 @@ def decode_inputs(rng: np.random.Generator, case: DecodeCase) -> DecodeInputs:
         cache = cache.reshape(cache.shape[0], c.block_size, 1, c.D + SCALE_BYTES)
     q = random_fp8(rng, (c.B, c.next_n, c.H, c.D))
     w = rng.standard_normal((c.B * c.next_n, c.H), dtype=np.float32)
+    if c.lens_per_row:
+        lens = per_row_lengths(ctx, c.next_n, nn)
+        if c.ragged:  # rows whose lengths follow no rule: each sequence's live rows in a random order
+            for b in range(c.B):
+                lens[b, :nn[b]] = rng.permutation(lens[b, :nn[b]])
+        return DecodeInputs(q, cache, w, lens, tables, mml, None, c.preshuffle, keys, scales)
     return DecodeInputs(q, cache, w, ctx, tables, mml, nn, c.preshuffle, keys, scales)
 
 
@@ -282,8 +292,8 @@ def naive_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max
     for b in range(B):
         live = next_n if next_n_lens is None else int(next_n_lens[b])
         for j in range(live):
-            last = int(context_lens[b]) - live + j
-            for n in range(min(last + 1, max_model_len)):
+            seen = int(context_lens[b, j]) if np.ndim(context_lens) == 2 else int(context_lens[b]) - live + j + 1
+            for n in range(min(seen, max_model_len)):
                 blk, t = int(block_tables[b, n // bs]), n % bs
                 d = np.arange(D)
                 if preshuffle:

@@ -74,6 +74,13 @@ def _decode_with(inp, **kw):
      r"next_n_lens: each entry must be in 0..next_n=2, got 3 for sequence 0"),
     (lambda i: dict(next_n_lens=np.array([-1, 0], np.int32)), ValueError, r"next_n_lens: .* got -1"),
     (lambda i: dict(next_n_lens=np.array([1], np.int32)), ValueError, r"next_n_lens: length is 1, but q gives 2"),
+    (lambda i: dict(context_lens=np.zeros((2, 3), np.int32)), ValueError,
+     r"context_lens: next_n \(dim 1\) is 3, but q gives 2"),
+    (lambda i: dict(context_lens=np.array([[5, 6], [7, -2]], np.int32)), ValueError,
+     r"context_lens: must be >= 0, got -2 for row \[1, 1\]"),
+    (lambda i: dict(context_lens=np.zeros((2, 2, 1), np.int32)), ValueError, r"context_lens: expected a 1-D array"),
+    (lambda i: dict(context_lens=np.full((2, 2), 5, np.int32), next_n_lens=np.array([1, 1], np.int32)), ValueError,
+     r"next_n_lens: not taken with \[B, next_n\] context_lens"),
     (lambda i: dict(max_model_len=0), ValueError, "max_model_len: expected an int >= 1"),
     (lambda i: dict(split_kv=0), ValueError, "split_kv: expected None or an int >= 1"),
 ])

@@ -85,7 +85,12 @@ DECODE_CASES = [
         (3, 2, 64, 64, 16, True, 60, True, 40, 0),      # contexts past max_model_len
         (3, 1, 1, 64, 64, False, 100, False, 70, 0),
         (2, 3, 4, 64, 7, False, 30, True, None, 0),     # a block size no kernel specialises
-    ]]
+    ]] + [
+    # [B, next_n] context_lens: each row its own count, ragged rows in a random order
+    testing.DecodeCase(3, 2, 32, 64, 16, True, 40, True, lens_per_row=True),
+    testing.DecodeCase(4, 8, 4, 64, 1, False, 5, True, zero_contexts=1, lens_per_row=True),
+    testing.DecodeCase(3, 4, 8, 64, 16, False, 60, True, max_model_len=40, lens_per_row=True),
+]
 
 
 @pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: c.name)
@@ -101,6 +106,25 @@ def test_decode_reference_matches_per_element_float64(case):
         g = gate(got, want, valid, clean, magnitude=A, accumulation="fp32")
         assert g, f"{case.name} clean={clean}: {g.message}"
     assert valid.any()
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_decode_per_row_lengths_give_the_same_logits_as_the_lengths_they_spell(ragged):
+    rng = np.random.default_rng(11)
+    inp = testing.decode_inputs(rng, testing.DecodeCase(4, 3, 8, 64, 16, False, 50, ragged, zero_contexts=1))
+    rows = reference.per_row_lengths(inp.context_lens, 3, inp.next_n_lens)
+    assert rows.shape == (4, 3) and rows.dtype == np.int32 and (rows >= 0).all()
+    args = list(inp.args())
+    one = reference.fp8_paged_mqa_logits(*args)
+    args[3], args[6] = rows, None
+    np.testing.assert_array_equal(reference.fp8_paged_mqa_logits(*args), one)
+    np.testing.assert_array_equal(reference.decode_bounds(rows, 3, inp.max_model_len),
+                                  reference.decode_bounds(inp.context_lens, 3, inp.max_model_len, inp.next_n_lens))
+
+
+def test_decode_per_row_bounds_are_each_rows_own_clipped_to_the_output():
+    lens = np.array([[7, 0, 3], [12, 2, 9]], np.int32)
+    np.testing.assert_array_equal(reference.decode_bounds(lens, 3, 10).reshape(2, 3), [[7, 0, 3], [10, 2, 9]])
 
 
 def test_decode_vllm_view_and_plain_view_agree():

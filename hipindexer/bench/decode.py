@@ -20,7 +20,7 @@ import numpy as np
 from .. import testing
 from ..ops import fp8_paged_mqa_logits, target_of
 from ..plan import plan_decode
-from ..reference import decode_bounds
+from ..reference import decode_bounds, per_row_lengths
 from ..runtime import DeviceArray
 from .timing import L2_BYTES, figure, host_us_per_call, time_batches, time_graph
 
@@ -31,6 +31,7 @@ EMULATOR_ROWS = (("equal", 2, 512), ("one_long", 4, 2048))  # emulated times are
 NEXT_N = ("1", "2", "4", "6", "8", "ragged")
 RAGGED_LIVE = (1, 7, 3, 5, 2, 6, 4, 4)   # ragged: next_n 8, half the rows live on average
 GRAPH_BELOW_US = 200.0                     # calls shorter than this are timed by graph replay as well
+LENS_FORMS = ("per-sequence", "per-row")   # context_lens as [B] (+ next_n_lens) or [B, next_n] (DeepGEMM's)
 
 
 def live_lens(next_n: str, B: int) -> tuple[int, np.ndarray | None]:
@@ -41,8 +42,9 @@ def live_lens(next_n: str, B: int) -> tuple[int, np.ndarray | None]:
 
 def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), next_ns=NEXT_N, cleans=(True,),
                        repeats: int = 10, progress=lambda msg: None, block_size: int = BLOCK_SIZE,
-                       **tunables) -> list[dict]:
-    """Every (H, next_n, clean) row of one (spread, B, context): the cache is built and uploaded once."""
+                       lens_forms=LENS_FORMS[:1], **tunables) -> list[dict]:
+    """Every (H, next_n, clean, form of context_lens) row of one (spread, B, context): the cache is built and
+    uploaded once; the forms of one row are timed back to back."""
     rng = np.random.default_rng(0)
     preshuffle = device.arch == "gfx950"
     base = testing.decode_inputs(rng, testing.DecodeCase(B, 8, 64, D, block_size, preshuffle, mean_context=ctx,
@@ -59,7 +61,9 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
     for H in heads:
         for label in next_ns:
             next_n, nl = live_lens(label, B)
-            nl_d = None if nl is None else DeviceArray.from_numpy(nl, device)
+            lens_of = {"per-sequence": (ctx_d, None if nl is None else DeviceArray.from_numpy(nl, device)),
+                       "per-row": (DeviceArray.from_numpy(per_row_lengths(base.context_lens, next_n, nl), device),
+                                   None)}
             qs = [DeviceArray.from_numpy(testing.random_fp8(rng, (B, next_n, H, D)), device) for _ in range(sets)]
             ws = [DeviceArray.from_numpy(rng.standard_normal((B * next_n, H), dtype=np.float32), device)
                   for _ in range(sets)]
@@ -68,12 +72,13 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
             plan = plan_decode(B, next_n, H, D, block_size, mml, target_of(device), preshuffle=preshuffle,
                                **tunables)
             rows_out = [o[:B * next_n] for o in outs]  # views made once: a serving loop keeps its out arrays
-            for clean in cleans:
-                progress(f"{spread} B={B} ctx={ctx} H={H} next_n={label} clean={clean}")
+            for clean, form in ((c, f) for c in cleans for f in lens_forms):
+                progress(f"{spread} B={B} ctx={ctx} H={H} next_n={label} clean={clean} lens={form}")
+                lens_d, nl_d = lens_of[form]
 
-                def call(i, stream=None, clean=clean, qs=qs, ws=ws, nl_d=nl_d, rows_out=rows_out):
+                def call(i, stream=None, clean=clean, qs=qs, ws=ws, lens_d=lens_d, nl_d=nl_d, rows_out=rows_out):
                     j = i % sets
-                    fp8_paged_mqa_logits(qs[j], caches[j], ws[j], ctx_d, bt_d, mml, nl_d, preshuffle,
+                    fp8_paged_mqa_logits(qs[j], caches[j], ws[j], lens_d, bt_d, mml, nl_d, preshuffle,
                                          clean_logits=clean, out=rows_out[j], stream=stream,
                                          device=device, **tunables)
                 times, calls, once = time_batches(device, call, repeats)
@@ -82,7 +87,7 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                 logits_bytes = 4 * (B * next_n * mml if clean else pairs)
                 rows.append({
                     "op": "decode", "spread": spread, "B": B, "ctx": ctx, "max_model_len": mml, "H": H, "D": D,
-                    "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean,
+                    "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean, "lens": form,
                     "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
                     "us": us, "us_min": min(times), "us_graph": statistics.median(graph) if graph else None,
                     "key_bytes": key_bytes, "logits_bytes": logits_bytes,

@@ -210,6 +210,7 @@ DECODE_AXES = {
     "ragged": ("off", "on", "zeros"),
     "split_kv": (None, 1, 7),
     "clean": (True, False),
+    "lens": ("[B]", "[B, next_n]"),  # context_lens' form: per sequence (+ next_n_lens), or per row (DeepGEMM's)
 }
 ABOVE = (1000, 600)           # "above": contexts around 1000 with max_model_len 600
 QUICK_DECODE_FMAS = 1 << 30   # emulator: the most multiply-adds one case may take (about two seconds)
@@ -232,7 +233,8 @@ def decode_case_of(cfg: dict) -> tuple[testing.DecodeCase, bool]:
     case = testing.DecodeCase(
         B, n, cfg["H"], cfg["D"], cfg["block_size"], cfg["preshuffle"], mean_context=ctx, ragged=rg != "off",
         max_model_len=mml, zero_contexts=1 if B >= 3 else 0, spread=cfg["spread"], live_min=1 if rg == "on" else 0,
-        zero_live=max(1, B // 4) if rg == "zeros" and B > 1 else 0, key_codes=B * ctx > (1 << 16), split_kv=cfg["split_kv"])
+        zero_live=max(1, B // 4) if rg == "zeros" and B > 1 else 0, key_codes=B * ctx > (1 << 16),
+        split_kv=cfg["split_kv"], lens_per_row=cfg["lens"] == "[B, next_n]")
     return case, cfg["clean"]
 
 
@@ -311,7 +313,8 @@ def _errors_array(device):
 
 def sample_sequences(rng, inp, count: int = DECODE_SAMPLE_SEQS) -> np.ndarray:
     B = inp.q.shape[0]
-    seqs = {0, B - 1, int(np.argmax(inp.context_lens))}
+    longest = inp.context_lens.max(axis=1) if inp.context_lens.ndim == 2 else inp.context_lens
+    seqs = {0, B - 1, int(np.argmax(longest))}
     seqs |= set(rng.choice(B, size=min(count, B), replace=False).tolist())
     return np.array(sorted(seqs))
 
@@ -395,29 +398,37 @@ def decode_layouts_agree(rng, device, heads=None, dims=None, block_sizes=None, *
 UNTRUSTED_SHAPES = ((16, 64, 16), (32, 128, 16), (64, 128, 1))
 
 
-def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
+def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None, lens_per_row=False,
+                            **tunables) -> Outcome:
     """Device-only values out of range: block ids outside the pool (one past the end, one negative) give
     -inf on their keys and error bit 0; a negative context length and a next_n_lens above next_n give
-    -inf rows and bit 2; every other position is bitwise what the clean inputs give. The shape stays within
-    the filters (heads, dims, block_sizes)."""
+    -inf rows and bit 2 (lens_per_row: [B, next_n] lengths, one row's negative: that row alone -inf, bit 2);
+    every other position is bitwise what the clean inputs give. The shape stays within the filters (heads,
+    dims, block_sizes)."""
     from ..ops import ERROR_BLOCK_ID, ERROR_LENGTH
     from ..runtime import DeviceArray
     H, D, bs = decode_shape(16, 64, 16, heads, dims, block_sizes)
     case = testing.DecodeCase(4, 2, H, D, bs, False, mean_context=max(200, 3 * bs), spread="equal", ragged=True,
-                              live_min=1)
-    name = "untrusted_device_values" + ("" if (H, D, bs) == (16, 64, 16) else f"_H{H}_D{D}_bs{bs}")
+                              live_min=1, lens_per_row=lens_per_row)
+    name = "untrusted_device_values" + ("" if (H, D, bs) == (16, 64, 16) else f"_H{H}_D{D}_bs{bs}") + \
+        ("_rowlens" if lens_per_row else "")
     inp = testing.decode_inputs(rng, case)
     nb = inp.kv_cache.shape[0]
     good = _decode_run(device, inp, **tunables)
     bt = inp.block_tables.copy()
     blk = 2 if bs > 1 else 100   # block_size 1: a key well inside the context
     bt[1, blk], bt[2, 0] = nb, -5        # read entries naming no block
-    ctx, nl = inp.context_lens.copy(), inp.next_n_lens.copy()
-    ctx[3] = -7                           # sequence 3: negative length
-    nl[0] = case.next_n + 1               # sequence 0: more live rows than next_n
+    ctx = inp.context_lens.copy()
     dev = lambda a: DeviceArray.from_numpy(a, device)  # noqa: E731  (device values skip the host checks)
+    if lens_per_row:
+        ctx[3, 1] = -7                    # sequence 3, row 1: negative length (its other row unchanged)
+        nl = None
+    else:
+        nl = inp.next_n_lens.copy()
+        ctx[3] = -7                       # sequence 3: negative length
+        nl[0] = case.next_n + 1           # sequence 0: more live rows than next_n
     bad_inp = testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, dev(ctx), dev(bt), inp.max_model_len,
-                                   dev(nl), False)
+                                   None if nl is None else dev(nl), False)
     errors = _errors_array(device)
     got = _decode_run(device, bad_inp, errors=errors, **tunables)
     flags = int(errors.numpy()[0])
@@ -425,8 +436,11 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
     bs, n = case.block_size, case.next_n
     for b, col in ((1, blk), (2, 0)):
         want[b * n:(b + 1) * n, col * bs:(col + 1) * bs] = -np.inf
-    want[3 * n:4 * n] = -np.inf
-    want[0:n] = -np.inf
+    if lens_per_row:
+        want[3 * n + 1] = -np.inf
+    else:
+        want[3 * n:4 * n] = -np.inf
+        want[0:n] = -np.inf
     if flags != ERROR_BLOCK_ID | ERROR_LENGTH:
         return Outcome("decode", name, FAIL, f"error flags {flags:#x}, expected {ERROR_BLOCK_ID | ERROR_LENGTH:#x}")
     diff = want.view(np.uint32) != got.view(np.uint32)

@@ -33,21 +33,24 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     hipindexer.reference.fp8_paged_mqa_logits's (docs/ops.md states it).
 
         row r = b * next_n + j, live_b = next_n_lens[b] (next_n when not given); for j < live_b, column n is
-        valid iff n <= context_lens[b] - live_b + j and n < max_model_len, and there
+        valid iff n <= context_lens[b] - live_b + j and n < max_model_len (with [B, next_n] context_lens:
+        iff n < context_lens[b, j] and n < max_model_len), and there
         logits[r, n] = sum_h max(0, q[b, j, h] . K_b[n]) * scale_b[n] * weights[r, h]
 
     q: [B, next_n, H, D] fp8 e4m3fn (or uint8); kv_cache: uint8 [num_blocks, block_size, D + 4] (or vLLM's
     [.., block_size, 1, D + 4] view) in the block-flat or, with preshuffle=True, the preshuffled layout;
-    weights: [B * next_n, H] float32; context_lens: [B] int32 (this step's tokens included); block_tables:
-    [B, max_blocks] int32; next_n_lens: optional [B] int32 in 0..next_n. Arrays may be numpy (copied on
-    `stream` after every check passed), DeviceArrays, or foreign device arrays (zero-copy).
+    weights: [B * next_n, H] float32; context_lens: [B] int32 (this step's tokens included), or [B, next_n]
+    int32, each row's own key count (DeepGEMM's form: row j sees the keys n < context_lens[b, j]);
+    block_tables: [B, max_blocks] int32; next_n_lens: optional [B] int32 in 0..next_n (not with [B, next_n]
+    context_lens). Arrays may be numpy (copied on `stream` after every check passed), DeviceArrays, or
+    foreign device arrays (zero-copy).
     split_kv: units per sequence (None: the planner's choice from shapes alone; see plan_decode).
     clean_logits: True writes -inf at every other position of the output; False leaves them unwritten.
     accumulation: "fast" or "fp32" (fp32-class kernels only; docs/accuracy.md).
     errors: an int32 [1] device array whose bits the kernel ORs in for device-held values out of range
     (ERROR_BLOCK_ID: a block id outside [0, num_blocks), whose keys come out -inf and are never read;
-    ERROR_LENGTH: a negative length or next_n_lens outside 0..next_n, whose rows come out -inf; the bits are
-    hipindexer.ops.launch's).
+    ERROR_LENGTH: a negative length or next_n_lens outside 0..next_n, whose rows come out -inf (a negative
+    per-row length: that row only); the bits are hipindexer.ops.launch's).
     out: None (a new array) or a float32 [B * next_n, max_model_len] device array whose row stride may
     exceed max_model_len (the padding stays untouched). stream, device: as for fp8_mqa_logits.
     Tunable: kernel.
@@ -137,7 +140,7 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
                           out_stride=o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
                           num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size,
                           max_blocks=s.max_blocks, max_model_len=s.max_model_len, clean=int(bool(clean_logits)),
-                          preshuffle=int(bool(preshuffle)))
+                          preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row))
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) if tma else None
     remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), map_of))
     qa, ca, wa, cl, bt = (upload(a, dev, st) for a in (qa, ca, wa, cl, bt))

@@ -17,12 +17,14 @@
 #include "index_math.h"
 
 struct hx_decode_seq {
-  hx_i32 ctx;        // context length as read
-  hx_i32 live;       // live query rows; 0 when the sequence is malformed
+  hx_i32 ctx;        // context length as read (per-row lengths: the longest row's)
+  hx_i32 live;       // query rows computed; 0 when the sequence is malformed
   hx_i32 keys;       // columns holding a key some live row sees: min(ctx, max_model_len), 0 without live rows
   hx_i32 blocks;     // key blocks computed: ceil(keys / block_size)
   hx_i32 fill_from;  // min(max_model_len, blocks * block_size): every column from here on is -inf in every row
-  bool malformed;    // ctx < 0, or live outside 0..next_n: the sequence is all -inf (error bit 2)
+  bool malformed;    // a length out of range (error bit 2): with [B] lengths (ctx < 0, or live outside
+                     // 0..next_n) the whole sequence is -inf; with per-row lengths only a negative row is
+  const hx_i32* row_lens;  // per-row lengths: row j sees row_lens[j] keys; null for [B] lengths
 };
 
 // live_in: next_n_lens[b], or next_n when the op has none.
@@ -36,6 +38,30 @@ HX_INLINE HX_HD hx_decode_seq hx_decode_sequence(hx_i32 ctx, hx_i32 live_in, hx_
   s.blocks = hx_ceil_div(s.keys, block_size);
   s.fill_from = (hx_i32)((hx_i64)s.blocks * block_size < max_model_len ? (hx_i64)s.blocks * block_size
                                                                           : max_model_len);
+  s.row_lens = nullptr;
+  return s;
+}
+
+// Sequence b as the op's lengths give it. [B] context_lens: context_lens[b] with next_n_lens[b] (next_n
+// when null). Per-row lengths (context_lens [B, next_n], DeepGEMM's form): row j sees its own
+// context_lens[b * next_n + j] keys, every row is computed, the table is read up to the longest row, and a
+// negative row is that row's error alone (-inf, bit 2), not the sequence's.
+HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_at(const hx_i32* context_lens, const hx_i32* next_n_lens,
+                                                    hx_i32 per_row, hx_i32 b, hx_i32 next_n,
+                                                    hx_i32 max_model_len, hx_i32 block_size) {
+  if (!per_row)
+    return hx_decode_sequence(context_lens[b], next_n_lens ? next_n_lens[b] : next_n, next_n, max_model_len,
+                              block_size);
+  const hx_i32* lens = context_lens + (hx_i64)b * next_n;
+  hx_i32 longest = 0;
+  bool negative = false;
+  for (hx_i32 j = 0; j < next_n; ++j) {
+    longest = lens[j] > longest ? lens[j] : longest;
+    negative |= lens[j] < 0;
+  }
+  hx_decode_seq s = hx_decode_sequence(longest, next_n, next_n, max_model_len, block_size);
+  s.malformed = negative;
+  s.row_lens = lens;
   return s;
 }
 
@@ -105,10 +131,17 @@ HX_INLINE HX_HD hx_range hx_owned_fill(hx_range64 own, hx_i64 start, hx_decode_s
   return r;
 }
 
-// Which columns the rows of a sequence see, as one affine rule: row j < rows sees the columns
-// n < first_end + j (and n < max_model_len), each new token its own position and every key before it
-// (docs/ops.md); rows j >= rows (dead ragged rows) see none. first_end is 64-bit: ctx - live + 1 passes
-// int32 when there are no live rows.
+// The same from a decode parameter struct (DecodeParams, DecodeTmaParams).
+template <class Params>
+HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_of(const Params& p, hx_i32 b) {
+  return hx_decode_sequence_at(p.context_lens, p.next_n_lens, p.lens_per_row, b, p.next_n, p.max_model_len,
+                               p.block_size);
+}
+
+// Which columns the rows of a sequence with [B] lengths see, as one affine rule: row j < rows sees the
+// columns n < first_end + j (and n < max_model_len), each new token its own position and every key before
+// it (docs/ops.md); rows j >= rows (dead ragged rows) see none. first_end is 64-bit: ctx - live + 1 passes
+// int32 when there are no live rows. Per-row lengths follow no such rule: hx_decode_row_bound reads them.
 struct hx_decode_rows {
   hx_i32 rows;
   hx_i64 first_end;
@@ -121,8 +154,10 @@ HX_INLINE HX_HD hx_decode_rows hx_decode_row_span(hx_decode_seq s) {
   return r;
 }
 
-// Valid columns [0, bound) of row j of the sequence (0 for rows past its live ones).
+// Valid columns [0, bound) of row j of the sequence (0 for rows past its live ones, and for a negative
+// per-row length).
 HX_INLINE HX_HD hx_i32 hx_decode_row_bound(hx_decode_seq s, hx_i32 j, hx_i32 max_model_len) {
+  if (s.row_lens) return j < s.live ? hx_min_i32(hx_max_i32(s.row_lens[j], 0), max_model_len) : 0;
   const hx_decode_rows r = hx_decode_row_span(s);
   return j < r.rows ? (hx_i32)hx_clamp_i64(r.first_end + j, 0, max_model_len) : 0;
 }

@@ -18,7 +18,8 @@
 // Untrusted device values: a block id outside [0, num_blocks), or a table
 // column past max_blocks, is never read through: its keys come out -inf and
 // error bit 0 is set; a malformed sequence (negative length, live rows
-// outside 0..next_n) is all -inf with bit 2.
+// outside 0..next_n) is all -inf with bit 2, and with per-row lengths a
+// negative row alone.
 #include "decode_work.h"
 #include "paged_cache.h"
 #include "hx_params.h"
@@ -220,8 +221,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3) void hx_paged_mqa_logits_generic(cons
   // Pass 1: the batch's total block work and fill.
   hx_i64 work = 0, fill = 0;
   for (hx_i32 b = t; b < p.B; b += HX_BLOCK) {
-    const hx_decode_seq seq = hx_decode_sequence(p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n,
-                                                 p.next_n, p.max_model_len, p.block_size);
+    const hx_decode_seq seq = hx_decode_sequence_of(p, b);
     if (seq.malformed && u == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
     work += hx_decode_work(seq);
     fill += hx_decode_fill(seq, p.max_model_len);
@@ -244,8 +244,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3) void hx_paged_mqa_logits_generic(cons
     const hx_i32 b = b0 + t;
     hx_decode_seq mine = {};
     if (b < p.B) {
-      mine = hx_decode_sequence(p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n, p.next_n,
-                                p.max_model_len, p.block_size);
+      mine = hx_decode_sequence_of(p, b);
     }
     hx_barrier();  // the previous chunk's readers are done with scan[]
     s.scan[t] = b < p.B ? hx_decode_work(mine) : 0;
@@ -258,9 +257,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3) void hx_paged_mqa_logits_generic(cons
       const bool in_fill = f > 0 && fill_base < own_fill.hi && fill_base + f > own_fill.lo;
       if (in_work || in_fill) {
         const hx_i32 bb = b0 + i;
-        const hx_decode_seq seq = hx_decode_sequence(p.context_lens[bb],
-                                                     p.next_n_lens ? p.next_n_lens[bb] : p.next_n, p.next_n,
-                                                     p.max_model_len, p.block_size);
+        const hx_decode_seq seq = hx_decode_sequence_of(p, bb);
         if (in_work) hx_compute_blocks(p, g, s, bb, seq, hx_owned_blocks(own_work, work_base, seq));
         if (in_fill) {
           const hx_range cols = hx_owned_fill(own_fill, fill_base, seq, p.max_model_len);

@@ -61,13 +61,10 @@ HX_INLINE __device__ hx_i64 shfl_xor_i64(hx_i64 v, int m) {
   return (hx_i64)(((hx_u64)hi << 32) | lo);
 }
 
+// A sequence from its [B] lengths (context_lens[b], next_n_lens[b] or next_n) as one lane read them.
 template <class P>
 HX_INLINE __device__ hx_decode_seq sequence(const P& p, hx_i32 ctx, hx_i32 live) {
   return hx_decode_sequence(ctx, live, p.next_n, p.max_model_len, p.block_size);
-}
-template <class P>
-HX_INLINE __device__ hx_decode_seq sequence_at(const P& p, hx_i32 b) {
-  return sequence(p, p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n);
 }
 // What one block of the sequence costs here, in eighths of the time its bytes take to stream in: that (MEMW) while
 // the MMA keeps up with them, else two a live row, at either head count. Units balance their pieces of the batch
@@ -79,16 +76,27 @@ HX_INLINE __device__ hx_i64 block_price(const hx_decode_seq& s) {
 HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) { return (hx_i64)s.blocks * block_price(s); }
 
 // Calls f(b, seq, start) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
-// prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls.
+// prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls. Lane i reads sequence
+// b0 + i. With per-row lengths the lane keeps its ctx (the longest row's keys, >= 0) and live (next_n: every row
+// computed), from which sequence() gives the keys, blocks and fill hx_decode_sequence_at does, and whether a row
+// is negative; the sequence f gets points at its rows' own lengths (the Q warp's row bounds read them).
 template <class P, class Price, class F>
 HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& price, F&& f) {
   hx_i64 base = 0;
   for (hx_i32 b0 = 0; b0 < p.B && base < own.hi; b0 += 32) {
     const hx_i32 b = b0 + lane;
     hx_i32 ctx = 0, live = 0;
+    bool negative = false;
     if (b < p.B) {
-      ctx = p.context_lens[b];
-      live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
+      if (p.lens_per_row) {
+        const hx_decode_seq s = hx_decode_sequence_of(p, b);
+        ctx = s.ctx;
+        live = s.live;
+        negative = s.malformed;
+      } else {
+        ctx = p.context_lens[b];
+        live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
+      }
     }
     const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;
     hx_i64 incl = w;
@@ -102,7 +110,12 @@ HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& 
     while (hits) {
       const hx_i32 k = __ffs(hits) - 1;
       hits &= hits - 1;
-      f(b0 + k, sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k)), hx_shfl_idx_i64(start, k));
+      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));
+      if (p.lens_per_row) {
+        s.malformed = hx_shfl_idx_i32(negative, k) != 0;
+        s.row_lens = p.context_lens + (hx_i64)(b0 + k) * p.next_n;
+      }
+      f(b0 + k, s, hx_shfl_idx_i64(start, k));
     }
     base += hx_shfl_idx_i64(incl, 31);
   }

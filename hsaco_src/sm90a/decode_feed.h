@@ -6,7 +6,8 @@
 namespace {
 
 // The batch's total work and fill, summed by the producer warpgroup (thread tid of its 128, every one of which
-// gets both) through the layout's TOT_OFF words; malformed sequences reported once, by unit 0.
+// gets both) through the layout's TOT_OFF words; malformed sequences (per-row lengths: a negative row) reported
+// once, by unit 0.
 template <class P>
 HX_INLINE __device__ void batch_totals(const P& p, const Smem& sm, hx_i32 tid, hx_i64& total_work,
                                        hx_i64& total_fill) {
@@ -14,7 +15,7 @@ HX_INLINE __device__ void batch_totals(const P& p, const Smem& sm, hx_i32 tid, h
   hx_i64 work = 0, fill = 0;
   bool malformed = false;
   for (hx_i32 b = tid; b < p.B; b += 128) {
-    const hx_decode_seq s = sequence_at(p, b);
+    const hx_decode_seq s = hx_decode_sequence_of(p, b);
     malformed |= s.malformed;
     work += work_price(s);
     fill += hx_decode_fill(s, p.max_model_len);

@@ -1,5 +1,6 @@
 // sm_90a paged decode logits on fp8 wgmma: H in {32, 64} (-DHX_HEADS), D = 128, block_size 16 or 64, both cache
-// layouts, next_n 1..8 and ragged next_n_lens; fp8 tensor-core accumulation class.
+// layouts, next_n 1..8 and ragged next_n_lens, or a length per row (context_lens [B, next_n]); fp8 tensor-core
+// accumulation class.
 //
 // The MMA (swap-AB, as in prefill): a stage of 64 keys is the M side (A, 64 x 128 bytes, K-major), a pass's live
 // query rows x H heads the N side (B, N = rows x H <= 128, K-major), m64nNk32 e4m3 x e4m3 -> f32 in four k32 steps
@@ -42,7 +43,9 @@
 // row of the sequence comes out of that one read of its keys. The fill warps own one piece of the batch's fill
 // columns the same way. Untrusted device values as in the generic kernel: a block id outside [0, num_blocks) (or
 // a table column past max_blocks) is never read through, its keys come out -inf and error bit 0 is set; a
-// malformed sequence is all -inf (fill) with bit 2. Offsets into the cache, the queries and the output are 64-bit.
+// malformed sequence is all -inf (fill) with bit 2, and so is a row of negative length alone (its bound is 0; every
+// row is live with per-row lengths, each masked to its own bound, the table read up to the longest row). Offsets
+// into the cache, the queries and the output are 64-bit.
 //
 // What both decode kernels share (constants, walk, the math pass): decode_common.h; the layout: decode_cta.h;
 // warpgroups 0 and 1: decode_loader.h and decode_feed.h.

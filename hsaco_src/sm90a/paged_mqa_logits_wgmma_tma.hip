@@ -1,6 +1,7 @@
 // sm_90a paged decode logits on fp8 wgmma, keys brought by the tensor copy engine: H in {32, 64} (-DHX_HEADS),
-// D = 128, block_size 16 or 64, both cache layouts, next_n 1..8 and ragged next_n_lens; fp8 tensor-core
-// accumulation class. The same op and MMA as paged_mqa_logits_wgmma.hip, without its repack warpgroup.
+// D = 128, block_size 16 or 64, both cache layouts, next_n 1..8 and ragged next_n_lens, or a length per row
+// (context_lens [B, next_n]); fp8 tensor-core accumulation class. The same op and MMA as
+// paged_mqa_logits_wgmma.hip, without its repack warpgroup.
 //
 // The MMA (swap-AB, as in prefill): a stage of 64 keys is the M side (A, 64 x 128 bytes, K-major), a pass's live
 // query rows x H heads the N side (B, N = rows x H <= 128, K-major, in the 128-byte swizzle), m64nNk32 e4m3 x
