@@ -182,3 +182,27 @@ def test_errors_must_be_exactly_an_int32_array_of_one_element_for_every_op(hoppe
     good = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
     fp8_paged_mqa_logits(*dec.args(), errors=good, device=dev)
     assert len(hb.launches) == 1
+
+
+def test_an_array_allocated_on_a_foreign_stream_keeps_that_stream_alive(hopper):
+    # A framework destroys its stream when the stream's object goes; the array's stream-ordered free comes later
+    # and must never name a destroyed stream (on CUDA that crashes the process).
+    import gc
+    import weakref
+    from hipindexer.runtime import Stream
+    hb, dev = hopper
+
+    class ForeignStream:
+        def __cuda_stream__(self):
+            return (0, int(dev.default_stream))
+
+    foreign = ForeignStream()
+    alive = weakref.ref(foreign)
+    out = fp8_mqa_logits(*_inputs().args(), stream=foreign, device=dev)
+    del foreign
+    gc.collect()
+    assert alive() is not None, "the foreign stream's object went while an array allocated on it lives"
+    del out
+    gc.collect()
+    assert alive() is None, "the foreign stream's object is kept past its last array"
+    assert Stream(dev, external=int(dev.default_stream))._foreign is None  # a bare handle holds nothing

@@ -205,7 +205,10 @@ class Stream:
     """A stream of a device: one the package creates and destroys when the Stream is dropped
     (Stream(device)), or a wrapper around a foreign one (Stream(device, external=x), x an int handle, an
     object with `__cuda_stream__` -> (version, handle), or a CuPy stream with `.ptr`), which is never
-    destroyed. An external handle is taken as it is: it must name a live stream of that device.
+    destroyed. An external handle is taken as it is: it must name a live stream of that device. A foreign
+    stream object is kept alive as long as the wrapper is, and with it by every array allocated on it (its
+    memory is freed in order on that stream): a framework that destroys a stream when its object goes
+    cannot pull the stream from under a free still to come. A bare int handle carries no such guarantee.
 
     Work on one stream runs in order; `wait` orders one stream after another without blocking the host.
     A Stream offers `__cuda_stream__`, and int(stream) is its handle, so CuPy, PyTorch and cuda.core take
@@ -222,9 +225,11 @@ class Stream:
         self.device = Device(device)
         self.device.activate()
         b = self.device._b
+        self._foreign = None
         if external is None:
             self.handle, self._owned = b.stream_create(), True
         else:
+            self._foreign = None if isinstance(external, numbers.Integral) else external
             if hasattr(external, "__cuda_stream__"):
                 external = external.__cuda_stream__()[1]
             elif hasattr(external, "ptr"):  # CuPy streams
