@@ -257,8 +257,8 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, block_sizes, reruns, kernel,
                  accumulation, as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
-    first), the two cache layouts, untrusted device values; without --quick also bitwise reruns and caches
-    past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
+    first), the two cache layouts, untrusted device values, [B, next_n] lengths; without --quick also bitwise
+    reruns and caches past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
     from .check import sweep
     dev = _device_or_exit(device_spec)
     heads, dims, block_sizes = _decode_filters(kernel, heads, dims, block_sizes)
@@ -281,8 +281,11 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
                 _decode_serves(kernel, H, D, bs):
             outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
                                                           block_sizes=(bs,), **forced))
+            outcomes.append(sweep.decode_lengths_per_row(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
+                                                         block_sizes=(bs,), **forced))
     if not any(o.case.startswith("untrusted_device_values") for o in outcomes):  # filters past every listed shape
         outcomes.append(sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, **within, **forced))
+        outcomes.append(sweep.decode_lengths_per_row(rng, dev, accumulation=accumulation, **within, **forced))
     if not quick:
         if reruns:
             outcomes.append(sweep.decode_bitwise_reruns(rng, dev, runs=reruns, accumulation=accumulation, **within,
