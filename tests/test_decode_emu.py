@@ -23,7 +23,7 @@ def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
     summary = doc["summary"]["decode"]
     assert summary["failed"] == 0 and summary["run"] >= 40, summary
     names = {c["case"] for c in doc["cases"]}
-    assert {"layouts_block_flat_vs_preshuffled", "untrusted_device_values"} <= names
+    assert {"layouts_block_flat_vs_preshuffled", "untrusted_device_values", "lengths_per_row"} <= names
     # the gfx950 MFMA kernels are in the plan wherever they serve (H 32 / 64, D 128)
     ran = {c["kernel"] for c in doc["cases"]}
     assert {"paged_mqa_logits_generic", "paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"} <= ran, ran

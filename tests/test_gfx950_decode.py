@@ -83,7 +83,8 @@ def test_quick_sweep_at_their_shapes_passes_on_the_emulator(emu_kernels):
     assert ran == {PAGED, BS1}, ran
     names = {c["case"] for c in doc["cases"]}
     assert {"layouts_block_flat_vs_preshuffled", "untrusted_device_values_H32_D128_bs16",
-            "untrusted_device_values_H64_D128_bs1"} <= names
+            "untrusted_device_values_H64_D128_bs1", "lengths_per_row_H32_D128_bs16",
+            "lengths_per_row_H64_D128_bs1"} <= names
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,8 @@ def test_isa_lint_is_clean_for_all_four_builds(emu_kernels):
 def test_every_planted_bug_in_the_decode_kernels_is_caught(emu_kernels):
     """tools/support/mutate.py's "gfx950_decode" set (the decode set's bugs at their place in these kernels, a
     wrong lane half in the head reduction, the preshuffle strides swapped, and the kernels' own) against its
-    suite: the first cases of the quick sample at H 32, 64 and D 128 plus the layout and untrusted-value checks."""
+    suite: the first cases of the quick sample at H 32, 64 and D 128 plus the layout, untrusted-value and
+    per-row length checks."""
     p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", "gfx950_decode",
                         "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=2400)
@@ -134,7 +136,8 @@ def test_every_planted_bug_in_the_decode_kernels_is_caught(emu_kernels):
     assert not clean["caught"], clean
     names = {r["plant"] for r in planted}
     assert {"wrong_lane_half_in_head_reduction", "preshuffle_strides_swapped", "next_n_blind_bound",
-            "dead_ragged_row_computed", "out_of_range_block_clamped"} <= names
+            "dead_ragged_row_computed", "out_of_range_block_clamped", "per_row_lengths_ignored",
+            "row_length_of_another_row"} <= names
     assert all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
     assert p.returncode == 0, p.stderr[-2000:]
 

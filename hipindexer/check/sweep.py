@@ -452,6 +452,38 @@ def decode_untrusted_values(rng, device, heads=None, dims=None, block_sizes=None
                                          f"nothing else changed (H={H}, D={D}, block_size {bs})")
 
 
+def decode_lengths_per_row(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
+    """[B, next_n] context_lens (DeepGEMM's form): the per-row lengths equivalent to [B] lengths with
+    next_n_lens give bitwise the same logits, clean and raw; then each sequence's row lengths in a random
+    order over all its rows (zero rows among the others, contexts past max_model_len) pass the gate, clean
+    and raw. The shape stays within the filters (heads, dims, block_sizes)."""
+    H, D, bs = decode_shape(16, 64, 16, heads, dims, block_sizes)
+    ctx = max(300, 3 * bs)
+    case = testing.DecodeCase(5, 4, H, D, bs, False, mean_context=ctx, spread="pm30", ragged=True, zero_live=1,
+                              zero_contexts=1, max_model_len=ctx)
+    name = "lengths_per_row" + ("" if (H, D, bs) == (16, 64, 16) else f"_H{H}_D{D}_bs{bs}")
+    flat = testing.decode_inputs(rng, case)
+    lens = reference.per_row_lengths(flat.context_lens, case.next_n, flat.next_n_lens)
+    rows = testing.DecodeInputs(flat.q, flat.kv_cache, flat.weights, lens, flat.block_tables, flat.max_model_len,
+                                None, False)
+    kernel, acc = _accumulation_of(device, case, flat.max_model_len, **tunables)
+    for clean in (True, False):
+        a, b = _decode_run(device, flat, clean, **tunables), _decode_run(device, rows, clean, **tunables)
+        if not np.array_equal(a.view(np.uint32), b.view(np.uint32)):
+            n = int((a.view(np.uint32) != b.view(np.uint32)).sum())
+            return Outcome("decode", name, FAIL, f"clean={clean}: {n} positions differ between [B] lengths and "
+                                                 f"their [B, next_n] form", kernel=kernel)
+    mixed = np.stack([rng.permutation(r) for r in lens]).astype(np.int32)
+    mixed_inp = testing.DecodeInputs(flat.q, flat.kv_cache, flat.weights, mixed, flat.block_tables,
+                                     flat.max_model_len, None, False)
+    for clean in (True, False):
+        g = gate_decode(_decode_run(device, mixed_inp, clean, **tunables), mixed_inp, clean, acc)
+        if not g:
+            return Outcome.of("decode", name, kernel, g, f" (rows in a random order, clean={clean})")
+    return Outcome.of("decode", name, kernel, g, f"; [B] and [B, next_n] forms bitwise identical, rows in a random "
+                                                 f"order gated (H={H}, D={D}, block_size {bs})")
+
+
 def decode_bitwise_reruns(rng, device, runs: int = 20, heads=None, dims=None, block_sizes=None,
                           **tunables) -> Outcome:
     """The same large case `runs` times: every output bitwise identical (shape within the filters)."""

@@ -13,6 +13,9 @@
 // turn. A wave holds one page's keys in VGPRs (each key read from memory
 // once, by one wave of one unit) and computes every live row of the sequence
 // from them, reading that row's Q from LDS: K is read once for any next_n.
+// Which columns a row sees is one bound per row (hx_decode_row_bound: the
+// affine rule of [B] lengths, or the row's own count of [B, next_n]
+// lengths), put in LDS with the rows: one code path for both forms.
 // Keeping Q in LDS, not VGPRs, is what lets one page serve 8 rows of 64 heads
 // (64 KiB of Q): two workgroups of 4 waves fit a CU's 160 KiB at H = 64, so
 // 2 waves per SIMD; at H = 32 the LDS allows 4.
@@ -44,8 +47,9 @@
 //
 // Untrusted device values: a block id outside [0, num_blocks), or a table
 // column past max_blocks, is never read through: its keys come out -inf and
-// error bit 0 is set; a malformed sequence is all -inf with bit 2 (as the
-// generic kernel: hsaco_src/generic/paged_mqa_logits.hip).
+// error bit 0 is set; a malformed sequence is all -inf with bit 2, and with
+// per-row lengths a negative row alone is (as the generic kernel:
+// hsaco_src/generic/paged_mqa_logits.hip).
 #include "decode_work.h"
 #include "paged_cache.h"
 #include "hx_params.h"
@@ -76,6 +80,7 @@ struct hx_lds {
   hx_v4u* q;        // [ROWS][HT][2][SLAB] the live rows' A operands, operand order
   hx_v4f* w;        // [ROWS][H / 4] their head weights
   hx_i64* scan;     // [2 * HX_BLOCK] work / fill prefixes of a chunk of sequences
+  hx_v4u* bound;    // [ROWS / 4] of int32: row j of the sequence sees the columns n < bound[j] (0: none)
 };
 
 // One wave's keys of a page: B operands and scales of its 4 groups.
@@ -92,8 +97,6 @@ struct hx_seqwork {
   hx_i32 c_lo, c_hi;    // the unit's columns of the sequence: [c_lo, c_hi)
   hx_i32 load_hi;       // keys at or past it are not read: min(keys, c_hi)
   hx_i32 pages;         // ceil((c_hi - c_lo) / PAGE)
-  hx_i32 live;          // rows that see keys (hx_decode_row_span)
-  hx_i32 base;          // column n is valid for row j < live iff n < base + j (and n < max_model_len)
   hx_u32 lane;
   hx_u32 koff[2];       // the lane's byte offsets of its two key pieces inside a 16-key group
   hx_u32 khalf;         // koff[1] - koff[0]: the same for every lane
@@ -254,50 +257,55 @@ HX_WAVE_FN float hx_row_logits(const hx_lds& s, const hx_kpage& kp, hx_i32 j, hx
 }
 
 // Page pg of the wave's sequence: every row's columns there, values or -inf. The rows are unrolled up to
-// ROWS (rows past next_n and dead rows skip their math) and their stores follow in a fixed number, so the
-// vector-memory counter the key loads share with stores counts the same in every page: the wait for this
-// page's keys can leave the next page's in flight.
+// ROWS (rows past next_n and rows without a valid column here skip their math) and their stores follow in a
+// fixed number, so the vector-memory counter the key loads share with stores counts the same in every page:
+// the wait for this page's keys can leave the next page's in flight.
 HX_WAVE_FN void hx_compute_page(const DecodeParams& p, const hx_lds& s, const hx_seqwork& c, hx_i32 pg,
                                 const hx_kpage& kp, int unit) {
   const float neg_inf = hx_bits_to_f32(0xFF800000u);
   // made visibly uniform: the store ranges are built from it, and the compiler may have kept it in a VGPR
   const hx_i32 n0 = (hx_i32)hx_readfirstlane((hx_u32)(c.c_lo + PAGE * pg));
   const hx_i32 cols = hx_min_i32(PAGE, c.c_hi - n0);  // columns of the page this unit owns (all < max_model_len)
-  // Row j (j < live) has valid columns here iff j > d, and lane l's column iff rel < j (hx_decode_row_span).
-  const hx_i32 d = n0 - c.base;
-  const hx_i32 rel = n0 + (hx_i32)c.lane - c.base;
+  const hx_i32 col = n0 + (hx_i32)c.lane;             // the lane's column
+  // The rows' bounds come from LDS (VGPRs, never SGPRs): 8 wave-uniform bounds held across the pages in
+  // SGPRs, with the conditions built from them, would spill the SGPRs.
+  const hx_v4u b03 = s.bound[0], b47 = s.bound[1];
+  const hx_i32 bound[ROWS] = {(hx_i32)b03.x, (hx_i32)b03.y, (hx_i32)b03.z, (hx_i32)b03.w,
+                              (hx_i32)b47.x, (hx_i32)b47.y, (hx_i32)b47.z, (hx_i32)b47.w};
   const float scale = hx_bits_to_f32(kp.sc[0] | kp.sc[1] | kp.sc[2] | kp.sc[3]);
   const bool key_ok = hx_key_ok(kp, c.lane);
-  // Per-row conditions are written in terms of e = j - d, which changes every page: the compiler then keeps
-  // none of them across pages (8 rows of hoisted conditions would spill the SGPRs). Row j computes iff
-  // d < j < live, and is stored iff j < rows_written.
-  const hx_i32 live_e = c.live - d, written_e = (p.clean ? p.next_n : c.live) - d;
+  // Rows j < next_n are stored. Written as j + n0 < next_n + n0 in uint32 (no sum wraps: n0 < 2^31), which
+  // changes every page and which the compiler cannot fold back to j < next_n: it then keeps none of the 8
+  // conditions across pages (hoisted, they would spill the SGPRs).
+  const hx_u32 written_e = (hx_u32)p.next_n + (hx_u32)n0;
   float v[ROWS];
   hx_u32 voff[ROWS];  // the lane's store offset; out of range where a raw row has no valid column
 #pragma unroll
   for (int j = 0; j < ROWS; ++j) {
-    const hx_i32 e = j - d;
-    const bool valid = rel < j;  // for rows j < live
+    const bool valid = col < bound[j];
     v[j] = neg_inf;
     voff[j] = p.clean || valid ? 4 * c.lane : OFF_NONE;
-    if ((hx_u32)(e - 1) >= (hx_u32)(live_e - 1)) continue;  // nothing valid here (dead rows, rows past next_n)
+    // A row's valid columns are a prefix of the page: it has one iff lane 0's is (a scalar test of the
+    // compare's mask). Rows past next_n have bound 0.
+    if (!hx_first_lane_true(valid)) continue;
     const float z = hx_row_logits(s, kp, j, c.lane, unit);
     v[j] = valid && key_ok ? z * scale : neg_inf;
   }
   float* row = p.out + (hx_i64)c.b * p.next_n * p.out_stride + n0;
 #pragma unroll
   for (int j = 0; j < ROWS; ++j) {
-    // clean: every row of the sequence, its page segment's `cols` columns; raw: the live rows
-    hx_buffer_store_b32(hx_make_buffer_rsrc(row, j - d < written_e ? 4 * (hx_u32)cols : 0u), voff[j], 0,
-                        hx_f32_to_bits(v[j]));
+    // clean: every row of the sequence, its page segment's `cols` columns; raw: each row's valid columns
+    const hx_u32 range = (hx_u32)j + (hx_u32)n0 < written_e ? 4 * (hx_u32)cols : 0u;
+    hx_buffer_store_b32(hx_make_buffer_rsrc(row, range), voff[j], 0, hx_f32_to_bits(v[j]));
     row += p.out_stride;
   }
 }
 
 // The wave's pages of the sequence (pages w, w + NW, ...), each page's keys loaded while the one
 // before is computed and its table entries loaded before that. Two register sets in turn (static
-// names after unrolling: no copies between them).
-HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_seqwork& c, hx_u32 w, int unit) {
+// names after unrolling: no copies between them). row_bound: from hx_stage_rows.
+HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_seqwork& c, hx_u32 w, int unit,
+                              hx_i32 row_bound) {
   const hx_i32 mine = c.pages > (hx_i32)w ? hx_ceil_div(c.pages - (hx_i32)w, NW) : 0;  // this wave's pages
   const hx_u32 log2bs = (hx_u32)__builtin_ctz((unsigned)p.block_size);
 #define PG(i) ((hx_i32)w + NW * (i))
@@ -312,6 +320,8 @@ HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_s
     if (mine > 2) e0 = hx_load_entries(p, c, PG(2), log2bs);
   }
   hx_lds_load_wait();      // our share of the rows (and the first page) has landed
+  // the row bounds' lengths, read by hx_stage_rows, have landed with them: no wait of their own
+  if (w == 0 && c.lane < ROWS) ((hx_i32*)s.bound)[c.lane] = row_bound;
   hx_workgroup_barrier();  // ... and every wave's share
   if (mine == 0) return;
   // The loads of a page past the wave's last are still issued, all out of range (they move nothing): the
@@ -333,10 +343,14 @@ HX_WAVE_FN void hx_wave_pages(const DecodeParams& p, const hx_lds& s, const hx_s
 #undef PG
 }
 
-// Issue the DMA of sequence b's live rows' Q and weights into LDS (every wave's share).
-HX_WAVE_FN void hx_stage_rows(const DecodeParams& p, const hx_lds& s, hx_i32 b, hx_i32 live, hx_u32 w,
-                              hx_u32 lane) {
-  hx_workgroup_barrier();  // the previous sequence's readers are done with the rows
+// Issue the DMA of sequence b's live rows' Q and weights into LDS (every wave's share). Returns row `lane`'s
+// bound (hx_decode_row_bound) in lanes 0..ROWS-1 of wave 0, for hx_wave_pages to put in LDS: a per-row length
+// is read here, before the DMA, and has landed by the time hx_wave_pages waits for the rows.
+HX_WAVE_FN hx_i32 hx_stage_rows(const DecodeParams& p, const hx_lds& s, const hx_decode_seq& seq, hx_i32 b,
+                                hx_u32 w, hx_u32 lane) {
+  hx_workgroup_barrier();  // the previous sequence's readers are done with the rows and their bounds
+  const hx_i32 live = seq.live;
+  const hx_i32 row_bound = w == 0 && lane < ROWS ? hx_decode_row_bound(seq, (hx_i32)lane, p.max_model_len) : 0;
   const hx_rsrc qr = hx_make_buffer_rsrc(p.q + (hx_i64)b * p.next_n * H * D, (hx_u32)(live * H * D));
   // slab (j, ht, h): lane l's 16 bytes are Q[j][16 ht + l % 16][16 (l / 16) + 64 h, +16)
   const hx_u32 qlane = (lane % 16) * D + 16 * (lane / 16);
@@ -348,11 +362,7 @@ HX_WAVE_FN void hx_stage_rows(const DecodeParams& p, const hx_lds& s, hx_i32 b, 
   for (hx_i32 k = (hx_i32)w; k < hx_ceil_div(live * H, 64); k += NW)
     hx_lds_load_b32(wr, s.w + 16 * k, 4 * (64 * (hx_u32)k + lane), 0);
   // hx_wave_pages waits for them, after issuing its first page
-}
-
-HX_INLINE HX_DEV hx_decode_seq hx_seq_at(const DecodeParams& p, hx_i32 b) {
-  return hx_decode_sequence(p.context_lens[b], p.next_n_lens ? p.next_n_lens[b] : p.next_n, p.next_n,
-                            p.max_model_len, p.block_size);
+  return row_bound;
 }
 
 #if HX_GATHER
@@ -365,7 +375,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
   HX_SHARED(hx_v4u, q_rows, ROWS * HT * 2 * SLAB);
   HX_SHARED(hx_v4f, w_rows, ROWS * H / 4);
   HX_SHARED(hx_i64, scan, 2 * HX_BLOCK);
-  const hx_lds s = {q_rows, w_rows, scan};
+  HX_SHARED(hx_v4u, row_bounds, ROWS / 4);
+  const hx_lds s = {q_rows, w_rows, scan, row_bounds};
   const hx_i32 t = (hx_i32)hx_thread_x();
   const hx_u32 lane = hx_lane_id(), w = hx_wave_id();
   const hx_i64 units = hx_grid_dim_x(), u = hx_block_x();
@@ -374,7 +385,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
   // Pass 1: the batch's total block work and fill.
   hx_i64 work = 0, fill = 0;
   for (hx_i32 b = t; b < p.B; b += HX_BLOCK) {
-    const hx_decode_seq seq = hx_seq_at(p, b);
+    const hx_decode_seq seq = hx_decode_sequence_of(p, b);
     if (seq.malformed && u == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
     work += hx_decode_work(seq);
     fill += hx_decode_fill(seq, p.max_model_len);
@@ -414,7 +425,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
     if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // uniform: this unit's pieces are done
     const hx_i32 b = b0 + t;
     hx_decode_seq mine = {};
-    if (b < p.B) mine = hx_seq_at(p, b);
+    if (b < p.B) mine = hx_decode_sequence_of(p, b);
     hx_workgroup_barrier();  // the previous chunk's readers are done with scan[]
     s.scan[t] = b < p.B ? hx_decode_work(mine) : 0;
     s.scan[HX_BLOCK + t] = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
@@ -426,7 +437,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
       const bool in_fill = f > 0 && fill_base < own_fill.hi && fill_base + f > own_fill.lo;
       if (in_work || in_fill) {
         const hx_i32 bb = b0 + i;
-        const hx_decode_seq seq = hx_seq_at(p, bb);
+        const hx_decode_seq seq = hx_decode_sequence_of(p, bb);
         if (in_work) {
           const hx_range blocks = hx_owned_blocks(own_work, work_base, seq);
           // Every value a buffer base or range is made from must be visibly wave-uniform (an SGPR), or the
@@ -437,12 +448,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
           c.c_hi = (hx_i32)hx_readfirstlane((hx_u32)(hi < p.max_model_len ? hi : p.max_model_len));
           c.load_hi = (hx_i32)hx_readfirstlane((hx_u32)hx_min_i32(c.c_hi, seq.keys));
           c.pages = c.c_hi > c.c_lo ? hx_ceil_div(c.c_hi - c.c_lo, PAGE) : 0;
-          const hx_decode_rows rows = hx_decode_row_span(seq);  // in int32 whenever there are live rows
-          c.live = (hx_i32)hx_readfirstlane((hx_u32)rows.rows);
-          c.base = (hx_i32)hx_readfirstlane((hx_u32)rows.first_end);
           if (c.pages > 0) {
-            hx_stage_rows(p, s, bb, seq.live, w, lane);
-            hx_wave_pages(p, s, c, w, unit);
+            const hx_i32 row_bound = hx_stage_rows(p, s, seq, bb, w, lane);
+            hx_wave_pages(p, s, c, w, unit, row_bound);
           }
         }
         if (in_fill) {

@@ -174,6 +174,17 @@ HX_WAVE_FN hx_u32 hx_readfirstlane(hx_u32 v HX_SITE) {
 #endif
 }
 
+// Lane 0's predicate, wave-uniform. On the device it is bit 0 of the ballot:
+// a predicate from a compare is already that compare's lane mask in SGPRs, so
+// testing it is scalar work (no VALU op, unlike hx_readfirstlane of a bool).
+HX_WAVE_FN bool hx_first_lane_true(bool p HX_SITE) {
+#if defined(HX_EMU)
+  return hx_emu_readfirstlane((hx_u32)p HX_AT) != 0;
+#else
+  return (__builtin_amdgcn_ballot_w64(p) & 1) != 0;
+#endif
+}
+
 // Lane `lane`'s value (a wave-uniform lane index), in an SGPR on the device
 // (v_readlane): what makes a value loaded by the lanes usable as a buffer base.
 HX_WAVE_FN hx_u32 hx_readlane(hx_u32 v, hx_u32 lane HX_SITE) {

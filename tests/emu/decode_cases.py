@@ -289,3 +289,105 @@ def test_the_keys_are_read_once_for_any_next_n(block_size, preshuffle):
         assert g, (name, g.message)
     keys = int(np.minimum(inp.context_lens, inp.max_model_len).sum())
     assert read == {"next_n=1": keys * (128 + 4), "next_n=8": keys * (128 + 4)}, (read, keys)
+
+
+# ------------------------------------------------------------------ [B, next_n] context_lens (a length per row)
+# At the fast shapes: every block size and layout the gfx950 MFMA kernels serve (16 and 64 block-flat and
+# preshuffled, block_size 1), H 32 and 64; ragged rows (each sequence's live rows' lengths in a random order),
+# padding sequences, contexts past max_model_len.
+ROW_CASES = [
+    testing.DecodeCase(3, 8, 64, 128, 64, True, mean_context=700, ragged=True, live_min=1, zero_contexts=1,
+                       lens_per_row=True),
+    testing.DecodeCase(4, 6, 32, 128, 64, False, mean_context=900, spread="one_long", ragged=True, split_kv=5,
+                       lens_per_row=True),
+    testing.DecodeCase(5, 3, 64, 128, 16, False, mean_context=300, ragged=True, live_min=1, max_model_len=250,
+                       lens_per_row=True),
+    testing.DecodeCase(3, 7, 32, 128, 16, True, mean_context=200, ragged=True, zero_live=1, max_model_len=150,
+                       lens_per_row=True),
+    testing.DecodeCase(4, 5, 64, 128, 1, False, mean_context=260, ragged=True, zero_contexts=1, split_kv=3,
+                       lens_per_row=True),
+    testing.DecodeCase(3, 4, 32, 128, 1, False, mean_context=200, ragged=True, live_min=1, max_model_len=170,
+                       lens_per_row=True),
+]
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "raw"])
+def test_lengths_per_row_pass_the_gate(case, clean):
+    if DEV.arch == "gfx950":
+        assert _fast_kernel(case).startswith("paged_mqa_logits_mfma")
+    inp = testing.decode_inputs(np.random.default_rng(30), case)
+    assert inp.context_lens.shape == (case.B, case.next_n)
+    errors = _errors()
+    got = _run(inp, clean, errors, split_kv=case.split_kv)
+    assert int(errors.numpy()[0]) == 0
+    g = gate_decode(got, inp, clean, "fp32")
+    assert g, g.message
+
+
+def _rows_any_order(rng, inp):
+    """inp with each sequence's row lengths drawn at random in 0..its longest row, in any order over all next_n
+    rows: zero rows between live ones, rows past max_model_len where the context is."""
+    lens = inp.context_lens
+    top = lens.max(axis=1, keepdims=True)
+    mixed = (rng.random(lens.shape) * (top + 1)).astype(np.int32)
+    mixed[:, 0] = top[:, 0]                              # the longest row first: the table covers it
+    mixed[rng.random(lens.shape) < 0.2] = 0              # zero rows anywhere
+    mixed = np.stack([rng.permutation(r) for r in mixed]).astype(np.int32)
+    return testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, mixed, inp.block_tables, inp.max_model_len,
+                                None, inp.preshuffle)
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "raw"])
+def test_lengths_per_row_in_any_order_pass_the_gate(case, clean):
+    rng = np.random.default_rng(31)
+    inp = _rows_any_order(rng, testing.decode_inputs(rng, case))
+    errors = _errors()
+    got = _run(inp, clean, errors, split_kv=case.split_kv)
+    assert int(errors.numpy()[0]) == 0
+    g = gate_decode(got, inp, clean, "fp32")
+    assert g, g.message
+
+
+@pytest.mark.parametrize("block_size,preshuffle,H", [(64, True, 32), (64, False, 64), (16, True, 64),
+                                                     (16, False, 32), (1, False, 32), (1, False, 64)])
+def test_per_row_lengths_of_the_same_rows_give_bitwise_the_same_logits(block_size, preshuffle, H):
+    """[B] context_lens with next_n_lens, and reference.per_row_lengths of them as [B, next_n]: bitwise the same
+    logits, clean and raw, on the planner's grid and on one unit per sequence."""
+    case = testing.DecodeCase(5, 4, H, 128, block_size, preshuffle, mean_context=400, spread="pm30", ragged=True,
+                              zero_live=1, zero_contexts=1, max_model_len=420)
+    flat = testing.decode_inputs(np.random.default_rng(32), case)
+    lens = reference.per_row_lengths(flat.context_lens, case.next_n, flat.next_n_lens)
+    rows = testing.DecodeInputs(flat.q, flat.kv_cache, flat.weights, lens, flat.block_tables, flat.max_model_len,
+                                None, preshuffle)
+    for clean in (True, False):
+        for split_kv in (None, 1):
+            a, b = _run(flat, clean, split_kv=split_kv), _run(rows, clean, split_kv=split_kv)
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=f"{clean=} {split_kv=}")
+            if not clean:
+                assert not np.isnan(a[reference.decode_valid_mask(lens, 4, flat.max_model_len)]).any()
+
+
+@pytest.mark.parametrize("H,block_size", [(32, 16), (64, 64), (64, 1)])
+def test_a_negative_device_row_length_is_that_rows_minus_inf_and_bit_2(H, block_size):
+    """Per-row lengths held on the device skip the host's check: a negative row comes out -inf (clean; untouched
+    raw), error bit 2 is set once, and every other row is bitwise what it was with that row's length 0 (the
+    sequence's longest row, negated, shortens what its other rows' keys are read for: nothing they see)."""
+    case = testing.DecodeCase(4, 3, H, 128, block_size, False, mean_context=max(200, 3 * block_size),
+                              spread="equal", lens_per_row=True)
+    inp = testing.decode_inputs(np.random.default_rng(33), case)
+    lens = inp.context_lens.copy()
+    lens[1, 2] = -9            # sequence 1's longest row
+    lens[2, 0] = -1            # sequence 2's shortest
+    zeroed = np.maximum(lens, 0)
+    for clean in (True, False):
+        good = _run(testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, zeroed, inp.block_tables,
+                                         inp.max_model_len, None, False), clean)
+        errors = _errors()
+        got = _run(testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, _dev(lens), inp.block_tables,
+                                        inp.max_model_len, None, False), clean, errors)
+        assert int(errors.numpy()[0]) == ERROR_LENGTH
+        for r in (1 * 3 + 2, 2 * 3 + 0):
+            assert (got[r] == -np.inf).all() if clean else np.isnan(got[r]).all()
+        np.testing.assert_array_equal(got.view(np.uint32), good.view(np.uint32))

@@ -230,8 +230,17 @@ PLANTS = {
         Plant("wrong_head_weight", MFMA_DECODE,
               "s.w[(j * H + 16 * ht + 4 * (lane / 16)) / 4]", "s.w[(j * H + 16 * ((ht + 1) % HT) + 4 * (lane / 16)) / 4]"),
         Plant("dead_rows_not_filled", MFMA_DECODE,
-              "written_e = (p.clean ? p.next_n : c.live) - d", "written_e = (p.clean ? c.live : c.live) - d"),
-        Plant("causal_bound_one_past", MFMA_DECODE, "const bool valid = rel < j;", "const bool valid = rel <= j;"),
+              "voff[j] = p.clean || valid ?", "voff[j] = (p.clean && bound[j] > 0) || valid ?"),
+        Plant("causal_bound_one_past", MFMA_DECODE, "const bool valid = col < bound[j];",
+              "const bool valid = col <= bound[j];"),
+        # [B, next_n] lengths: every row bounded by the affine rule of the longest row's length (the [B] form's),
+        # and each row's length read from the mirror row; the [B] form is untouched by either
+        Plant("per_row_lengths_ignored", MFMA_DECODE,
+              "hx_decode_row_bound(seq, (hx_i32)lane, p.max_model_len)",
+              "hx_decode_row_bound(hx_decode_sequence(seq.ctx, seq.live, p.next_n, p.max_model_len, p.block_size), "
+              "(hx_i32)lane, p.max_model_len)"),
+        Plant("row_length_of_another_row", "common/decode_work.h",
+              "hx_max_i32(s.row_lens[j], 0)", "hx_max_i32(s.row_lens[s.live - 1 - j], 0)"),
         Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "hx_global_load_b128(key + 64);",
               "hx_global_load_b128(key + 32);"),
         # One logit 1% off in a row of 32,768 keys: the per-element bound sees it, a row's calc_diff hardly moves.
@@ -323,7 +332,7 @@ SET_CMDS = {
     "generic": "check prefill --heads 16,32 --dims 64 --shapes 1x1,1x113,17x76,64x128,61x256,2x65536 --reruns 0 "
                "--kernel mqa_logits_generic",
     # the quick pairwise decode sample at the MFMA kernels' shapes (every block size and layout they serve) plus
-    # the layout and untrusted-value checks there
+    # the layout, untrusted-value and [B, next_n] length checks there
     "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 8 --reruns 0",
     "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
               "--kernel mqa_logits_mfma",
