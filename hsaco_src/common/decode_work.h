@@ -44,8 +44,11 @@ HX_INLINE HX_HD hx_decode_seq hx_decode_sequence(hx_i32 ctx, hx_i32 live_in, hx_
 
 // Sequence b as the op's lengths give it. [B] context_lens: context_lens[b] with next_n_lens[b] (next_n
 // when null). Per-row lengths (context_lens [B, next_n], DeepGEMM's form): row j sees its own
-// context_lens[b * next_n + j] keys, every row is computed, the table is read up to the longest row, and a
-// negative row is that row's error alone (-inf, bit 2), not the sequence's.
+// context_lens[b * next_n + j] keys, the rows up to the last one with keys are computed (those after it are
+// dead, as ragged rows are), the table is read up to the longest row, and a negative row is that row's error
+// alone (-inf, bit 2), not the sequence's. Rows that step by one key from the first (each draft token seeing
+// one more than the one before, DeepGEMM's usual lengths) are the [B] form's affine rule and are handed on as
+// such, so no kernel reads their bounds again.
 HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_at(const hx_i32* context_lens, const hx_i32* next_n_lens,
                                                     hx_i32 per_row, hx_i32 b, hx_i32 next_n,
                                                     hx_i32 max_model_len, hx_i32 block_size) {
@@ -53,13 +56,19 @@ HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_at(const hx_i32* context_lens, 
     return hx_decode_sequence(context_lens[b], next_n_lens ? next_n_lens[b] : next_n, next_n, max_model_len,
                               block_size);
   const hx_i32* lens = context_lens + (hx_i64)b * next_n;
-  hx_i32 longest = 0;
+  const hx_i64 first = lens[0];
+  hx_i32 longest = 0, live = 0, stepped = 0;  // stepped: rows [0, stepped) step by one key from the first
   bool negative = false;
   for (hx_i32 j = 0; j < next_n; ++j) {
-    longest = lens[j] > longest ? lens[j] : longest;
-    negative |= lens[j] < 0;
+    const hx_i32 n = lens[j];
+    longest = n > longest ? n : longest;
+    live = n > 0 ? j + 1 : live;
+    negative |= n < 0;
+    stepped = stepped == j && (hx_i64)n == first + j ? j + 1 : stepped;
   }
-  hx_decode_seq s = hx_decode_sequence(longest, next_n, next_n, max_model_len, block_size);
+  if (!negative && stepped >= live)
+    return hx_decode_sequence(live > 0 ? lens[live - 1] : 0, live, next_n, max_model_len, block_size);
+  hx_decode_seq s = hx_decode_sequence(longest, live, next_n, max_model_len, block_size);
   s.malformed = negative;
   s.row_lens = lens;
   return s;

@@ -77,22 +77,24 @@ HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) { return (hx_i64)
 
 // Calls f(b, seq, start) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
 // prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls. Lane i reads sequence
-// b0 + i. With per-row lengths the lane keeps its ctx (the longest row's keys, >= 0) and live (next_n: every row
-// computed), from which sequence() gives the keys, blocks and fill hx_decode_sequence_at does, and whether a row
-// is negative; the sequence f gets points at its rows' own lengths (the Q warp's row bounds read them).
+// b0 + i. With per-row lengths the lane keeps the ctx and live hx_decode_sequence_at gives (the longest row's keys
+// and the rows up to the last with keys), from which sequence() gives the same keys, blocks and fill, whether a
+// row is negative, and whether the rows need their own bounds; the sequence f gets then points at its rows' own
+// lengths (the Q warp's row bounds read them), else it follows the [B] form's affine rule.
 template <class P, class Price, class F>
 HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& price, F&& f) {
   hx_i64 base = 0;
   for (hx_i32 b0 = 0; b0 < p.B && base < own.hi; b0 += 32) {
     const hx_i32 b = b0 + lane;
     hx_i32 ctx = 0, live = 0;
-    bool negative = false;
+    bool negative = false, own_rows = false;
     if (b < p.B) {
       if (p.lens_per_row) {
         const hx_decode_seq s = hx_decode_sequence_of(p, b);
         ctx = s.ctx;
         live = s.live;
         negative = s.malformed;
+        own_rows = s.row_lens != nullptr;
       } else {
         ctx = p.context_lens[b];
         live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
@@ -111,7 +113,7 @@ HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& 
       const hx_i32 k = __ffs(hits) - 1;
       hits &= hits - 1;
       hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));
-      if (p.lens_per_row) {
+      if (p.lens_per_row && hx_shfl_idx_i32(own_rows, k)) {
         s.malformed = hx_shfl_idx_i32(negative, k) != 0;
         s.row_lens = p.context_lens + (hx_i64)(b0 + k) * p.next_n;
       }
