@@ -301,7 +301,8 @@ KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_
                       smem=204800, accumulation="fp8_tc", fits=_H32_H64))
 # At H = 64 with the linear half of the ReLU folded into the MMA (m64n136) and two math warpgroups that keep every
 # weight in registers: faster, and its error grows with |sum_h w_h x_h| instead of the kept heads' terms (see
-# hipindexer.plan.prefill.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis (64 only).
+# hipindexer.plan.prefill.WGMMA_FOLD_SM90). Its own source on the same pieces; HX_HEADS stays its variant axis
+# (64 only).
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
                       "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
                       accumulation="fp8_tc", fits=((64, 128),)))

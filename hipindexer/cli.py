@@ -311,9 +311,9 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
         if all(f is None or v in f for v, f in ((H, heads), (D, dims), (bs, block_sizes))) and \
                 _decode_serves(kernel, H, D, bs):
             for per_row in (False, True):  # both forms of context_lens
-                extra.append(("untrusted values", lambda H=H, D=D, bs=bs, per_row=per_row: sweep.decode_untrusted_values(
-                    rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), lens_per_row=per_row,
-                    **forced)))
+                extra.append(("untrusted values", lambda H=H, D=D, bs=bs, per_row=per_row:
+                              sweep.decode_untrusted_values(rng, dev, accumulation=accumulation, heads=(H,), dims=(D,),
+                                                            block_sizes=(bs,), lens_per_row=per_row, **forced)))
             extra.append(("lengths per row", lambda H=H, D=D, bs=bs: sweep.decode_lengths_per_row(
                 rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), **forced)))
     if len(extra) == 1:  # the filters are past every listed shape
@@ -698,8 +698,8 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                     figure(r["GBps"]), f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
                     f"{r['host_us']:.1f}"]
                    for r in results],
-                  ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "lens", "kernel", "units", "median us", "graph us",
-                   "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
+                  ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "lens", "kernel", "units", "median us",
+                   "graph us", "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
 
 
 @bench.command("cache")

@@ -72,32 +72,42 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
             plan = plan_decode(B, next_n, H, D, block_size, mml, target_of(device), preshuffle=preshuffle,
                                **tunables)
             rows_out = [o[:B * next_n] for o in outs]  # views made once: a serving loop keeps its out arrays
-            for clean, form in ((c, f) for c in cleans for f in lens_forms):
-                progress(f"{spread} B={B} ctx={ctx} H={H} next_n={label} clean={clean} lens={form}")
-                lens_d, nl_d = lens_of[form]
+            for clean in cleans:
+                # Two forms are timed A B B A and each one's batches pooled: a form timed second in a pair ran
+                # measurably slower on the H200 whichever it was, so one order would favour the first.
+                timed = {}
+                for form in tuple(lens_forms) + tuple(lens_forms[::-1]) if len(lens_forms) > 1 else lens_forms:
+                    progress(f"{spread} B={B} ctx={ctx} H={H} next_n={label} clean={clean} lens={form}")
+                    lens_d, nl_d = lens_of[form]
 
-                def call(i, stream=None, clean=clean, qs=qs, ws=ws, lens_d=lens_d, nl_d=nl_d, rows_out=rows_out):
-                    j = i % sets
-                    fp8_paged_mqa_logits(qs[j], caches[j], ws[j], lens_d, bt_d, mml, nl_d, preshuffle,
-                                         clean_logits=clean, out=rows_out[j], stream=stream,
-                                         device=device, **tunables)
-                times, calls, once = time_batches(device, call, repeats)
-                us = statistics.median(times)
-                graph = time_graph(device, call, calls, repeats) if us < GRAPH_BELOW_US else None
-                logits_bytes = 4 * (B * next_n * mml if clean else pairs)
-                rows.append({
-                    "op": "decode", "spread": spread, "B": B, "ctx": ctx, "max_model_len": mml, "H": H, "D": D,
-                    "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean, "lens": form,
-                    "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
-                    "us": us, "us_min": min(times), "us_graph": statistics.median(graph) if graph else None,
-                    "key_bytes": key_bytes, "logits_bytes": logits_bytes,
-                    "GBps": key_bytes / (us * 1e-6) / 1e9,
-                    "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,
-                    "host_us": host_us_per_call(device, call, calls=max(5, min(50, int(0.5 / once)))),
-                    "sets": sets})
-                r = rows[-1]
-                graph_us = f", graph {r['us_graph']:.1f} us" if r["us_graph"] else ""
-                progress(f"  {r['us']:.1f} us{graph_us}, {figure(r['GBps'])} GB/s of keys, "
-                         f"{figure(r['tflops'], '.2f')} TFLOP/s, "
-                         f"host {r['host_us']:.1f} us/call")
+                    def call(i, stream=None, clean=clean, qs=qs, ws=ws, lens_d=lens_d, nl_d=nl_d,
+                             rows_out=rows_out):
+                        j = i % sets
+                        fp8_paged_mqa_logits(qs[j], caches[j], ws[j], lens_d, bt_d, mml, nl_d, preshuffle,
+                                             clean_logits=clean, out=rows_out[j], stream=stream,
+                                             device=device, **tunables)
+                    times, calls, once = time_batches(device, call, repeats)
+                    t = timed.setdefault(form, {"times": [], "call": call, "calls": calls, "once": once})
+                    t["times"] += times
+                for form in lens_forms:
+                    times, call, calls, once = (timed[form][k] for k in ("times", "call", "calls", "once"))
+                    us = statistics.median(times)
+                    graph = time_graph(device, call, calls, repeats) if us < GRAPH_BELOW_US else None
+                    logits_bytes = 4 * (B * next_n * mml if clean else pairs)
+                    rows.append({
+                        "op": "decode", "spread": spread, "B": B, "ctx": ctx, "max_model_len": mml, "H": H, "D": D,
+                        "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean,
+                        "lens": form,
+                        "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
+                        "us": us, "us_min": min(times), "us_graph": statistics.median(graph) if graph else None,
+                        "key_bytes": key_bytes, "logits_bytes": logits_bytes,
+                        "GBps": key_bytes / (us * 1e-6) / 1e9,
+                        "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,
+                        "host_us": host_us_per_call(device, call, calls=max(5, min(50, int(0.5 / once)))),
+                        "sets": sets})
+                    r = rows[-1]
+                    graph_us = f", graph {r['us_graph']:.1f} us" if r["us_graph"] else ""
+                    progress(f"  {r['us']:.1f} us{graph_us}, {figure(r['GBps'])} GB/s of keys, "
+                             f"{figure(r['tflops'], '.2f')} TFLOP/s, "
+                             f"host {r['host_us']:.1f} us/call")
     return rows

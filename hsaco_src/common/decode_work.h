@@ -16,6 +16,8 @@
 #pragma once
 #include "index_math.h"
 
+#define HX_MAX_NEXT_N 8  // query rows per sequence the op takes (the planner refuses more)
+
 struct hx_decode_seq {
   hx_i32 ctx;        // context length as read (per-row lengths: the longest row's)
   hx_i32 live;       // query rows computed; 0 when the sequence is malformed
@@ -56,18 +58,22 @@ HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_at(const hx_i32* context_lens, 
     return hx_decode_sequence(context_lens[b], next_n_lens ? next_n_lens[b] : next_n, next_n, max_model_len,
                               block_size);
   const hx_i32* lens = context_lens + (hx_i64)b * next_n;
-  const hx_i64 first = lens[0];
+  hx_i32 row[HX_MAX_NEXT_N];  // read together: the loads go out at once, not each after the last
+#pragma unroll
+  for (hx_i32 j = 0; j < HX_MAX_NEXT_N; ++j) row[j] = j < next_n ? lens[j] : 0;
+  const hx_i64 first = row[0];
   hx_i32 longest = 0, live = 0, stepped = 0;  // stepped: rows [0, stepped) step by one key from the first
   bool negative = false;
-  for (hx_i32 j = 0; j < next_n; ++j) {
-    const hx_i32 n = lens[j];
+#pragma unroll
+  for (hx_i32 j = 0; j < HX_MAX_NEXT_N; ++j) {
+    const hx_i32 n = row[j];
     longest = n > longest ? n : longest;
     live = n > 0 ? j + 1 : live;
     negative |= n < 0;
     stepped = stepped == j && (hx_i64)n == first + j ? j + 1 : stepped;
   }
   if (!negative && stepped >= live)
-    return hx_decode_sequence(live > 0 ? lens[live - 1] : 0, live, next_n, max_model_len, block_size);
+    return hx_decode_sequence(live > 0 ? (hx_i32)(first + live - 1) : 0, live, next_n, max_model_len, block_size);
   hx_decode_seq s = hx_decode_sequence(longest, live, next_n, max_model_len, block_size);
   s.malformed = negative;
   s.row_lens = lens;
