@@ -59,12 +59,12 @@ HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_at(const hx_i32* context_lens, 
                               block_size);
   const hx_i32* lens = context_lens + (hx_i64)b * next_n;
   hx_i32 row[HX_MAX_NEXT_N];  // read together: the loads go out at once, not each after the last
-#pragma unroll
+HX_UNROLL
   for (hx_i32 j = 0; j < HX_MAX_NEXT_N; ++j) row[j] = j < next_n ? lens[j] : 0;
   const hx_i64 first = row[0];
   hx_i32 longest = 0, live = 0, stepped = 0;  // stepped: rows [0, stepped) step by one key from the first
   bool negative = false;
-#pragma unroll
+HX_UNROLL
   for (hx_i32 j = 0; j < HX_MAX_NEXT_N; ++j) {
     const hx_i32 n = row[j];
     longest = n > longest ? n : longest;
