@@ -157,6 +157,16 @@ def decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len
     return DecodeShape(B, next_n, H, D, num_blocks, block_size, max_blocks, int(max_model_len), lens_per_row)
 
 
+MAX_TOP_K = 4096  # the largest top_k the top-k ops serve (2048 for DeepSeek-V3.2 and GLM-5)
+
+
+def check_top_k(top_k) -> int:
+    """top_k as an int in 1..MAX_TOP_K; ValueError naming it otherwise (a bool is not an int here)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= MAX_TOP_K:
+        raise ValueError(f"top_k: expected an int in 1..{MAX_TOP_K}, got {top_k!r}")
+    return int(top_k)
+
+
 def check_decode_values(shape: DecodeShape, context_lens: np.ndarray, block_tables: np.ndarray,
                         next_n_lens: np.ndarray | None) -> None:
     """Host-value checks: context lengths, live counts, and every block-table entry that is read."""

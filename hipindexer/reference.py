@@ -12,12 +12,15 @@ after the head reduction, as the kernels do.
 A = kv_scale[n] * sum_h |w[r, h]| * sum_d |q[r, h, d] * k[n, d]| (the same sums over
 absolute values, no ReLU needed): the scale of the accumulation error a kernel
 may make, which hipindexer.gate bounds per element.
+
+The top-k ops (fp8_mqa_topk, fp8_paged_mqa_topk, and topk_logits on a logits
+array) select exactly on float64 logits: descending value, ties by lower index.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .arguments import F32, check_decode_values, decode_shape, prefill_shape
+from .arguments import F32, check_decode_values, check_top_k, decode_shape, prefill_shape
 from .cache import gather_blocks
 
 DEFAULT_BUDGET = 512 << 20
@@ -232,3 +235,208 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
             rows = out[b * s.next_n: b * s.next_n + live, c0:c1]
             rows[ok] = vals[ok]
     return out
+
+
+# ------------------------------------------------------------------ top-k
+
+TOPK_CHUNK_ELEMENTS = 1 << 22   # logits selected at a time: a few float64 copies of a chunk stay small
+
+
+def _chunk_rows(width: int) -> int:
+    return max(1, TOPK_CHUNK_ELEMENTS // max(1, width))
+
+
+def select_topk(values, valid, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top-k of every row among its valid positions, sorted: descending value, ties by lower
+    column. values: [R, N] float (no NaN where valid); valid: [R, N] bool. Returns (indices int64 [R, top_k],
+    values float64 [R, top_k]); a row of V < top_k valid positions ends in V..top_k - 1 with -1 / -inf.
+    One chunk's worth of rows: topk_logits and the ops chunk before calling it.
+
+    >>> idx, val = select_topk(np.array([[1.0, 3.0, 3.0, 2.0]]), np.array([[True, True, True, False]]), 2)
+    >>> idx.tolist(), val.tolist()
+    ([[1, 2]], [[3.0, 3.0]])
+    """
+    vals = np.asarray(values, np.float64)
+    valid = np.asarray(valid, bool)
+    R, N = vals.shape
+    keep = valid.copy()
+    over = valid.sum(axis=1) > top_k
+    if over.any():
+        # Rows with more valid keys than top_k: the top_k-th largest value t by partition (invalid keys are
+        # NaN, which partitions last), then every key above t and the lowest-indexed keys equal to t.
+        neg = np.where(valid[over], -vals[over], np.nan)
+        t = np.partition(neg, top_k - 1, axis=1)[:, top_k - 1:top_k]
+        above = neg < t
+        tied = neg == t
+        room = top_k - above.sum(axis=1, keepdims=True)
+        keep[over] = above | (tied & (np.cumsum(tied, axis=1, dtype=np.int32) <= room))
+    count = keep.sum(axis=1)
+    width = min(top_k, N)
+    # The kept columns in ascending order (a stable sort of a bool array is a linear-time radix sort).
+    idx = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+    live = np.arange(width)[None, :] < count[:, None]
+    picked = np.take_along_axis(vals, idx, axis=1)
+    # Descending value; a stable sort keeps equal values in ascending column order.
+    order = np.argsort(np.where(live, -picked, np.nan), axis=1, kind="stable")
+    idx = np.where(live, np.take_along_axis(idx, order, axis=1), -1)
+    picked = np.where(live, np.take_along_axis(picked, order, axis=1), -np.inf)
+    if width < top_k:
+        idx = np.pad(idx, ((0, 0), (0, top_k - width)), constant_values=-1)
+        picked = np.pad(picked, ((0, 0), (0, top_k - width)), constant_values=-np.inf)
+    return idx.astype(np.int64), picked
+
+
+def topk_logits(logits, top_k, sorted=False, lengths=None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top_k of each row of a logits array: (indices int32 [R, top_k], values float32 [R, top_k]).
+
+    logits: [R, N] float. A row's valid positions are those that are not -inf, or, with lengths ([R]
+    integers >= 0), the columns [0, lengths[r]) (clipped to N), whatever they hold there. Selection is exact
+    in float64: descending value, ties by lower index. A row with V < top_k valid positions returns its V
+    indices, then -1 (value -inf) in the trailing slots.
+    sorted: the order the caller needs; the reference always returns the sorted order (descending value,
+    ties by lower index), which the unsorted contract allows.
+    Raises ValueError for a top_k outside 1..4096, a logits array that is not 2-D and float, lengths of the
+    wrong shape or negative, and a NaN at a valid position (without lengths: anywhere).
+
+    >>> import numpy as np
+    >>> idx, val = topk_logits(np.array([[0.5, -np.inf, 2.0, 0.5], [1.0, -np.inf, -np.inf, -np.inf]]), 2)
+    >>> idx.tolist(), val.tolist()
+    ([[2, 0], [0, -1]], [[2.0, 0.5], [1.0, -inf]])
+    """
+    top_k = check_top_k(top_k)
+    logits = np.asarray(logits)
+    if logits.ndim != 2 or logits.dtype.kind != "f":
+        raise ValueError(f"logits: expected a 2-D float array [rows, N], got {logits.dtype.name} {logits.shape}")
+    R, N = logits.shape
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        if lengths.shape != (R,) or lengths.dtype.kind not in "iu":
+            raise ValueError(f"lengths: expected [{R}] integers (one per row of logits), got "
+                             f"{lengths.dtype.name} {lengths.shape}")
+        if (lengths < 0).any():
+            r = int(np.argmax(lengths < 0))
+            raise ValueError(f"lengths: must be >= 0, got {int(lengths[r])} for row {r}")
+        bound = np.minimum(lengths.astype(np.int64), N)
+    indices = np.empty((R, top_k), np.int32)
+    values = np.empty((R, top_k), np.float32)
+    step = _chunk_rows(N)
+    for r0 in range(0, R, step):
+        r1 = min(R, r0 + step)
+        chunk = logits[r0:r1]
+        if lengths is None:
+            valid = chunk != -np.inf
+            nan = np.isnan(chunk)
+        else:
+            valid = np.arange(N)[None, :] < bound[r0:r1, None]
+            nan = np.isnan(chunk) & valid
+        if nan.any():
+            r, c = (int(i) for i in np.argwhere(nan)[0])
+            raise ValueError(f"logits: NaN at row {r0 + r}, col {c}, a position counted as valid")
+        idx, val = select_topk(chunk, valid & ~nan, top_k)
+        indices[r0:r1], values[r0:r1] = idx, val
+    return indices, values
+
+
+def _topk_result(indices, values, *extra):
+    """A plain array when nothing else was asked for, else the tuple of what was."""
+    asked = [x for x in (values, *extra) if x is not None]
+    return (indices, *asked) if asked else indices
+
+
+def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, relative=False, sorted=False,
+                 return_values=False):
+    """Prefill top-k: each row's top_k keys by logit, from logits computed in float64 and selected exactly.
+
+    q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke: as for fp8_mqa_logits (row m's valid keys are
+    max(ks[m], 0) <= n < min(ke[m], N)). top_k: an int in 1..4096.
+    Returns indices [M, top_k] int32: the key rows n of k, descending logit, ties by lower n (the order
+    sorted=True asks for; the reference gives it either way). A row with V < top_k keys ends in -1 slots.
+    relative: indices n - cu_seqlen_ks[m] instead (position in the row's own request; -1 stays -1).
+    return_values: return (indices, values), values [M, top_k] float32 (-inf at the -1 slots); a plain
+    indices array otherwise.
+    Memory stays bounded: rows are computed and selected a chunk at a time.
+    Raises what fp8_mqa_logits raises, and ValueError for a top_k outside 1..4096 (or a relative index
+    that int32 cannot hold).
+
+    >>> import numpy as np
+    >>> from hipindexer import testing
+    >>> inp = testing.prefill_inputs(np.random.default_rng(0), M=4, N=8, H=2, D=16, mode="causal")
+    >>> idx = fp8_mqa_topk(*inp.args(), top_k=6)
+    >>> [int((row >= 0).sum()) for row in idx]    # rows see 5, 6, 7, 8 keys
+    [5, 6, 6, 6]
+    """
+    top_k = check_top_k(top_k)
+    s = prefill_shape(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke)
+    q, k, weights = np.asarray(q), np.asarray(k), np.asarray(weights)
+    ks, ke = np.asarray(cu_seqlen_ks), np.asarray(cu_seqlen_ke)
+    indices = np.empty((s.M, top_k), np.int64)
+    values = np.empty((s.M, top_k), np.float32)
+    step = _chunk_rows(s.N)
+    for r0 in range(0, s.M, step):
+        r1 = min(s.M, r0 + step)
+        logits = fp8_mqa_logits(q[r0:r1], k, kv_scale, weights[r0:r1], ks[r0:r1], ke[r0:r1],
+                                accumulate=np.float64)
+        indices[r0:r1], values[r0:r1] = select_topk(logits, valid_mask(ks[r0:r1], ke[r0:r1], s.N), top_k)
+    if relative:
+        indices = np.where(indices >= 0, indices - ks.astype(np.int64)[:, None], -1)
+        if indices.size and (indices.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"relative: index {int(indices.max())} (n - cu_seqlen_ks[m]) does not fit int32")
+    return _topk_result(indices.astype(np.int32), values if return_values else None)
+
+
+def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_model_len, top_k,
+                       next_n_lens=None, preshuffle=False, sorted=False, return_values=False, return_slots=False):
+    """Decode top-k: each row's top_k keys by logit, from logits computed in float64 and selected exactly.
+
+    q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle: as for
+    fp8_paged_mqa_logits (row r = b * next_n + j sees the keys decode_bounds gives it). top_k: an int in
+    1..4096.
+    Returns indices [B * next_n, top_k] int32: key positions n in the sequence, descending logit, ties by
+    lower n (the order sorted=True asks for; the reference gives it either way). A row with V < top_k keys
+    (a dead row has none) ends in -1 slots.
+    return_values: also values [B * next_n, top_k] float32 (-inf at the -1 slots).
+    return_slots: also the cache slot of each index, block_tables[b, n // block_size] * block_size +
+    n % block_size, int32 (-1 at the -1 slots).
+    The result is indices alone when neither is asked for, else the tuple (indices, values, slots) with only
+    what was asked. Memory stays bounded: sequences are computed and selected a chunk at a time.
+    Raises what fp8_paged_mqa_logits raises (a block id read but outside the cache included), and ValueError
+    for a top_k outside 1..4096 (or, with return_slots, a cache whose slots int32 cannot hold).
+
+    >>> import numpy as np
+    >>> from hipindexer import testing
+    >>> case = testing.DecodeCase(B=2, next_n=2, H=4, D=64, block_size=16, mean_context=40)
+    >>> inp = testing.decode_inputs(np.random.default_rng(0), case)
+    >>> idx, slots = fp8_paged_mqa_topk(*inp.args()[:6], top_k=16, return_slots=True)
+    >>> idx.shape, slots.dtype.name, bool(((idx < 0) == (slots < 0)).all())
+    ((4, 16), 'int32', True)
+    """
+    top_k = check_top_k(top_k)
+    s = decode_shape(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle)
+    ctx, bt = np.asarray(context_lens), np.asarray(block_tables)
+    nn = None if next_n_lens is None else np.asarray(next_n_lens)
+    check_decode_values(s, ctx, bt, nn)
+    if return_slots and s.num_blocks * s.block_size - 1 > np.iinfo(np.int32).max:
+        raise ValueError(f"return_slots: a cache of {s.num_blocks} blocks of {s.block_size} has slots past int32")
+    q, weights = np.asarray(q), np.asarray(weights)
+    bound = decode_bounds(ctx, s.next_n, s.max_model_len, nn)
+    R = s.B * s.next_n
+    indices = np.empty((R, top_k), np.int64)
+    values = np.empty((R, top_k), np.float32)
+    step = max(1, _chunk_rows(s.max_model_len) // s.next_n)
+    for b0 in range(0, s.B, step):
+        b1 = min(s.B, b0 + step)
+        r0, r1 = b0 * s.next_n, b1 * s.next_n
+        logits = fp8_paged_mqa_logits(q[b0:b1], kv_cache, weights[r0:r1], ctx[b0:b1], bt[b0:b1],
+                                      s.max_model_len, None if nn is None else nn[b0:b1], preshuffle,
+                                      accumulate=np.float64)
+        valid = np.arange(s.max_model_len)[None, :] < bound[r0:r1, None]
+        indices[r0:r1], values[r0:r1] = select_topk(logits, valid, top_k)
+    slots = None
+    if return_slots:
+        b = np.arange(R)[:, None] // s.next_n
+        n = np.maximum(indices, 0)
+        # -1 slots look up column 0, which may not exist when no sequence has keys.
+        col = np.minimum(n // s.block_size, max(0, s.max_blocks - 1))
+        block = bt[b, col].astype(np.int64) if s.max_blocks else np.zeros_like(n)
+        slots = np.where(indices >= 0, block * s.block_size + n % s.block_size, -1).astype(np.int32)
+    return _topk_result(indices.astype(np.int32), values if return_values else None, slots)
