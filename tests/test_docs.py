@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # than a line or two. Every name of hipindexer.__all__ is one too.
 MAIN = [
     "hipindexer.reference.fp8_mqa_logits", "hipindexer.reference.fp8_paged_mqa_logits",
+    "hipindexer.reference.fp8_mqa_topk", "hipindexer.reference.fp8_paged_mqa_topk",
+    "hipindexer.reference.topk_logits", "hipindexer.gate.gate_topk",
     "hipindexer.cache.quantize_keys", "hipindexer.cache.write_cache", "hipindexer.cache.gather_keys",
     "hipindexer.cache.make_block_tables", "hipindexer.cache.packed_prefill_windows",
     "hipindexer.testing.prefill_inputs", "hipindexer.testing.prefill_windows",
@@ -40,6 +42,7 @@ PUBLIC_MODULES = ["hipindexer.reference", "hipindexer.cache", "hipindexer.testin
 CLASSES = ["hipindexer.runtime.Device", "hipindexer.runtime.DeviceArray", "hipindexer.runtime.Stream",
            "hipindexer.runtime.Event", "hipindexer.runtime.Kernel", "hipindexer.runtime.Manifest",
            "hipindexer.plan.Target", "hipindexer.plan.PrefillPlan", "hipindexer.gate.GateResult",
+           "hipindexer.gate.TopkGateResult",
            "hipindexer.testing.PrefillInputs", "hipindexer.testing.DecodeCase", "hipindexer.testing.DecodeInputs"]
 
 
