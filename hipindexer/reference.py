@@ -286,6 +286,15 @@ def select_topk(values, valid, top_k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx.astype(np.int64), picked
 
 
+def _as_returned(indices, values) -> tuple[np.ndarray, np.ndarray]:
+    """The exact selection with float32 values, ordered by those values (descending, equal values by lower
+    index, -1 slots last): two float64 logits that round to one float32 value then come in index order,
+    as sorted=True promises of the values returned."""
+    v32 = values.astype(np.float32)
+    order = np.lexsort((indices, -v32, indices < 0), axis=-1)
+    return np.take_along_axis(indices, order, axis=1), np.take_along_axis(v32, order, axis=1)
+
+
 def topk_logits(logits, top_k, sorted=False, lengths=None) -> tuple[np.ndarray, np.ndarray]:
     """The exact top_k of each row of a logits array: (indices int32 [R, top_k], values float32 [R, top_k]).
 
@@ -293,8 +302,8 @@ def topk_logits(logits, top_k, sorted=False, lengths=None) -> tuple[np.ndarray, 
     integers >= 0), the columns [0, lengths[r]) (clipped to N), whatever they hold there. Selection is exact
     in float64: descending value, ties by lower index. A row with V < top_k valid positions returns its V
     indices, then -1 (value -inf) in the trailing slots.
-    sorted: the order the caller needs; the reference always returns the sorted order (descending value,
-    ties by lower index), which the unsorted contract allows.
+    sorted: the order the caller needs; the reference always returns the sorted order (descending returned
+    float32 value, equal values by lower index), which the unsorted contract allows.
     Raises ValueError for a top_k outside 1..4096, a logits array that is not 2-D and float, lengths of the
     wrong shape or negative, and a NaN at a valid position (without lengths: anywhere).
 
@@ -332,8 +341,7 @@ def topk_logits(logits, top_k, sorted=False, lengths=None) -> tuple[np.ndarray, 
         if nan.any():
             r, c = (int(i) for i in np.argwhere(nan)[0])
             raise ValueError(f"logits: NaN at row {r0 + r}, col {c}, a position counted as valid")
-        idx, val = select_topk(chunk, valid & ~nan, top_k)
-        indices[r0:r1], values[r0:r1] = idx, val
+        indices[r0:r1], values[r0:r1] = _as_returned(*select_topk(chunk, valid & ~nan, top_k))
     return indices, values
 
 
@@ -349,8 +357,8 @@ def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, rel
 
     q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke: as for fp8_mqa_logits (row m's valid keys are
     max(ks[m], 0) <= n < min(ke[m], N)). top_k: an int in 1..4096.
-    Returns indices [M, top_k] int32: the key rows n of k, descending logit, ties by lower n (the order
-    sorted=True asks for; the reference gives it either way). A row with V < top_k keys ends in -1 slots.
+    Returns indices [M, top_k] int32: the key rows n of k, by descending value (the float32 logit returned),
+    equal values by lower n (the order sorted=True asks for; the reference gives it either way). A row with V < top_k keys ends in -1 slots.
     relative: indices n - cu_seqlen_ks[m] instead (position in the row's own request; -1 stays -1).
     return_values: return (indices, values), values [M, top_k] float32 (-inf at the -1 slots); a plain
     indices array otherwise.
@@ -376,7 +384,8 @@ def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, rel
         r1 = min(s.M, r0 + step)
         logits = fp8_mqa_logits(q[r0:r1], k, kv_scale, weights[r0:r1], ks[r0:r1], ke[r0:r1],
                                 accumulate=np.float64)
-        indices[r0:r1], values[r0:r1] = select_topk(logits, valid_mask(ks[r0:r1], ke[r0:r1], s.N), top_k)
+        picked = select_topk(logits, valid_mask(ks[r0:r1], ke[r0:r1], s.N), top_k)
+        indices[r0:r1], values[r0:r1] = _as_returned(*picked)
     if relative:
         indices = np.where(indices >= 0, indices - ks.astype(np.int64)[:, None], -1)
         if indices.size and (indices.max() > np.iinfo(np.int32).max):
@@ -391,8 +400,9 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle: as for
     fp8_paged_mqa_logits (row r = b * next_n + j sees the keys decode_bounds gives it). top_k: an int in
     1..4096.
-    Returns indices [B * next_n, top_k] int32: key positions n in the sequence, descending logit, ties by
-    lower n (the order sorted=True asks for; the reference gives it either way). A row with V < top_k keys
+    Returns indices [B * next_n, top_k] int32: key positions n in the sequence, by descending value (the
+    float32 logit returned), equal values by lower n (the order sorted=True asks for; the reference gives it
+    either way). A row with V < top_k keys
     (a dead row has none) ends in -1 slots.
     return_values: also values [B * next_n, top_k] float32 (-inf at the -1 slots).
     return_slots: also the cache slot of each index, block_tables[b, n // block_size] * block_size +
@@ -430,7 +440,7 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
                                       s.max_model_len, None if nn is None else nn[b0:b1], preshuffle,
                                       accumulate=np.float64)
         valid = np.arange(s.max_model_len)[None, :] < bound[r0:r1, None]
-        indices[r0:r1], values[r0:r1] = select_topk(logits, valid, top_k)
+        indices[r0:r1], values[r0:r1] = _as_returned(*select_topk(logits, valid, top_k))
     slots = None
     if return_slots:
         b = np.arange(R)[:, None] // s.next_n

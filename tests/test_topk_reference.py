@@ -16,13 +16,14 @@ WEIGHTS = np.array([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], np.float32)
 
 
 def brute_force(logits, valid, top_k):
-    """(indices [R, top_k], values [R, top_k]) by sorting each row's valid columns in python."""
+    """(indices [R, top_k], values [R, top_k] float32) by sorting each row's valid columns in python: the set
+    by (-float64 logit, index), its order by (-float32 value returned, index)."""
     R = logits.shape[0]
     idx = np.full((R, top_k), -1, np.int64)
-    val = np.full((R, top_k), -np.inf)
+    val = np.full((R, top_k), -np.inf, np.float32)
     for r in range(R):
         cols = sorted((n for n in range(logits.shape[1]) if valid[r, n]), key=lambda n: (-logits[r, n], n))
-        cols = cols[:top_k]
+        cols = sorted(cols[:top_k], key=lambda n: (-np.float32(logits[r, n]), n))
         idx[r, :len(cols)] = cols
         val[r, :len(cols)] = logits[r, cols]
     return idx, val
@@ -74,7 +75,7 @@ def test_prefill_topk_is_the_brute_force_selection(M, N, mode, top_k):
     idx, val = reference.fp8_mqa_topk(*inp.args(), top_k, return_values=True)
     assert idx.dtype == np.int32 and val.dtype == np.float32 and idx.shape == val.shape == (M, top_k)
     np.testing.assert_array_equal(idx, want_idx)
-    np.testing.assert_array_equal(val, want_val.astype(np.float32))
+    np.testing.assert_array_equal(val, want_val)
     plain = reference.fp8_mqa_topk(*inp.args(), top_k, sorted=True)
     assert isinstance(plain, np.ndarray)
     np.testing.assert_array_equal(plain, want_idx)
@@ -100,6 +101,16 @@ def test_ties_go_to_the_lower_index():
     logits = np.array([[1.0, 5.0, 5.0, 5.0, 2.0, 5.0], [3.0, 3.0, 3.0, 3.0, 3.0, 3.0]])
     idx, val = reference.topk_logits(logits, 3)
     assert idx.tolist() == [[1, 2, 3], [0, 1, 2]] and val.tolist() == [[5.0] * 3, [3.0] * 3]
+
+
+def test_the_order_follows_the_float32_values_returned():
+    # Two float64 logits that round to one float32 value: the set is chosen in float64, the order (equal
+    # values by lower index) by what the caller sees.
+    logits = np.array([[1.0, 1.0 + 1e-12, 0.0, 1.0 - 1e-3]])
+    idx, val = reference.topk_logits(logits, 2)
+    assert idx.tolist() == [[0, 1]] and val.tolist() == [[1.0, 1.0]]
+    idx, _ = reference.topk_logits(logits[:, [1, 0, 2, 3]], 1)   # the set still by float64: column 0 is larger
+    assert idx.tolist() == [[0]]
 
 
 DECODE = [
@@ -130,7 +141,7 @@ def test_decode_topk_is_the_brute_force_selection(case, top_k):
     idx, val, slots = reference.fp8_paged_mqa_topk(*inp.args()[:6], top_k, *inp.args()[6:], return_values=True,
                                                    return_slots=True)
     np.testing.assert_array_equal(idx, want_idx)
-    np.testing.assert_array_equal(val, want_val.astype(np.float32))
+    np.testing.assert_array_equal(val, want_val)
     # Each slot names the cache token that holds key n of its sequence (read back through the layout).
     bs = case.block_size
     for r, s in zip(*np.nonzero(idx >= 0)):
