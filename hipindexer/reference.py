@@ -358,7 +358,8 @@ def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, rel
     q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke: as for fp8_mqa_logits (row m's valid keys are
     max(ks[m], 0) <= n < min(ke[m], N)). top_k: an int in 1..4096.
     Returns indices [M, top_k] int32: the key rows n of k, by descending value (the float32 logit returned),
-    equal values by lower n (the order sorted=True asks for; the reference gives it either way). A row with V < top_k keys ends in -1 slots.
+    equal values by lower n (the order sorted=True asks for; the reference gives it either way). A row with
+    V < top_k keys ends in -1 slots.
     relative: indices n - cu_seqlen_ks[m] instead (position in the row's own request; -1 stays -1).
     return_values: return (indices, values), values [M, top_k] float32 (-inf at the -1 slots); a plain
     indices array otherwise.
