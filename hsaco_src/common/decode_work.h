@@ -90,6 +90,31 @@ struct hx_range64 {
   hx_i64 lo, hi;
 };
 
+// Every unit's first pass: the batch's total block work (lo) and fill (hi). Thread t of the unit's `block` sums
+// every block-th sequence into scan[t] and scan[block + t] (2 * block slots), then every thread adds them all up
+// after barrier(); the unit that reports (one, so a flag is OR-ed once per call) sets err_bit for malformed
+// sequences.
+template <class Params, class Barrier>
+HX_INLINE HX_HD hx_range64 hx_decode_totals(const Params& p, hx_i32 t, hx_i32 block, bool reports, hx_i32 err_bit,
+                                            hx_i64* scan, Barrier barrier) {
+  hx_i64 work = 0, fill = 0;
+  for (hx_i32 b = t; b < p.B; b += block) {
+    const hx_decode_seq seq = hx_decode_sequence_of(p, b);
+    if (seq.malformed && reports && p.errors) hx_atomic_or(p.errors, err_bit);
+    work += hx_decode_work(seq);
+    fill += hx_decode_fill(seq, p.max_model_len);
+  }
+  scan[t] = work;
+  scan[block + t] = fill;
+  barrier();
+  hx_range64 total = {0, 0};
+  for (hx_i32 i = 0; i < block; ++i) {
+    total.lo += scan[i];
+    total.hi += scan[block + i];
+  }
+  return total;
+}
+
 // Part u of `parts` near-equal contiguous parts of [0, total): the first
 // total % parts parts are one longer. No product of total and u is formed,
 // so any int64 total works.

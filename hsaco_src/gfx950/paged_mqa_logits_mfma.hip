@@ -383,21 +383,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_DECODE_SYMBOL(const HX_GRID_CONSTAN
   const int unit = hx_unit_scale();
 
   // Pass 1: the batch's total block work and fill.
-  hx_i64 work = 0, fill = 0;
-  for (hx_i32 b = t; b < p.B; b += HX_BLOCK) {
-    const hx_decode_seq seq = hx_decode_sequence_of(p, b);
-    if (seq.malformed && u == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
-    work += hx_decode_work(seq);
-    fill += hx_decode_fill(seq, p.max_model_len);
-  }
-  s.scan[t] = work;
-  s.scan[HX_BLOCK + t] = fill;
-  hx_workgroup_barrier();
-  hx_i64 total_work = 0, total_fill = 0;
-  for (hx_i32 i = 0; i < HX_BLOCK; ++i) {
-    total_work += s.scan[i];
-    total_fill += s.scan[HX_BLOCK + i];
-  }
+  const hx_range64 totals = hx_decode_totals(p, t, HX_BLOCK, u == 0, ERR_LENGTH, s.scan, [] { hx_workgroup_barrier(); });
+  const hx_i64 total_work = totals.lo, total_fill = totals.hi;
   const hx_range64 own_work = hx_balanced_part(total_work, units, u);
   const hx_range64 own_fill = p.clean ? hx_balanced_part(total_fill, units, u) : hx_range64{0, 0};
 
