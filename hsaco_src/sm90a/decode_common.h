@@ -137,13 +137,30 @@ struct Pass {
   bool in, bad, clean;  // the key's column exists in this stage; its block id was out of range; clean_logits
 };
 
+// This lane's 2 JQ weights of each of R rows from its weight group at wt (16-byte loads).
+template <int R>
+HX_INLINE __device__ void load_row_weights(hx_u32 wt, float (&w)[R][2 * JQ]) {
+#pragma unroll
+  for (int jr = 0; jr < R; ++jr) {
+#pragma unroll
+    for (int m = 0; m < JQ / 2; ++m) {
+      const hx_f32x4 wv = lds_f32x4(wt + 4 * (jr * WROW + 4 * m));
+      w[jr][4 * m] = wv.x;
+      w[jr][4 * m + 1] = wv.y;
+      w[jr][4 * m + 2] = wv.z;
+      w[jr][4 * m + 3] = wv.w;
+    }
+  }
+}
+
 // The MMA of R rows (N = R H), then: v[i R + jr] = sum over this thread's heads of relu(acc) x weight for key row
 // 8i + l/4 of the warp's 16 and row jr. Accumulator column 8J + 2(l%4) + c (J = jr JQ + jj) is head 8 jj + 2(l%4) + c
 // of row jr, in register 4J + 2i + c; relu(x) x w as (x + |x|) x w, one FADD and one FFMA (the 2 leaves with the
 // scale). The quad then reduces: lane bit 0 keeps key row b1, bit 1 keeps rows [b2 RP/2, b2 RP/2 + RP/2) (R padded
-// to even with a zero row), and each lane stores its RP/2 sums, predicated.
+// to even with a zero row), and each lane stores its RP/2 sums, predicated. w2: this lane's weights of the R rows
+// (load_row_weights).
 template <int R>
-HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
+HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const float (&w2)[R][2 * JQ]) {
   constexpr int NACC = R * H / 2, RP = R + (R & 1);
   float acc[NACC];
   hx_fence_regs(acc);
@@ -155,15 +172,6 @@ HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
   float v[2 * R];
 #pragma unroll
   for (int jr = 0; jr < R; ++jr) {
-    float w2[2 * JQ];
-#pragma unroll
-    for (int m = 0; m < JQ / 2; ++m) {
-      const hx_f32x4 wv = lds_f32x4(c.wt + 4 * (jr * WROW + 4 * m));
-      w2[4 * m] = wv.x;
-      w2[4 * m + 1] = wv.y;
-      w2[4 * m + 2] = wv.z;
-      w2[4 * m + 3] = wv.w;
-    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float sum = 0.f;
@@ -172,7 +180,7 @@ HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
 #pragma unroll
         for (int cc = 0; cc < 2; ++cc) {
           const float x = acc[4 * (jr * JQ + jj) + 2 * i + cc];
-          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);
+          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);
         }
       }
       v[i * R + jr] = sum;
@@ -198,6 +206,13 @@ HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
     const bool valid = c.n < bound;
     hx_store_f32_if(row && c.in && (valid || c.clean), c.out + jr * c.stride, valid && !c.bad ? z * c.scale : ninf);
   }
+}
+// The same, the weights read from the pass's rows' weight groups first.
+template <int R>
+HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
+  float w2[R][2 * JQ];
+  load_row_weights<R>(c.wt, w2);
+  pass<R>(c, b1, b2, w2);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx
 }
 
 HX_INLINE __device__ void producer_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 tid) {
+  hx_setmaxnreg_dec<LOAD_REGS>();
   const hx_i32 warp = tid >> 5, lane = tid & 31;
   hx_i64 total_work, total_fill;
   batch_totals(p, sm, tid, total_work, total_fill);

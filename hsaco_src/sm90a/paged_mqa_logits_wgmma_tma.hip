@@ -11,8 +11,8 @@
 // of 8 tokens is 128 contiguous bytes already), so nothing rewrites a stage and both layouts feed the MMA the same
 // keys in the same order: bitwise identical logits.
 //
-// 512 threads, four warpgroups, 128 registers per thread (ptxas holds all code to the launch bound's count, which
-// caps a pass at N = 128, 64 accumulators):
+// 512 threads, four warpgroups; setmaxnreg gives the producer 72 registers and the math warpgroups 144 (a pass's
+// 64 accumulators at N = 128 and, for one-pass segments, the rows' weights):
 //   0                 warps 0 and 2: block-table entries (32 per load, the next 32 loaded under the current ones'
 //                     stages) and the copies of alternate stages, 64 keys a stage (one block of 64 or four of 16):
 //                     one tensor copy per block of its keys, and of its scales too where the page is whole 128-byte
@@ -41,8 +41,12 @@
 namespace {
 
 // ------------------------------------------------------------------ math warpgroups
-// Math warpgroup m (0, 1, 2): stages i with i % 3 == m, of every segment in order.
+// Math warpgroup m (0, 1, 2): stages i with i % 3 == m, of every segment in order. A segment of one pass (live
+// rows <= RMAX: next_n 1 and 2 at H = 64, up to 4 at H = 32) keeps its rows' weights in registers for all its
+// stages, so the epilogue's only shared reads are a stage's scales and the rows' bounds; the MMA's operand reads
+// then have the shared-memory pipe to themselves. Longer segments read each pass's weights afresh.
 HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
+  hx_setmaxnreg_inc<MATH_REGS>();
   const hx_i32 w = mt >> 5, l = mt & 31;
   const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
   const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the stage after the quad reduce
@@ -63,39 +67,61 @@ HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& s
     const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
     const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (l & 3) * WGROUP;
     float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;
-    for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
-      if (turn != m) continue;
-      hx_mbar_wait(stage_full(sm, at.slot), at.phase);
-      const hx_u32 stage = sm.base + sm.keys + at.slot * K_STRIDE;
-      const hx_u32 srec = sm.base + REC_OFF + at.slot * 16;
-      Pass c;
-      const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
-      const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
-      const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
-      c.n = cs + key;
-      c.in = c.n < ce;
-      c.bad = (badmask >> kblock) & 1;
-      c.clean = p.clean != 0;
-      c.scale = 0.5f * lds_f32(sm.whole ? stage + sc_whole : sm.base + SC_OFF + at.slot * SC_BYTES + 4 * key);
-      c.stride = p.out_stride;
-      c.astep = p.preshuffle ? 16u : 2u;
-      c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
-      for (hx_i32 pb = 0; pb < live; pb += RMAX) {
-        const hx_i32 R = hx_min_i32(RMAX, live - pb);
-        c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));
-        c.wt = wt + 4 * pb * WROW;
-        c.bounds = rec + 32 + 4 * pb;
-        c.out = seq_out + pb * p.out_stride + c.n;
-        hx_static_for<RMAX>([&](auto i) {
-          if (R == i + 1) pass<i + 1>(c, b1, b2);
+    // This warpgroup's stages of the segment: each waited for, its passes run by rows(c), released, and the -inf
+    // of its dead rows stored.
+    auto stages = [&](auto&& rows) {
+      for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
+        if (turn != m) continue;
+        hx_mbar_wait(stage_full(sm, at.slot), at.phase);
+        const hx_u32 stage = sm.base + sm.keys + at.slot * K_STRIDE;
+        const hx_u32 srec = sm.base + REC_OFF + at.slot * 16;
+        Pass c;
+        const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
+        const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
+        const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
+        c.n = cs + key;
+        c.in = c.n < ce;
+        c.bad = (badmask >> kblock) & 1;
+        c.clean = p.clean != 0;
+        c.scale = 0.5f * lds_f32(sm.whole ? stage + sc_whole : sm.base + SC_OFF + at.slot * SC_BYTES + 4 * key);
+        c.stride = p.out_stride;
+        c.astep = p.preshuffle ? 16u : 2u;
+        c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
+        rows(c);
+        hx_mbar_arrive(stage_empty(sm, at.slot));
+        // Dead rows: nothing computed, -inf where a row's bound (0) leaves the column, when clean.
+        for (hx_i32 j = live + b2; j < p.next_n; j += 2) {
+          const bool valid = c.n < lds_i32(rec + 32 + 4 * j);
+          hx_store_f32_if(c.in && (valid || c.clean), seq_out + j * p.out_stride + c.n, ninf);
+        }
+      }
+    };
+    if (live <= RMAX) {
+      hx_static_for<RMAX>([&](auto i) {
+        constexpr int R = i + 1;
+        if (live != R) return;
+        float w2[R][2 * JQ];
+        load_row_weights<R>(wt, w2);
+        stages([&](Pass& c) {
+          c.bdesc = hx_wgmma_desc_sw128(qtile);
+          c.bounds = rec + 32;
+          c.out = seq_out + c.n;
+          pass<R>(c, b1, b2, w2);
         });
-      }
-      hx_mbar_arrive(stage_empty(sm, at.slot));
-      // Dead rows: nothing computed, -inf where a row's bound (0) leaves the column, when clean.
-      for (hx_i32 j = live + b2; j < p.next_n; j += 2) {
-        const bool valid = c.n < lds_i32(rec + 32 + 4 * j);
-        hx_store_f32_if(c.in && (valid || c.clean), seq_out + j * p.out_stride + c.n, ninf);
-      }
+      });
+    } else {
+      stages([&](Pass& c) {
+        for (hx_i32 pb = 0; pb < live; pb += RMAX) {
+          const hx_i32 R = hx_min_i32(RMAX, live - pb);
+          c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));
+          c.wt = wt + 4 * pb * WROW;
+          c.bounds = rec + 32 + 4 * pb;
+          c.out = seq_out + pb * p.out_stride + c.n;
+          hx_static_for<RMAX>([&](auto i) {
+            if (R == i + 1) pass<i + 1>(c, b1, b2);
+          });
+        }
+      });
     }
     q.arrive_empty(qit);
   }

@@ -167,6 +167,8 @@ _NO_STORE = Plant("no_store", PRE_CTA, "const bool store = (e < 0) & (inside | t
 
 def _no_math(f: str) -> Plant:
     """The math warpgroups take each stage and give it back."""
+    if f == TMA:  # its stages run their passes through rows(c)
+        return Plant("no_math", f, "        rows(c);\n", "        if (live < 0) rows(c);\n")
     return Plant("no_math", f, "for (hx_i32 pb = 0; pb < live; pb += RMAX) {", "for (hx_i32 pb = 0; pb < 0 * live; pb += RMAX) {")
 
 
@@ -250,8 +252,8 @@ VARIANTS = {
         "one_page_warp": [_ONE_PAGE_WARP],
         # the epilogue without the FADD of relu (|x| x w, one FFMA an accumulator: what folding the ReLU's linear
         # half into the MMA would leave)
-        "no_relu_fadd": [Plant("no_relu_fadd", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[2 * jj + cc], sum);",
-                               "sum = __fmaf_rn(__builtin_fabsf(x), w2[2 * jj + cc], sum);")],
+        "no_relu_fadd": [Plant("no_relu_fadd", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
+                               "sum = __fmaf_rn(__builtin_fabsf(x), w2[jr][2 * jj + cc], sum);")],
         # a stage ring of at most 12 stages
         "ring_12": [_RING_12],
         # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same

@@ -322,6 +322,10 @@ PLANTS["sm90a_decode_tma"] = _sm90a_decode_plants(SM90A_TMA, SM90A_TMA_LOADER) +
           ": hx_wgmma_desc_sw128(stage) & ~((hx_u64)3 << 62);"),
     Plant("preshuffled_core_matrix_strides_swapped", SM90A_TMA, "hx_wgmma_desc_plain(stage, 128, 1024)",
           "hx_wgmma_desc_plain(stage, 1024, 128)"),
+    # a one-pass segment's weights held in registers: every row given row 0's
+    Plant("one_pass_rows_share_row_zero_weights", SM90A_TMA, "        load_row_weights<R>(wt, w2);\n",
+          "        load_row_weights<R>(wt, w2);\n"
+          "        for (int jr = 1; jr < R; ++jr) for (int x = 0; x < 2 * JQ; ++x) w2[jr][x] = w2[0][x];\n"),
 ]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
 SET_CMDS = {
