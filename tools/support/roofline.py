@@ -8,7 +8,7 @@ ESTIMATES, not measurements: no MI355X has run this project's kernels.
 The prefill model (prefill_estimate, docs/gfx950.md "The prefill kernel's estimated times") reuses the decode
 fit's latency and launch overhead and adds the assumptions of PrefillTerms; it is not fitted.
 
-The model, per launch (docs/gfx950.md, "Estimated decode times"):
+The decode model, per launch (docs/gfx950.md, "Its ISA, and estimated times"):
   a wave runs `iterations` loop iterations (a tile of keys x rows); each costs the wave `mfma` + `valu` cycles of
   issue (one wave's MFMA and VALU work do not overlap each other) and waits `latency` cycles for its loads unless
   they were issued `prefetch` iterations ahead. A SIMD holds `waves` of them: its MFMA pipe and VALU pipe are
