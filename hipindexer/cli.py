@@ -519,6 +519,9 @@ def _isa_info(as_json: bool) -> None:
             figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
             click.echo("\nestimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode "
                        "kernel; ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
+        pre = isa_report.format_prefill_section(reports)
+        if pre:
+            click.echo("\n" + pre)
 
 
 @main.command()

@@ -1,5 +1,6 @@
-"""tools/support/roofline.py: the decode estimator's calibration on aiter's HIP kernel and the model's bounds (pure
-Python; our kernels' estimates, which need their ISA, are in tests/test_gfx950_decode.py)."""
+"""tools/support/roofline.py: the decode estimator's calibration on aiter's HIP kernel, the model's bounds, and the
+prefill model on hand-made loops (pure Python; our kernels' estimates, which need their ISA, are in
+tests/test_gfx950_decode.py and tests/test_gfx950_prefill.py)."""
 from tools.support import roofline as R
 
 
@@ -22,3 +23,79 @@ def test_an_estimate_is_never_below_its_memory_floor_and_grows_with_the_work():
     a, b = R.estimate(small, fit), R.estimate(big, fit)
     assert a.us >= a.memory_floor_us and b.us > a.us
     assert a.memory_floor_us == 1e9 / R.HBM_BYTES_PER_S * 1e6
+
+
+# ------------------------------------------------------------------ the prefill model (mqa_logits_mfma)
+
+def _figure(events, mfma=600.0, valu=300.0, lds=0.0, dma=0.0, fill=0.0, tiles=1.0):
+    """A hand-made key loop: `events` per iteration of `tiles` tiles, the pipes' cycles per tile."""
+    return {"tiles_per_iteration": tiles, "mfma_cycles": mfma, "valu_cycles": valu, "nop_wait_states": 0.0,
+            "issue_cycles": 0.0, "lds_read_bytes": lds, "dma_bytes": dma, "store_bytes": 0.0,
+            "waves_per_simd_vgpr": 2, "waves_per_simd_resident": 2.0, "blocks_per_cu": 2, "waves_per_block": 4,
+            "fill_cycles_per_element": fill, "events": events}
+
+
+def test_the_wave_timeline_waits_for_what_each_counter_drains_in_issue_order():
+    terms = R.PrefillTerms(lds_latency_cycles=128, store_ack_cycles=500)
+    ev = [["busy", 100], ["lds"], ["lds"], ["wait", -1, 1], ["busy", 64], ["store"], ["wait", 0, -1]]
+    t = R.wave_timeline(ev, 3000.0, terms)
+    # 100 busy, two LDS issues (4 each); lgkmcnt(1) drains the first: ready at 100 + 128 = 228 (stall 120);
+    # its issue to 232, 64 busy to 296, the store's issue to 300, vmcnt(0) until 296 + 500 = 796, issue: 800
+    assert t == {"cycles": 800.0, "vm_stall": 496.0, "lds_stall": 120.0}
+    # a load issued before the loop's wait is covered by the work in between
+    far = R.wave_timeline([["load"], ["busy", 5000], ["wait", 0, -1]], 3000.0, terms)
+    assert far["vm_stall"] == 0 and far["cycles"] == 5008
+
+
+def test_the_tile_time_is_the_largest_of_the_wave_the_shared_pipes_and_the_cu_traffic():
+    f = _figure([["busy", 1000]], mfma=600, valu=300)
+    one, two = R.prefill_tile_cycles(f, 1, 3000.0), R.prefill_tile_cycles(f, 2, 3000.0)
+    assert (one["cycles"], one["bound"]) == (1000, "wave")      # alone, the wave's own stream
+    assert (two["cycles"], two["bound"]) == (1200, "mfma")      # two waves share the MFMA pipe
+    assert R.prefill_tile_cycles(_figure([["busy", 1000]], valu=700), 2, 3000.0)["bound"] == "valu"
+    # 8 waves x (4096 + 4096) bytes at 128 B/clk: 512 cycles per tile
+    lds = R.prefill_tile_cycles(_figure([["busy", 100]], mfma=10, valu=10, lds=4096, dma=4096), 2, 3000.0)
+    assert lds["bound"] == "lds" and lds["terms"]["lds"] == 512
+
+
+def test_a_prefill_estimate_computed_by_hand():
+    # M = 8 rows: one row block; N = 131072 = 4096 tiles, split 512 ways (plan_prefill: ~2 blocks per CU, >= 8
+    # tiles a part): 512 units of 8 tiles, all resident at once, two per CU. Each: two latencies, then 8 tiles
+    # at max(wave 1000, 2 x MFMA 600) = 1200 cycles.
+    fit = R.Fit(3000.0, 2.0)
+    e = R.prefill_estimate(_figure([["busy", 1000]]), 8, 131072, 64, False, "full", fit)
+    assert e.grid == (1, 512, 1) and e.units == 512 and e.tiles_per_unit == (8, 8)
+    assert e.tile_cycles == 1200 and e.tile_bound == "mfma" and e.bound == "mfma"
+    assert abs(e.loop_us - (2 * 3000 + 8 * 1200) / R.CLOCK_HZ * 1e6) < 1e-9
+    assert abs(e.us - (e.loop_us + 2.0)) < 1e-9
+    assert abs(e.tflops - 2 * 64 * 128 * 8 * 131072 / e.us * 1e-6) < 1e-6
+
+
+def test_the_prefill_estimate_grows_with_the_keys_and_names_its_bound():
+    fit = R.Fit(3000.0, 2.0)
+    f = _figure([["busy", 1000]])
+    times = [R.prefill_estimate(f, 1024, n, 64, True, "causal", fit).us for n in (4096, 16384, 65536, 131072)]
+    assert times == sorted(times) and times[0] < times[-1], times
+    # a few tiles a unit: the unit's start (two latencies) is most of its time
+    assert R.prefill_estimate(f, 8, 128, 64, False, "full", fit).bound == "unit start"
+    # next to no work per tile, every logit written: HBM
+    tiny = _figure([["busy", 1]], mfma=1, valu=1)
+    e = R.prefill_estimate(tiny, 8192, 8192, 64, True, "full", fit)
+    assert e.bound == "memory" and e.us == e.memory_floor_us + 2.0
+    # causal and full windows: the same longest unit, fewer valid pairs
+    c, w = (R.prefill_estimate(f, 2048, 16384, 32, True, m, fit) for m in ("causal", "full"))
+    assert c.tflops < w.tflops and c.compute_floor_us < w.compute_floor_us
+
+
+def test_the_table_rows_carry_their_goals():
+    figs = {f"mqa_logits_mfma.HX_HEADS-{h}": _figure([["busy", 1000]]) for h in (32, 64)}
+    rows = R.prefill_rows(figs, R.Fit(3000.0, 2.0))
+    assert len(rows) == 2 * (2 * len(R.BENCH_PREFILL_SHAPES) + 1) + 2 * len(R.AITER_TABLE_US)
+    for r in rows:
+        assert r["bound"] in ("memory", "unit start", "wave", "mfma", "valu", "lds", "l2"), r
+        assert r["estimate_us"] >= max(r["memory_floor_us"], r["compute_floor_us"]), r
+        if r["source"].startswith("aiter") or r["H"] == 64 or r["N"] == 32768 and r["M"] == 128:
+            assert r["goal"] and r["meets"] in (True, False), r
+    (g64,) = [r for r in rows if r["source"] == "aiter 5216" and r["H"] == 64]
+    assert g64["aiter_us"] == round(2 * 64 * 128 * R.valid_pairs(8192, 32768, "causal") / 2317e12 * 1e6, 1)
+    assert R.prefill_rows({}) == []

@@ -63,6 +63,7 @@ for _key in ("paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"):
     for _h in (32, 64):
         TILE_MFMAS[f"{_key}.HX_HEADS-{_h}"] = (_h // 16 * 4, "1 row x 64-key page")
 DECODE_KERNELS = {k for k in TILE_MFMAS if k.startswith("paged_mqa_logits_mfma")}
+PREFILL_KERNELS = {k for k in TILE_MFMAS if k.startswith("mqa_logits_mfma")}
 # gfx950 (docs/gfx950.md): what bounds the waves resident per SIMD besides VGPRs.
 LDS_PER_CU = 160 * 1024
 SIMDS_PER_CU = 4
@@ -115,6 +116,29 @@ class DecodeFigures:
 
 
 @dataclass
+class PrefillFigures:
+    """The key loop of the prefill MFMA kernel, per tile (one wave's row pair x 32 keys) and per wave, with
+    the loop's instruction stream reduced to what its timeline needs (tools/support/roofline.py costs it)."""
+    tiles_per_iteration: float
+    mfma_cycles: float             # per tile, one wave: passes x 4
+    valu_cycles: float
+    nop_wait_states: float
+    issue_cycles: float            # every other instruction's issue slot (SALU, branch, LDS, VMEM, waits): 4 each
+    lds_read_bytes: float          # ds_read bytes (64 lanes x width)
+    dma_bytes: float               # global->LDS bytes the wave's DMA instructions move (64 lanes x width)
+    store_bytes: float             # vector store instruction bytes (64 lanes x width; exec masks not applied)
+    waves_per_simd_vgpr: int       # occupancy by registers (clang's figure)
+    waves_per_simd_resident: float  # ... and by LDS, in whole workgroups
+    blocks_per_cu: int
+    waves_per_block: int
+    fill_cycles_per_element: float  # the clean_logits -inf fill loop: one wave's cycles per element of a row
+    events: list = field(default_factory=list)  # the loop in layout order, see loop_events
+
+    def valu_over_mfma(self) -> float:
+        return self.valu_cycles / self.mfma_cycles
+
+
+@dataclass
 class KernelReport:
     name: str
     source: str                 # the .s file, or the manifest variant key
@@ -123,6 +147,7 @@ class KernelReport:
     tile_mfmas: int | None = None
     tile_what: str = ""
     decode: DecodeFigures | None = None
+    prefill: PrefillFigures | None = None
     body: str = field(default="", repr=False)   # the function's assembly
 
     def per_tile(self) -> dict | None:
@@ -270,9 +295,9 @@ def dominators(blocks, preds) -> list[set]:
     return dom
 
 
-def hot_loop(body: str) -> Loop | None:
-    """The natural loop (back edge to an earlier header, plus every block that reaches the back edge
-    without passing the header) with the most MFMAs; ties go to the smallest (innermost)."""
+def natural_loops(body: str) -> list[tuple[Loop, set]]:
+    """Every natural loop (a back edge to an earlier header, plus every block that reaches the back edge
+    without passing the header) with the line numbers of its instructions."""
     lines = list(_instructions(body))
     blocks = basic_blocks(lines)
     preds = {i: set() for i in range(len(blocks))}
@@ -280,7 +305,7 @@ def hot_loop(body: str) -> Loop | None:
         for s_ in b["succ"]:
             preds[s_].add(i)
     dom = dominators(blocks, preds)
-    best = None
+    out = []
     for tail, b in enumerate(blocks):
         for h in b["succ"]:
             if h not in dom[tail]:
@@ -293,12 +318,18 @@ def hot_loop(body: str) -> Loop | None:
                 members.add(x)
                 todo += list(preds[x])
             lns = {ln for i in members for ln, _ in blocks[i]["ins"]}
-            if not lns:
-                continue
-            loop = analyse_loop(lines, lns, blocks[h]["label"] or f"block{h}", min(lns), max(lns))
-            key = (loop.counts["mfma"], -len(lns))
-            if best is None or key > best[0]:
-                best = (key, loop)
+            if lns:
+                out.append((analyse_loop(lines, lns, blocks[h]["label"] or f"block{h}", min(lns), max(lns)), lns))
+    return out
+
+
+def hot_loop(body: str) -> Loop | None:
+    """The natural loop with the most MFMAs; ties go to the smallest (innermost)."""
+    best = None
+    for loop, lns in natural_loops(body):
+        key = (loop.counts["mfma"], -len(lns))
+        if best is None or key > best[0]:
+            best = (key, loop)
     return best[1] if best else None
 
 
@@ -373,6 +404,95 @@ def decode_figures(body: str, loop: Loop, tile_mfmas: int, resources: dict, bloc
                          inflight, vgpr_occ, resident, planned, inflight * planned * SIMDS_PER_CU)
 
 
+_LDS_READ = re.compile(r"^ds_read_?(b128|b96|b64|b32|u16|u8|i16|i8|2addr_b32|2addr_b64|2st64_b32|2st64_b64)")
+_LDS_READ_BYTES = {"b128": 16, "b96": 12, "b64": 8, "b32": 4, "u16": 2, "u8": 1, "i16": 2, "i8": 1,
+                   "2addr_b32": 8, "2addr_b64": 16, "2st64_b32": 8, "2st64_b64": 16}
+_STORE_WIDTH = re.compile(r"^(?:buffer|global)_store_(dwordx4|dwordx3|dwordx2|dword|b128|b96|b64|b32)\b")
+
+
+def loop_events(instructions) -> list:
+    """A loop's instructions in layout order as a timeline: ["busy", cycles] (MFMA passes x 4, VALU cycles,
+    s_nop wait states, 4 cycles of issue for SALU and branches; runs merged), ["lds"], ["load"], ["store"]
+    (an LDS, vector load or vector store instruction issued), ["wait", vmcnt, lgkmcnt] (-1: not waited on),
+    ["barrier"]. The memory and wait events cost their 4-cycle issue slot in the timeline itself."""
+    ev: list = []
+
+    def busy(c):
+        if ev and ev[-1][0] == "busy":
+            ev[-1][1] += c
+        else:
+            ev.append(["busy", c])
+    for ins in instructions:
+        c = classify(ins)
+        op = ins.split()[0]
+        if c == "mfma":
+            busy(4 * mfma_passes(ins)[0])
+        elif c == "valu":
+            busy(valu_cycles(ins))
+        elif c == "nop":
+            busy(int(ins.split()[1]) + 1 if len(ins.split()) > 1 else 1)
+        elif c == "lds":
+            ev.append(["lds"])
+        elif c in ("vmem", "vmem_lds"):
+            ev.append(["store"] if "_store" in op or "_atomic" in op else ["load"])
+        elif c == "waitcnt":
+            vm, lg = re.search(r"vmcnt\((\d+)\)", ins), re.search(r"lgkmcnt\((\d+)\)", ins)
+            ev.append(["wait", int(vm.group(1)) if vm else -1, int(lg.group(1)) if lg else -1])
+        elif c == "barrier":
+            ev.append(["barrier"])
+        else:  # SALU, SMEM issue, branches
+            busy(4)
+    return ev
+
+
+def prefill_figures(body: str, loop: Loop, tile_mfmas: int, resources: dict, block: int = 256) -> PrefillFigures | None:
+    """The key loop's figures for the prefill MFMA kernel (see PrefillFigures); None without an MFMA loop."""
+    if not loop.counts["mfma"]:
+        return None
+    lines = list(_instructions(body))
+    blocks = basic_blocks(lines)
+    members = [b for b in blocks if b["ins"] and loop.first_line <= b["ins"][0][0] <= loop.last_line]
+    ins = [i for b in members for _, i in b["ins"]]
+    tiles = loop.counts["mfma"] / tile_mfmas
+    lds = dma = store = 0
+    for i in ins:
+        m = _LDS_READ.match(i)
+        if m:
+            lds += 64 * _LDS_READ_BYTES[m.group(1)]
+        m = _LOAD_WIDTH.match(i)
+        if m and classify(i) == "vmem_lds":
+            dma += 64 * _WIDTH_BYTES[m.group(1)]
+        m = _STORE_WIDTH.match(i)
+        if m:
+            store += 64 * _WIDTH_BYTES[m.group(1)]
+    c = loop.counts
+    other = sum(c[k] for k in ("vmem", "vmem_lds", "lds", "smem", "salu", "branch", "barrier", "waitcnt"))
+    waves = block // 64
+    vgpr_occ = resources.get("occupancy", 0)
+    lds_bytes = resources.get("lds", 0)
+    units_by_lds = LDS_PER_CU // lds_bytes if lds_bytes else 10 ** 6
+    blocks_per_cu = min(vgpr_occ * SIMDS_PER_CU // waves, units_by_lds)
+    return PrefillFigures(tiles, loop.mfma_cycles / tiles, loop.valu_cycles / tiles, loop.nop_wait_states / tiles,
+                          4 * other / tiles, lds / tiles, dma / tiles, store / tiles, vgpr_occ,
+                          blocks_per_cu * waves / SIMDS_PER_CU, blocks_per_cu, waves, fill_cycles(body),
+                          loop_events(ins))
+
+
+def fill_cycles(body: str) -> float:
+    """One wave's cycles per element of the -inf fill: the smallest MFMA-free loop holding a vector store (each
+    store covers 64 elements of a row), its VALU cycles plus 4 cycles of issue per other instruction."""
+    best = None
+    for loop, lns in natural_loops(body):
+        c = loop.counts
+        if c["mfma"] or not c["vmem"]:
+            continue
+        other = sum(c[k] for k in CLASSES if k not in ("valu", "mfma", "nop"))
+        cost = (loop.valu_cycles + loop.nop_wait_states + 4 * other) / (64 * c["vmem"])
+        if best is None or len(lns) < best[0]:
+            best = (len(lns), cost)
+    return best[1] if best else 0.0
+
+
 def report_asm(asm: str, source: str, tile_mfmas: int | None = None, tile_what: str = "") -> list[KernelReport]:
     out = []
     for name, body in _FUNC.findall(asm):
@@ -419,6 +539,8 @@ def manifest_reports(manifest: Path | None = None, src_root: Path | None = None)
             if e["variant_key"] in DECODE_KERNELS and r.loop is not None:
                 r.decode = decode_figures(r.body, r.loop, tm, r.resources, e["block"],
                                           _planned_waves_per_simd(e["name"], e.get("variant", {}).get("HX_HEADS")))
+            if e["variant_key"] in PREFILL_KERNELS and r.loop is not None:
+                r.prefill = prefill_figures(r.body, r.loop, tm, r.resources, e["block"])
             reports.append(r)
     return reports
 
@@ -440,6 +562,9 @@ def as_dict(r: KernelReport) -> dict:
          "tile": r.tile_what, "loop": asdict(r.loop) if r.loop else None, "per_tile": r.per_tile()}
     if r.decode is not None:
         d["decode"] = asdict(r.decode) | {f"valu_over_mfma_rows_{n}": r.decode.valu_over_mfma(n) for n in (1, 6, 8)}
+    if r.prefill is not None:
+        d["prefill"] = {k: v for k, v in asdict(r.prefill).items() if k != "events"} | {
+            "valu_over_mfma": r.prefill.valu_over_mfma()}
     return d
 
 
@@ -463,6 +588,28 @@ def format_decode_table(reports: list[KernelReport]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths))  # noqa: E731
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def format_prefill_section(reports: list[KernelReport]) -> str:
+    """The prefill kernel's key loop (per tile) and its estimated times, or "" without it."""
+    figs = {r.source: asdict(r.prefill) for r in reports if r.prefill is not None}
+    if not figs:
+        return ""
+    lines = ["prefill key loop (a tile = one wave's row pair x 32 keys; cycles per tile, one wave):",
+             "kernel                       occ vgpr/res  blocks/CU  mfma  valu  nop   issue  valu/mfma  "
+             "LDS B  DMA B  fill cyc/elem"]
+    for r in reports:
+        f = r.prefill
+        if f is None:
+            continue
+        lines.append(f"{r.source:<28} {f.waves_per_simd_vgpr}/{f.waves_per_simd_resident:<9g} {f.blocks_per_cu:<10} "
+                     f"{f.mfma_cycles:<5.0f} {f.valu_cycles:<5.0f} {f.nop_wait_states:<5.1f} {f.issue_cycles:<6.1f} "
+                     f"{f.valu_over_mfma():<10.2f} {f.lds_read_bytes:<6.0f} {f.dma_bytes:<6.0f} "
+                     f"{f.fill_cycles_per_element:.2f}")
+    rows = roofline.prefill_rows(figs)
+    lines.append("\nestimated prefill times (tools/support/roofline.py: the decode fit's latency and overhead, "
+                 "the prefill terms assumed; ESTIMATES, not measurements):\n" + roofline.format_prefill(rows))
+    return "\n".join(lines)
 
 
 def format_table(reports: list[KernelReport]) -> str:
@@ -511,6 +658,9 @@ def main(argv=None) -> int:
         if figs:
             print("\nestimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode kernel; "
                   "ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
+        pre = format_prefill_section(reports)
+        if pre:
+            print("\n" + pre)
         print("\nmodel: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
               "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
               "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")

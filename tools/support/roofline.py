@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Roofline estimate of a paged decode launch on an MI355X, from a hot loop's instruction mix. ESTIMATES, not
-measurements: no MI355X has run this project's kernels.
+"""Roofline estimates of paged decode and prefill launches on an MI355X, from a hot loop's instruction mix.
+ESTIMATES, not measurements: no MI355X has run this project's kernels.
 
     python -m tools.support.roofline                 # calibration on aiter's HIP decode kernel, then our kernels' rows
     python -m tools.support.roofline --json
 
-The model, per launch (docs/gfx950.md, "Estimated decode times"):
+The prefill model (prefill_estimate, docs/gfx950.md "The prefill kernel's estimated times") reuses the decode
+fit's latency and launch overhead and adds the assumptions of PrefillTerms; it is not fitted.
+
+The decode model, per launch (docs/gfx950.md, "Its ISA, and estimated times"):
   a wave runs `iterations` loop iterations (a tile of keys x rows); each costs the wave `mfma` + `valu` cycles of
   issue (one wave's MFMA and VALU work do not overlap each other) and waits `latency` cycles for its loads unless
   they were issued `prefetch` iterations ahead. A SIMD holds `waves` of them: its MFMA pipe and VALU pipe are
@@ -203,6 +206,309 @@ def format_goals(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ the prefill MFMA kernel (mqa_logits_mfma)
+# What the prefill model adds to the decode fit (latency, overhead), none of it fitted: no prefill kernel with
+# published MI355X times has an ISA we can compile here, so these stay assumptions until an MI355X runs.
+@dataclass(frozen=True)
+class PrefillTerms:
+    lds_latency_cycles: float = 128.0     # a wave64 ds_read's round trip (issue to data in VGPRs)
+    store_ack_cycles: float = 500.0       # a vector store's acknowledgement from the L2 (what vmcnt(0) waits for)
+    lds_bytes_per_clk_cu: float = 128.0   # LDS bandwidth of a CU, reads and DMA writes together
+    l2_bytes_per_clk_cu: float = 64.0     # what one CU can pull from the L2 per clock
+
+
+PREFILL_WINDOW_MODES = ("causal", "full")
+
+
+def wave_timeline(events: list, load_latency: float, terms: PrefillTerms = PrefillTerms()) -> dict:
+    """One wave alone running the loop's timeline (isa_report.loop_events) twice in order, the second pass from
+    the first's outstanding operations: every event costs its issue, a wait stalls until the operations it
+    drains have completed (vector loads after `load_latency`, stores after `store_ack_cycles`, LDS after
+    `lds_latency_cycles`; each counter drains in issue order). Returns the second pass's cycles and stalls."""
+    from collections import deque
+    vm, lgkm = deque(), deque()
+    t = 0.0
+    out = {}
+    for rnd in range(2):
+        t0, stall_vm, stall_lds = t, 0.0, 0.0
+        for e in events:
+            k = e[0]
+            if k == "busy":
+                t += e[1]
+                continue
+            if k == "wait":
+                for q, n, which in ((vm, e[1], "vm"), (lgkm, e[2], "lds")):
+                    while n >= 0 and len(q) > n:
+                        done = q.popleft()
+                        if done > t:
+                            if which == "vm":
+                                stall_vm += done - t
+                            else:
+                                stall_lds += done - t
+                            t = done
+            elif k == "lds":
+                lgkm.append(t + terms.lds_latency_cycles)
+            elif k == "load":
+                vm.append(t + load_latency)
+            elif k == "store":
+                vm.append(t + terms.store_ack_cycles)
+            t += 4  # the event's own issue slot
+        out = {"cycles": t - t0, "vm_stall": stall_vm, "lds_stall": stall_lds}
+    return out
+
+
+def prefill_windows(M: int, N: int, mode: str) -> tuple[list, list]:
+    """(ks, ke) per row: "causal" as the bench pins it (one request, row m sees keys [0, N - M + m + 1)),
+    "full" every key."""
+    if mode == "causal":
+        return [0] * M, [N - M + m + 1 for m in range(M)]
+    if mode == "full":
+        return [0] * M, [N] * M
+    raise ValueError(f"mode: expected one of {PREFILL_WINDOW_MODES}, got {mode!r}")
+
+
+def _split_part(t0: int, t1: int, parts: int, s: int) -> tuple[int, int]:
+    n = max(0, t1 - t0)  # hx_split_part (hsaco_src/common/index_math.h)
+    return t0 + s * n // parts, t0 + (s + 1) * n // parts
+
+
+def prefill_units(M: int, N: int, ks: list, ke: list, plan) -> list[dict]:
+    """The plan's work units in dispatch order (grid x, the row blocks, fastest; reverse_rows maps block x to
+    the last row block first), each with its tiles and the -inf fill of each of its rows, by the kernel's
+    own arithmetic (hx_clamp_window, hx_prefill_split)."""
+    units = []
+    for y in range(plan.split):
+        for x in range(plan.row_blocks):
+            rb = plan.row_blocks - 1 - x if plan.reverse_rows else x
+            m0, m1 = rb * plan.rows_per_block, min(M, (rb + 1) * plan.rows_per_block)
+            lo, hi = N, 0
+            for m in range(m0, m1):
+                a = min(max(ks[m], 0), N)
+                b = max(min(ke[m], N), a)
+                if b > a:
+                    lo, hi = min(lo, a), max(hi, b)
+            if hi <= lo:
+                lo = hi = 0
+            t = _split_part(lo // plan.tile, -(-hi // plan.tile), plan.split, y)
+            wlo = min(max(lo, t[0] * plan.tile), hi)
+            whi = max(min(hi, t[1] * plan.tile), wlo)
+            fl, fh = _split_part(0, lo, plan.split, y), _split_part(hi, N, plan.split, y)
+            units.append({"tiles": -(-(whi - wlo) // 32), "fill": (fl[1] - fl[0]) + (fh[1] - fh[0])})
+    return units
+
+
+def prefill_tile_cycles(f: dict, blocks: int, load_latency: float, terms: PrefillTerms = PrefillTerms()) -> dict:
+    """Cycles per tile of every wave of a CU holding `blocks` workgroups (one wave of each on every SIMD), and
+    each term's own figure: the wave's timeline ("wave": its issue, s_nops and waits), the SIMD's shared MFMA
+    and VALU pipes, the CU's LDS traffic and its pull from the L2."""
+    tl = wave_timeline(f["events"], load_latency, terms)
+    per = f["tiles_per_iteration"]
+    waves_cu = blocks * f["waves_per_block"]
+    terms_c = {
+        "wave": tl["cycles"] / per,
+        "mfma": blocks * f["mfma_cycles"],
+        "valu": blocks * f["valu_cycles"],
+        "lds": waves_cu * (f["lds_read_bytes"] + f["dma_bytes"]) / terms.lds_bytes_per_clk_cu,
+        "l2": waves_cu * (f["dma_bytes"] + f["store_bytes"] / 2) / terms.l2_bytes_per_clk_cu,
+    }
+    bound = max(terms_c, key=terms_c.get)
+    return {"cycles": terms_c[bound], "bound": bound, "terms": terms_c,
+            "vm_stall": tl["vm_stall"] / per, "lds_stall": tl["lds_stall"] / per}
+
+
+@dataclass
+class PrefillEstimate:
+    us: float
+    bound: str                 # the estimate's largest term
+    tflops: float              # 2 H D per valid (row, key) pair over `us`
+    loop_us: float             # the simulated launch (unit starts, tiles, the fill, the last round)
+    memory_floor_us: float     # HBM bytes at 8 TB/s
+    compute_floor_us: float    # the valid pairs' FLOPs at the fp8 dense peak
+    mfma_us: float             # the computed tiles' MFMA cycles with every SIMD busy (tile rounding included)
+    tile_cycles: float         # per tile at the resident blocks per CU
+    tile_bound: str
+    start_share: float         # of the units' time: their starts (latencies, -inf fill)
+    grid: tuple
+    units: int
+    tiles_per_unit: tuple      # min, max
+
+
+def prefill_estimate(f: dict, M: int, N: int, H: int, clean: bool, mode: str = "causal", fit: Fit | None = None,
+                     terms: PrefillTerms = PrefillTerms()) -> PrefillEstimate:
+    """An estimate of one fp8_mqa_logits launch of mqa_logits_mfma on an MI355X, from its key loop's figures
+    (isa_report.PrefillFigures as a dict), the grid plan_prefill picks for gfx950 and the windows of `mode`.
+
+    Units are dispatched in grid order to the first CU with a free workgroup slot (blocks_per_cu of them).
+    A unit first waits two loaded latencies (its windows; then its Q, weights and first K chunk, with its
+    share of the -inf fill issued meanwhile), then runs its tiles at prefill_tile_cycles for the workgroups
+    that CU holds at that moment. The launch is the last unit's end, never less than its HBM bytes at 8 TB/s,
+    plus the launch overhead of the decode fit."""
+    import heapq
+    from hipindexer.plan import TARGETS, plan_prefill
+    fit = fit or calibrate()[0]
+    plan = plan_prefill(M, N, H, D, TARGETS["gfx950"])
+    if plan.kernel != "mqa_logits_mfma":
+        raise ValueError(f"plan_prefill picks {plan.kernel} at H={H}, not mqa_logits_mfma")
+    ks, ke = prefill_windows(M, N, mode)
+    units = prefill_units(M, N, ks, ke, plan)
+    slots = f["blocks_per_cu"]
+    per_b = {b: prefill_tile_cycles(f, b, fit.latency_cycles, terms) for b in range(1, slots + 1)}
+    start = [2 * fit.latency_cycles + 2 * u["fill"] * f["fill_cycles_per_element"] for u in units]
+    # per CU: running units as [start cycles left, tiles left, index]; rates change when the CU's count does
+    cus = [[] for _ in range(CUS)]
+    last = [0.0] * CUS
+    pending = list(range(len(units)))[::-1]
+    heap, version = [], [0] * CUS
+
+    def next_event(c: int) -> float:
+        run = cus[c]
+        if not run:
+            return math.inf
+        tc = per_b[len(run)]["cycles"]
+        return last[c] + min(r[0] if r[0] > 0 else r[1] * tc for r in run)
+
+    def advance(c: int, t: float) -> None:
+        run = cus[c]
+        if run:
+            tc = per_b[len(run)]["cycles"]
+            dt = t - last[c]
+            for r in run:
+                d = min(dt, r[0])
+                r[0] -= d
+                r[1] = max(0.0, r[1] - (dt - d) / tc)
+        last[c] = t
+        cus[c] = [r for r in run if r[0] > 1e-9 or r[1] > 1e-9]
+
+    for _ in range(slots):  # the first units go out round-robin over the CUs
+        for c in range(CUS):
+            if pending:
+                i = pending.pop()
+                cus[c].append([start[i], units[i]["tiles"], i])
+    for c in range(CUS):
+        heapq.heappush(heap, (next_event(c), c, 0))
+    end = 0.0
+    while heap:
+        t, c, v = heapq.heappop(heap)
+        if v != version[c] or t == math.inf:
+            continue
+        advance(c, t)
+        while pending and len(cus[c]) < slots:
+            i = pending.pop()
+            cus[c].append([start[i], units[i]["tiles"], i])
+        end = max(end, t)
+        version[c] += 1
+        heapq.heappush(heap, (next_event(c), c, version[c]))
+    loop_us = end / CLOCK_HZ * 1e6
+    valid = sum(max(0, min(e, N) - min(max(s_, 0), N)) for s_, e in zip(ks, ke))
+    tiles = sum(u["tiles"] for u in units)
+    flops = 2.0 * H * D * valid
+    out_bytes = 4 * (M * N if clean else valid)
+    hbm = M * H * D + N * (D + 4) + M * H * 4 + 8 * M + out_bytes  # each input read once, the logits written once
+    memory_us = hbm / HBM_BYTES_PER_S * 1e6
+    compute_us = flops / (FP8_FLOP_PER_CLK_CU * CUS * CLOCK_HZ) * 1e6
+    mfma_us = tiles * f["mfma_cycles"] / SIMDS / CLOCK_HZ * 1e6
+    full = per_b[slots]
+    work = sum(s_ + u["tiles"] * full["cycles"] for s_, u in zip(start, units))
+    start_share = sum(start) / work if work else 0.0
+    if memory_us >= loop_us:
+        bound = "memory"
+    elif start_share > 0.5:
+        bound = "unit start"
+    else:
+        bound = full["bound"]
+    us = max(loop_us, memory_us) + fit.overhead_us
+    return PrefillEstimate(us, bound, flops / us * 1e-6, loop_us, memory_us, compute_us, mfma_us, full["cycles"],
+                           full["bound"], start_share, plan.grid, plan.units,
+                           (min(u["tiles"] for u in units), max(u["tiles"] for u in units)))
+
+
+# The prefill rows the table of docs/gfx950.md holds: the bench's causal shapes (docs/benchmarks.md) at H = 64 and
+# 32, clean_logits both ways, and the shapes aiter published MI355X figures for.
+BENCH_PREFILL_SHAPES = [(4096, 32768), (2048, 65536), (1024, 131072), (8192, 8192), (128, 32768)]
+LARGE_PREFILL_SHAPES = BENCH_PREFILL_SHAPES[:3]   # the three 2^27-position chunks
+# aiter pull request 5216 (Gluon prefill, MI355X): one causal request, M = 8192, N = 32768, D = 128: H -> TFLOP/s
+AITER_GLUON_TFLOPS = {64: 2317.0, 32: 1866.0}
+# aiter pull request 5434 (Triton/Gluon, MI355X), H = 32, D = 128, clean_logits: (M, N) -> us. Its windows are
+# not stated, so our estimate is given causal and over every key.
+AITER_TABLE_US = {(1024, 4096): 32.4, (1024, 16384): 117.6, (1024, 65664): 558.2, (1024, 131072): 1072.3,
+                  (2048, 4096): 53.2, (2048, 16384): 223.6, (2048, 65664): 1084.2}
+PREFILL_TFLOPS_GOAL_H64 = 2800.0   # 1.2 x aiter's 2317
+PREFILL_OVER_AITER_GOAL = 1.2      # H = 32: aiter's time over ours
+SMALL_OVER_LARGE_GOAL = 0.8        # (128, 32768) against the large shapes' best rate
+
+
+def valid_pairs(M: int, N: int, mode: str) -> int:
+    ks, ke = prefill_windows(M, N, mode)
+    return sum(max(0, min(e, N) - min(max(s_, 0), N)) for s_, e in zip(ks, ke))
+
+
+def prefill_rows(figures: dict, fit: Fit | None = None, terms: PrefillTerms = PrefillTerms()) -> list[dict]:
+    """Our estimates at every row of the table, from the prefill loop figures keyed by variant
+    (isa_report.PrefillFigures as dicts; a variant missing from `figures` gives no rows), each with its goal
+    and whether the estimate meets it."""
+    fit = fit or calibrate()[0]
+    rows = []
+
+    def one(src, H, M, N, clean, mode, aiter_us=None):
+        f = figures.get(f"mqa_logits_mfma.HX_HEADS-{H}")
+        if f is None:
+            return None
+        e = prefill_estimate(f, M, N, H, clean, mode, fit, terms)
+        row = {"source": src, "H": H, "M": M, "N": N, "clean": clean, "windows": mode,
+               "estimate_us": round(e.us, 1), "tflops": round(e.tflops), "bound": e.bound, "tile_bound": e.tile_bound,
+               "tile_cycles": round(e.tile_cycles, 1), "grid": list(e.grid), "tiles_per_unit": list(e.tiles_per_unit),
+               "memory_floor_us": round(e.memory_floor_us, 1), "compute_floor_us": round(e.compute_floor_us, 1),
+               "aiter_us": aiter_us, "goal": None, "meets": None}
+        if aiter_us is not None:
+            row["over_aiter"] = round(aiter_us / e.us, 2)
+        rows.append(row)
+        return row
+    for H in (64, 32):
+        for M, N in BENCH_PREFILL_SHAPES:
+            for clean in (True, False):
+                one("bench", H, M, N, clean, "causal")
+        M, N = 8192, 32768
+        flops = 2.0 * H * D * valid_pairs(M, N, "causal")
+        one("aiter 5216", H, M, N, True, "causal", round(flops / (AITER_GLUON_TFLOPS[H] * 1e12) * 1e6, 1))
+    for (M, N), us in AITER_TABLE_US.items():
+        for mode in PREFILL_WINDOW_MODES:
+            one("aiter 5434", 32, M, N, True, mode, us)
+    large = {}
+    for r in rows:
+        if r["source"] == "bench" and (r["M"], r["N"]) in LARGE_PREFILL_SHAPES:
+            key = (r["H"], r["clean"])
+            large[key] = max(large.get(key, 0), r["tflops"])
+    for r in rows:
+        if (r["M"], r["N"]) == (128, 32768):  # the small chunk's own goal, at either H
+            ref = large[(r["H"], r["clean"])]
+            r["of_large_rate"] = round(r["tflops"] / ref, 2)
+            r["goal"] = f">= {SMALL_OVER_LARGE_GOAL} x {ref} TFLOP/s"
+            r["meets"] = r["of_large_rate"] >= SMALL_OVER_LARGE_GOAL
+        elif r["H"] == 64:
+            r["goal"] = f">= {PREFILL_TFLOPS_GOAL_H64:.0f} TFLOP/s"
+            r["meets"] = r["tflops"] >= PREFILL_TFLOPS_GOAL_H64
+        elif r["aiter_us"] is not None:
+            r["goal"] = f"<= {r['aiter_us'] / PREFILL_OVER_AITER_GOAL:.1f} us"
+            r["meets"] = r["over_aiter"] >= PREFILL_OVER_AITER_GOAL
+    return rows
+
+
+def format_prefill(rows: list[dict]) -> str:
+    lines = [f"{'source':<10} {'H':>2} {'M':>5} {'N':>6} {'clean':>5} {'windows':<7} {'estimate us':>11} "
+             f"{'TFLOP/s':>7} {'aiter us':>8}  bound      goal"]
+    for r in rows:
+        goal = "" if r["goal"] is None else f"{r['goal']}: {'met' if r['meets'] else 'MISSED'}"
+        lines.append(f"{r['source']:<10} {r['H']:>2} {r['M']:>5} {r['N']:>6} {str(r['clean']):>5} {r['windows']:<7} "
+                     f"{r['estimate_us']:>11} {r['tflops']:>7} {r['aiter_us'] or '-':>8}  {r['bound']:<10} {goal}")
+    return "\n".join(lines)
+
+
+def our_prefill_figures() -> dict:
+    """The key-loop figures of each prefill MFMA variant, from the ISA report of the built kernels."""
+    from tools.support import isa_report as rep  # on use: isa_report imports this module
+    return {r.source: asdict(r.prefill) for r in rep.manifest_reports() if r.prefill is not None}
+
+
 def our_figures() -> dict:
     """The page-loop figures of each MFMA decode variant, from the ISA report of the built kernels."""
     from tools.support import isa_report as rep  # on use: isa_report imports this module
@@ -226,8 +532,10 @@ def main(argv=None) -> int:
                     "config": aiter_hip_config(r[0], r[1], r[2])})
     within = sum(0.7 <= c["ratio"] <= 1.3 for c in cal)
     ours = goal_estimates(our_figures(), fit)
+    prefill = prefill_rows(our_prefill_figures(), fit)
     doc = {"note": "estimates from a roofline model, not measurements", "fit": asdict(fit),
-           "calibration_rows_within_30pct": within, "calibration": cal, "ours": ours}
+           "prefill_terms": asdict(PrefillTerms()), "calibration_rows_within_30pct": within, "calibration": cal,
+           "ours": ours, "prefill": prefill}
     if a.json:
         print(json.dumps(doc, indent=1))
         return 0 if within >= 4 else 1
@@ -238,6 +546,8 @@ def main(argv=None) -> int:
         print(f"{c['B']:>3} {c['next_n']:>2} {c['context']:>7} {c['block_size']:>3} {c['measured_us']:>9} "
               f"{c['estimate_us']:>9} {c['ratio']:>6}  {c['bound']:<7} {c['config']}")
     print("\nours (ESTIMATES, not measurements):\n" + format_goals(ours))
+    print("\nprefill, mqa_logits_mfma (ESTIMATES, not measurements; new terms " + str(asdict(PrefillTerms())) + "):\n"
+          + format_prefill(prefill))
     return 0 if within >= 4 else 1
 
 
