@@ -3,13 +3,15 @@
 # timed on the decode and prefill benchmark shapes (tools/measure/deepgemm_bench.py), and hipindexer's benchmark of the
 # same shapes in the same call; the ratios (DeepGEMM time / ours: above 1, ours is faster) in $OUT/summary.txt.
 # Env: OUT (default /tmp/hx-out), KERNELS (decode kernels of ours to time, default both sm_90a ones), ROWS, SHAPES,
-# STEPS (default "build decode prefill").
+# NEXT_N (decode, default 1,2; above 2 DeepGEMM runs as a stack runs it, tools/measure/deepgemm_bench.py), HEADS
+# (decode, default 64), STEPS (default "build decode prefill").
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 KERNELS=${KERNELS:-"paged_mqa_logits_wgmma paged_mqa_logits_wgmma_tma"}
 ROWS=${ROWS:-64x131072,64x32768,16x131072,16x32768}
 SHAPES=${SHAPES:-4096x32768,2048x65536,1024x131072,8192x8192,128x32768}
 STEPS=${STEPS:-"build decode prefill"}
+NEXT_N=${NEXT_N:-1,2}; HEADS=${HEADS:-64}
 S=$OUT/summary.txt; : > "$S"
 say() { echo "$*" >> "$S"; }
 has() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -28,11 +30,11 @@ if has build; then
   rc=$?; say "== DeepGEMM build: exit $rc"; [ $rc = 0 ] || { tail -20 "$OUT/deepgemm_build.log" >> "$S"; cat "$S"; exit 1; }
 fi
 if has decode; then
-  timeout 400 $DG decode --rows "$ROWS" --heads 64 --next-n 1,2 > "$OUT/dg_decode.json" 2>> "$OUT/bench.log"
+  timeout 400 $DG decode --rows "$ROWS" --heads "$HEADS" --next-n "$NEXT_N" > "$OUT/dg_decode.json" 2>> "$OUT/bench.log"
   say "== DeepGEMM decode: exit $?"
   for k in $KERNELS; do
-    timeout 300 $HX bench decode --device cuda:0 --rows $(echo "$ROWS" | sed 's/[^,]*/equal:&/g') --heads 64 \
-      --next-n 1,2 --clean true --repeats 5 --kernel $k --json > "$OUT/hx_decode_$k.json" 2>> "$OUT/bench.log"
+    timeout 300 $HX bench decode --device cuda:0 --rows $(echo "$ROWS" | sed 's/[^,]*/equal:&/g') --heads "$HEADS" \
+      --next-n "$NEXT_N" --clean true --repeats 5 --kernel $k --json > "$OUT/hx_decode_$k.json" 2>> "$OUT/bench.log"
     say "== ours, $k: exit $?"
   done
 fi
@@ -67,6 +69,7 @@ for p in sorted(glob.glob(os.path.join(d, "hx_*.json"))):
         if g:
             shape = f"({c['B']}, {c['ctx']}) n={c['next_n']}" if op == "decode" else f"({c['M']}, {c['N']})"
             extra = f", DeepGEMM kernel alone {g['us_kernel']:.1f} us" if "us_kernel" in g else ""
+            extra += f", DeepGEMM as {g['mode']}" if g.get("mode", "native") != "native" else ""
             print(f"{op} {shape} H={c['H']} {c['kernel']}: ours {c['us']:.1f} us, DeepGEMM {g['us']:.1f} us{extra}: "
                   f"{g['us'] / c['us']:.2f}x")
 PY

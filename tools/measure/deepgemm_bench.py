@@ -2,6 +2,10 @@
 ratio measured in the same run (tools/device/h200_deepgemm.sh builds DeepGEMM on the device and runs this there; it
 needs torch and the built deep_gemm, which the package never does).
 
+next_n above 2, which DeepGEMM's Hopper kernel does not take, runs the way a serving stack runs it today: ceil(next_n / 2)
+calls at next_n 2, or every (sequence, row) as a sequence of its own at next_n 1, whichever is faster (`mode`; both
+times in `us_modes`).
+
     python -m tools.measure.deepgemm_bench decode --rows 64x131072,16x32768 --heads 64 --next-n 1,2 > dg_decode.json
     python -m tools.measure.deepgemm_bench prefill --shapes 4096x32768,8192x8192 --heads 64,32 > dg_prefill.json
 
@@ -72,19 +76,40 @@ def decode(rows, heads, next_ns, block_size, repeats):
                 w = torch.randn(B * n, H, device="cuda", dtype=torch.float32)
                 lens = (ctx - n + 1 + torch.arange(n, device="cuda", dtype=torch.int32)).repeat(B, 1).contiguous()
 
-                def step(with_schedule=True, sched=[None]):
-                    if with_schedule or sched[0] is None:
-                        sched[0] = deep_gemm.get_paged_mqa_logits_metadata(lens, block_size, num_sms)
-                    return deep_gemm.fp8_paged_mqa_logits(q, kv, w, lens, table, sched[0], ctx, clean_logits=False)
+                def call(q, w, lens, table):
+                    sched = [None]
 
-                us = _time(step, repeats)
-                us_kernel = _time(lambda: step(False), repeats)
+                    def step(with_schedule=True):
+                        if with_schedule or sched[0] is None:
+                            sched[0] = deep_gemm.get_paged_mqa_logits_metadata(lens, block_size, num_sms)
+                        return deep_gemm.fp8_paged_mqa_logits(q, kv, w, lens, table, sched[0], ctx, clean_logits=False)
+                    return step
+
+                modes = {}
+                if n <= 2:
+                    step = call(q, w, lens, table)
+                    modes["native"] = (lambda: step(), lambda: step(False))
+                else:
+                    # as a stack runs next_n > 2 on this DeepGEMM: ceil(n / 2) calls at next_n 2 (the last one's
+                    # second row a repeat when n is odd), or every (sequence, row) as its own sequence at next_n 1
+                    idx = [[min(2 * i, n - 1), min(2 * i + 1, n - 1)] for i in range(-(-n // 2))]
+                    w3 = w.view(B, n, H)
+                    parts = [call(q[:, j].contiguous(), w3[:, j].reshape(B * 2, H).contiguous(),
+                                  lens[:, j].contiguous(), table) for j in idx]
+                    modes["fold2"] = (lambda: [s() for s in parts], lambda: [s(False) for s in parts])
+                    flat = call(q.reshape(B * n, 1, H, D).contiguous(), w, lens.reshape(B * n, 1).contiguous(),
+                                table.repeat_interleave(n, dim=0).contiguous())
+                    modes["flatten"] = (lambda: flat(), lambda: flat(False))
+                timed = {m: (_time(f, repeats), _time(g, repeats)) for m, (f, g) in modes.items()}
+                mode = min(timed, key=lambda m: timed[m][0])
+                us, us_kernel = timed[mode]
                 key_bytes = B * ctx * (D + 4)
                 cases.append({"op": "decode", "library": "DeepGEMM", "B": B, "ctx": ctx, "H": H, "D": D,
                               "block_size": block_size, "next_n": n, "clean": False, "us": us, "us_kernel": us_kernel,
+                              "mode": mode, "us_modes": {m: v[0] for m, v in timed.items()},
                               "GBps": key_bytes / (us * 1e-6) / 1e9,
                               "tflops": 2 * H * D * _pairs_decode(B, ctx, n) / (us * 1e-6) / 1e12})
-                print(f"decode B={B} ctx={ctx} H={H} n={n}: {us:.1f} us ({us_kernel:.1f} without the schedule)",
+                print(f"decode B={B} ctx={ctx} H={H} n={n} ({mode}): {us:.1f} us ({us_kernel:.1f} without the schedule)",
                       file=sys.stderr, flush=True)
         del kv
     json.dump({"library": "DeepGEMM", "device": torch.cuda.get_device_name(), "cases": cases}, sys.stdout, indent=1)
