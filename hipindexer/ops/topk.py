@@ -18,6 +18,7 @@ from .launch import INT32_MAX, adopt, check_resident, device_only, kernel_for, p
 
 BLOCK = KERNEL["topk_logits"].block
 TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-call pointers, in struct order
+MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
 
 
 def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, out=None, values=None, stream=None,
@@ -144,7 +145,7 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, key):
     if rows == 0:
         return (o, v) if return_values else o
     launch = kernel_for(dev, "topk_logits").prepare(
-        rows, BLOCK, pointers=TOPK_POINTERS, logits_stride=stride,
+        min(rows, MAX_BLOCKS), BLOCK, pointers=TOPK_POINTERS, logits_stride=stride,
         indices_stride=_rows_of("out", o, "the indices", "top_k", top_k),
         values_stride=_rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
         rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))

@@ -3,7 +3,8 @@
 // positions by value, equal values by lower index; a row with V < top_k of them
 // returns its V indices then -1 (value -inf). Every target.
 //
-// One block per row, in four steps, every one deterministic (atomics only count):
+// One block per row (a block takes several when rows outnumber the grid), in four
+// steps, every one deterministic (atomics only count):
 // 1. Radix select on order-preserving keys (common/topk_select.h): per digit a
 //    shared histogram of the keys that match the digits found so far, then a
 //    block scan from the top bin finds the digit holding the top_k-th key. After
@@ -46,13 +47,10 @@ HX_INLINE HX_DEV hx_u32 hx_block_exclusive_sum(hx_u32 v, hx_u32* buf, hx_u32* to
   return inclusive - v;
 }
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_logits(const HX_GRID_CONSTANT TopkParams p) {
-  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
-  HX_SHARED(hx_u32, scan, HX_BLOCK);
-  HX_SHARED(hx_u32, found, 2);  // the digit holding the top_k-th key, and how many of its keys to take
-  HX_SHARED(hx_u64, entries, MAX_TOP_K);
+// Row `row`, by the whole block; the shared arrays are free again on return.
+HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                  hx_u64* entries) {
   const hx_u32 tid = hx_thread_x();
-  const hx_i64 row = hx_block_x();
   const float* const x = p.logits + row * p.logits_stride;
   const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
   const bool by_lengths = p.lengths != 0;
@@ -179,4 +177,15 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_logits(const HX_GRID_CONSTANT 
     out_idx[s] = -1;
     if (out_val) out_val[s] = neg_inf;
   }
+  hx_barrier();  // the sort buffer is read until here
+}
+
+// Rows block_x, block_x + grid, ...: the op caps the grid (hipindexer.ops.topk.MAX_BLOCKS), since a grid of one
+// block per row would pass the 2^32 work-items of a gfx950 dispatch at 2^24 rows.
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_logits(const HX_GRID_CONSTANT TopkParams p) {
+  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
+  HX_SHARED(hx_u32, scan, HX_BLOCK);
+  HX_SHARED(hx_u32, found, 2);  // the digit holding the top_k-th key, and how many of its keys to take
+  HX_SHARED(hx_u64, entries, MAX_TOP_K);
+  for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) hx_topk_row(p, row, hist, scan, found, entries);
 }

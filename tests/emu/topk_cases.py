@@ -230,6 +230,23 @@ def indices_only_and_the_same_output_twice(dev):
 
 
 @case
+def more_rows_than_blocks(dev):
+    """A grid smaller than the rows (the op caps it at MAX_BLOCKS): each block takes every grid-th row, its
+    shared memory reused from one row to the next."""
+    from hipindexer.ops import topk
+    rng = np.random.default_rng(19)
+    x = _masked(rng, 7, 900, 0.5)
+    x[1] = np.round(x[1])
+    kept = topk.MAX_BLOCKS
+    topk.MAX_BLOCKS = 3
+    try:
+        for sorted in (False, True):
+            check(dev, x, 200, sorted)
+    finally:
+        topk.MAX_BLOCKS = kept
+
+
+@case
 def no_rows(dev):
     idx, val = hipindexer.topk_logits(np.zeros((0, 10), np.float32), 5, return_values=True, device=dev)
     assert idx.shape == val.shape == (0, 5)

@@ -253,7 +253,8 @@ PLANTS = {
     ],
     # The standalone top-k (generic/topk_logits.hip and common/topk_select.h, both targets): the tie rule of the
     # sorted order reversed, a row's last column never considered, negative keys in reverse order, -0.0 below
-    # +0.0 (the tie becomes an order), -inf inside lengths dropped, the compaction's count of earlier tiles lost.
+    # +0.0 (the tie becomes an order), -inf inside lengths dropped, the compaction's count of earlier tiles lost,
+    # the rows past the grid never taken.
     # Run with --set topk (its suite is tests/emu/topk_cases.py, SET_TESTS).
     "topk": [
         Plant("sorted_ties_by_higher_index", "common/topk_select.h",
@@ -268,6 +269,8 @@ PLANTS = {
         Plant("minus_inf_never_selectable", "common/topk_select.h",
               "if (u == 0xFF800000u && !minus_inf_selectable) return 0u;", "if (u == 0xFF800000u) return 0u;"),
         Plant("tile_carry_lost", "generic/topk_logits.hip", "    gt_before += tile_total >> 16;\n", ""),
+        Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
+              "row < p.rows; row += p.rows"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
