@@ -249,6 +249,13 @@ STRUCTS.append(Struct("WindowsParams", [
     ("query_lens", "ptr:i32"), ("context_lens", "ptr:i32"), ("ks", "ptr:i32"), ("ke", "ptr:i32"),
     ("errors", "ptr:i32"), ("M", "i32"), ("R", "i32"),
 ]))
+# The exact top-k of a logits array (hipindexer.ops.topk). Optional arrays are 0: lengths (every column of a row
+# selectable but -inf), values (indices only).
+STRUCTS.append(Struct("TopkParams", [
+    ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
+    ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
+    ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
+]))
 # Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
 STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))
 # The fp8 wgmma peak loop (sm_90a): the benchmark's matrix-rate ceiling.
@@ -278,6 +285,9 @@ KERNELS.append(Kernel("gather_cached_keys", "generic/cache_gather.hip", "hx_gath
                       block=256))
 KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "hx_packed_prefill_windows",
                       "WindowsParams", block=256))
+# The standalone top-k over a logits array: one block per row, radix select, compaction in index order, bitonic sort
+# for sorted=True (hsaco_src/generic/topk_logits.hip).
+KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

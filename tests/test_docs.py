@@ -139,8 +139,8 @@ def test_docstring_examples_run_on_the_reference(module):
     assert result.failed == 0
 
 
-DEVICE_DOCTESTS = ["hipindexer.ops.prefill", "hipindexer.ops.decode", "hipindexer.ops.cache", "hipindexer.runtime.device",
-                   "hipindexer.runtime.array"]
+DEVICE_DOCTESTS = ["hipindexer.ops.prefill", "hipindexer.ops.decode", "hipindexer.ops.cache", "hipindexer.ops.topk",
+                   "hipindexer.runtime.device", "hipindexer.runtime.array"]
 _RUN_DOCTESTS = """
 import doctest, importlib, sys
 failed = attempted = 0

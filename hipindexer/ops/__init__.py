@@ -2,13 +2,14 @@
 
 launch.py: devices and targets, argument adoption and upload, the prepared-launch cache, the checks of out=,
 errors= and tunables, the error bits; prefill.py: ``fp8_mqa_logits``; decode.py: ``fp8_paged_mqa_logits``;
-cache.py: the paged cache's writer, gather and prefill windows; kv_map.py: the tensor map of a cache that the
-sm_90a tensor-copy decode kernel reads through.
+cache.py: the paged cache's writer, gather and prefill windows; topk.py: ``topk_logits``, the exact top-k of a
+logits array; kv_map.py: the tensor map of a cache that the sm_90a tensor-copy decode kernel reads through.
 """
 from .cache import gather_cached_keys, packed_prefill_windows, quantize_and_cache_keys
 from .decode import fp8_paged_mqa_logits
 from .launch import ERROR_BLOCK_ID, ERROR_LENGTH, ERROR_SLOT, target_of
 from .prefill import fp8_mqa_logits
+from .topk import topk_logits
 
 __all__ = ["ERROR_BLOCK_ID", "ERROR_LENGTH", "ERROR_SLOT", "fp8_mqa_logits", "fp8_paged_mqa_logits",
-           "gather_cached_keys", "packed_prefill_windows", "quantize_and_cache_keys", "target_of"]
+           "gather_cached_keys", "packed_prefill_windows", "quantize_and_cache_keys", "target_of", "topk_logits"]

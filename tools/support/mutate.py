@@ -7,6 +7,7 @@
     python -m tools.support.mutate --suite emu --set gfx950                      # the gfx950 MFMA kernel's plants
     python -m tools.support.mutate --suite emu --set decode                      # the generic decode kernel's plants
     python -m tools.support.mutate --suite emu --set cache                       # the paged-cache kernels' plants
+    python -m tools.support.mutate --suite emu --set topk                        # the top-k kernel's plants
     python -m tools.support.mutate --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
     python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
@@ -16,12 +17,14 @@ Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into the kernels/ folder of a copy of
 the hipindexer package (tools/support/package_copy.py), starting from the unplanted
 build's objects so only the kernels whose sources the plant touched recompile,
-and the set's suite (SET_CMDS) runs on that package copy. A plant is caught
-when the suite fails or crashes; an unmodified build must pass first.
+and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file run
+by pytest) runs on that package copy. A plant is caught when the suite fails or
+crashes; an unmodified build must pass first.
 """
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -248,6 +251,27 @@ PLANTS = {
               "valid && key_ok ? z * scale : neg_inf",
               "valid && key_ok ? z * scale * (n0 + (hx_i32)c.lane == 20000 ? 1.01f : 1.f) : neg_inf"),
     ],
+    # The standalone top-k (generic/topk_logits.hip and common/topk_select.h, both targets): the tie rule of the
+    # sorted order reversed, a row's last column never considered, negative keys in reverse order, -0.0 below
+    # +0.0 (the tie becomes an order), -inf inside lengths dropped, the compaction's count of earlier tiles lost,
+    # the rows past the grid never taken.
+    # Run with --set topk (its suite is tests/emu/topk_cases.py, SET_TESTS).
+    "topk": [
+        Plant("sorted_ties_by_higher_index", "common/topk_select.h",
+              "  return ((hx_u64)key << 32) | (hx_u64)(~(hx_u32)index);\n}\n"
+              "HX_INLINE HX_HD hx_i32 hx_topk_entry_index(hx_u64 e) { return (hx_i32)(~(hx_u32)e); }",
+              "  return ((hx_u64)key << 32) | (hx_u64)((hx_u32)index);\n}\n"
+              "HX_INLINE HX_HD hx_i32 hx_topk_entry_index(hx_u64 e) { return (hx_i32)((hx_u32)e); }"),
+        Plant("last_column_skipped", "common/topk_select.h", "if (!lengths) return N;", "if (!lengths) return N - 1;"),
+        Plant("negatives_in_reverse_order", "common/topk_select.h",
+              "return (u & 0x80000000u) ? ~u : (u | 0x80000000u);", "return u ^ 0x80000000u;"),
+        Plant("minus_zero_below_plus_zero", "common/topk_select.h", "  if (u == 0x80000000u) u = 0u;\n", ""),
+        Plant("minus_inf_never_selectable", "common/topk_select.h",
+              "if (u == 0xFF800000u && !minus_inf_selectable) return 0u;", "if (u == 0xFF800000u) return 0u;"),
+        Plant("tile_carry_lost", "generic/topk_logits.hip", "    gt_before += tile_total >> 16;\n", ""),
+        Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
+              "row < p.rows; row += p.rows"),
+    ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
 SM90A_SHARED = [
@@ -351,6 +375,10 @@ SET_CMDS = {
     "sm90a_decode_tma": "check decode --kernel paged_mqa_logits_wgmma_tma --max-context 8192 --cases 12 --reruns 0",
 }
 
+# Sets whose suite is a test file, run by pytest on the package copy (on the emulator for --suite emu, through
+# tests/emu/emu_session.py; on the GPU for --suite cuda) and stopped at its first failure.
+SET_TESTS = {"topk": "tests/emu/topk_cases.py"}
+
 SUITES = {
     "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},
     "cuda": {"targets": ["sm_90a"], "device": "cuda:0"},
@@ -398,6 +426,22 @@ def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tu
         return False, f"suite crashed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}"
 
 
+def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[bool, str]:
+    """pytest on `tests` with the package copy's hipindexer first on the path (tests/emu/emu_harness.py's
+    run_child_pytest does the same for the tests): (passed, the first failure or the count)."""
+    emu = ["-p", "emu_session"] if suite["device"].startswith("emu") else []
+    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu")])
+    argv = ["-m", "pytest", "-q", "-x", *emu, "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
+            "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", ROOT / tests]
+    try:
+        p = pkg.run(argv, ROOT / "tests" / "emu", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout} s"
+    lines = p.stdout.strip().splitlines()
+    failed = [line.split("::", 1)[-1] for line in lines if line.startswith(("FAILED", "ERROR"))]
+    return p.returncode == 0, (f"failed: {failed[0]}" if failed else (lines[-1] if lines else f"exit {p.returncode}"))
+
+
 @click.command()
 @click.option("--suite", type=click.Choice(sorted(SUITES)), required=True)
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
@@ -413,7 +457,9 @@ def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tu
                    "with the compilers); build nothing.")
 @click.option("--json", "as_json", is_flag=True)
 def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, as_json) -> None:
-    cmd = cmd or SET_CMDS[plant_set]
+    cmd = cmd or SET_CMDS.get(plant_set, "")
+    if plant_set in SET_TESTS and cmd:
+        raise click.UsageError(f"--set {plant_set} runs the tests of {SET_TESTS[plant_set]}; it takes no --cmd")
     chosen = [p for p in PLANTS[plant_set] if plants is None or p.name in plants.split(",")]
     spec = SUITES[suite]
     if (build_only or prebuilt) and builds is None:
@@ -435,7 +481,8 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
             elif not (pkg.kernels / "manifest.json").is_file():
                 raise SystemExit(f"--prebuilt: no build of {name} in {d}")
             else:
-                ok, how = run_suite(pkg.refresh(), spec, cmd.split(), timeout)
+                ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout) if plant_set in SET_TESTS
+                           else run_suite(pkg.refresh(), spec, cmd.split(), timeout))
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
             verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]

@@ -1,0 +1,156 @@
+"""The exact top-k of a logits array on a device: ``topk_logits`` (docs/ops.md, "Top-k").
+
+Arguments are handled as by the other ops (hipindexer.ops.launch): numpy arrays are copied to the device on
+the op's stream, DeviceArrays and foreign device arrays are used in place; every shape, dtype and host value
+is checked before anything is copied or launched; the op returns without synchronising. A call whose arrays
+are all DeviceArrays keeps its prepared launch under their layouts and the options.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..arguments import F32, I32, check_top_k, expect
+from ..catalog import KERNEL
+from ..runtime import DeviceArray
+from ..runtime.device import as_stream
+from .launch import INT32_MAX, adopt, check_resident, device_only, kernel_for, prepared, remember, resident_key, \
+    resolve_device, upload
+
+BLOCK = KERNEL["topk_logits"].block
+TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-call pointers, in struct order
+MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
+
+
+def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, out=None, values=None, stream=None,
+                device=None):
+    """The exact top_k of each row of a float32 logits array, on a device; the selection of
+    hipindexer.reference.topk_logits (docs/ops.md, "Top-k").
+
+    Per row, the top_k valid positions by value, equal values by lower index. Valid: not -inf; with lengths
+    ([rows] int32), the columns [0, lengths[r]) clipped to N, whatever they hold (-inf included). A row with
+    V < top_k valid positions returns its V indices, then -1 (value -inf). sorted=True orders a row's
+    indices by descending value, equal values by lower index; unsorted, the order is unspecified but
+    deterministic (the kernel returns index order today). NaN: a numpy logits array with a NaN at a valid
+    position raises ValueError, as the reference does; a NaN only the device holds is left out, as if its
+    position were invalid. A negative length only the device holds selects nothing in its row.
+
+    logits: [rows, N] float32, numpy (copied on `stream`), a DeviceArray or a foreign device array whose
+    rows may be padded (row stride >= N, e.g. a logits op's out=). top_k: an int in 1..4096.
+    out: None (a new array) or an int32 [rows, top_k] device array for the indices; values: None or a
+    float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
+    than top_k. stream, device: as for fp8_mqa_logits.
+
+    Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
+    without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
+    wrong shapes, strides or values, a read-only out or values, values= without return_values=True, and
+    host values out of range (a negative length, a NaN at a valid position); TypeError for wrong dtypes or a
+    numpy out or values.
+
+    >>> import numpy as np
+    >>> import hipindexer
+    >>> logits = np.array([[0.5, -np.inf, 2.0, 0.5], [1.0, -np.inf, -np.inf, -np.inf]], np.float32)
+    >>> idx, val = hipindexer.topk_logits(logits, 2, sorted=True, return_values=True, device="emu:gfx950")
+    >>> idx.numpy().tolist(), val.numpy().tolist()
+    ([[2, 0], [0, -1]], [[2.0, 0.5], [1.0, -inf]])
+    """
+    arrays = (logits, lengths, out, values)
+    key = resident_key(arrays, top_k, sorted, return_values, device)
+    hit = prepared(key)
+    if hit is None:
+        return _topk_logits(arrays, top_k, sorted, return_values, stream, device, key)
+    launch, dev, shape = hit
+    st = dev.default_stream if stream is None else as_stream(stream, dev)
+    if out is None:
+        out = DeviceArray.empty(shape, np.int32, dev, st)
+    if return_values and values is None:
+        values = DeviceArray.empty(shape, np.float32, dev, st)
+    launch(st.handle, logits.ptr, 0 if lengths is None else lengths.ptr, out.ptr, 0 if values is None else values.ptr)
+    return (out, values) if return_values else out
+
+
+def _rows_of(name: str, a, what: str, width_name: str, width: int) -> int:
+    """The row stride (elements) of a [rows, width] device array whose rows are contiguous and may be
+    padded; host arrays are copied contiguous."""
+    if not isinstance(a, DeviceArray):
+        return width
+    item = a.dtype.itemsize
+    rows = a.shape[0]
+    if a.strides[1] != item or (rows > 1 and (a.strides[0] % item or a.strides[0] < item * width)):
+        raise ValueError(f"{name}: rows must be contiguous with a row stride >= {width_name} elements ({what}), "
+                         f"got strides {a.strides}")
+    return a.strides[0] // item if rows > 1 else width
+
+
+def _written(name: str, x, dtype, rows: int, top_k: int, what: str, dev, st) -> DeviceArray | None:
+    """out= or values=: a writable device array of dtype [rows, top_k] (rows may be padded), or None."""
+    if x is None:
+        return None
+    a = device_only(name, x, dev, st, what)
+    if a.dtype != dtype or tuple(a.shape) != (rows, top_k):
+        raise (TypeError if a.dtype != dtype else ValueError)(
+            f"{name}: expected a {dtype.name} [rows={rows}, top_k={top_k}] device array ({what}), "
+            f"got {a.dtype.name} {tuple(a.shape)}")
+    if a.readonly:
+        raise ValueError(f"{name}: the array is read-only")
+    _rows_of(name, a, what, "top_k", top_k)
+    return a
+
+
+def _check_host_values(la: np.ndarray | None, ln: np.ndarray | None, N: int) -> None:
+    """Host lengths >= 0; no NaN at a valid position of host logits (the reference's rules)."""
+    if ln is not None and (ln < 0).any():
+        r = int(np.argmax(ln < 0))
+        raise ValueError(f"lengths: must be >= 0, got {int(ln[r])} for row {r}")
+    if la is None:
+        return
+    nan = np.isnan(la)
+    if ln is not None:
+        nan &= np.arange(N)[None, :] < np.asarray(ln, np.int64)[:, None]
+    if nan.any():
+        r, c = (int(i) for i in np.argwhere(nan)[0])
+        raise ValueError(f"logits: NaN at row {r}, col {c}, a position counted as valid")
+
+
+def _topk_logits(arrays, top_k, sorted, return_values, stream, device, key):
+    """The full path: check, upload host arrays, prepare the launch (kept under `key`), launch."""
+    top_k = check_top_k(top_k)
+    for name, flag in (("sorted", sorted), ("return_values", return_values)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected a bool, got {flag!r}")
+    dev = resolve_device(device, arrays)
+    st = as_stream(stream, dev)
+    logits, lengths, out, values = arrays
+    if values is not None and not return_values:
+        raise ValueError("values: given, but return_values=False (pass return_values=True to have values written)")
+    la = adopt("logits", logits, dev, st)
+    rows, N = expect("logits", la, F32, 2, "[rows, N] float32")
+    if N > INT32_MAX or rows > INT32_MAX:
+        raise ValueError(f"logits: shape ({rows}, {N}) is past int32 (rows are blocks, columns int32 indices)")
+    stride = _rows_of("logits", la, "the logits", "N", N)
+    ln = None
+    if lengths is not None:
+        ln = adopt("lengths", lengths, dev, st)
+        (Rl,) = expect("lengths", ln, I32, 1, "[rows] int32")
+        if Rl != rows:
+            raise ValueError(f"lengths: length is {Rl}, but logits has {rows} rows")
+        check_resident("lengths", ln)
+    host = lambda a: a if isinstance(a, np.ndarray) else None  # noqa: E731
+    _check_host_values(host(la), host(ln), N)
+    o = _written("out", out, I32, rows, top_k, "the indices", dev, st)
+    v = _written("values", values, F32, rows, top_k, "the values", dev, st) if return_values else None
+    if o is None:
+        o = DeviceArray.empty((rows, top_k), np.int32, dev, st)
+    if return_values and v is None:
+        v = DeviceArray.empty((rows, top_k), np.float32, dev, st)
+    if rows == 0:
+        return (o, v) if return_values else o
+    launch = kernel_for(dev, "topk_logits").prepare(
+        min(rows, MAX_BLOCKS), BLOCK, pointers=TOPK_POINTERS, logits_stride=stride,
+        indices_stride=_rows_of("out", o, "the indices", "top_k", top_k),
+        values_stride=_rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
+        rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
+    remember(key, (launch, dev, (rows, top_k)))
+    la = upload(la, dev, st)
+    ln = None if ln is None else upload(ln, dev, st)
+    launch(st.handle, la.ptr, 0 if ln is None else ln.ptr, o.ptr, 0 if v is None else v.ptr)
+    return (o, v) if return_values else o

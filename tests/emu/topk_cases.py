@@ -1,0 +1,294 @@
+"""hipindexer.topk_logits on a device, against hipindexer.reference.topk_logits and the top-k gate.
+
+Every case is a named function of a device in CASES: tests/test_topk_logits.py runs them on the emulated
+MI355X (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked gpu, on
+a real GPU. Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the kernel
+leaves unwritten fails; inputs are fresh random arrays per case. A result must pass gate_topk with zero
+magnitude (the op computes no logits, so its values and selection are exact) and equal the reference's exact
+selection: the same index set per row (ties by lower index, which the gate alone would let swap), and with
+sorted=True the same order and the same float32 bits.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hipindexer
+from hipindexer import gate, reference
+from hipindexer.runtime import Device, DeviceArray
+
+POISON_INDEX = np.iinfo(np.int32).min
+
+
+def _poisoned(dev, rows, top_k, pad=0):
+    """Fresh out and values arrays, [rows, top_k] views of rows top_k + pad wide, full of poison."""
+    idx = DeviceArray.from_numpy(np.full((rows, top_k + pad), POISON_INDEX, np.int32), dev)
+    val = DeviceArray.from_numpy(np.full((rows, top_k + pad), np.nan, np.float32), dev)
+    return (idx[:, :top_k], val[:, :top_k]) if pad else (idx, val)
+
+
+def valid_of(x, lengths):
+    N = x.shape[1]
+    if lengths is None:
+        return x != -np.inf
+    return np.arange(N)[None, :] < np.minimum(np.maximum(np.asarray(lengths, np.int64), 0), N)[:, None]
+
+
+def expect_exact(idx, val, x, top_k, sorted, lengths=None, valid=None):
+    """The op's (indices, values) against the exact selection: reference.topk_logits, or with `valid` (a mask
+    the reference cannot take, e.g. device-held NaN left out) its selection over that mask. gate_topk at
+    zero magnitude first where every valid logit is finite (its value rule has no room for -inf)."""
+    own_mask = valid is not None
+    valid = valid_of(x, lengths) if valid is None else valid
+    assert idx.shape == val.shape == (x.shape[0], top_k) and idx.dtype == np.int32 and val.dtype == np.float32
+    if np.isfinite(x[valid]).all():
+        g = gate.gate_topk(idx, val, x.astype(np.float64), np.zeros(x.shape), valid, "fp32", sorted=sorted,
+                           top_k=top_k)
+        assert g, g.message
+        assert g.recall == 1.0 and g.swaps == 0, g.message
+    if own_mask:  # select_topk's order is the sorted contract's: float32 inputs are exact in float64
+        want_idx, _ = reference.select_topk(np.where(valid, x, -np.inf), valid, top_k)
+        want_val = np.where(want_idx >= 0, np.take_along_axis(x, np.maximum(want_idx, 0), axis=1), -np.inf)
+    else:
+        want_idx, want_val = reference.topk_logits(x, top_k, sorted=sorted, lengths=lengths)
+    live = want_idx >= 0
+    assert (idx[~live] == -1).all() and (val[~live] == -np.inf).all(), "padding: -1 and -inf past each row's count"
+    assert (np.sort(np.where(live, idx, -1), axis=1) == np.sort(want_idx, axis=1)).all(), "the selected sets"
+    at = np.take_along_axis(x, np.where(live, idx, 0), axis=1)
+    assert (val.view(np.uint32)[live] == at.view(np.uint32)[live]).all(), "values: the logits at their indices"
+    if sorted:
+        assert (idx == want_idx).all(), "sorted order: descending value, equal values by lower index"
+        assert (val.view(np.uint32) == want_val.astype(np.float32).view(np.uint32)).all()
+
+
+def run(dev, x, top_k, sorted, lengths=None, pad=0, logits=None):
+    """One call with poisoned outputs: (indices, values) as numpy."""
+    out, values = _poisoned(dev, x.shape[0], top_k, pad)
+    got = hipindexer.topk_logits(x if logits is None else logits, top_k, lengths=lengths, sorted=sorted,
+                                 return_values=True, out=out, values=values, device=dev)
+    assert got[0] is out and got[1] is values
+    return out.numpy(), values.numpy()
+
+
+def check(dev, x, top_k, sorted, lengths=None, **kw):
+    idx, val = run(dev, x, top_k, sorted, lengths, **kw)
+    expect_exact(idx, val, x, top_k, sorted, lengths)
+
+
+def _masked(rng, R, N, density):
+    """Normal logits with -inf at a random `density` of positions."""
+    x = rng.standard_normal((R, N), dtype=np.float32)
+    x[rng.random((R, N)) < density] = -np.inf
+    return x
+
+
+# ------------------------------------------------------------------ the cases
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def _wide(dev, top_k, sorted, N):
+    rng = np.random.default_rng(top_k * 2 + sorted)
+    x = _masked(rng, 3, N, 0.1)
+    assert (np.isfinite(x).sum(axis=1) >= 4 * top_k).all()  # V >= 4 top_k: the radix passes decide every row
+    check(dev, x, top_k, sorted)
+
+
+for _k, _n in ((1, 700), (7, 700), (512, 2400), (2048, 9200), (4096, 18300)):
+    for _s in (False, True):
+        def _fn(dev, k=_k, s=_s, n=_n):
+            _wide(dev, k, s, n)
+        _fn.__name__ = f"wide_rows_top{_k}_{'sorted' if _s else 'unsorted'}"
+        case(_fn)
+
+
+@case
+def short_and_empty_rows(dev):
+    """Rows with V < top_k valid positions (V = 0; V = 1 at the last column), V = top_k and V = top_k + 1:
+    their V indices, then -1 and -inf."""
+    rng = np.random.default_rng(11)
+    top_k = 64
+    x = _masked(rng, 7, 300, 0.0)
+    for r, keep in enumerate((0, 1, 17, 63, 64, 65)):
+        x[r, rng.permutation(300)[keep:]] = -np.inf
+    x[6, :-1] = -np.inf  # the only valid position is the row's last column
+    for sorted in (False, True):
+        check(dev, x, top_k, sorted)
+
+
+@case
+def ties_decide_the_cut(dev):
+    """Values from a pool of five, so the top_k-th value is shared by many positions: the lowest-indexed of
+    them must be taken. -0.0 and +0.0 tie as equal values."""
+    rng = np.random.default_rng(12)
+    pool = np.array([-1.5, -0.0, 0.0, 2.0, 3.0], np.float32)
+    x = rng.choice(pool, (5, 1500))
+    x[rng.random(x.shape) < 0.05] = -np.inf
+    for top_k in (1, 7, 300, 1000):
+        for sorted in (False, True):
+            check(dev, x, top_k, sorted)
+
+
+@case
+def all_equal_and_one_ulp_apart(dev):
+    """Every value equal (the cut is all ties), and values a few ulps apart, which share their key's top two
+    digits and differ only in the last radix pass."""
+    rng = np.random.default_rng(13)
+    same = np.full((2, 1000), 0.75, np.float32)
+    near = (np.float32(1.0).view(np.uint32) + rng.integers(0, 900, (3, 2000)).astype(np.uint32)).view(np.float32)
+    near[1] = -near[1]
+    for x in (same, near):
+        for top_k in (1, 33, 999):
+            for sorted in (False, True):
+                check(dev, x, top_k, sorted)
+
+
+@case
+def infinities_and_extremes(dev):
+    """+inf, the largest and smallest finite floats and subnormals keep their order."""
+    rng = np.random.default_rng(14)
+    specials = np.array([np.inf, np.finfo(np.float32).max, -np.finfo(np.float32).max, np.float32(1e-45),
+                         np.float32(-1e-45), np.finfo(np.float32).tiny], np.float32)
+    x = _masked(rng, 4, 500, 0.2)
+    x[:, rng.integers(0, 500, 40)] = rng.choice(specials, (4, 40))
+    for sorted in (False, True):
+        check(dev, x, 20, sorted)
+
+
+@case
+def lengths_mask_the_columns(dev):
+    """With lengths the valid columns are [0, lengths[r]) clipped to N, whatever they hold: -inf there is a
+    value to select (last), NaN past a row's length is never read into the result."""
+    rng = np.random.default_rng(15)
+    R, N, top_k = 7, 1200, 100
+    x = _masked(rng, R, N, 0.3)
+    lengths = np.array([0, 1, 99, 100, 101, 1200, 5000], np.int32)
+    for r, n in enumerate(lengths):
+        x[r, min(n, N):] = np.nan
+    for sorted in (False, True):
+        check(dev, x, top_k, sorted, lengths=lengths)
+    check(dev, x, 1, True, lengths=lengths)
+
+
+@case
+def padded_rows_in_and_out(dev):
+    """logits with a row stride wider than N (a logits op's padded out=) and out / values whose rows are
+    padded: the padding is neither read into the result nor written."""
+    rng = np.random.default_rng(16)
+    R, N, top_k, pad = 4, 500, 50, 13
+    wide = rng.standard_normal((R, N + pad), dtype=np.float32)
+    wide[:, N:] = np.inf  # would win every row if it were read
+    x = wide[:, :N]
+    logits = DeviceArray.from_numpy(wide, dev)[:, :N]
+    for sorted in (False, True):
+        out, values = _poisoned(dev, R, top_k, pad)
+        hipindexer.topk_logits(logits, top_k, sorted=sorted, return_values=True, out=out, values=values, device=dev)
+        expect_exact(out.numpy(), values.numpy(), x, top_k, sorted)
+        base_idx = DeviceArray(out.ptr, (R, top_k + pad), np.int32, dev, owner=out).numpy()
+        base_val = DeviceArray(values.ptr, (R, top_k + pad), np.float32, dev, owner=values).numpy()
+        assert (base_idx[:, top_k:] == POISON_INDEX).all() and np.isnan(base_val[:, top_k:]).all()
+
+
+@case
+def device_held_nan_and_negative_lengths(dev):
+    """Values only the device holds are not checked: a NaN at a valid position is left out as if invalid,
+    a negative length selects nothing in its row."""
+    rng = np.random.default_rng(17)
+    R, N, top_k = 3, 400, 30
+    x = _masked(rng, R, N, 0.2)
+    nan = rng.random((R, N)) < 0.1
+    x[nan] = np.nan
+    for sorted in (False, True):
+        idx, val = run(dev, x, top_k, sorted, logits=DeviceArray.from_numpy(x, dev))
+        expect_exact(idx, val, x, top_k, sorted, valid=(x != -np.inf) & ~nan)
+    lengths = DeviceArray.from_numpy(np.array([-5, 200, -1], np.int32), dev)
+    y = rng.standard_normal((R, N), dtype=np.float32)
+    idx, val = run(dev, y, top_k, True, lengths=lengths)
+    expect_exact(idx, val, y, top_k, True, lengths=np.array([0, 200, 0]))
+
+
+@case
+def indices_only_and_the_same_output_twice(dev):
+    """return_values=False returns the indices alone; two calls on the same inputs give the same bits,
+    order included (unsorted too); a prepared launch (device-resident arrays) gives them again."""
+    rng = np.random.default_rng(18)
+    x = rng.choice(np.array([0.0, 1.0, 2.0], np.float32), (4, 3000))
+    for sorted in (False, True):
+        first = hipindexer.topk_logits(x, 700, sorted=sorted, device=dev)
+        assert isinstance(first, DeviceArray) and first.shape == (4, 700)
+        a = first.numpy()
+        expect_exact(a, np.take_along_axis(x, a, axis=1), x, 700, sorted)
+        b = hipindexer.topk_logits(x, 700, sorted=sorted, device=dev).numpy()
+        logits = DeviceArray.from_numpy(x, dev)
+        c = [run(dev, x, 700, sorted, logits=logits)[0] for _ in range(2)]
+        assert (a == b).all() and (a == c[0]).all() and (a == c[1]).all()
+
+
+@case
+def more_rows_than_blocks(dev):
+    """A grid smaller than the rows (the op caps it at MAX_BLOCKS): each block takes every grid-th row, its
+    shared memory reused from one row to the next."""
+    from hipindexer.ops import topk
+    rng = np.random.default_rng(19)
+    x = _masked(rng, 7, 900, 0.5)
+    x[1] = np.round(x[1])
+    kept = topk.MAX_BLOCKS
+    topk.MAX_BLOCKS = 3
+    try:
+        for sorted in (False, True):
+            check(dev, x, 200, sorted)
+    finally:
+        topk.MAX_BLOCKS = kept
+
+
+@case
+def no_rows(dev):
+    idx, val = hipindexer.topk_logits(np.zeros((0, 10), np.float32), 5, return_values=True, device=dev)
+    assert idx.shape == val.shape == (0, 5)
+
+
+@case
+def bad_arguments_raise_naming_them(dev):
+    x = np.zeros((2, 10), np.float32)
+    out = DeviceArray.empty((2, 4), np.int32, dev)
+    bad = [
+        (dict(top_k=0), ValueError, "top_k"), (dict(top_k=4097), ValueError, "top_k"),
+        (dict(top_k=2.0), ValueError, "top_k"), (dict(top_k=True), ValueError, "top_k"),
+        (dict(logits=x.astype(np.float64)), TypeError, "logits"), (dict(logits=x[0]), ValueError, "logits"),
+        (dict(lengths=np.array([1, 2, 3], np.int32)), ValueError, "lengths"),
+        (dict(lengths=np.array([1, 2], np.int64)), TypeError, "lengths"),
+        (dict(lengths=np.array([1, -2], np.int32)), ValueError, "lengths"),
+        (dict(logits=np.where(np.arange(10) == 3, np.nan, x).astype(np.float32)), ValueError, "logits"),
+        (dict(out=np.zeros((2, 4), np.int32)), TypeError, "out"),
+        (dict(out=DeviceArray.empty((2, 5), np.int32, dev)), ValueError, "out"),
+        (dict(out=DeviceArray.empty((2, 4), np.float32, dev)), TypeError, "out"),
+        (dict(out=DeviceArray.empty((2, 8), np.int32, dev)[:, ::2]), ValueError, "out"),
+        (dict(values=DeviceArray.empty((2, 4), np.float32, dev)), ValueError, "values"),
+        (dict(values=DeviceArray.empty((2, 4), np.int32, dev), return_values=True), TypeError, "values"),
+        (dict(sorted="yes"), TypeError, "sorted"),
+    ]
+    for change, error, name in bad:
+        args = {"logits": x, "top_k": 4, "out": out, **change}
+        with pytest.raises(error, match=f"^{name}"):
+            hipindexer.topk_logits(device=dev, **args)
+    # a NaN past a row's length is not at a valid position
+    y = x.copy()
+    y[0, 5:] = np.nan
+    hipindexer.topk_logits(y, 4, lengths=np.array([5, 10], np.int32), out=out, device=dev)
+
+
+# ------------------------------------------------------------------ on this process's device
+
+@pytest.fixture(scope="module")
+def dev():
+    return Device()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_topk_case(dev, name):
+    CASES[name](dev)

@@ -1,0 +1,112 @@
+"""hipindexer.topk_logits: the cases of tests/emu/topk_cases.py on the emulated MI355X (a child pytest whose HIP
+is the emulator, on the tests' gfx950 build) and, marked gpu, on a real GPU, with rows there as long as a
+decode step's (skipped without a GPU); and the op's host side over a backend that runs no kernel."""
+import numpy as np
+import pytest
+
+import emu_harness as H
+import topk_cases as C
+from hipindexer import catalog, topk_logits
+from hipindexer.ops import topk
+from hipindexer.runtime import DeviceArray
+from hipindexer.runtime.module import load_manifest
+from host_backend import HostBackend, registered
+
+
+@pytest.mark.toolchain
+def test_topk_cases_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/topk_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert f"{len(C.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(C.CASES))
+def test_topk_cases_on_the_gpu(gpu_device, name):
+    C.CASES[name](gpu_device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("top_k", [512, 2048, 4096])
+@pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
+def test_long_rows_on_the_gpu(gpu_device, top_k, sorted):
+    """64 rows of 131,072 logits, a fifth of them -inf, some rows with ties at the cut; and with lengths."""
+    rng = np.random.default_rng(top_k + sorted)
+    x = rng.standard_normal((64, 1 << 17), dtype=np.float32)
+    x[rng.random(x.shape) < 0.2] = -np.inf
+    x[::4] = np.round(x[::4] * 4) / 4
+    C.check(gpu_device, x, top_k, sorted)
+    lengths = rng.integers(0, (1 << 17) + 100, 64).astype(np.int32)
+    C.check(gpu_device, x, top_k, sorted, lengths=lengths)
+
+
+# ------------------------------------------------------------------ the host side, over a backend that runs no kernel
+
+TOPK = catalog.STRUCT["TopkParams"]
+
+
+@pytest.fixture
+def hopper():
+    """(backend, device): an sm_90a device over host memory, with the built kernels' manifest."""
+    try:
+        load_manifest()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    hb = HostBackend(name="hosttopk", arch="sm_90a", num_cus=132, wave_size=32)
+    with registered(hb) as dev:
+        yield hb, dev
+
+
+def sent(hb):
+    """(symbol, grid, block, the TopkParams fields) of the backend's last launch."""
+    fn, grid, block, _, raw = hb.launches[-1]
+    p = TOPK.ctype().from_buffer_copy(raw)
+    return fn, grid, block, {f: getattr(p, f) for f, _ in TOPK.fields}
+
+
+def test_every_check_runs_before_anything_is_copied(hopper):
+    hb, dev = hopper
+    x = np.zeros((3, 40), np.float32)
+    for kw, error in [(dict(top_k=0), ValueError), (dict(logits=x.astype(np.float16)), TypeError),
+                      (dict(lengths=np.array([1, 2], np.int32)), ValueError),
+                      (dict(lengths=np.array([1, 2, -1], np.int32)), ValueError),
+                      (dict(out=DeviceArray.empty((3, 4), np.int32, dev)), ValueError),
+                      (dict(values=DeviceArray.empty((3, 5), np.float32, dev)), ValueError),
+                      (dict(return_values=1), TypeError)]:
+        with pytest.raises(error):
+            topk_logits(**{"logits": x, "top_k": 5, "device": dev, **kw})
+    assert hb.htod == 0 and not hb.launches
+
+
+def test_each_launch_sends_what_its_call_asked_for(hopper, monkeypatch):
+    hb, dev = hopper
+    rows, N, top_k = 5, 300, 16
+    wide = DeviceArray.empty((rows, N + 20), np.float32, dev)
+    out = DeviceArray.empty((rows, top_k + 3), np.int32, dev)[:, :top_k]
+    values = DeviceArray.empty((rows, top_k + 7), np.float32, dev)[:, :top_k]
+    lengths = DeviceArray.from_numpy(np.full(rows, 7, np.int32), dev)
+    topk_logits(wide[:, :N], top_k, lengths=lengths, sorted=True, return_values=True, out=out, values=values)
+    fn, grid, block, p = sent(hb)
+    assert fn == "hx_topk_logits" and grid[0] == rows and block[0] == catalog.KERNEL["topk_logits"].block
+    assert (p["logits_stride"], p["indices_stride"], p["values_stride"]) == (N + 20, top_k + 3, top_k + 7)
+    assert (p["rows"], p["N"], p["top_k"], p["sorted"]) == (rows, N, top_k, 1)
+    assert (p["logits"], p["lengths"], p["indices"], p["values"]) == (wide.ptr, lengths.ptr, out.ptr, values.ptr)
+    monkeypatch.setattr(topk, "MAX_BLOCKS", 2)
+    idx = topk_logits(np.zeros((rows, N), np.float32), top_k, device=dev)
+    fn, grid, block, p = sent(hb)
+    assert grid[0] == 2 and p["rows"] == rows and p["lengths"] == 0 and p["values"] == 0 and p["sorted"] == 0
+    assert p["indices"] == idx.ptr and p["indices_stride"] == top_k and p["logits_stride"] == N
+
+
+def test_a_prepared_call_copies_and_allocates_nothing_and_options_key_their_launch(hopper):
+    hb, dev = hopper
+    logits = DeviceArray.from_numpy(np.zeros((4, 100), np.float32), dev)
+    out = DeviceArray.empty((4, 8), np.int32, dev)
+    values = DeviceArray.empty((4, 8), np.float32, dev)
+    for sorted in (False, True):
+        topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values)
+    copies, buffers = hb.htod, len(hb.bufs)
+    for sorted in (False, True, False):
+        got = topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values)
+        assert got == (out, values) and sent(hb)[3]["sorted"] == int(sorted)
+    assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == 5
