@@ -26,7 +26,7 @@ from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
 from .decode import check_decode_call, fp8_paged_mqa_logits
-from .launch import INT32_MAX, kernel_for, prepared, remember, resident_key, target_of
+from .launch import INT32_MAX, check_tunables, kernel_for, prepared, remember, resident_key, target_of
 from .topk import MAX_BLOCKS, _written, topk_logits
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk",)
@@ -201,9 +201,14 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
                 _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
 
 
+def _has_out(outs) -> bool:
+    """out= was given: (x,) for an array x, or a tuple (never compared with ==: it may hold numpy arrays)."""
+    return len(outs) > 1 or outs[0] is not None
+
+
 def _outputs(plan, outs, return_values, return_slots, st):
     """(indices, values or None, slots or None): the caller's out= arrays, else new ones."""
-    given = list(outs) if outs != (None,) else []
+    given = list(outs) if _has_out(outs) else []
     got = []
     for want, dtype in ((True, np.int32), (return_values, np.float32), (return_slots, np.int32)):
         if want:
@@ -222,7 +227,6 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     q, kv_cache, weights, context_lens, block_tables, _, errors = arrays[:7]
-    from .launch import check_tunables
     check_tunables("paged top-k", tunables, PAGED_TOPK_TUNABLES)
     chunk = tunables.get("chunk")
     logits_tunables = {k: v for k, v in tunables.items() if k != "chunk"}
@@ -234,12 +238,12 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if return_slots and s.num_blocks * s.block_size - 1 > INT32_MAX:
         raise ValueError(f"return_slots: a cache of {s.num_blocks} blocks of {s.block_size} has slots past int32")
     asked = 1 + bool(return_values) + bool(return_slots)
-    if outs != (None,) and len(outs) != asked:
+    if _has_out(outs) and len(outs) != asked:
         raise ValueError(f"out: expected {asked} arrays (indices{', values' if return_values else ''}"
                          f"{', slots' if return_slots else ''}), got {len(outs)}")
     named = [("out", I32, "the indices")] + ([("out (values)", F32, "the values")] if return_values else []) + \
         ([("out (slots)", I32, "the cache slots")] if return_slots else [])
-    if outs != (None,):
+    if _has_out(outs):
         for (name, dtype, what), a in zip(named, outs):
             _written(name, a, dtype, R, top_k, what, dev, st)
     units = target_of(dev).num_cus
@@ -266,7 +270,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
         plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, top_k + workspace.chunk),
                     target_of(dev), preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
                     **logits_tunables)
-    given = list(outs) if outs != (None,) else [None] * asked
+    given = list(outs) if _has_out(outs) else [None] * asked
     fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
     plan = _plan(dev, s, top_k, workspace, sorted, fixed, bool(return_slots),
                  dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
