@@ -256,6 +256,29 @@ STRUCTS.append(Struct("TopkParams", [
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
 ]))
+# The two steps of the composed decode top-k (hipindexer.ops.paged_topk) around the logits op and topk_logits: a
+# key chunk's lengths and block table, and the merge of a selection in W-space into global keys (and slots).
+# Optional arrays are 0: next_n_lens (every row live); ws (the indices already are global: slots only), w,
+# values and slots (not wanted).
+STRUCTS.append(Struct("PagedTopkChunkParams", [
+    ("context_lens", "ptr:i32"), ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"),
+    ("chunk_lens", "ptr:i32"), ("chunk_table", "ptr:i32"),
+    ("first_key", "i64"), ("first_block", "i64"),  # the chunk's first key, and its block-table column
+    ("B", "i32"), ("next_n", "i32"), ("max_blocks", "i32"),
+    ("chunk_blocks", "i32"),  # columns of chunk_table
+    ("lens_per_row", "i32"),
+]))
+STRUCTS.append(Struct("PagedTopkMergeParams", [
+    ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("w", "ptr:f32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
+    ("block_tables", "ptr:i32"),
+    ("ws_stride", "i64"), ("indices_stride", "i64"), ("w_stride", "i64"), ("values_stride", "i64"),
+    ("slots_stride", "i64"),  # elements between rows
+    ("base", "i64"),  # the global key of the chunk's first column
+    ("rows", "i32"), ("top_k", "i32"),
+    ("lead", "i32"),  # candidate columns before the chunk's in W (0: none)
+    ("write_w", "i32"),  # write the new candidates' values over W's first top_k columns
+    ("next_n", "i32"), ("block_size", "i32"), ("max_blocks", "i32"),
+]))
 # Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
 STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))
 # The fp8 wgmma peak loop (sm_90a): the benchmark's matrix-rate ceiling.
@@ -288,6 +311,12 @@ KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "
 # The standalone top-k over a logits array: one block per row, radix select, compaction in index order, bitonic sort
 # for sorted=True (hsaco_src/generic/topk_logits.hip).
 KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
+# The composed decode top-k's own steps (hsaco_src/generic/paged_topk_chunk.hip and
+# paged_topk_merge.hip): a chunk's inputs, and the merge.
+KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_paged_topk_chunk", "PagedTopkChunkParams",
+                      block=256))
+KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge", "PagedTopkMergeParams",
+                      block=256))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

@@ -346,6 +346,34 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     _report(outcomes, as_json, verbose)
 
 
+@check.command("topk")
+@device_option
+@click.option("--quick", is_flag=True, help="Every case small (CI size, the emulator).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the design and of the random inputs.")
+@click.option("--cases", "max_cases", type=click.IntRange(min=1), default=None,
+              help="Cap the sampled design at this many cases (default: --quick until every pair is covered, "
+                   "the full sweep at its own cap).")
+@accumulation_option
+@json_option
+@verbose_option
+def check_topk(device_spec, quick, seed, max_cases, accumulation, as_json, verbose) -> None:
+    """fp8_paged_mqa_topk (decode) on a device against the reference under the top-k gate: a seeded sample of
+    its matrix (printed first), each case with rows of at least 4 top_k keys, fewer than top_k and none, in one
+    key chunk or several."""
+    from .check import topk
+    dev = _device_or_exit(device_spec)
+    _check_decode_kernel(None, dev, accumulation)
+    _progress(f"device {dev!r}")
+    design = topk.topk_design(quick, seed, max_cases)
+    _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
+              f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
+              f"case cap: {len(design.uncovered)}")
+    names = list(topk.TOPK_AXES)
+    _progress(_table([[c[a] for a in names] for c in design.cases], names))
+    rng = np.random.default_rng(seed)
+    _report(_run_cases(design.cases, lambda c: topk.topk_device_case(rng, dev, c, accumulation)), as_json, verbose)
+
+
 @check.command("cache")
 @device_option
 @click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")

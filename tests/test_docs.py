@@ -140,6 +140,7 @@ def test_docstring_examples_run_on_the_reference(module):
 
 
 DEVICE_DOCTESTS = ["hipindexer.ops.prefill", "hipindexer.ops.decode", "hipindexer.ops.cache", "hipindexer.ops.topk",
+                   "hipindexer.ops.paged_topk",
                    "hipindexer.runtime.device", "hipindexer.runtime.array"]
 _RUN_DOCTESTS = """
 import doctest, importlib, sys

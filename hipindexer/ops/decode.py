@@ -10,9 +10,11 @@ trusted: the kernel skips what is out of range and reports it through
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..arguments import check_decode_block_tables, check_decode_lengths, decode_shape
+from ..arguments import DecodeShape, check_decode_block_tables, check_decode_lengths, decode_shape
 from ..plan import check_accumulation, plan_decode
 from ..plan.decode import DECODE, DECODE_TUNABLES
 from ..runtime import DeviceArray
@@ -97,15 +99,39 @@ def _launch(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens,
         launch(st.handle, *ptrs, map_of(st, kv_cache.ptr))
 
 
-def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation, stream, device,
-                          tunables, key):
-    """The full path: check shapes, host values and options, plan, upload host arrays, prepare the launch
-    (kept under `key` when one is given), launch."""
-    check_tunables("decode", tunables, DECODE_TUNABLES)
+@dataclass
+class DecodeCall:
+    """A decode call's arguments after every check: its device and stream, the shape, each array adopted
+    (a DeviceArray, or a numpy array not yet copied; next_n_lens and errors may be None)."""
+    dev: object
+    st: object
+    s: DecodeShape
+    q: object
+    kv_cache: object
+    weights: object
+    context_lens: object
+    block_tables: object
+    next_n_lens: object
+    errors: object
+
+    def upload(self) -> None:
+        """Copy the host arrays to the device (on the call's stream), once every check has passed."""
+        for name in ("q", "kv_cache", "weights", "context_lens", "block_tables", "next_n_lens"):
+            a = getattr(self, name)
+            if a is not None:
+                setattr(self, name, upload(a, self.dev, self.st))
+
+
+def check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
+                      split_kv, accumulation, errors, stream, device, tunables, known, op="decode",
+                      others=()) -> DecodeCall:
+    """Every check of a decode call's inputs, before anything is copied: tunables (`known`), accumulation,
+    shapes, dtypes, host values, residency and alignment, errors=. `others`: more of the call's arrays
+    (e.g. out=) that may name its device. The decode ops share it."""
+    check_tunables(op, tunables, known)
     check_accumulation(accumulation)
-    dev = resolve_device(device, arrays)
+    dev = resolve_device(device, (q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, *others))
     st = as_stream(stream, dev)
-    q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, out = arrays
     qa = adopt("q", q, dev, st, fp8=True)
     ca = adopt("kv_cache", kv_cache, dev, st)
     wa = adopt("weights", weights, dev, st)
@@ -124,8 +150,20 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
     for name, a in (("weights", wa), ("context_lens", cl), ("block_tables", bt), ("next_n_lens", nl)):
         if a is not None:
             check_resident(name, a)
-    o = check_out(out, ("B * next_n", s.B * s.next_n), ("max_model_len", s.max_model_len), dev, st)
     ea = check_errors(errors, dev, st)
+    return DecodeCall(dev, st, s, qa, ca, wa, cl, bt, nl, ea)
+
+
+def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation, stream, device,
+                          tunables, key):
+    """The full path: check shapes, host values and options, plan, upload host arrays, prepare the launch
+    (kept under `key` when one is given), launch."""
+    q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, out = arrays
+    c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
+                          split_kv, accumulation, errors, stream, device, tunables, DECODE_TUNABLES, others=(out,))
+    dev, st, s = c.dev, c.st, c.s
+    qa, ca, wa, cl, bt, nl, ea = c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors
+    o = check_out(out, ("B * next_n", s.B * s.next_n), ("max_model_len", s.max_model_len), dev, st)
     extra = {} if tunables.get("kernel") is None else {"kernel": tunables["kernel"]}
     plan = None if s.B == 0 else plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len,
                                              target_of(dev), preshuffle=preshuffle, accumulation=accumulation,

@@ -8,6 +8,7 @@
     python -m tools.support.mutate --suite emu --set decode                      # the generic decode kernel's plants
     python -m tools.support.mutate --suite emu --set cache                       # the paged-cache kernels' plants
     python -m tools.support.mutate --suite emu --set topk                        # the top-k kernel's plants
+    python -m tools.support.mutate --suite emu --set paged_topk                  # the decode top-k's own kernels
     python -m tools.support.mutate --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
     python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
@@ -272,6 +273,23 @@ PLANTS = {
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
     ],
+    # The composed decode top-k's own kernels (generic/paged_topk_chunk.hip, generic/paged_topk_merge.hip): the
+    # merge's chunk base a block late, the candidates' keys read from the wrong end (their order reversed), a
+    # chunk's table columns one block late, its lengths not shifted to the chunk, or blind to next_n_lens.
+    # Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
+    "paged_topk": [
+        Plant("merge_chunk_base_one_block_late", "generic/paged_topk_merge.hip", "p.base + i - p.lead",
+              "p.base + p.block_size + i - p.lead"),
+        Plant("candidates_reversed", "generic/paged_topk_merge.hip", "i < p.lead ? (hx_i64)idx[i]",
+              "i < p.lead ? (hx_i64)idx[p.lead - 1 - i]"),
+        Plant("chunk_table_one_block_late", "generic/paged_topk_chunk.hip",
+              "col = p.first_block + e % p.chunk_blocks", "col = p.first_block + 1 + e % p.chunk_blocks"),
+        Plant("chunk_lengths_not_shifted", "generic/paged_topk_chunk.hip", "const hx_i64 local = len - p.first_key;",
+              "const hx_i64 local = len;"),
+        Plant("chunk_lengths_blind_to_next_n_lens", "generic/paged_topk_chunk.hip",
+              "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
+              "const hx_i64 live = (hx_i64)p.next_n;"),
+    ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
 SM90A_SHARED = [
@@ -377,7 +395,7 @@ SET_CMDS = {
 
 # Sets whose suite is a test file, run by pytest on the package copy (on the emulator for --suite emu, through
 # tests/emu/emu_session.py; on the GPU for --suite cuda) and stopped at its first failure.
-SET_TESTS = {"topk": "tests/emu/topk_cases.py"}
+SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_topk_cases.py"}
 
 SUITES = {
     "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},

@@ -1,0 +1,364 @@
+"""The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"), composed from the decode logits op
+and ``topk_logits`` so that it is correct on every target today; fused kernels are planned.
+
+It never holds a row's logits: the keys are taken in chunks of C columns (a multiple of the block size), and a
+workspace W of [rows, top_k + C] float32 holds the running candidates' values in its first top_k columns (their
+global keys in the indices output, in ascending order) and the chunk's logits after them. Per chunk: the chunk's
+lengths and block-table columns (hsaco_src/generic/paged_topk_chunk.hip), the logits op on that chunk into W,
+topk_logits over W into a scratch of W-space indices, and the merge (paged_topk_merge.hip) that maps those back to
+global keys (and values, and on the last chunk slots). Candidates come first in W and stay in key order, so ties
+across chunks go to the lower key, as within one. A row that fits in W whole is one logits call and one top-k.
+
+The workspace's size is bounded by a formula of the batch alone (workspace_bound), whatever max_model_len: C is
+the widest chunk that keeps it under the bound. It is allocated by paged_topk_workspace (once, before a graph
+is captured) or, without one, by each call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..arguments import F32, I32, check_top_k
+from ..catalog import KERNEL
+from ..plan import plan_decode
+from ..plan.decode import DECODE_TUNABLES
+from ..runtime import Device, DeviceArray
+from ..runtime.device import as_stream
+from .decode import check_decode_call, fp8_paged_mqa_logits
+from .launch import INT32_MAX, check_tunables, kernel_for, prepared, remember, resident_key, target_of
+from .topk import MAX_BLOCKS, _written, topk_logits
+
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk",)
+CHUNK_POINTERS = ("context_lens", "next_n_lens", "block_tables", "chunk_lens", "chunk_table")
+MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables")
+SLACK = 1 << 20  # the bound's constant: room for a chunk of useful width when the batch is small
+
+
+def workspace_bound(B: int, next_n: int, top_k: int, units: int) -> int:
+    """The most bytes fp8_paged_mqa_topk's workspace may take: 8 * top_k * next_n * (2B + units) + 1 MiB, for a
+    batch of B sequences of next_n rows on a device of `units` CUs (SMs)."""
+    return 8 * top_k * next_n * (2 * B + units) + SLACK
+
+
+def workspace_bytes(B: int, next_n: int, top_k: int, chunk: int, block_size: int) -> int:
+    """What a workspace of chunk C takes: W [rows, top_k + C] float32, the W-space indices [rows, top_k] int32,
+    a chunk's lengths [rows] int32 and its block table [B, C / block_size] int32."""
+    R = B * next_n
+    return 4 * R * (top_k + chunk) + 4 * R * top_k + 4 * R + 4 * B * (chunk // block_size)
+
+
+def widest_chunk(B: int, next_n: int, top_k: int, block_size: int, units: int) -> int:
+    """The widest chunk (a multiple of block_size, 0 when none fits) whose workspace stays within the bound."""
+    R = B * next_n
+    room = workspace_bound(B, next_n, top_k, units) - 4 * R * (2 * top_k + 1)
+    blocks = room // (4 * (R * block_size + B)) if R else INT32_MAX
+    return min(blocks, (INT32_MAX - top_k) // block_size) * block_size
+
+
+class PagedTopkWorkspace:
+    """The device memory of fp8_paged_mqa_topk for batches of up to B sequences of next_n rows at one top_k and
+    block_size, on one device: make it once (paged_topk_workspace), before capturing a graph, and pass it as
+    workspace= to every call. `chunk` is its key-chunk width C, `nbytes` what it holds, `bound` the formula's
+    bytes (workspace_bound) for its batch."""
+
+    def __init__(self, device: Device, B: int, next_n: int, top_k: int, block_size: int, chunk: int, units: int,
+                 stream=None):
+        self.device, self.B, self.next_n, self.top_k, self.block_size, self.chunk = \
+            device, B, next_n, top_k, block_size, chunk
+        R = B * next_n
+        self.w = DeviceArray.empty((R, top_k + chunk), np.float32, device, stream)
+        self.ws = DeviceArray.empty((R, top_k), np.int32, device, stream)
+        self.lens = DeviceArray.empty((B, next_n), np.int32, device, stream)
+        self.table = DeviceArray.empty((B, chunk // block_size), np.int32, device, stream)
+        self.nbytes = sum(a.nbytes for a in (self.w, self.ws, self.lens, self.table))
+        self.bound = workspace_bound(B, next_n, top_k, units)
+
+    def __repr__(self):
+        return (f"PagedTopkWorkspace(B={self.B}, next_n={self.next_n}, top_k={self.top_k}, "
+                f"block_size={self.block_size}, chunk={self.chunk}, nbytes={self.nbytes}, device={self.device!r})")
+
+
+def _chunk_of(B, next_n, top_k, block_size, max_model_len, units, chunk) -> int:
+    """The chunk width of a workspace: the widest within the bound, no wider than a row needs, or `chunk` (the
+    tunable: a multiple of block_size within the bound)."""
+    widest = widest_chunk(B, next_n, top_k, block_size, units)
+    need = -(-max_model_len // block_size) * block_size
+    if chunk is not None:
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < block_size \
+                or chunk % block_size or chunk > widest:
+            raise ValueError(f"chunk: expected a multiple of block_size={block_size} in [{block_size}, {widest}] "
+                             f"(the workspace bound's widest), got {chunk!r}")
+        return min(int(chunk), need)
+    if widest < block_size:
+        raise ValueError(f"block_size: {block_size} keys per block do not fit the top-k workspace's bound for "
+                         f"B={B}, next_n={next_n}, top_k={top_k} (at most {widest} keys per chunk)")
+    return min(widest, need)
+
+
+def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, block_size: int, device=None,
+                         stream=None, chunk=None) -> PagedTopkWorkspace:
+    """The workspace of fp8_paged_mqa_topk calls of up to B sequences of next_n rows with this top_k and
+    block_size, on `device` (None: Device()). Its chunk is the widest the bound allows (workspace_bound, with
+    the device's CU or SM count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple
+    of block_size). Allocated on `stream`; make it before capturing a graph.
+
+    >>> import hipindexer
+    >>> ws = hipindexer.paged_topk_workspace(4, 2, 64, 100_000, 16, device="emu:gfx950")
+    >>> ws.nbytes <= ws.bound, ws.chunk % 16
+    (True, 0)
+    """
+    top_k = check_top_k(top_k)
+    for name, v, lo in (("B", B, 0), ("next_n", next_n, 1), ("max_model_len", max_model_len, 1),
+                        ("block_size", block_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+    dev = device if isinstance(device, Device) else Device(device)
+    units = target_of(dev).num_cus
+    C = _chunk_of(int(B), int(next_n), top_k, int(block_size), int(max_model_len), units, chunk)
+    return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), C, units, as_stream(stream, dev))
+
+
+@dataclass
+class _Step:
+    """One key chunk: its width, where the logits op writes it, what topk_logits reads, and this op's own launches
+    (the chunk's inputs and the merge; neither on the first chunk, which reads the caller's own inputs)."""
+    width: int
+    logits_out: DeviceArray
+    topk_in: DeviceArray
+    sorted: bool
+    prep: object = None
+    merge: object = None
+    last: bool = False
+
+
+@dataclass
+class _Plan:
+    """A call's chunks over its workspace, every launch prepared but its per-call pointers."""
+    dev: object
+    R: int
+    top_k: int
+    steps: list
+    logits_kw: dict
+    workspace: PagedTopkWorkspace | None
+    cand_values: DeviceArray | None = None  # W's first top_k columns
+    lens: DeviceArray | None = None         # a chunk's [B, next_n] lengths
+    table: DeviceArray | None = None        # a chunk's [B, C / block_size] block table
+    scratch: DeviceArray | None = None      # the W-space indices
+    slots: object = None                    # a one-chunk call's slots (the merge with no W-space indices)
+
+
+def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_model_len, top_k, next_n_lens=None,
+                       preshuffle=False, split_kv=None, accumulation="fast", sorted=False, return_values=False,
+                       return_slots=False, workspace=None, out=None, errors=None, stream=None, device=None,
+                       **tunables):
+    """Each decode row's top_k keys by logit, on a device; the selection hipindexer.reference.fp8_paged_mqa_topk
+    makes, within the logits kernel's accumulation bound (docs/ops.md, "Top-k"; docs/accuracy.md, "The top-k
+    gate").
+
+    q, kv_cache, weights, context_lens ([B] with next_n_lens, or [B, next_n]), block_tables, max_model_len,
+    next_n_lens, preshuffle, split_kv, accumulation, errors, stream, device and the tunable kernel are the
+    logits op's (fp8_paged_mqa_logits), checked by the same code, with the same rules for values only the device
+    holds: keys behind a block id outside the cache, and rows of a malformed length, are never selected, and
+    their bits are OR-ed into errors=. top_k: an int in 1..4096.
+    Returns indices [B * next_n, top_k] int32: key positions n in the sequence; a row of V < top_k keys ends in
+    -1. Unsorted (the default), a row's keys come in ascending order; sorted=True: descending value, equal
+    values by lower n. return_values adds their float32 logits (-inf at -1), return_slots their cache slots
+    block_tables[b, n // block_size] * block_size + n % block_size (-1 at -1); then the result is the tuple
+    (indices, values, slots) of what was asked.
+    out: None (new arrays) or device arrays to write: the indices array, or a tuple shaped as the result;
+    each [B * next_n, top_k] with rows that may be padded.
+    workspace: a PagedTopkWorkspace (paged_topk_workspace) made for this device, top_k, next_n and block size
+    and at least B sequences; None makes one for the call. Its bytes stay within workspace_bound, whatever
+    max_model_len. Tunable chunk: the key-chunk width of the call's own workspace (a multiple of the block size).
+
+    Composed today: the logits op on one key chunk at a time, never on the whole row, and topk_logits over the
+    running candidates with that chunk. Returns without waiting. Raises before anything is copied or launched:
+    what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a workspace that does not fit the
+    call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError for wrong dtypes or options.
+
+    >>> import numpy as np
+    >>> import hipindexer
+    >>> from hipindexer import testing
+    >>> case = testing.DecodeCase(B=2, next_n=2, H=16, D=64, block_size=16, mean_context=40)
+    >>> inp = testing.decode_inputs(np.random.default_rng(0), case)
+    >>> idx, slots = hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], top_k=8, return_slots=True,
+    ...                                            device="emu:gfx950")
+    >>> idx.shape, bool(((idx.numpy() < 0) == (slots.numpy() < 0)).all())
+    ((4, 8), True)
+    """
+    outs = out if isinstance(out, tuple) else (out,)
+    arrays = (q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, *outs)
+    key = None if workspace is None else resident_key(
+        arrays, max_model_len, top_k, preshuffle, split_kv, accumulation, sorted, return_values, return_slots,
+        device, id(workspace), len(outs), *tunables.items())
+    plan = prepared(key)
+    if plan is None or plan.workspace is not workspace:
+        return _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv, accumulation, sorted,
+                     return_values, return_slots, workspace, stream, device, tunables, key)
+    st = plan.dev.default_stream if stream is None else as_stream(stream, plan.dev)
+    return _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors,
+                _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
+
+
+def _has_out(outs) -> bool:
+    """out= was given: (x,) for an array x, or a tuple (never compared with ==: it may hold numpy arrays)."""
+    return len(outs) > 1 or outs[0] is not None
+
+
+def _outputs(plan, outs, return_values, return_slots, st):
+    """(indices, values or None, slots or None): the caller's out= arrays, else new ones."""
+    given = list(outs) if _has_out(outs) else []
+    got = []
+    for want, dtype in ((True, np.int32), (return_values, np.float32), (return_slots, np.int32)):
+        if want:
+            a = given.pop(0) if given else None
+            got.append(DeviceArray.empty((plan.R, plan.top_k), dtype, plan.dev, st) if a is None else a)
+        else:
+            got.append(None)
+    return tuple(got)
+
+
+def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv, accumulation, sorted,
+          return_values, return_slots, workspace, stream, device, tunables, key):
+    """Every check, then the plan (kept under `key`), the upload of host arrays, and the run."""
+    top_k = check_top_k(top_k)
+    for name, flag in (("sorted", sorted), ("return_values", return_values), ("return_slots", return_slots)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected a bool, got {flag!r}")
+    q, kv_cache, weights, context_lens, block_tables, _, errors = arrays[:7]
+    check_tunables("paged top-k", tunables, PAGED_TOPK_TUNABLES)
+    chunk = tunables.get("chunk")
+    logits_tunables = {k: v for k, v in tunables.items() if k != "chunk"}
+    c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
+                          split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
+                          others=outs)
+    dev, st, s = c.dev, c.st, c.s
+    R = s.B * s.next_n
+    if return_slots and s.num_blocks * s.block_size - 1 > INT32_MAX:
+        raise ValueError(f"return_slots: a cache of {s.num_blocks} blocks of {s.block_size} has slots past int32")
+    asked = 1 + bool(return_values) + bool(return_slots)
+    if _has_out(outs) and len(outs) != asked:
+        raise ValueError(f"out: expected {asked} arrays (indices{', values' if return_values else ''}"
+                         f"{', slots' if return_slots else ''}), got {len(outs)}")
+    named = [("out", I32, "the indices")] + ([("out (values)", F32, "the values")] if return_values else []) + \
+        ([("out (slots)", I32, "the cache slots")] if return_slots else [])
+    if _has_out(outs):
+        for (name, dtype, what), a in zip(named, outs):
+            _written(name, a, dtype, R, top_k, what, dev, st)
+    units = target_of(dev).num_cus
+    if workspace is None:
+        if s.B == 0:
+            workspace = None
+        else:
+            C = _chunk_of(s.B, s.next_n, top_k, s.block_size, s.max_model_len, units, chunk)
+            workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, C, units, st)
+    else:
+        if not isinstance(workspace, PagedTopkWorkspace):
+            raise TypeError(f"workspace: expected a PagedTopkWorkspace (hipindexer.paged_topk_workspace), "
+                            f"got {type(workspace).__name__}")
+        if workspace.device is not dev:
+            raise ValueError(f"workspace: lives on {workspace.device!r}, but the op runs on {dev!r}")
+        made = (workspace.top_k, workspace.next_n, workspace.block_size)
+        if made != (top_k, s.next_n, s.block_size) or workspace.B < s.B:
+            raise ValueError(f"workspace: made for top_k={made[0]}, next_n={made[1]}, block_size={made[2]} and "
+                             f"B <= {workspace.B}; the call has top_k={top_k}, next_n={s.next_n}, "
+                             f"block_size={s.block_size}, B={s.B}")
+        if chunk is not None and chunk != workspace.chunk:
+            raise ValueError(f"chunk: the workspace's chunk is {workspace.chunk}, got {chunk!r}")
+    if s.B:  # the logits op's kernel choice is refused here, before anything moves
+        plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, top_k + workspace.chunk),
+                    target_of(dev), preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
+                    **logits_tunables)
+    given = list(outs) if _has_out(outs) else [None] * asked
+    fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
+    plan = _plan(dev, s, top_k, workspace, sorted, fixed, bool(return_slots),
+                 dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
+    remember(key, plan)
+    c.upload()
+    result = _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
+                  _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
+    return result
+
+
+def _grid(n: int) -> int:
+    return max(1, min(MAX_BLOCKS, n))
+
+
+def _stride(a, R: int, width: int) -> int:
+    """Elements between rows of a [R, width] array (any value for one row)."""
+    return a.strides[0] // a.itemsize if a is not None and R > 1 else width
+
+
+def _plan(dev, s, top_k, ws, sorted, outs, want_slots, logits_kw) -> _Plan:
+    """The chunks of a call: their widths, views of the workspace, and the prepared launches of its own kernels.
+    outs: the caller's (indices, values, slots) arrays (None: new ones, contiguous), whose strides it fixes."""
+    R, mml = s.B * s.next_n, s.max_model_len
+    if s.B == 0:
+        return _Plan(dev, 0, top_k, [], logits_kw, ws)
+    idx, vals, slots = outs
+    C = ws.chunk
+    merge = kernel_for(dev, "paged_topk_merge")
+    mblock = KERNEL["paged_topk_merge"].block
+    fixed = dict(next_n=s.next_n, block_size=s.block_size, max_blocks=s.max_blocks, rows=R, top_k=top_k,
+                 indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
+                 slots_stride=_stride(slots, R, top_k))
+    if mml <= top_k + C:  # the whole row in W: one logits call, one top-k
+        w = ws.w[:R, :mml]
+        plan = _Plan(dev, R, top_k, [_Step(mml, w, w, sorted, last=True)], logits_kw, ws)
+        if want_slots:
+            plan.slots = merge.prepare(_grid(R), mblock, pointers=MERGE_POINTERS, ws_stride=0, w_stride=0, base=0,
+                                       lead=0, write_w=0, **fixed)
+        return plan
+    cb = C // s.block_size
+    chunker = kernel_for(dev, "paged_topk_chunk")
+    cblock = KERNEL["paged_topk_chunk"].block
+    plan = _Plan(dev, R, top_k, [], logits_kw, ws, cand_values=ws.w[:R, :top_k], lens=ws.lens[:s.B],
+                 table=ws.table[:s.B], scratch=ws.ws[:R])
+    for c0 in range(0, mml, C):
+        width = min(C, mml - c0)
+        last = c0 + width == mml
+        logits_out = ws.w[:R, top_k:top_k + width]
+        if c0 == 0:  # the caller's own lengths and table, cut at the chunk by max_model_len
+            plan.steps.append(_Step(width, logits_out, logits_out, False))
+            continue
+        prep = chunker.prepare(_grid(-(-(R + s.B * cb) // cblock)), cblock, pointers=CHUNK_POINTERS, first_key=c0,
+                               first_block=c0 // s.block_size, B=s.B, next_n=s.next_n, max_blocks=s.max_blocks,
+                               chunk_blocks=cb, lens_per_row=int(s.lens_per_row))
+        mrg = merge.prepare(_grid(R), mblock, pointers=MERGE_POINTERS, ws_stride=top_k,
+                            w_stride=_stride(ws.w, R, top_k + C), base=c0, lead=top_k, write_w=int(not last),
+                            **fixed)
+        plan.steps.append(_Step(width, logits_out, ws.w[:R, :top_k + width], sorted and last, prep, mrg, last))
+    return plan
+
+
+def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, outs, return_values,
+         return_slots):
+    """The call's launches, in order, on `st`: device arrays only."""
+    idx, vals, slots = outs
+    result = (idx,) + ((vals,) if return_values else ()) + ((slots,) if return_slots else ())
+    if plan.R == 0:
+        return result if len(result) > 1 else idx
+    top_k, kw, dev = plan.top_k, plan.logits_kw, plan.dev
+    for step in plan.steps:
+        if step.prep is None:  # the first chunk (or the whole row): the caller's inputs
+            fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, step.width, next_n_lens,
+                                 clean_logits=True, errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
+            if step.last:
+                topk_logits(step.topk_in, top_k, sorted=step.sorted, return_values=vals is not None, out=idx,
+                            values=vals, stream=st, device=dev)
+            else:
+                topk_logits(step.topk_in, top_k, return_values=True, out=idx, values=plan.cand_values, stream=st,
+                            device=dev)
+            continue
+        step.prep(st.handle, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr,
+                  plan.lens.ptr, plan.table.ptr)
+        fp8_paged_mqa_logits(q, kv_cache, weights, plan.lens, plan.table, step.width, clean_logits=True,
+                             errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
+        topk_logits(step.topk_in, top_k, sorted=step.sorted, out=plan.scratch, stream=st, device=dev)
+        out_vals = vals.ptr if step.last and vals is not None else 0
+        out_slots = slots.ptr if step.last and slots is not None else 0
+        step.merge(st.handle, plan.scratch.ptr, idx.ptr, plan.workspace.w.ptr, out_vals, out_slots, block_tables.ptr)
+    if plan.slots is not None and slots is not None:
+        plan.slots(st.handle, 0, idx.ptr, 0, 0, slots.ptr, block_tables.ptr)
+    return result if len(result) > 1 else idx

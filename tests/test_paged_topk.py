@@ -1,0 +1,142 @@
+"""hipindexer.fp8_paged_mqa_topk: the cases of tests/emu/paged_topk_cases.py on the emulated MI355X (a child pytest
+whose HIP is the emulator, on the tests' gfx950 build), the quick `hipindexer check topk` there, the same cases
+marked gpu on a real GPU (skipped without one), and the op's host side over a backend that runs no kernel: its
+chunk plan and workspace bound, every check before anything moves, and a prepared call that allocates and copies
+nothing."""
+import json
+
+import numpy as np
+import pytest
+
+import emu_harness as H
+import paged_topk_cases as C
+from hipindexer import catalog, fp8_paged_mqa_topk, paged_topk_workspace, testing
+from hipindexer.ops import paged_topk
+from hipindexer.runtime import DeviceArray
+from hipindexer.runtime.module import load_manifest
+from host_backend import HostBackend, registered
+
+
+@pytest.mark.toolchain
+def test_paged_topk_cases_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/paged_topk_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert f"{len(C.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.toolchain
+def test_quick_topk_sweep_passes_on_the_emulator(emu_kernels):
+    p = H.run_cli(emu_kernels, "check", "topk", "--device", "emu:gfx950", "--quick", "--json", timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    summary = doc["summary"]["topk"]
+    assert summary["failed"] == 0 and summary["run"] >= 12, summary
+    names = " ".join(c["case"] for c in doc["cases"])
+    for part in ("_k512", "_k2048", "_rowlens", "_bs16", "_bs64", "chunks"):
+        assert part in names, part
+    assert "sample: " in p.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(C.CASES))
+def test_paged_topk_cases_on_the_gpu(gpu_device, name):
+    C.CASES[name](gpu_device)
+
+
+# ------------------------------------------------------------------ the bound, as a formula
+
+@pytest.mark.parametrize("B,next_n,top_k,bs,units", [(1, 1, 1, 1, 132), (64, 1, 2048, 64, 132),
+                                                    (256, 2, 2048, 16, 256), (1024, 8, 512, 64, 132),
+                                                    (3, 2, 4096, 16, 4), (8192, 8, 16, 16, 132)])
+def test_the_widest_chunk_keeps_the_workspace_within_the_bound(B, next_n, top_k, bs, units):
+    C_ = paged_topk.widest_chunk(B, next_n, top_k, bs, units)
+    bound = 8 * top_k * next_n * (2 * B + units) + (1 << 20)
+    assert C_ % bs == 0 and C_ >= bs
+    assert paged_topk.workspace_bytes(B, next_n, top_k, C_, bs) <= bound
+    assert paged_topk.workspace_bytes(B, next_n, top_k, C_ + bs, bs) > bound  # and it is the widest
+
+
+# ------------------------------------------------------------------ the host side, over a backend that runs no kernel
+
+@pytest.fixture
+def hopper():
+    """(backend, device): an sm_90a device over host memory, with the built kernels' manifest."""
+    try:
+        load_manifest()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    hb = HostBackend(name="hostptopk", arch="sm_90a", num_cus=132, wave_size=32)
+    with registered(hb) as dev:
+        yield hb, dev
+
+
+def _inputs(dev, B=2, ctx=3000, device_resident=True):
+    inp = testing.decode_inputs(np.random.default_rng(0), testing.DecodeCase(B, 2, 16, 64, 64, mean_context=ctx,
+                                                                             key_codes=True))
+    if not device_resident:
+        return inp
+    return testing.DecodeInputs(*[DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a
+                                  for a in inp.args()])
+
+
+def _symbols(hb, since):
+    return [fn for fn, *_ in hb.launches[since:]]
+
+
+def test_every_check_runs_before_anything_is_copied(hopper):
+    hb, dev = hopper
+    inp = _inputs(dev, device_resident=False)
+    for change, error in [(dict(top_k=0), ValueError), (dict(context_lens=inp.context_lens[:1]), ValueError),
+                          (dict(out=DeviceArray.empty((4, 7), np.int32, dev)), ValueError),
+                          (dict(chunk=100), ValueError), (dict(kernel="nope"), ValueError),
+                          (dict(workspace=object()), TypeError)]:
+        args = dict(zip(("q", "kv_cache", "weights", "context_lens", "block_tables", "max_model_len"),
+                        inp.args()[:6]), top_k=8, device=dev) | change
+        with pytest.raises(error):
+            fp8_paged_mqa_topk(**args)
+    assert hb.htod == 0 and not hb.launches
+
+
+def test_chunks_and_what_each_launch_is_sent(hopper):
+    """A row wider than the workspace: the first chunk on the caller's inputs, then per chunk its inputs, the
+    logits op, topk_logits and the merge, the last merge writing values and slots; a row that fits is one logits
+    call and one top-k."""
+    hb, dev = hopper
+    inp = _inputs(dev)
+    mml = inp.max_model_len
+    ws = paged_topk_workspace(2, 2, 64, mml, 64, device=dev, chunk=1024)
+    n0 = len(hb.launches)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=ws, return_values=True, return_slots=True)
+    chunks = -(-mml // 1024)
+    got = _symbols(hb, n0)
+    logits = got[0]
+    assert got[:2] == [logits, "hx_topk_logits"] and len(got) == 2 + 4 * (chunks - 1)
+    assert got[2:6] == ["hx_paged_topk_chunk", logits, "hx_topk_logits", "hx_paged_topk_merge"]
+    merge = catalog.STRUCT["PagedTopkMergeParams"]
+    last = merge.ctype().from_buffer_copy(hb.launches[-1][4])
+    assert (last.base, last.lead, last.write_w, last.top_k) == ((chunks - 1) * 1024, 64, 0, 64)
+    assert last.values != 0 and last.slots != 0 and last.w == ws.w.ptr
+    first = merge.ctype().from_buffer_copy(hb.launches[n0 + 5][4])
+    assert first.write_w == 1 and first.values == 0 and first.slots == 0 and first.base == 1024
+    n1 = len(hb.launches)
+    whole = paged_topk_workspace(2, 2, 64, mml, 64, device=dev)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=whole)
+    assert _symbols(hb, n1) == [logits, "hx_topk_logits"]
+
+
+def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
+    hb, dev = hopper
+    inp = _inputs(dev)
+    ws = paged_topk_workspace(2, 2, 64, inp.max_model_len, 64, device=dev, chunk=1024)
+    outs = tuple(DeviceArray.empty((4, 64), dt, dev) for dt in (np.int32, np.float32, np.int32))
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
+    kw = dict(workspace=ws, out=outs, errors=errors, return_values=True, return_slots=True)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, **kw)
+    mallocs = []
+    real = hb.malloc
+    monkeypatch.setattr(hb, "malloc", lambda n, s: mallocs.append(n) or real(n, s))
+    copies, n0 = hb.htod, len(hb.launches)
+    for sorted in (False, True, False):
+        got = fp8_paged_mqa_topk(*inp.args()[:6], 64, sorted=sorted, **kw)
+        assert got == outs
+    assert not mallocs and hb.htod == copies and len(hb.launches) > n0
