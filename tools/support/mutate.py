@@ -268,7 +268,7 @@ PLANTS = {
         Plant("minus_zero_below_plus_zero", "common/topk_select.h", "  if (u == 0x80000000u) u = 0u;\n", ""),
         Plant("minus_inf_never_selectable", "common/topk_select.h",
               "if (u == 0xFF800000u && !minus_inf_selectable) return 0u;", "if (u == 0xFF800000u) return 0u;"),
-        Plant("tile_carry_lost", "generic/topk_logits.hip", "    gt_before += tile_total >> 16;\n", ""),
+        Plant("tile_carry_lost", "common/topk_select.h", "    gt_before += tile_total >> 16;\n", ""),
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
     ],
