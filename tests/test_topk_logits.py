@@ -17,13 +17,14 @@ from host_backend import HostBackend, registered
 def test_topk_cases_on_the_emulator(emu_kernels):
     p = H.run_child_pytest(emu_kernels, "tests/emu/topk_cases.py")
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
-    assert f"{len(C.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+    assert f"{len(C.CASES) * len(C.PATHS)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", list(C.PATHS))
 @pytest.mark.parametrize("name", list(C.CASES))
-def test_topk_cases_on_the_gpu(gpu_device, name):
-    C.CASES[name](gpu_device)
+def test_topk_cases_on_the_gpu(gpu_device, name, path):
+    C.run_case(gpu_device, name, path)
 
 
 @pytest.mark.gpu
@@ -38,6 +39,27 @@ def test_long_rows_on_the_gpu(gpu_device, top_k, sorted):
     C.check(gpu_device, x, top_k, sorted)
     lengths = rng.integers(0, (1 << 17) + 100, 64).astype(np.int32)
     C.check(gpu_device, x, top_k, sorted, lengths=lengths)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, N", [(64, 1 << 17), (128, 1 << 15), (128, 1 << 17), (512, 1 << 17)])
+@pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
+def test_split_shapes_on_the_gpu(gpu_device, rows, N, sorted):
+    """The benchmark's shapes (half of each row -inf, top_k 2048) on the split path the op picks for them, against
+    the reference and bit for bit against the single-block kernel; then rows of few distinct values, whose
+    candidates overflow the workspace."""
+    from hipindexer.plan import plan_topk
+    from hipindexer.ops.launch import target_of
+    assert plan_topk(rows, N, 2048, target_of(gpu_device)).split
+    rng = np.random.default_rng(rows + N + sorted)
+    x = rng.standard_normal((rows, N), dtype=np.float32)
+    x[rng.random(x.shape) < 0.5] = -np.inf
+    got = C.run(gpu_device, x, 2048, sorted)
+    C.expect_exact(*got, x, 2048, sorted)
+    single = C.run_with(gpu_device, {"split": False}, x, 2048, sorted)
+    assert (got[0] == single[0]).all() and (got[1].view(np.uint32) == single[1].view(np.uint32)).all()
+    x[: rows // 2] = np.round(x[: rows // 2])  # a handful of values: a cut digit holding thousands of keys
+    C.check(gpu_device, x, 2048, sorted)
 
 
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
