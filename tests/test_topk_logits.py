@@ -132,3 +132,39 @@ def test_a_prepared_call_copies_and_allocates_nothing_and_options_key_their_laun
         got = topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values)
         assert got == (out, values) and sent(hb)[3]["sorted"] == int(sorted)
     assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == 5
+
+
+SPLIT = catalog.STRUCT["TopkSplitParams"]
+
+
+def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
+    """64 x 131072 on an H200's 132 units: kernels 1 and 2 on rows x parts blocks, kernel 3 on one per row, all
+    with the plan's cut and one workspace, zeroed once (a memset) and reused by prepared calls."""
+    from hipindexer.plan import plan_topk
+    from hipindexer.plan.topk import workspace_bytes
+    hb, dev = hopper
+    rows, N, top_k = 64, 1 << 17, 2048
+    logits = DeviceArray.empty((rows, N), np.float32, dev)
+    out = DeviceArray.empty((rows, top_k), np.int32, dev)
+    plan = plan_topk(rows, N, top_k, topk.target_of(dev))
+    assert plan.split and plan.parts * plan.part_len >= N > (plan.parts - 1) * plan.part_len
+    topk_logits(logits, top_k, out=out, sorted=True)
+    sent3 = hb.launches[-3:]
+    assert [s[0] for s in sent3] == ["hx_topk_split_hist", "hx_topk_split_gather", "hx_topk_split_finish"]
+    assert [s[1][0] for s in sent3] == [rows * plan.parts, rows * plan.parts, rows]
+    assert [s[2][0] for s in sent3] == [catalog.KERNEL[k].block for k in topk.SPLIT_KERNELS]
+    fields = [SPLIT.ctype().from_buffer_copy(s[4]) for s in sent3]
+    assert len({f.work for f in fields}) == 1 and fields[0].work != 0
+    f = fields[0]
+    assert (f.parts, f.part_len, f.cap, f.row_bytes, f.rows, f.N, f.top_k, f.sorted) == \
+        (plan.parts, plan.part_len, plan.cap, plan.row_bytes, rows, N, top_k, 1)
+    assert workspace_bytes(rows, top_k) == rows * plan.row_bytes
+    copies, buffers = hb.htod, len(hb.bufs)
+    for _ in range(3):
+        topk_logits(logits, top_k, out=out, sorted=True)
+        assert SPLIT.ctype().from_buffer_copy(hb.launches[-1][4]).work == f.work
+    assert hb.htod == copies and len(hb.bufs) == buffers
+    with pytest.raises(ValueError, match="^workspace"):
+        topk_logits(logits, top_k, out=out, workspace=DeviceArray.empty((100,), np.uint8, dev))
+    with pytest.raises(TypeError, match="tunable"):
+        topk_logits(logits, top_k, out=out, parts=3)
