@@ -279,6 +279,16 @@ STRUCTS.append(Struct("PagedTopkMergeParams", [
     ("write_w", "i32"),  # write the new candidates' values over W's first top_k columns
     ("next_n", "i32"), ("block_size", "i32"), ("max_blocks", "i32"),
 ]))
+# The split path of topk_logits (hipindexer.ops.topk, hsaco_src/common/topk_split.h): TopkParams' fields, then the
+# workspace (per row at row * row_bytes: a histogram and two counts, certain entries at cert_off, candidates at
+# cand_off, which ops.topk lays out) and the cut of each row into `parts` column ranges of part_len columns.
+STRUCTS.append(Struct("TopkSplitParams", [
+    ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"), ("work", "ptr:u8"),
+    ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),
+    ("row_bytes", "i64"), ("cert_off", "i64"), ("cand_off", "i64"),
+    ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
+    ("parts", "i32"), ("part_len", "i32"), ("cap", "i32"),
+]))
 # Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
 STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))
 # The fp8 wgmma peak loop (sm_90a): the benchmark's matrix-rate ceiling.
@@ -317,6 +327,15 @@ KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_pa
                       block=256))
 KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge", "PagedTopkMergeParams",
                       block=256))
+# Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates
+# gathered by the same blocks, then one block per row (512 threads: its sort and scans are barrier-bound) that
+# selects among the candidates, sorts, writes and zeroes the workspace, or runs topk_logits' row algorithm.
+KERNELS.append(Kernel("topk_split_hist", "generic/topk_split_hist.hip", "hx_topk_split_hist", "TopkSplitParams",
+                      block=256))
+KERNELS.append(Kernel("topk_split_gather", "generic/topk_split_gather.hip", "hx_topk_split_gather", "TopkSplitParams",
+                      block=256))
+KERNELS.append(Kernel("topk_split_finish", "generic/topk_split_finish.hip", "hx_topk_split_finish", "TopkSplitParams",
+                      block=512))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

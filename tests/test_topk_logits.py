@@ -17,13 +17,14 @@ from host_backend import HostBackend, registered
 def test_topk_cases_on_the_emulator(emu_kernels):
     p = H.run_child_pytest(emu_kernels, "tests/emu/topk_cases.py")
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
-    assert f"{len(C.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+    assert f"{len(C.CASES) * len(C.PATHS)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", list(C.PATHS))
 @pytest.mark.parametrize("name", list(C.CASES))
-def test_topk_cases_on_the_gpu(gpu_device, name):
-    C.CASES[name](gpu_device)
+def test_topk_cases_on_the_gpu(gpu_device, name, path):
+    C.run_case(gpu_device, name, path)
 
 
 @pytest.mark.gpu
@@ -38,6 +39,27 @@ def test_long_rows_on_the_gpu(gpu_device, top_k, sorted):
     C.check(gpu_device, x, top_k, sorted)
     lengths = rng.integers(0, (1 << 17) + 100, 64).astype(np.int32)
     C.check(gpu_device, x, top_k, sorted, lengths=lengths)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, N", [(64, 1 << 17), (128, 1 << 15), (128, 1 << 17), (512, 1 << 17)])
+@pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
+def test_split_shapes_on_the_gpu(gpu_device, rows, N, sorted):
+    """The benchmark's shapes (half of each row -inf, top_k 2048) on the split path the op picks for them, against
+    the reference and bit for bit against the single-block kernel; then rows of few distinct values, whose
+    candidates overflow the workspace."""
+    from hipindexer.plan import plan_topk
+    from hipindexer.ops.launch import target_of
+    assert plan_topk(rows, N, 2048, target_of(gpu_device)).split
+    rng = np.random.default_rng(rows + N + sorted)
+    x = rng.standard_normal((rows, N), dtype=np.float32)
+    x[rng.random(x.shape) < 0.5] = -np.inf
+    got = C.run(gpu_device, x, 2048, sorted)
+    C.expect_exact(*got, x, 2048, sorted)
+    single = C.run_with(gpu_device, {"split": False}, x, 2048, sorted)
+    assert (got[0] == single[0]).all() and (got[1].view(np.uint32) == single[1].view(np.uint32)).all()
+    x[: rows // 2] = np.round(x[: rows // 2])  # a handful of values: a cut digit holding thousands of keys
+    C.check(gpu_device, x, 2048, sorted)
 
 
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
@@ -110,3 +132,39 @@ def test_a_prepared_call_copies_and_allocates_nothing_and_options_key_their_laun
         got = topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values)
         assert got == (out, values) and sent(hb)[3]["sorted"] == int(sorted)
     assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == 5
+
+
+SPLIT = catalog.STRUCT["TopkSplitParams"]
+
+
+def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
+    """64 x 131072 on an H200's 132 units: kernels 1 and 2 on rows x parts blocks, kernel 3 on one per row, all
+    with the plan's cut and one workspace, zeroed once (a memset) and reused by prepared calls."""
+    from hipindexer.plan import plan_topk
+    from hipindexer.plan.topk import workspace_bytes
+    hb, dev = hopper
+    rows, N, top_k = 64, 1 << 17, 2048
+    logits = DeviceArray.empty((rows, N), np.float32, dev)
+    out = DeviceArray.empty((rows, top_k), np.int32, dev)
+    plan = plan_topk(rows, N, top_k, topk.target_of(dev))
+    assert plan.split and plan.parts * plan.part_len >= N > (plan.parts - 1) * plan.part_len
+    topk_logits(logits, top_k, out=out, sorted=True)
+    sent3 = hb.launches[-3:]
+    assert [s[0] for s in sent3] == ["hx_topk_split_hist", "hx_topk_split_gather", "hx_topk_split_finish"]
+    assert [s[1][0] for s in sent3] == [rows * plan.parts, rows * plan.parts, rows]
+    assert [s[2][0] for s in sent3] == [catalog.KERNEL[k].block for k in topk.SPLIT_KERNELS]
+    fields = [SPLIT.ctype().from_buffer_copy(s[4]) for s in sent3]
+    assert len({f.work for f in fields}) == 1 and fields[0].work != 0
+    f = fields[0]
+    assert (f.parts, f.part_len, f.cap, f.row_bytes, f.rows, f.N, f.top_k, f.sorted) == \
+        (plan.parts, plan.part_len, plan.cap, plan.row_bytes, rows, N, top_k, 1)
+    assert workspace_bytes(rows, top_k) == rows * plan.row_bytes
+    copies, buffers = hb.htod, len(hb.bufs)
+    for _ in range(3):
+        topk_logits(logits, top_k, out=out, sorted=True)
+        assert SPLIT.ctype().from_buffer_copy(hb.launches[-1][4]).work == f.work
+    assert hb.htod == copies and len(hb.bufs) == buffers
+    with pytest.raises(ValueError, match="^workspace"):
+        topk_logits(logits, top_k, out=out, workspace=DeviceArray.empty((100,), np.uint8, dev))
+    with pytest.raises(TypeError, match="tunable"):
+        topk_logits(logits, top_k, out=out, parts=3)

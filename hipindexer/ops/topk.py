@@ -11,18 +11,46 @@ import numpy as np
 
 from ..arguments import F32, I32, check_top_k, expect
 from ..catalog import KERNEL
+from ..plan import topk as plan
 from ..runtime import DeviceArray
 from ..runtime.device import as_stream
-from .launch import INT32_MAX, adopt, check_resident, device_only, kernel_for, prepared, remember, resident_key, \
-    resolve_device, upload
+from .launch import INT32_MAX, adopt, check_resident, check_tunables, device_only, kernel_for, prepared, remember, \
+    resident_key, resolve_device, target_of, upload
 
 BLOCK = KERNEL["topk_logits"].block
 TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-call pointers, in struct order
+SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
+SPLIT_KERNELS = ("topk_split_hist", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
+TUNABLES = ("split", "part_columns", "cap")  # hipindexer.plan.topk.plan_topk's
+_workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a zeroed DeviceArray, kept zero by the kernels
+
+
+def workspace_bytes(rows: int, top_k: int, cap: int = plan.CAP) -> int:
+    """Bytes a workspace= for rows x top_k must hold (the split path's; hipindexer.plan.topk)."""
+    return plan.workspace_bytes(rows, top_k, cap)
+
+
+def topk_workspace(rows: int, top_k: int, device=None, stream=None, cap: int = plan.CAP) -> DeviceArray:
+    """A zeroed workspace for topk_logits(..., workspace=) over up to `rows` rows at this top_k's power-of-two
+    class: for a call captured into a graph, or one stream's calls that should not share the op's own."""
+    dev = resolve_device(device, ())
+    return DeviceArray.empty((workspace_bytes(rows, top_k, cap),), np.uint8, dev, as_stream(stream, dev)).fill(0)
+
+
+def _own_workspace(dev, st, rows: int, row_bytes: int) -> DeviceArray:
+    """The op's workspace for this stream (calls on one stream run in order, so they may share it), allocated and
+    zeroed once per power-of-two class of rows; the last kernel of every call leaves it zero again."""
+    rows_class = 1 << max(0, rows - 1).bit_length()
+    key = (dev, st.handle, rows_class, row_bytes)
+    w = _workspaces.get(key)
+    if w is None:
+        w = _workspaces[key] = DeviceArray.empty((rows_class * row_bytes,), np.uint8, dev, st).fill(0)
+    return w
 
 
 def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, out=None, values=None, stream=None,
-                device=None):
+                device=None, workspace=None, **tunables):
     """The exact top_k of each row of a float32 logits array, on a device; the selection of
     hipindexer.reference.topk_logits (docs/ops.md, "Top-k").
 
@@ -40,6 +68,16 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
+    Paths (hipindexer.plan.topk): rows of N >= 16384 columns, up to 1024 rows, take the split path: each row
+    cut into parts so that rows x parts blocks fill the device, read twice with 16-byte loads, then one block
+    per row selecting among the few candidates left and sorting; shorter rows, or more rows, take one block
+    per row. The split path keeps a workspace (2048 bins, top_k and 8192 candidates per row, independent of N)
+    that its last kernel leaves zeroed: the op allocates one per device, stream and class of shape on first use
+    and reuses it; for a call captured into a graph, pass workspace= (topk_workspace(rows, top_k), a zeroed
+    uint8 device array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time). A row
+    whose candidates (keys sharing the top_k-th key's top 11 bits) number over 8192 is finished by the
+    single-block algorithm, correct and slower. Tunables: split (bool), part_columns, cap (plan_topk's).
+
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
     wrong shapes, strides or values, a read-only out or values, values= without return_values=True, and
@@ -53,18 +91,22 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     >>> idx.numpy().tolist(), val.numpy().tolist()
     ([[2, 0], [0, -1]], [[2.0, 0.5], [1.0, -inf]])
     """
-    arrays = (logits, lengths, out, values)
-    key = resident_key(arrays, top_k, sorted, return_values, device)
+    arrays = (logits, lengths, out, values, workspace)
+    key = resident_key(arrays, top_k, sorted, return_values, device, *tunables.items())
     hit = prepared(key)
     if hit is None:
-        return _topk_logits(arrays, top_k, sorted, return_values, stream, device, key)
-    launch, dev, shape = hit
+        return _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables, key)
+    launch, dev, shape, split = hit
     st = dev.default_stream if stream is None else as_stream(stream, dev)
     if out is None:
         out = DeviceArray.empty(shape, np.int32, dev, st)
     if return_values and values is None:
         values = DeviceArray.empty(shape, np.float32, dev, st)
-    launch(st.handle, logits.ptr, 0 if lengths is None else lengths.ptr, out.ptr, 0 if values is None else values.ptr)
+    ptrs = (logits.ptr, 0 if lengths is None else lengths.ptr, out.ptr, 0 if values is None else values.ptr)
+    if split is None:
+        launch(st.handle, *ptrs)
+    else:
+        launch(st.handle, *ptrs, (workspace if workspace is not None else _own_workspace(dev, st, *split)).ptr)
     return (out, values) if return_values else out
 
 
@@ -111,15 +153,43 @@ def _check_host_values(la: np.ndarray | None, ln: np.ndarray | None, N: int) -> 
         raise ValueError(f"logits: NaN at row {r}, col {c}, a position counted as valid")
 
 
-def _topk_logits(arrays, top_k, sorted, return_values, stream, device, key):
+def _workspace_arg(w, nbytes: int, dev, st) -> DeviceArray | None:
+    """workspace=: a writable, contiguous device array of at least nbytes bytes (its contents the kernels' own:
+    zero before the first call), or None."""
+    if w is None:
+        return None
+    a = device_only("workspace", w, dev, st, "the split path's workspace")
+    if not a.is_contiguous or a.readonly or a.nbytes < nbytes:
+        raise ValueError(f"workspace: expected a writable contiguous device array of at least {nbytes} bytes "
+                         f"(workspace_bytes(rows, top_k)), got {a.dtype.name} {tuple(a.shape)}")
+    return a
+
+
+def _split_launch(dev, p, common):
+    """One call's three launches of the split path, as one function of (stream, 4 pointers, workspace)."""
+    fields = dict(common, row_bytes=p.row_bytes, cert_off=p.cert_off, cand_off=p.cand_off, parts=p.parts,
+                  part_len=p.part_len, cap=p.cap)
+    hist, gather, finish = (kernel_for(dev, k).prepare(p.grid_parts if k != "topk_split_finish" else p.grid_rows,
+                                                       KERNEL[k].block, pointers=SPLIT_POINTERS, **fields)
+                            for k in SPLIT_KERNELS)
+
+    def launch(handle, *ptrs):
+        hist(handle, *ptrs)
+        gather(handle, *ptrs)
+        finish(handle, *ptrs)
+    return launch
+
+
+def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables, key):
     """The full path: check, upload host arrays, prepare the launch (kept under `key`), launch."""
+    check_tunables("topk_logits", tunables, TUNABLES)
     top_k = check_top_k(top_k)
     for name, flag in (("sorted", sorted), ("return_values", return_values)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     dev = resolve_device(device, arrays)
     st = as_stream(stream, dev)
-    logits, lengths, out, values = arrays
+    logits, lengths, out, values, workspace = arrays
     if values is not None and not return_values:
         raise ValueError("values: given, but return_values=False (pass return_values=True to have values written)")
     la = adopt("logits", logits, dev, st)
@@ -142,15 +212,24 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, key):
         o = DeviceArray.empty((rows, top_k), np.int32, dev, st)
     if return_values and v is None:
         v = DeviceArray.empty((rows, top_k), np.float32, dev, st)
+    p = plan.plan_topk(rows, N, top_k, target_of(dev), max_blocks=MAX_BLOCKS, **tunables)
+    w = _workspace_arg(workspace, p.workspace_bytes, dev, st) if p.split else None
     if rows == 0:
         return (o, v) if return_values else o
-    launch = kernel_for(dev, "topk_logits").prepare(
-        min(rows, MAX_BLOCKS), BLOCK, pointers=TOPK_POINTERS, logits_stride=stride,
-        indices_stride=_rows_of("out", o, "the indices", "top_k", top_k),
-        values_stride=_rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
-        rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
-    remember(key, (launch, dev, (rows, top_k)))
+    common = dict(logits_stride=stride, indices_stride=_rows_of("out", o, "the indices", "top_k", top_k),
+                  values_stride=_rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
+                  rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
+    if p.split:
+        launch, split = _split_launch(dev, p, common), (rows, p.row_bytes)
+    else:
+        launch, split = kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS,
+                                                               **common), None
+    remember(key, (launch, dev, (rows, top_k), split))
     la = upload(la, dev, st)
     ln = None if ln is None else upload(ln, dev, st)
-    launch(st.handle, la.ptr, 0 if ln is None else ln.ptr, o.ptr, 0 if v is None else v.ptr)
+    ptrs = (la.ptr, 0 if ln is None else ln.ptr, o.ptr, 0 if v is None else v.ptr)
+    if split is None:
+        launch(st.handle, *ptrs)
+    else:
+        launch(st.handle, *ptrs, (w if w is not None else _own_workspace(dev, st, *split)).ptr)
     return (o, v) if return_values else o

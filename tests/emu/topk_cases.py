@@ -1,8 +1,10 @@
 """hipindexer.topk_logits on a device, against hipindexer.reference.topk_logits and the top-k gate.
 
-Every case is a named function of a device in CASES: tests/test_topk_logits.py runs them on the emulated
-MI355X (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked gpu, on
-a real GPU. Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the kernel
+Every case is a named function of a device in CASES, run once per path in PATHS (FORCED holds the path's
+tunables while a case runs; every call goes through topk()): the single-block kernel, and the split path cut
+into parts small enough that an emulated case has many of them. tests/test_topk_logits.py runs them on the
+emulated MI355X (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked
+gpu, on a real GPU. Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the kernel
 leaves unwritten fails; inputs are fresh random arrays per case. A result must pass gate_topk with zero
 magnitude (the op computes no logits, so its values and selection are exact) and equal the reference's exact
 selection: the same index set per row (ties by lower index, which the gate alone would let swap), and with
@@ -18,6 +20,13 @@ from hipindexer import gate, reference
 from hipindexer.runtime import Device, DeviceArray
 
 POISON_INDEX = np.iinfo(np.int32).min
+FORCED: dict = {}  # the tunables every call of a case passes: the path under test (PATHS)
+PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}}
+
+
+def topk(*args, **kw):
+    """hipindexer.topk_logits on the path under test."""
+    return hipindexer.topk_logits(*args, **FORCED, **kw)
 
 
 def _poisoned(dev, rows, top_k, pad=0):
@@ -56,6 +65,9 @@ def expect_exact(idx, val, x, top_k, sorted, lengths=None, valid=None):
     assert (np.sort(np.where(live, idx, -1), axis=1) == np.sort(want_idx, axis=1)).all(), "the selected sets"
     at = np.take_along_axis(x, np.where(live, idx, 0), axis=1)
     assert (val.view(np.uint32)[live] == at.view(np.uint32)[live]).all(), "values: the logits at their indices"
+    if not sorted:  # both paths give index order, which callers may come to rely on
+        ranked = np.where(live, idx.astype(np.int64), (1 << 31) + np.arange(top_k))  # padding last
+        assert (np.diff(ranked, axis=1) > 0).all(), "unsorted: index order"
     if sorted:
         assert (idx == want_idx).all(), "sorted order: descending value, equal values by lower index"
         assert (val.view(np.uint32) == want_val.astype(np.float32).view(np.uint32)).all()
@@ -64,10 +76,22 @@ def expect_exact(idx, val, x, top_k, sorted, lengths=None, valid=None):
 def run(dev, x, top_k, sorted, lengths=None, pad=0, logits=None):
     """One call with poisoned outputs: (indices, values) as numpy."""
     out, values = _poisoned(dev, x.shape[0], top_k, pad)
-    got = hipindexer.topk_logits(x if logits is None else logits, top_k, lengths=lengths, sorted=sorted,
-                                 return_values=True, out=out, values=values, device=dev)
+    got = topk(x if logits is None else logits, top_k, lengths=lengths, sorted=sorted,
+               return_values=True, out=out, values=values, device=dev)
     assert got[0] is out and got[1] is values
     return out.numpy(), values.numpy()
+
+
+def run_with(dev, forced, x, top_k, sorted, lengths=None):
+    """run() with the tunables `forced` in place of FORCED."""
+    kept = dict(FORCED)
+    FORCED.clear()
+    FORCED.update(forced)
+    try:
+        return run(dev, x, top_k, sorted, lengths)
+    finally:
+        FORCED.clear()
+        FORCED.update(kept)
 
 
 def check(dev, x, top_k, sorted, lengths=None, **kw):
@@ -187,7 +211,7 @@ def padded_rows_in_and_out(dev):
     logits = DeviceArray.from_numpy(wide, dev)[:, :N]
     for sorted in (False, True):
         out, values = _poisoned(dev, R, top_k, pad)
-        hipindexer.topk_logits(logits, top_k, sorted=sorted, return_values=True, out=out, values=values, device=dev)
+        topk(logits, top_k, sorted=sorted, return_values=True, out=out, values=values, device=dev)
         expect_exact(out.numpy(), values.numpy(), x, top_k, sorted)
         base_idx = DeviceArray(out.ptr, (R, top_k + pad), np.int32, dev, owner=out).numpy()
         base_val = DeviceArray(values.ptr, (R, top_k + pad), np.float32, dev, owner=values).numpy()
@@ -219,11 +243,11 @@ def indices_only_and_the_same_output_twice(dev):
     rng = np.random.default_rng(18)
     x = rng.choice(np.array([0.0, 1.0, 2.0], np.float32), (4, 3000))
     for sorted in (False, True):
-        first = hipindexer.topk_logits(x, 700, sorted=sorted, device=dev)
+        first = topk(x, 700, sorted=sorted, device=dev)
         assert isinstance(first, DeviceArray) and first.shape == (4, 700)
         a = first.numpy()
         expect_exact(a, np.take_along_axis(x, a, axis=1), x, 700, sorted)
-        b = hipindexer.topk_logits(x, 700, sorted=sorted, device=dev).numpy()
+        b = topk(x, 700, sorted=sorted, device=dev).numpy()
         logits = DeviceArray.from_numpy(x, dev)
         c = [run(dev, x, 700, sorted, logits=logits)[0] for _ in range(2)]
         assert (a == b).all() and (a == c[0]).all() and (a == c[1]).all()
@@ -248,7 +272,7 @@ def more_rows_than_blocks(dev):
 
 @case
 def no_rows(dev):
-    idx, val = hipindexer.topk_logits(np.zeros((0, 10), np.float32), 5, return_values=True, device=dev)
+    idx, val = topk(np.zeros((0, 10), np.float32), 5, return_values=True, device=dev)
     assert idx.shape == val.shape == (0, 5)
 
 
@@ -275,11 +299,128 @@ def bad_arguments_raise_naming_them(dev):
     for change, error, name in bad:
         args = {"logits": x, "top_k": 4, "out": out, **change}
         with pytest.raises(error, match=f"^{name}"):
-            hipindexer.topk_logits(device=dev, **args)
+            topk(device=dev, **args)
     # a NaN past a row's length is not at a valid position
     y = x.copy()
     y[0, 5:] = np.nan
-    hipindexer.topk_logits(y, 4, lengths=np.array([5, 10], np.int32), out=out, device=dev)
+    topk(y, 4, lengths=np.array([5, 10], np.int32), out=out, device=dev)
+
+
+# ------------------------------------------------------------------ the split path's own cases (on either path)
+
+def _split_cut(x, top_k, lengths=None):
+    """(digit, above, candidates) per row: how the split path cuts each row (hsaco_src/common/topk_split.h)."""
+    keys = x.view(np.uint32).astype(np.int64)
+    keys = np.where(keys & 0x80000000, ~keys & 0xFFFFFFFF, keys | 0x80000000) >> 21
+    valid = valid_of(x, lengths)
+    out = []
+    for r in range(x.shape[0]):
+        counts = np.bincount(keys[r][valid[r]], minlength=2048)
+        above = np.cumsum(counts[::-1])
+        if above[-1] <= top_k:
+            out.append((None, int(above[-1]), 0))
+            continue
+        d = 2047 - int(np.argmax(above >= top_k))
+        out.append((d, int(counts[d + 1:].sum()), int(counts[d])))
+    return out
+
+
+@case
+def candidates_overflow_the_workspace(dev):
+    """A row whose keys at the cut (the top_k-th key's top 11 bits) pass the workspace's 8192 candidates is
+    finished by the single-block algorithm inside the split path's last kernel; the rows around it are not."""
+    rng = np.random.default_rng(21)
+    R, N = 3, 9000
+    x = rng.standard_normal((R, N), dtype=np.float32)
+    x[1] = np.float32(1.0) + rng.integers(0, 8, N).astype(np.float32) * np.float32(2.0 ** -20)  # one top digit
+    x[1, rng.permutation(N)[:50]] = np.float32(3.0)
+    assert _split_cut(x, 300)[1][2] > 8192 and max(c[2] for c in _split_cut(x, 300)[::2]) < 8192
+    for sorted in (False, True):
+        check(dev, x, 300, sorted)
+        check(dev, x, 4096, sorted)
+    small = {**FORCED, "cap": 40} if FORCED.get("split") else FORCED  # every row overflows a cap of 40
+    for sorted in (False, True):
+        idx, val = run_with(dev, small, x, 100, sorted)
+        expect_exact(idx, val, x, 100, sorted)
+
+
+@case
+def ties_across_parts(dev):
+    """Equal values on both sides of every part boundary, the cut inside them: the lowest indices are taken
+    whichever part (and whichever order of the parts' writes) holds them."""
+    rng = np.random.default_rng(22)
+    R, N = 4, 2600
+    x = rng.choice(np.array([0.5, 1.0, 2.0], np.float32), (R, N), p=[0.6, 0.3, 0.1])
+    x[:, 500:530] = 2.0  # a run across the boundary of 512-column parts
+    x[2, ::3] = -np.inf
+    for top_k in (1, 200, 291, 1500):
+        for sorted in (False, True):
+            check(dev, x, top_k, sorted)
+
+
+@case
+def lengths_cut_inside_a_part(dev):
+    """Lengths that end inside a part, a float4 and a tile, or before a part starts; odd row strides, so
+    each row's float4s start at another column."""
+    rng = np.random.default_rng(23)
+    R, N, top_k = 8, 6001, 64
+    wide = rng.standard_normal((R, N + 3), dtype=np.float32)
+    wide[:, N:] = np.inf
+    lengths = np.array([0, 3, 513, 1023, 1030, 4097, 5999, 6001], np.int32)
+    for r, n in enumerate(lengths):
+        wide[r, n:N] = np.nan  # past the length: never read into the result
+    logits = DeviceArray.from_numpy(wide, dev)[:, :N]
+    for sorted in (False, True):
+        out, values = _poisoned(dev, R, top_k)
+        topk(logits, top_k, lengths=lengths, sorted=sorted, return_values=True, out=out, values=values, device=dev)
+        expect_exact(out.numpy(), values.numpy(), wide[:, :N], top_k, sorted, lengths)
+
+
+@case
+def few_valid_in_long_rows(dev):
+    """Rows of 3000 columns with V = 0, 1, top_k - 1, top_k, top_k + 1 valid positions spread over every part."""
+    rng = np.random.default_rng(24)
+    R, N, top_k = 6, 3000, 200
+    x = rng.standard_normal((R, N), dtype=np.float32)
+    for r, keep in enumerate((0, 1, 199, 200, 201, 3000)):
+        x[r, rng.permutation(N)[keep:]] = -np.inf
+    for sorted in (False, True):
+        check(dev, x, top_k, sorted)
+
+
+@case
+def two_calls_leave_no_trace(dev):
+    """Calls in a row on the same device arrays (the prepared launch, as a graph replays it) with other data
+    each time, other lengths and top_k: each result is exact, so nothing of a call is left in the workspace
+    for the next; likewise with a workspace= the caller holds. Rows with many candidates, then few."""
+    from hipindexer.ops import topk as op
+    rng = np.random.default_rng(25)
+    R, N = 3, 4000
+    logits = DeviceArray.from_numpy(np.zeros((R, N), np.float32), dev)
+    out, values = _poisoned(dev, R, 500)
+    own = op.topk_workspace(R, 500, dev) if FORCED.get("split") else None
+    for i, workspace in enumerate([None] * 3 + [own] * 3):
+        x = rng.standard_normal((R, N), dtype=np.float32) if i % 2 else np.round(rng.standard_normal((R, N)) * 2)
+        x = x.astype(np.float32)
+        logits.copy_from(x)
+        for sorted in (False, True):
+            got = topk(logits, 500, sorted=sorted, return_values=True, out=out, values=values, device=dev,
+                       **({} if workspace is None else {"workspace": workspace}))
+            assert got == (out, values)
+            expect_exact(out.numpy(), values.numpy(), x, 500, sorted)
+
+
+@case
+def many_tiles_per_part(dev):
+    """Parts of several tiles (4096 columns each at 256 threads) that end off a float4: every tile's slots in
+    the row's lists are its own."""
+    rng = np.random.default_rng(26)
+    x = _masked(rng, 3, 20011, 0.3)
+    kw = {**FORCED, "part_columns": 9004} if FORCED.get("split") else FORCED
+    for top_k in (100, 4096):
+        for sorted in (False, True):
+            idx, val = run_with(dev, kw, x, top_k, sorted)
+            expect_exact(idx, val, x, top_k, sorted)
 
 
 # ------------------------------------------------------------------ on this process's device
@@ -289,6 +430,17 @@ def dev():
     return Device()
 
 
+def run_case(dev, name, path):
+    """CASES[name] with every call on `path`."""
+    FORCED.clear()
+    FORCED.update(PATHS[path])
+    try:
+        CASES[name](dev)
+    finally:
+        FORCED.clear()
+
+
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", list(CASES))
-def test_topk_case(dev, name):
-    CASES[name](dev)
+def test_topk_case(dev, name, path):
+    run_case(dev, name, path)

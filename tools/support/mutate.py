@@ -269,9 +269,28 @@ PLANTS = {
         Plant("minus_zero_below_plus_zero", "common/topk_select.h", "  if (u == 0x80000000u) u = 0u;\n", ""),
         Plant("minus_inf_never_selectable", "common/topk_select.h",
               "if (u == 0xFF800000u && !minus_inf_selectable) return 0u;", "if (u == 0xFF800000u) return 0u;"),
-        Plant("tile_carry_lost", "generic/topk_logits.hip", "    gt_before += tile_total >> 16;\n", ""),
+        Plant("tile_carry_lost", "common/topk_select.h", "    gt_before += tile_total >> 16;\n", ""),
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
+        # The split path (common/topk_split.h, generic/topk_split_*.hip): a part's last float4 never read, a tile's
+        # place in the row's lists lost, every candidate tied at the cut taken (not the lowest indices), the
+        # selection stopped after the first digit of the candidates, the workspace's histogram or counts not
+        # zeroed for the next call, an overflowing row finished from the candidates it never wrote.
+        Plant("part_last_float4_skipped", "common/topk_split.h", "    if (v < s.nvec) {", "    if (v + 1 < s.nvec) {"),
+        Plant("tile_place_in_row_lost", "generic/topk_split_gather.hip",
+              "hx_u32 at_cert = tile[2] + my_cert,", "hx_u32 at_cert = my_cert,"),
+        Plant("candidate_ties_all_taken", "generic/topk_split_finish.hip", "if (e >= T) entries",
+              "if ((e >> 32) >= (T >> 32)) entries"),
+        Plant("candidates_cut_at_the_first_digit", "generic/topk_split_finish.hip",
+              "if (whole || shift == 0u) return prefix;", "return prefix;"),
+        Plant("workspace_histogram_not_rezeroed", "generic/topk_split_finish.hip",
+              "b < HX_TOPK_MAX_BINS + 2u; b += HX_BLOCK) row_hist[b] = 0u;",
+              "b < 2u; b += HX_BLOCK) row_hist[HX_TOPK_MAX_BINS + b] = 0u;"),
+        Plant("workspace_counts_not_rezeroed", "generic/topk_split_finish.hip",
+              "b < HX_TOPK_MAX_BINS + 2u; b += HX_BLOCK) row_hist[b] = 0u;",
+              "b < HX_TOPK_MAX_BINS; b += HX_BLOCK) row_hist[b] = 0u;"),
+        Plant("overflow_row_not_taken_whole", "generic/topk_split_finish.hip",
+              "if (cut.mode == HX_CUT_OVERFLOW) {", "if (cut.mode == HX_CUT_OVERFLOW + 1u) {"),
     ],
     # The composed decode top-k's own kernels (generic/paged_topk_chunk.hip, generic/paged_topk_merge.hip): the
     # merge's chunk base a block late, the candidates' keys read from the wrong end (their order reversed), a
