@@ -33,6 +33,11 @@ class _Allocation:
         self.ptr, self.ordered = device._b.malloc(max(int(nbytes), 1), stream.handle)
 
     def __del__(self):
+        # At interpreter exit the stream (or the context) may already be gone in whatever order the last
+        # collection ran, and a stream-ordered free on a destroyed stream crashes inside the driver; the process
+        # is ending, and its memory goes with it.
+        if sys.is_finalizing():
+            return
         b = self.device._b
         try:
             b.free(self.ptr, self.stream.handle, self.ordered)

@@ -5,6 +5,7 @@ spec prefix to a factory, so `register_backend("emu", ...)` is all a third one
 needs. Everything here deals in int handles.
 """
 import numbers
+import sys
 import threading
 
 from . import cuda as _cuda
@@ -252,7 +253,7 @@ class Stream:
         return self.handle
 
     def __del__(self):
-        if getattr(self, "_owned", False):
+        if getattr(self, "_owned", False) and not sys.is_finalizing():  # (see _Allocation.__del__)
             try:
                 self.device._b.stream_destroy(self.handle)  # returns at once; queued work still completes
             except Exception:
@@ -297,6 +298,8 @@ class Event:
         return self.device._b.event_elapsed_ms(self.handle, other.handle)
 
     def __del__(self):
+        if sys.is_finalizing():  # (see _Allocation.__del__)
+            return
         try:
             self.device._b.event_destroy(self.handle)
         except Exception:
