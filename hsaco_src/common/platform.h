@@ -125,6 +125,23 @@ HX_INLINE __device__ void hx_barrier() { __syncthreads(); }
 #define HX_SHARED(type, name, count) __shared__ type name[count]
 #endif
 
+// v of lane src_lane of this wave (every lane of the wave takes part, each naming its own source): the
+// generic kernels' one cross-lane step. gfx950: ds_bpermute (any pattern, through the LDS crossbar); sm_90a:
+// shfl.sync over the full warp; the emulator: its lane-accurate bpermute.
+#if defined(HX_EMU)
+static inline __attribute__((always_inline)) hx_u32 hx_wave_shfl_u32(hx_u32 v, hx_u32 src_lane,
+                                                                    const char* file = __builtin_FILE(),
+                                                                    int line = __builtin_LINE()) {
+  return hx_emu_bpermute(v, src_lane, file, line);
+}
+#elif defined(HX_AMDGPU)
+HX_INLINE __device__ hx_u32 hx_wave_shfl_u32(hx_u32 v, hx_u32 src_lane) {
+  return (hx_u32)__builtin_amdgcn_ds_bpermute((int)(src_lane << 2), (int)v);
+}
+#elif defined(HX_NVIDIA)
+HX_INLINE __device__ hx_u32 hx_wave_shfl_u32(hx_u32 v, hx_u32 src_lane) { return __shfl_sync(0xFFFFFFFFu, v, src_lane); }
+#endif
+
 // *p |= v as one atomic operation (device error flags: several threads may set
 // different bits at once). The emulator runs one lane at a time.
 #if defined(HX_NVIDIA)

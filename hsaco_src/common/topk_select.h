@@ -72,22 +72,30 @@ HX_INLINE HX_HD hx_u32 hx_atomic_add_u32(hx_u32* p, hx_u32 v) { return __atomic_
 static_assert(HX_BLOCK * ITEMS < 65536, "tile counts are packed as two 16-bit halves");
 static_assert(HX_TOPK_MAX_BINS % HX_BLOCK == 0 && 1024 % HX_BLOCK == 0, "every thread owns whole bins");
 
-// Exclusive prefix sum of v over the block's threads in order (Hillis-Steele in
-// shared memory); *total is the sum over all threads. buf is free again on return.
+// Exclusive prefix sum of v over the block's threads in order; *total is the
+// sum over all threads. A scan within each wave by shuffles, then each wave adds
+// the totals of the waves before it: two barriers, where a shared-memory
+// Hillis-Steele scan takes two a doubling step. buf (at least one word per wave)
+// is free again on return.
 HX_INLINE HX_DEV hx_u32 hx_block_exclusive_sum(hx_u32 v, hx_u32* buf, hx_u32* total) {
-  const hx_u32 tid = hx_thread_x();
-  buf[tid] = v;
-  for (hx_u32 d = 1; d < HX_BLOCK; d *= 2) {
-    hx_barrier();
-    const hx_u32 a = tid >= d ? buf[tid - d] : 0u;
-    hx_barrier();
-    buf[tid] += a;
+  static_assert(HX_BLOCK % HX_WAVE_SIZE == 0, "whole waves");
+  const hx_u32 tid = hx_thread_x(), lane = tid % HX_WAVE_SIZE, wave = tid / HX_WAVE_SIZE;
+  hx_u32 inclusive = v;
+  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
+    const hx_u32 y = hx_wave_shfl_u32(inclusive, lane >= d ? lane - d : lane);
+    if (lane >= d) inclusive += y;
   }
+  if (lane == HX_WAVE_SIZE - 1) buf[wave] = inclusive;
   hx_barrier();
-  const hx_u32 inclusive = buf[tid];
-  *total = buf[HX_BLOCK - 1];
+  hx_u32 before = 0, all = 0;
+  for (hx_u32 w = 0; w < HX_BLOCK / HX_WAVE_SIZE; ++w) {
+    const hx_u32 s = buf[w];
+    before += w < wave ? s : 0u;
+    all += s;
+  }
+  *total = all;
   hx_barrier();
-  return inclusive - v;
+  return before + inclusive - v;
 }
 
 // The bin of hist[0, bins) that holds the want-th largest of the counted keys,

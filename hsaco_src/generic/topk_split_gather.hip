@@ -9,7 +9,7 @@
 // whole.
 #include "topk_split.h"
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_gather(const HX_GRID_CONSTANT TopkSplitParams p) {
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_topk_split_gather(const HX_GRID_CONSTANT TopkSplitParams p) {
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 2);
   HX_SHARED(hx_u32, tile, 4);  // this tile's certain entries and candidates, then their first slots in the row
