@@ -1,0 +1,79 @@
+"""fp8_paged_mqa_topk against the decode logits op alone and against the logits op followed by topk_logits over the
+whole [rows, max_model_len] array, on one device, by the method of hipindexer.bench.timing (events around
+back-to-back calls, median of repeats; one input set):
+
+    python -m tools.measure.paged_topk_bench [--rows 64x131072,64x32768,16x32768,4x8192] [--next-n 1,2] [--json]
+
+H = 64, D = 128, block 64, equal lengths, top_k 2048, clean logits; the top-k op with a workspace made once
+(hipindexer.paged_topk_workspace) and out= given, as a serving loop calls it. The workspace's bytes are reported
+beside the bound of docs/ops.md.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+
+import click
+import numpy as np
+
+import hipindexer
+from hipindexer import testing
+from hipindexer.bench.timing import emulated, time_batches
+from hipindexer.runtime import Device, DeviceArray
+
+H, D, BLOCK, TOP_K = 64, 128, 64, 2048
+
+
+@click.command()
+@click.option("--device", "device_name", default=None)
+@click.option("--rows", default="64x131072,64x32768,16x32768,4x8192")
+@click.option("--next-n", "next_ns", default="1,2")
+@click.option("--repeats", default=5)
+@click.option("--json", "as_json", is_flag=True)
+def main(device_name, rows, next_ns, repeats, as_json):
+    dev = Device(device_name)
+    if emulated(dev):
+        rows = "2x256"
+    rng = np.random.default_rng(0)
+    cases = []
+    for shape in rows.split(","):
+        B, ctx = (int(x) for x in shape.split("x"))
+        base = testing.decode_inputs(rng, testing.DecodeCase(B, 2, H, D, BLOCK, False, mean_context=ctx,
+                                                             spread="equal", key_codes=True))
+        mml = base.max_model_len
+        cache, lens, table = (DeviceArray.from_numpy(a, dev) for a in (base.kv_cache, base.context_lens,
+                                                                      base.block_tables))
+        for n in (int(x) for x in next_ns.split(",")):
+            q = DeviceArray.from_numpy(testing.random_fp8(rng, (B, n, H, D)), dev)
+            w = DeviceArray.from_numpy(rng.standard_normal((B * n, H), dtype=np.float32), dev)
+            logits = DeviceArray.empty((B * n, mml), np.float32, dev)
+            idx = DeviceArray.empty((B * n, TOP_K), np.int32, dev)
+            ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev)
+
+            def alone(i):
+                hipindexer.fp8_paged_mqa_logits(q, cache, w, lens, table, mml, None, False, clean_logits=True,
+                                                 out=logits, device=dev)
+
+            def two(i):
+                alone(i)
+                hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev)
+
+            def topk(i):
+                hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx, device=dev)
+            us = {k: statistics.median(time_batches(dev, f, repeats)[0])
+                  for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk))}
+            case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, **{f"us_{k}": v for k, v in us.items()},
+                    "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
+                    "workspace_bound": ws.bound}
+            cases.append(case)
+            if not as_json:
+                print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, logits + topk_logits "
+                      f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
+                      f"({case['paged_topk_over_logits']:.2f}x the logits); workspace {ws.nbytes} B "
+                      f"(bound {case['workspace_bound']} B)", flush=True)
+    if as_json:
+        click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
