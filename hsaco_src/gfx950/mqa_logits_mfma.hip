@@ -17,9 +17,9 @@
 // [128 x 32 keys] is two MFMAs per 32-head tile (A = Q, B = K^T: each lane
 // reads 16 contiguous bytes of one key row). Lane l holds key l % 32 for the
 // heads 8i + 4g + j (g = l / 32, accumulator 4i + j), so the head reduction
-// is in-lane (ReLU, then a packed fma with the head weight: v_pk_fma_f32
-// halves the weight multiplies) plus one v_permlane32_swap + add per row
-// pair, which leaves row a's sums in lanes 0-31 and row b's in lanes 32-63:
+// is in-lane (a packed ReLU, then a packed fma with the head weight: two
+// elements per VALU operation in both, see hx_head_sums) plus one
+// v_permlane32_swap + add per row pair, which leaves row a's sums in lanes 0-31 and row b's in lanes 32-63:
 // every lane stores (one 128-byte row segment per half). kv_scale (>= 0; ReLU is positive-homogeneous)
 // multiplies once per key, after the head sum. Stores are buffer stores
 // over [n0, min(n0 + 32, work end)) of each row (uniform 64-bit base, 32-bit
@@ -59,6 +59,14 @@
 #define HX_PIPE (HT == 1)     // set of accumulators: 32 VGPRs at H = 32, 64 at H = 64, which spills)
 #endif
 
+// The packed ReLU is a clamp to [0, 1] of acc * 2^-25: an accumulator is a sum of D = 128 products of e4m3
+// values (|x| <= 448), so |acc| < 128 * 448^2 < 2^25 and the clamp only cuts the negative side; a nonzero
+// |acc| is at least 2^-18 (the smallest e4m3 product), so acc * 2^-25 stays normal and exact. The weights
+// carry the 2^25 back (exact below |w| = 2^103): every product and sum is the unscaled one, bit for bit.
+#define HX_RELU_SCALE 0x1p-25f
+#define HX_RELU_UNSCALE 0x1p25f
+static_assert(D * 448.0f * 448.0f * HX_RELU_SCALE < 1.0f, "the clamp to [0, 1] must not cut a positive logit");
+
 static_assert(NW >= 1 && (CT * 4) % NW == 0, "each wave stages an equal share of a chunk");
 static_assert(CT % 2 == 0, "the pipelined tile loop takes tiles in pairs");
 static_assert(CK % 64 == 0, "kv_scale is staged 64 keys per DMA instruction");
@@ -87,29 +95,39 @@ HX_WAVE_FN void hx_load_q(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v8i 
     }
 }
 
-// One row's head weights in accumulator order: w[ht][4i + j] = weights[m][32ht + 8i + 4g + j].
+// One row's head weights in accumulator order, times 2^25 (HX_RELU_UNSCALE):
+// w[ht][4i + j] = weights[m][32ht + 8i + 4g + j] * 2^25.
 HX_WAVE_FN void hx_load_w(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v16f w[HT]) {
   const hx_rsrc wr = hx_make_buffer_rsrc(p.weights + (hx_i64)m * H, H * 4);
   for (int ht = 0; ht < HT; ht++)
     for (int i = 0; i < 4; i++) {
       const hx_v4u v = hx_buffer_load_b128(wr, 4 * (32 * ht + 8 * i + 4 * (lane / 32)), 0);
-      w[ht][4 * i + 0] = hx_bits_to_f32(v.x);
-      w[ht][4 * i + 1] = hx_bits_to_f32(v.y);
-      w[ht][4 * i + 2] = hx_bits_to_f32(v.z);
-      w[ht][4 * i + 3] = hx_bits_to_f32(v.w);
+      w[ht][4 * i + 0] = hx_bits_to_f32(v.x) * HX_RELU_UNSCALE;
+      w[ht][4 * i + 1] = hx_bits_to_f32(v.y) * HX_RELU_UNSCALE;
+      w[ht][4 * i + 2] = hx_bits_to_f32(v.z) * HX_RELU_UNSCALE;
+      w[ht][4 * i + 3] = hx_bits_to_f32(v.w) * HX_RELU_UNSCALE;
     }
 }
 
-// sum over this lane's heads of relu(acc) * weight, two heads per packed fma.
-HX_WAVE_FN float hx_head_sum(const hx_v16f acc[HT], const hx_v16f w[HT]) {
-  hx_v2f s = {0.0f, 0.0f};
-  for (int ht = 0; ht < HT; ht++)
+// Row a's and row b's sums over this lane's heads of relu(acc) * weight, two heads per VALU operation: a
+// packed ReLU (hx_pk_mul_clamp01, after one wait for both rows' MFMA results per head tile), then a packed
+// fma whose operands are VALU results, which hx_pk_fma keeps packed.
+HX_WAVE_FN void hx_head_sums(const hx_v16f acc_a[HT], const hx_v16f acc_b[HT], const hx_v16f wa[HT], const hx_v16f wb[HT],
+                             float& x, float& y) {
+  const hx_v2f s = {HX_RELU_SCALE, HX_RELU_SCALE};
+  hx_v2f sa = {0.0f, 0.0f}, sb = {0.0f, 0.0f};
+  for (int ht = 0; ht < HT; ht++) {
+    hx_mfma_result_wait(acc_a[ht], acc_b[ht]);
     for (int e = 0; e < 16; e += 2) {
-      const hx_v2f a = {__builtin_fmaxf(acc[ht][e], 0.0f), __builtin_fmaxf(acc[ht][e + 1], 0.0f)};
-      const hx_v2f b = {w[ht][e], w[ht][e + 1]};
-      s = ht == 0 && e == 0 ? a * b : __builtin_elementwise_fma(a, b, s);
+      const hx_v2f a = hx_pk_mul_clamp01(hx_v2f{acc_a[ht][e], acc_a[ht][e + 1]}, s);
+      const hx_v2f b = hx_pk_mul_clamp01(hx_v2f{acc_b[ht][e], acc_b[ht][e + 1]}, s);
+      const hx_v2f u = {wa[ht][e], wa[ht][e + 1]}, v = {wb[ht][e], wb[ht][e + 1]};
+      sa = ht == 0 && e == 0 ? hx_pk_mul(a, u) : hx_pk_fma(a, u, sa);
+      sb = ht == 0 && e == 0 ? hx_pk_mul(b, v) : hx_pk_fma(b, v, sb);
     }
-  return s.x + s.y;
+  }
+  x = sa.x + sa.y;
+  y = sb.x + sb.y;
 }
 
 // Everything a wave keeps across the key loop.
@@ -143,7 +161,8 @@ HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f a
 // Head reduction, kv_scale, window and ownership of keys [n0, n0 + 32) for the row pair.
 HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
                               const hx_v16f acc_b[HT], const float* st, hx_i32 n0, hx_u32 t) {
-  float x = hx_head_sum(acc_a, r.wa), y = hx_head_sum(acc_b, r.wb);
+  float x, y;
+  hx_head_sums(acc_a, acc_b, r.wa, r.wb, x, y);
   hx_permlane32_swap(x, y);  // lanes 0-31: row ma's two halves, lanes 32-63: row mb's
   const hx_u32 rel = (hx_u32)n0 + r.tlo;
   const bool inside = rel < r.len;

@@ -118,6 +118,32 @@ HX_WAVE_FN hx_v2f hx_pk_mul(hx_v2f a, hx_v2f b) {
 #endif
 }
 
+// clamp(a * s) to [0, 1] on two floats (v_pk_mul_f32 ... clamp): a packed ReLU where the caller knows every
+// a * s stays under 1 and exact, and folds 1 / s into what it multiplies next (gfx950 has no packed f32
+// max). The emulator clamps to [0, 1] as the instruction does, so a product past 1 shows. Inline asm for
+// the clamp bit; when `a` is an MFMA result, hx_mfma_result_wait must come first (the asm hides the read
+// from the compiler's hazard recognizer). One asm per pair, so the compiler allocates it as any VALU op.
+HX_WAVE_FN hx_v2f hx_pk_mul_clamp01(hx_v2f a, hx_v2f s) {
+#if defined(HX_EMU)
+  // fmaxf(NaN, 0) = 0, as the clamp
+  return hx_v2f{__builtin_fminf(__builtin_fmaxf(a.x * s.x, 0.0f), 1.0f),
+                __builtin_fminf(__builtin_fmaxf(a.y * s.y, 0.0f), 1.0f)};
+#else
+  hx_v2f d;
+  asm volatile("v_pk_mul_f32 %0, %1, %2 clamp" : "=v"(d) : "v"(a), "v"(s));
+  return d;
+#endif
+}
+
+// The wait states before inline asm reads the results of the MFMAs that wrote `a` and `b`: 20, a 16-pass XDL
+// result read by the VALU on gfx950 (what clang inserts for the same read). Taking them as operands keeps it
+// after those MFMAs; volatile keeps it before the asm that reads them.
+HX_WAVE_FN void hx_mfma_result_wait(const hx_v16f& a, const hx_v16f& b) {
+#if !defined(HX_EMU)
+  asm volatile("s_nop 15\n\ts_nop 3" ::"v"(a), "v"(b));
+#endif
+}
+
 // ------------------------------------------------------------ cross-lane
 
 // After it, lanes 32-63 of `a` hold the old lanes 0-31 of `b`, and lanes 0-31
