@@ -55,6 +55,8 @@
 #define CT 4                  // tiles per LDS chunk
 #define CK (CT * TN)          // keys per chunk
 #define SLOTS (CT * 4 * 64)   // 16-byte LDS slots per chunk buffer
+#define STORES_PER_CHUNK (2 * CT)  // vector memory instructions of a full chunk's tiles (hx_tile_store)
+#define HX_OOB 0x80000000u    // a store offset past any tile's range: the buffer drops it
 #ifndef HX_PIPE               // MFMAs of tile t + 1 before the epilogue of tile t (needs a second
 #define HX_PIPE (HT == 1)     // set of accumulators: 32 VGPRs at H = 32, 64 at H = 64, which spills)
 #endif
@@ -142,6 +144,7 @@ struct hx_wave_rows {
   float* out_b;
   bool lo_half;                 // lane < 32
   hx_u32 toff;                  // 4 * (lane % 32): the lane's byte offset in a 32-key tile
+  hx_u32 off_a, off_b;          // the lane's store offset in row ma's / mb's tile: toff, or HX_OOB
   hx_i32 whi;                   // end of this part's work range
 };
 
@@ -166,31 +169,46 @@ HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, con
   hx_permlane32_swap(x, y);  // lanes 0-31: row ma's two halves, lanes 32-63: row mb's
   const hx_u32 rel = (hx_u32)n0 + r.tlo;
   const bool inside = rel < r.len;
-  const float v = inside ? (x + y) * st[t] : hx_bits_to_f32(0xFF800000u);
+  // A min, not a select: a select of the kv_scale read becomes a branch around
+  // it, behind which the compiler merges the last chunk's tile stores with a
+  // base it no longer sees as uniform (a waterfall loop).
+  const float lim = hx_bits_to_f32(inside ? 0x7F800000u : 0xFF800000u);  // +inf inside, -inf outside
+  const float v = __builtin_fminf((x + y) * st[t], lim);
   // Buffer stores over [n0, min(n0 + 32, whi)) of each row: a uniform
   // 64-bit base, the lane's 32-bit offset, and the range check drops the keys
-  // past this part's work range (another part owns them). One store per half.
-  const hx_u32 bytes = 4 * (hx_u32)hx_min_i32(r.whi - n0, TN);
+  // past this part's work range (another part owns them). Two stores a tile,
+  // issued by every lane whatever it writes (a lane that writes nothing gives an
+  // offset past the range): the wait for the next K chunk counts them.
   const bool store = inside | r.fill;
+  const hx_u32 bytes = 4 * (hx_u32)hx_min_i32(r.whi - n0, TN);
   const hx_rsrc ra = hx_make_buffer_rsrc(r.out_a + n0, bytes), rb = hx_make_buffer_rsrc(r.out_b + n0, bytes);
-  if (store && r.lo_half) hx_buffer_store_b32(ra, r.toff, 0, hx_f32_to_bits(v));
-  if (store && !r.lo_half) hx_buffer_store_b32(rb, r.toff, 0, hx_f32_to_bits(v));
+  hx_buffer_store_b32(ra, store ? r.off_a : HX_OOB, 0, hx_f32_to_bits(v));
+  hx_buffer_store_b32(rb, store ? r.off_b : HX_OOB, 0, hx_f32_to_bits(v));
 }
 
-// Chunk c (keys [c0, c0 + CK)) from the LDS buffers (kc, sc), with the DMA of
-// chunk c + 1 into (kn, sn) in flight. The two buffers are distinct LDS
+// Chunk c (keys [c0, c0 + CK)) from the LDS buffers (kc, sc). FULL: not the
+// last chunk of the part, so all CT tiles are inside the work range and the
+// DMA of chunk c + 1 goes out into (kn, sn). The two buffers are distinct LDS
 // arrays, named statically at each call: the compiler then waits on the DMA
 // of the buffer a ds_read touches only, not on the prefetch of the other.
-HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wave_live, hx_i32 c, hx_i32 chunks,
-                         hx_i32 wlo, const hx_v4u* kc, const float* sc, hx_v4u* kn, float* sn, hx_u32 w,
-                         hx_u32 lane) {
+// Every wave runs every tile of its chunks, a wave past the block's rows
+// included (its stores all fall outside the range), so that between the DMA
+// of chunk c + 1 and its wait stand exactly the STORES_PER_CHUNK stores of a
+// full chunk on every path the compiler sees.
+template <bool FULL>
+HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, hx_i32 c, hx_i32 wlo, const hx_v4u* kc,
+                         const float* sc, hx_v4u* kn, float* sn, hx_u32 w, hx_u32 lane) {
   // Our DMA of chunk c has landed; after the barrier everyone's has, and
-  // every wave is done reading the other buffer (chunk c - 1).
-  hx_lds_load_wait();
+  // every wave is done reading the other buffer (chunk c - 1). The DMA went
+  // out before chunk c - 1's tiles (a full chunk), so waiting for it by count
+  // leaves those tiles' stores in flight.
+  if (c > 0)
+    hx_lds_load_wait_count<STORES_PER_CHUNK>();
+  else
+    hx_lds_load_wait();
   hx_workgroup_barrier();
   const hx_i32 c0 = wlo + c * CK;
-  if (c + 1 < chunks) hx_stage(p, kn, sn, c0 + CK, w, lane);
-  if (!wave_live) return;
+  if (FULL) hx_stage(p, kn, sn, c0 + CK, w, lane);
   const hx_u32 t = lane % 32;
   // Software pipeline: the MFMAs of tile tt + 1 are issued before the
   // epilogue of tile tt, which fills the MFMA result latency.
@@ -200,11 +218,11 @@ HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wav
   hx_tile_mfmas(r, kc + lane, a0, b0);
   for (hx_i32 tt = 0; tt < CT; tt += 2) {
     const hx_i32 n0 = c0 + TN * tt;
-    const bool more1 = n0 + TN < r.whi;
+    const bool more1 = FULL || n0 + TN < r.whi;
     if (more1) hx_tile_mfmas(r, kc + 256 * (tt + 1) + lane, a1, b1);
     hx_tile_store(p, r, a0, b0, sc + TN * tt, n0, t);
     if (!more1) break;
-    const bool more2 = tt + 2 < CT && n0 + 2 * TN < r.whi;
+    const bool more2 = tt + 2 < CT && (FULL || n0 + 2 * TN < r.whi);
     if (more2) hx_tile_mfmas(r, kc + 256 * (tt + 2) + lane, a0, b0);
     hx_tile_store(p, r, a1, b1, sc + TN * (tt + 1), n0 + TN, t);
     if (!more2) break;
@@ -212,7 +230,7 @@ HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wav
 #else
   for (hx_i32 tt = 0; tt < CT; tt++) {
     const hx_i32 n0 = c0 + TN * tt;
-    if (n0 >= r.whi) break;
+    if (!FULL && n0 >= r.whi) break;
     hx_v16f acc_a[HT], acc_b[HT];
     hx_tile_mfmas(r, kc + 256 * tt + lane, acc_a, acc_b);
     hx_tile_store(p, r, acc_a, acc_b, sc + TN * tt, n0, t);
@@ -243,7 +261,6 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
 
   // This wave's row pair; lanes 0-31 store row ma, lanes 32-63 row mb.
   const hx_i32 ma = m0 + RW * (hx_i32)w, mb = ma + 1;
-  const bool wave_live = ma < m1;
   const hx_i32 ml = g ? mb : ma;
   hx_wave_rows r;
   const bool row_ok = ml < m1;
@@ -255,6 +272,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
   r.fill = row_ok && p.clean;
   r.lo_half = g == 0;
   r.toff = 4 * (lane % 32);
+  r.off_a = r.lo_half ? r.toff : HX_OOB;
+  r.off_b = r.lo_half ? HX_OOB : r.toff;
   r.whi = part.work.hi;
   r.unit = hx_unit_scale();
 
@@ -276,8 +295,23 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
   const hx_i32 wlo = part.work.lo, whi = part.work.hi;
   const hx_i32 chunks = whi > wlo ? hx_ceil_div(whi - wlo, CK) : 0;
   if (chunks > 0) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);
-  for (hx_i32 c = 0; c < chunks; c += 2) {
-    hx_chunk(p, r, wave_live, c, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
-    if (c + 1 < chunks) hx_chunk(p, r, wave_live, c + 1, chunks, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+  // Chunk 0, then pairs of chunks (kbuf1, then kbuf0); the part's last chunk
+  // leaves the loop. Entered from a full chunk or its own back edge, the loop's
+  // first wait has a full chunk's stores after its DMA on both.
+  if (chunks == 1) hx_chunk<false>(p, r, 0, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+  if (chunks > 1) {
+    hx_chunk<true>(p, r, 0, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+    for (hx_i32 c = 1;; c += 2) {
+      if (c + 1 == chunks) {
+        hx_chunk<false>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+        break;
+      }
+      hx_chunk<true>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+      if (c + 2 == chunks) {
+        hx_chunk<false>(p, r, c + 1, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+        break;
+      }
+      hx_chunk<true>(p, r, c + 1, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+    }
   }
 }

@@ -344,6 +344,11 @@ HX_WAVE_FN hx_v4u hx_global_load_b128(const void* p) { return *(hx_global_v4u*)p
 // lds + lane * bytes; `lds` must be wave-uniform (it goes to M0). The data
 // is only there after hx_lds_load_wait (vmcnt(0)); before it, the emulator's
 // LDS still holds its poison. Other waves need a workgroup barrier as well.
+// hx_lds_load_wait_count<N> (vmcnt(N)) waits only for what was issued before
+// the wave's last N vector memory instructions (loads, stores and loads to LDS
+// share one in-order count): the caller must issue exactly N after the load it
+// waits for, in every lane (no store skipped under a branch; the emulator
+// counts each lane's and requires them equal).
 #if defined(HX_EMU)
 HX_WAVE_FN void hx_lds_load_b32(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset HX_SITE) {
   hx_emu_lds_load(r, lds, voffset, soffset, 4 HX_AT);
@@ -352,6 +357,7 @@ HX_WAVE_FN void hx_lds_load_b128(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 so
   hx_emu_lds_load(r, lds, voffset, soffset, 16 HX_AT);
 }
 HX_WAVE_FN void hx_lds_load_wait(HX_SITE0) { hx_emu_lds_wait(HX_AT0); }
+template <unsigned N> HX_WAVE_FN void hx_lds_load_wait_count(HX_SITE0) { hx_emu_lds_wait_count(N HX_AT); }
 #else
 typedef __attribute__((address_space(3))) void hx_lds_void;
 HX_WAVE_FN void hx_lds_load_b32(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset) {
@@ -361,6 +367,11 @@ HX_WAVE_FN void hx_lds_load_b128(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 so
   __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (hx_lds_void*)lds, 16, voffset, soffset, 0, 0);
 }
 HX_WAVE_FN void hx_lds_load_wait() { asm volatile("s_waitcnt vmcnt(0)" ::: "memory"); }
+// The builtin, not asm: the compiler then knows what it waited for and adds no wait of its own.
+template <unsigned N> HX_WAVE_FN void hx_lds_load_wait_count() {
+  static_assert(N < 64, "vmcnt is 6 bits");
+  __builtin_amdgcn_s_waitcnt((N & 15) | (N >> 4) << 14 | 0x7 << 4 | 0xF << 8);  // expcnt, lgkmcnt: no wait
+}
 #endif
 
 // -------------------------------------------------------------- fp8 e4m3fn
