@@ -317,6 +317,36 @@ def test_lds_load_out_of_range_is_zero(emu):
     assert (out[:512] == 7).all() and (out[512:] == 0).all()
 
 
+@pytest.mark.parametrize("stores,count,lands", [(2, 2, True), (3, 2, True), (2, 1, True), (1, 2, False),
+                                                 (0, 1, False)])
+def test_a_counted_wait_lands_what_came_before_the_last_n(emu, stores, count, lands):
+    """vmcnt(N): the DMA has landed once N vector memory instructions follow it (stores count too)."""
+    src = np.random.default_rng(stores).integers(0, 256, 1024, dtype=np.uint8)
+    out = np.zeros(1024, np.uint8)
+    emu.launch("hx_t_lds_count", _params(in0=src, out0=out, out1=np.zeros(64, np.uint32), n=1024, x=stores,
+                                         y=count))
+    if lands:
+        np.testing.assert_array_equal(out, src)
+    else:
+        assert (out == 0xFF).all()  # still in flight: the LDS holds its poison
+
+
+def test_a_counted_wait_needs_every_lane_to_issue_the_same_instructions(emu):
+    with pytest.raises(H.LaunchError, match="hx_lds_load_wait_count .*every lane"):
+        emu.launch("hx_t_lds_count", _params(in0=np.zeros(1024, np.uint8), out0=np.zeros(1024, np.uint8),
+                                             out1=np.zeros(64, np.uint32), n=1024, x=2, y=2, z=1))
+
+
+def test_packed_clamped_multiply_is_a_clamp_to_0_1(emu):
+    x = np.array([-3.0, -0.0, 0.0, 1e-30, 0.25, 0.999, 1.0, 1.5, 3e38, -np.inf, np.inf, np.nan] * 11, np.float32)[:128]
+    s = np.array([0.5, 2.0], np.float32)
+    out = np.zeros(128, np.float32)
+    emu.launch("hx_t_pk_clamp", _params(in0=x, in1=s, out0=out))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.clip(np.nan_to_num(x.reshape(64, 2) * s, nan=0.0), 0, 1).reshape(-1)
+    np.testing.assert_array_equal(out, want)
+
+
 # ------------------------------------------------------ misuse and hygiene
 @pytest.mark.parametrize("case,match", [
     (1, r"divergent wave primitive while lanes 0-31 wait at hx_shfl \(.*prims.hip:\d+.*lanes 32-63 are at hx_shfl"),

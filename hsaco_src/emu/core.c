@@ -321,6 +321,7 @@ int hx_emu_launch(const hx_emu_kernel* k, const void* kernarg, unsigned long ker
       l->state = LANE_RUN;
       l->seq = 0;
       l->shared_n = 0;
+      l->vmops = 0;
       l->kind = PRIM_NONE;
       hx_fiber_reset(&l->fiber, lane_main, l);
       hx_wave* w = &S.waves[in->wave];

@@ -40,12 +40,14 @@ typedef struct hx_lane {
   unsigned long seq;   // primitives this lane has completed in this workgroup
   void* args;          // the primitive's operands, on the lane's own stack
   unsigned shared_n;   // next HX_SHARED allocation index
+  unsigned long vmops; // vector memory instructions this lane has issued in this workgroup (vmcnt's count)
 } hx_lane;
 
 // One outstanding global->LDS load of one wave: data already read, written at the wait.
 typedef struct hx_pending {
   unsigned char* dst;
   unsigned bytes;
+  unsigned long vmop;   // its place in the wave's vector memory instructions (lane 0's vmops at issue)
   unsigned char data[HX_EMU_WAVE * 16];
 } hx_pending;
 

@@ -46,6 +46,10 @@ void hx_emu_wave_sync(const char* file, int line);
 void hx_emu_lds_load(hx_emu_rsrc r, void* lds, unsigned voffset, unsigned soffset, unsigned bytes, const char* file,
                      int line);
 void hx_emu_lds_wait(const char* file, int line);
+// s_waitcnt vmcnt(n): the loads to LDS issued before this wave's last n vector memory instructions (buffer
+// and global loads, buffer stores, loads to LDS, counted per lane) land; every lane must have issued the same
+// number of them, or the count is not the hardware's.
+void hx_emu_lds_wait_count(unsigned n, const char* file, int line);
 
 // ---- workgroup: all non-exited lanes of the block
 void hx_emu_barrier(const char* file, int line);

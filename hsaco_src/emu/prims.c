@@ -197,6 +197,7 @@ static void check_size(unsigned bytes, const char* what, const char* file, int l
 
 void hx_emu_buffer_load(hx_emu_rsrc r, unsigned voffset, unsigned soffset, void* dst, unsigned bytes,
                         const char* file, int line) {
+  hx_self()->vmops++;
   check_size(bytes, "buffer load", file, line);
   if (hx_buffer_in_range(r, voffset, soffset, bytes, "buffer load", file, line)) {
     memcpy(dst, r.base + voffset + soffset, bytes);
@@ -207,6 +208,7 @@ void hx_emu_buffer_load(hx_emu_rsrc r, unsigned voffset, unsigned soffset, void*
 
 void hx_emu_buffer_store(hx_emu_rsrc r, unsigned voffset, unsigned soffset, const void* src, unsigned bytes,
                          const char* file, int line) {
+  hx_self()->vmops++;
   check_size(bytes, "buffer store", file, line);
   if (hx_buffer_in_range(r, voffset, soffset, bytes, "buffer store", file, line))
     memcpy((unsigned char*)r.base + voffset + soffset, src, bytes);
@@ -240,6 +242,7 @@ static int scalar_load(hx_wave* w) {
 // A gather from a 64-bit address: 4 or 16 bytes, dword aligned (what
 // global_load_dword[x4] takes in unaligned access mode).
 void hx_emu_global_load(const void* src, void* dst, unsigned bytes, const char* file, int line) {
+  hx_self()->vmops++;
   if (bytes != 4 && bytes != 16) hx_emu_fail(file, line, "global load of %u bytes (4 or 16 only)", bytes);
   if ((unsigned long)src % 4) hx_emu_fail(file, line, "global load of %u bytes at %p: not dword aligned", bytes, src);
   memcpy(dst, src, bytes);
@@ -255,6 +258,7 @@ typedef struct {
 
 void hx_emu_lds_load(hx_emu_rsrc r, void* lds, unsigned voffset, unsigned soffset, unsigned bytes, const char* file,
                      int line) {
+  hx_self()->vmops++;
   lds_args a;
   a.lds = (unsigned char*)lds;
   a.bytes = bytes;
@@ -268,6 +272,7 @@ void hx_emu_lds_load(hx_emu_rsrc r, void* lds, unsigned voffset, unsigned soffse
 }
 
 void hx_emu_lds_wait(const char* file, int line) { hx_rendezvous(PRIM_LDS_WAIT, NULL, file, line); }
+void hx_emu_lds_wait_count(unsigned n, const char* file, int line) { hx_rendezvous(PRIM_LDS_WAIT, &n, file, line); }
 
 static int lds_load(hx_wave* w) {
   hx_lane* l0 = w->lanes[0];
@@ -288,14 +293,39 @@ static int lds_load(hx_wave* w) {
                     l0->line, HX_EMU_MAX_PENDING);
   hx_pending* p = &w->pending[w->npending++];
   p->dst = a0->lds;
+  p->vmop = l0->vmops;
   p->bytes = span;
   for (int l = 0; l < 64; l++) memcpy(p->data + l * a0->bytes, ((lds_args*)w->lanes[l]->args)->data, a0->bytes);
   return 0;
 }
 
 static int lds_wait(hx_wave* w) {
-  for (unsigned i = 0; i < w->npending; i++) memcpy(w->pending[i].dst, w->pending[i].data, w->pending[i].bytes);
-  w->npending = 0;
+  hx_lane* l0 = w->lanes[0];
+  if (!l0->args) {  // vmcnt(0)
+    for (unsigned i = 0; i < w->npending; i++) memcpy(w->pending[i].dst, w->pending[i].data, w->pending[i].bytes);
+    w->npending = 0;
+    return 0;
+  }
+  const unsigned n = *(const unsigned*)l0->args;
+  for (unsigned l = 1; l < w->nlanes; l++) {
+    const hx_lane* ln = w->lanes[l];
+    if (!ln->args || *(const unsigned*)ln->args != n)
+      return hx_error("hx_lds_load_wait_count (%s:%d): the count must be wave-uniform", l0->file, l0->line);
+    if (ln->vmops != l0->vmops)
+      return hx_error("hx_lds_load_wait_count (%s:%d): lane 0 has issued %lu vector memory instructions, lane %u "
+                      "%lu; a counted wait needs every lane to issue each one", l0->file, l0->line, l0->vmops, l,
+                      ln->vmops);
+  }
+  // In issue order: what is older than the last n instructions has landed, the rest stays in flight.
+  unsigned kept = 0;
+  for (unsigned i = 0; i < w->npending; i++) {
+    hx_pending* p = &w->pending[i];
+    if (p->vmop + n <= l0->vmops)
+      memcpy(p->dst, p->data, p->bytes);
+    else if (kept++ != i)
+      w->pending[kept - 1] = *p;
+  }
+  w->npending = kept;
   return 0;
 }
 

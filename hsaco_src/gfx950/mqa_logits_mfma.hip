@@ -17,9 +17,9 @@
 // [128 x 32 keys] is two MFMAs per 32-head tile (A = Q, B = K^T: each lane
 // reads 16 contiguous bytes of one key row). Lane l holds key l % 32 for the
 // heads 8i + 4g + j (g = l / 32, accumulator 4i + j), so the head reduction
-// is in-lane (ReLU, then a packed fma with the head weight: v_pk_fma_f32
-// halves the weight multiplies) plus one v_permlane32_swap + add per row
-// pair, which leaves row a's sums in lanes 0-31 and row b's in lanes 32-63:
+// is in-lane (a packed ReLU, then a packed fma with the head weight: two
+// elements per VALU operation in both, see hx_head_sums) plus one
+// v_permlane32_swap + add per row pair, which leaves row a's sums in lanes 0-31 and row b's in lanes 32-63:
 // every lane stores (one 128-byte row segment per half). kv_scale (>= 0; ReLU is positive-homogeneous)
 // multiplies once per key, after the head sum. Stores are buffer stores
 // over [n0, min(n0 + 32, work end)) of each row (uniform 64-bit base, 32-bit
@@ -55,9 +55,19 @@
 #define CT 4                  // tiles per LDS chunk
 #define CK (CT * TN)          // keys per chunk
 #define SLOTS (CT * 4 * 64)   // 16-byte LDS slots per chunk buffer
+#define STORES_PER_CHUNK (2 * CT)  // vector memory instructions of a full chunk's tiles (hx_tile_store)
+#define HX_OOB 0x80000000u    // a store offset past any tile's range: the buffer drops it
 #ifndef HX_PIPE               // MFMAs of tile t + 1 before the epilogue of tile t (needs a second
 #define HX_PIPE (HT == 1)     // set of accumulators: 32 VGPRs at H = 32, 64 at H = 64, which spills)
 #endif
+
+// The packed ReLU is a clamp to [0, 1] of acc * 2^-25: an accumulator is a sum of D = 128 products of e4m3
+// values (|x| <= 448), so |acc| < 128 * 448^2 < 2^25 and the clamp only cuts the negative side; a nonzero
+// |acc| is at least 2^-18 (the smallest e4m3 product), so acc * 2^-25 stays normal and exact. The weights
+// carry the 2^25 back (exact below |w| = 2^103): every product and sum is the unscaled one, bit for bit.
+#define HX_RELU_SCALE 0x1p-25f
+#define HX_RELU_UNSCALE 0x1p25f
+static_assert(D * 448.0f * 448.0f * HX_RELU_SCALE < 1.0f, "the clamp to [0, 1] must not cut a positive logit");
 
 static_assert(NW >= 1 && (CT * 4) % NW == 0, "each wave stages an equal share of a chunk");
 static_assert(CT % 2 == 0, "the pipelined tile loop takes tiles in pairs");
@@ -87,29 +97,39 @@ HX_WAVE_FN void hx_load_q(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v8i 
     }
 }
 
-// One row's head weights in accumulator order: w[ht][4i + j] = weights[m][32ht + 8i + 4g + j].
+// One row's head weights in accumulator order, times 2^25 (HX_RELU_UNSCALE):
+// w[ht][4i + j] = weights[m][32ht + 8i + 4g + j] * 2^25.
 HX_WAVE_FN void hx_load_w(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v16f w[HT]) {
   const hx_rsrc wr = hx_make_buffer_rsrc(p.weights + (hx_i64)m * H, H * 4);
   for (int ht = 0; ht < HT; ht++)
     for (int i = 0; i < 4; i++) {
       const hx_v4u v = hx_buffer_load_b128(wr, 4 * (32 * ht + 8 * i + 4 * (lane / 32)), 0);
-      w[ht][4 * i + 0] = hx_bits_to_f32(v.x);
-      w[ht][4 * i + 1] = hx_bits_to_f32(v.y);
-      w[ht][4 * i + 2] = hx_bits_to_f32(v.z);
-      w[ht][4 * i + 3] = hx_bits_to_f32(v.w);
+      w[ht][4 * i + 0] = hx_bits_to_f32(v.x) * HX_RELU_UNSCALE;
+      w[ht][4 * i + 1] = hx_bits_to_f32(v.y) * HX_RELU_UNSCALE;
+      w[ht][4 * i + 2] = hx_bits_to_f32(v.z) * HX_RELU_UNSCALE;
+      w[ht][4 * i + 3] = hx_bits_to_f32(v.w) * HX_RELU_UNSCALE;
     }
 }
 
-// sum over this lane's heads of relu(acc) * weight, two heads per packed fma.
-HX_WAVE_FN float hx_head_sum(const hx_v16f acc[HT], const hx_v16f w[HT]) {
-  hx_v2f s = {0.0f, 0.0f};
-  for (int ht = 0; ht < HT; ht++)
+// Row a's and row b's sums over this lane's heads of relu(acc) * weight, two heads per VALU operation: a
+// packed ReLU (hx_pk_mul_clamp01, after one wait for both rows' MFMA results per head tile), then a packed
+// fma whose operands are VALU results, which hx_pk_fma keeps packed.
+HX_WAVE_FN void hx_head_sums(const hx_v16f acc_a[HT], const hx_v16f acc_b[HT], const hx_v16f wa[HT], const hx_v16f wb[HT],
+                             float& x, float& y) {
+  const hx_v2f s = {HX_RELU_SCALE, HX_RELU_SCALE};
+  hx_v2f sa = {0.0f, 0.0f}, sb = {0.0f, 0.0f};
+  for (int ht = 0; ht < HT; ht++) {
+    hx_mfma_result_wait(acc_a[ht], acc_b[ht]);
     for (int e = 0; e < 16; e += 2) {
-      const hx_v2f a = {__builtin_fmaxf(acc[ht][e], 0.0f), __builtin_fmaxf(acc[ht][e + 1], 0.0f)};
-      const hx_v2f b = {w[ht][e], w[ht][e + 1]};
-      s = ht == 0 && e == 0 ? a * b : __builtin_elementwise_fma(a, b, s);
+      const hx_v2f a = hx_pk_mul_clamp01(hx_v2f{acc_a[ht][e], acc_a[ht][e + 1]}, s);
+      const hx_v2f b = hx_pk_mul_clamp01(hx_v2f{acc_b[ht][e], acc_b[ht][e + 1]}, s);
+      const hx_v2f u = {wa[ht][e], wa[ht][e + 1]}, v = {wb[ht][e], wb[ht][e + 1]};
+      sa = ht == 0 && e == 0 ? hx_pk_mul(a, u) : hx_pk_fma(a, u, sa);
+      sb = ht == 0 && e == 0 ? hx_pk_mul(b, v) : hx_pk_fma(b, v, sb);
     }
-  return s.x + s.y;
+  }
+  x = sa.x + sa.y;
+  y = sb.x + sb.y;
 }
 
 // Everything a wave keeps across the key loop.
@@ -124,6 +144,7 @@ struct hx_wave_rows {
   float* out_b;
   bool lo_half;                 // lane < 32
   hx_u32 toff;                  // 4 * (lane % 32): the lane's byte offset in a 32-key tile
+  hx_u32 off_a, off_b;          // the lane's store offset in row ma's / mb's tile: toff, or HX_OOB
   hx_i32 whi;                   // end of this part's work range
 };
 
@@ -143,35 +164,51 @@ HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f a
 // Head reduction, kv_scale, window and ownership of keys [n0, n0 + 32) for the row pair.
 HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
                               const hx_v16f acc_b[HT], const float* st, hx_i32 n0, hx_u32 t) {
-  float x = hx_head_sum(acc_a, r.wa), y = hx_head_sum(acc_b, r.wb);
+  float x, y;
+  hx_head_sums(acc_a, acc_b, r.wa, r.wb, x, y);
   hx_permlane32_swap(x, y);  // lanes 0-31: row ma's two halves, lanes 32-63: row mb's
   const hx_u32 rel = (hx_u32)n0 + r.tlo;
   const bool inside = rel < r.len;
-  const float v = inside ? (x + y) * st[t] : hx_bits_to_f32(0xFF800000u);
+  // A min, not a select: a select of the kv_scale read becomes a branch around
+  // it, behind which the compiler merges the last chunk's tile stores with a
+  // base it no longer sees as uniform (a waterfall loop).
+  const float lim = hx_bits_to_f32(inside ? 0x7F800000u : 0xFF800000u);  // +inf inside, -inf outside
+  const float v = __builtin_fminf((x + y) * st[t], lim);
   // Buffer stores over [n0, min(n0 + 32, whi)) of each row: a uniform
   // 64-bit base, the lane's 32-bit offset, and the range check drops the keys
-  // past this part's work range (another part owns them). One store per half.
-  const hx_u32 bytes = 4 * (hx_u32)hx_min_i32(r.whi - n0, TN);
+  // past this part's work range (another part owns them). Two stores a tile,
+  // issued by every lane whatever it writes (a lane that writes nothing gives an
+  // offset past the range): the wait for the next K chunk counts them.
   const bool store = inside | r.fill;
+  const hx_u32 bytes = 4 * (hx_u32)hx_min_i32(r.whi - n0, TN);
   const hx_rsrc ra = hx_make_buffer_rsrc(r.out_a + n0, bytes), rb = hx_make_buffer_rsrc(r.out_b + n0, bytes);
-  if (store && r.lo_half) hx_buffer_store_b32(ra, r.toff, 0, hx_f32_to_bits(v));
-  if (store && !r.lo_half) hx_buffer_store_b32(rb, r.toff, 0, hx_f32_to_bits(v));
+  hx_buffer_store_b32(ra, store ? r.off_a : HX_OOB, 0, hx_f32_to_bits(v));
+  hx_buffer_store_b32(rb, store ? r.off_b : HX_OOB, 0, hx_f32_to_bits(v));
 }
 
-// Chunk c (keys [c0, c0 + CK)) from the LDS buffers (kc, sc), with the DMA of
-// chunk c + 1 into (kn, sn) in flight. The two buffers are distinct LDS
+// Chunk c (keys [c0, c0 + CK)) from the LDS buffers (kc, sc). FULL: not the
+// last chunk of the part, so all CT tiles are inside the work range and the
+// DMA of chunk c + 1 goes out into (kn, sn). The two buffers are distinct LDS
 // arrays, named statically at each call: the compiler then waits on the DMA
 // of the buffer a ds_read touches only, not on the prefetch of the other.
-HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wave_live, hx_i32 c, hx_i32 chunks,
-                         hx_i32 wlo, const hx_v4u* kc, const float* sc, hx_v4u* kn, float* sn, hx_u32 w,
-                         hx_u32 lane) {
+// Every wave runs every tile of its chunks, a wave past the block's rows
+// included (its stores all fall outside the range), so that between the DMA
+// of chunk c + 1 and its wait stand exactly the STORES_PER_CHUNK stores of a
+// full chunk on every path the compiler sees.
+template <bool FULL>
+HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, hx_i32 c, hx_i32 wlo, const hx_v4u* kc,
+                         const float* sc, hx_v4u* kn, float* sn, hx_u32 w, hx_u32 lane) {
   // Our DMA of chunk c has landed; after the barrier everyone's has, and
-  // every wave is done reading the other buffer (chunk c - 1).
-  hx_lds_load_wait();
+  // every wave is done reading the other buffer (chunk c - 1). The DMA went
+  // out before chunk c - 1's tiles (a full chunk), so waiting for it by count
+  // leaves those tiles' stores in flight.
+  if (c > 0)
+    hx_lds_load_wait_count<STORES_PER_CHUNK>();
+  else
+    hx_lds_load_wait();
   hx_workgroup_barrier();
   const hx_i32 c0 = wlo + c * CK;
-  if (c + 1 < chunks) hx_stage(p, kn, sn, c0 + CK, w, lane);
-  if (!wave_live) return;
+  if (FULL) hx_stage(p, kn, sn, c0 + CK, w, lane);
   const hx_u32 t = lane % 32;
   // Software pipeline: the MFMAs of tile tt + 1 are issued before the
   // epilogue of tile tt, which fills the MFMA result latency.
@@ -181,11 +218,11 @@ HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wav
   hx_tile_mfmas(r, kc + lane, a0, b0);
   for (hx_i32 tt = 0; tt < CT; tt += 2) {
     const hx_i32 n0 = c0 + TN * tt;
-    const bool more1 = n0 + TN < r.whi;
+    const bool more1 = FULL || n0 + TN < r.whi;
     if (more1) hx_tile_mfmas(r, kc + 256 * (tt + 1) + lane, a1, b1);
     hx_tile_store(p, r, a0, b0, sc + TN * tt, n0, t);
     if (!more1) break;
-    const bool more2 = tt + 2 < CT && n0 + 2 * TN < r.whi;
+    const bool more2 = tt + 2 < CT && (FULL || n0 + 2 * TN < r.whi);
     if (more2) hx_tile_mfmas(r, kc + 256 * (tt + 2) + lane, a0, b0);
     hx_tile_store(p, r, a1, b1, sc + TN * (tt + 1), n0 + TN, t);
     if (!more2) break;
@@ -193,7 +230,7 @@ HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, bool wav
 #else
   for (hx_i32 tt = 0; tt < CT; tt++) {
     const hx_i32 n0 = c0 + TN * tt;
-    if (n0 >= r.whi) break;
+    if (!FULL && n0 >= r.whi) break;
     hx_v16f acc_a[HT], acc_b[HT];
     hx_tile_mfmas(r, kc + 256 * tt + lane, acc_a, acc_b);
     hx_tile_store(p, r, acc_a, acc_b, sc + TN * tt, n0, t);
@@ -224,7 +261,6 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
 
   // This wave's row pair; lanes 0-31 store row ma, lanes 32-63 row mb.
   const hx_i32 ma = m0 + RW * (hx_i32)w, mb = ma + 1;
-  const bool wave_live = ma < m1;
   const hx_i32 ml = g ? mb : ma;
   hx_wave_rows r;
   const bool row_ok = ml < m1;
@@ -236,6 +272,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
   r.fill = row_ok && p.clean;
   r.lo_half = g == 0;
   r.toff = 4 * (lane % 32);
+  r.off_a = r.lo_half ? r.toff : HX_OOB;
+  r.off_b = r.lo_half ? HX_OOB : r.toff;
   r.whi = part.work.hi;
   r.unit = hx_unit_scale();
 
@@ -257,8 +295,23 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
   const hx_i32 wlo = part.work.lo, whi = part.work.hi;
   const hx_i32 chunks = whi > wlo ? hx_ceil_div(whi - wlo, CK) : 0;
   if (chunks > 0) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);
-  for (hx_i32 c = 0; c < chunks; c += 2) {
-    hx_chunk(p, r, wave_live, c, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
-    if (c + 1 < chunks) hx_chunk(p, r, wave_live, c + 1, chunks, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+  // Chunk 0, then pairs of chunks (kbuf1, then kbuf0); the part's last chunk
+  // leaves the loop. Entered from a full chunk or its own back edge, the loop's
+  // first wait has a full chunk's stores after its DMA on both.
+  if (chunks == 1) hx_chunk<false>(p, r, 0, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+  if (chunks > 1) {
+    hx_chunk<true>(p, r, 0, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+    for (hx_i32 c = 1;; c += 2) {
+      if (c + 1 == chunks) {
+        hx_chunk<false>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+        break;
+      }
+      hx_chunk<true>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane);
+      if (c + 2 == chunks) {
+        hx_chunk<false>(p, r, c + 1, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+        break;
+      }
+      hx_chunk<true>(p, r, c + 1, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
+    }
   }
 }

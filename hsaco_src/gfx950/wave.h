@@ -118,6 +118,32 @@ HX_WAVE_FN hx_v2f hx_pk_mul(hx_v2f a, hx_v2f b) {
 #endif
 }
 
+// clamp(a * s) to [0, 1] on two floats (v_pk_mul_f32 ... clamp): a packed ReLU where the caller knows every
+// a * s stays under 1 and exact, and folds 1 / s into what it multiplies next (gfx950 has no packed f32
+// max). The emulator clamps to [0, 1] as the instruction does, so a product past 1 shows. Inline asm for
+// the clamp bit; when `a` is an MFMA result, hx_mfma_result_wait must come first (the asm hides the read
+// from the compiler's hazard recognizer). One asm per pair, so the compiler allocates it as any VALU op.
+HX_WAVE_FN hx_v2f hx_pk_mul_clamp01(hx_v2f a, hx_v2f s) {
+#if defined(HX_EMU)
+  // fmaxf(NaN, 0) = 0, as the clamp
+  return hx_v2f{__builtin_fminf(__builtin_fmaxf(a.x * s.x, 0.0f), 1.0f),
+                __builtin_fminf(__builtin_fmaxf(a.y * s.y, 0.0f), 1.0f)};
+#else
+  hx_v2f d;
+  asm volatile("v_pk_mul_f32 %0, %1, %2 clamp" : "=v"(d) : "v"(a), "v"(s));
+  return d;
+#endif
+}
+
+// The wait states before inline asm reads the results of the MFMAs that wrote `a` and `b`: 20, a 16-pass XDL
+// result read by the VALU on gfx950 (what clang inserts for the same read). Taking them as operands keeps it
+// after those MFMAs; volatile keeps it before the asm that reads them.
+HX_WAVE_FN void hx_mfma_result_wait(const hx_v16f& a, const hx_v16f& b) {
+#if !defined(HX_EMU)
+  asm volatile("s_nop 15\n\ts_nop 3" ::"v"(a), "v"(b));
+#endif
+}
+
 // ------------------------------------------------------------ cross-lane
 
 // After it, lanes 32-63 of `a` hold the old lanes 0-31 of `b`, and lanes 0-31
@@ -318,6 +344,11 @@ HX_WAVE_FN hx_v4u hx_global_load_b128(const void* p) { return *(hx_global_v4u*)p
 // lds + lane * bytes; `lds` must be wave-uniform (it goes to M0). The data
 // is only there after hx_lds_load_wait (vmcnt(0)); before it, the emulator's
 // LDS still holds its poison. Other waves need a workgroup barrier as well.
+// hx_lds_load_wait_count<N> (vmcnt(N)) waits only for what was issued before
+// the wave's last N vector memory instructions (loads, stores and loads to LDS
+// share one in-order count): the caller must issue exactly N after the load it
+// waits for, in every lane (no store skipped under a branch; the emulator
+// counts each lane's and requires them equal).
 #if defined(HX_EMU)
 HX_WAVE_FN void hx_lds_load_b32(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset HX_SITE) {
   hx_emu_lds_load(r, lds, voffset, soffset, 4 HX_AT);
@@ -326,6 +357,7 @@ HX_WAVE_FN void hx_lds_load_b128(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 so
   hx_emu_lds_load(r, lds, voffset, soffset, 16 HX_AT);
 }
 HX_WAVE_FN void hx_lds_load_wait(HX_SITE0) { hx_emu_lds_wait(HX_AT0); }
+template <unsigned N> HX_WAVE_FN void hx_lds_load_wait_count(HX_SITE0) { hx_emu_lds_wait_count(N HX_AT); }
 #else
 typedef __attribute__((address_space(3))) void hx_lds_void;
 HX_WAVE_FN void hx_lds_load_b32(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 soffset) {
@@ -335,6 +367,11 @@ HX_WAVE_FN void hx_lds_load_b128(hx_rsrc r, void* lds, hx_u32 voffset, hx_u32 so
   __builtin_amdgcn_raw_ptr_buffer_load_lds(r, (hx_lds_void*)lds, 16, voffset, soffset, 0, 0);
 }
 HX_WAVE_FN void hx_lds_load_wait() { asm volatile("s_waitcnt vmcnt(0)" ::: "memory"); }
+// The builtin, not asm: the compiler then knows what it waited for and adds no wait of its own.
+template <unsigned N> HX_WAVE_FN void hx_lds_load_wait_count() {
+  static_assert(N < 64, "vmcnt is 6 bits");
+  __builtin_amdgcn_s_waitcnt((N & 15) | (N >> 4) << 14 | 0x7 << 4 | 0xF << 8);  // expcnt, lgkmcnt: no wait
+}
 #endif
 
 // -------------------------------------------------------------- fp8 e4m3fn

@@ -145,6 +145,32 @@ KERNEL(hx_t_lds) {
   for (int i = 0; i < 4; i++) ((hx_u32*)p.out0)[4 * l + i] = tile[4 * l + i];
 }
 
+// Lane l's 16 bytes of in0 go to LDS, then x buffer stores (one word a lane of
+// out1; z == 1: lane 5 issues one more), then a wait by count: vmcnt(1) when
+// y == 1, vmcnt(2) when y == 2; then lane l copies LDS bytes [16 l, +16) to
+// out0. The DMA has landed only when at least y stores follow it.
+KERNEL(hx_t_lds_count) {
+  HX_SHARED(hx_u32, tile, 256);
+  const hx_u32 l = hx_lane_id();
+  hx_lds_load_b128(hx_make_buffer_rsrc(p.in0, p.n), tile, l * 16, 0);
+  const hx_rsrc o = hx_make_buffer_rsrc(p.out1, 256);
+  for (hx_u32 i = 0; i < p.x; i++) hx_buffer_store_b32(o, 4 * l, 0, i);
+  if (p.z == 1 && l == 5) hx_buffer_store_b32(o, 4 * l, 0, 99);
+  if (p.y == 1)
+    hx_lds_load_wait_count<1>();
+  else
+    hx_lds_load_wait_count<2>();
+  hx_workgroup_barrier();
+  for (int i = 0; i < 4; i++) ((hx_u32*)p.out0)[4 * l + i] = tile[4 * l + i];
+}
+
+// out0[lane] = hx_pk_mul_clamp01(in0[lane], {in1[0], in1[1]}) (two floats a lane)
+KERNEL(hx_t_pk_clamp) {
+  const hx_u32 l = hx_lane_id();
+  const float* s = (const float*)p.in1;
+  ((hx_v2f*)p.out0)[l] = hx_pk_mul_clamp01(((const hx_v2f*)p.in0)[l], hx_v2f{s[0], s[1]});
+}
+
 // Misuse the emulator must catch: x = 1: lanes 0-31 and 32-63 reach different
 // primitives; x = 2: lane 5 exits before a primitive the others reach; x = 3:
 // lanes disagree on the iteration count of a loop holding a primitive.

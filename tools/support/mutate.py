@@ -129,10 +129,10 @@ PLANTS = {
         Plant("row_block_tail_overrun", "gfx950/mqa_logits_mfma.hip", "const hx_i32 m1 = hx_min_i32(p.M, m0 + BM);",
               "const hx_i32 m1 = m0 + BM;"),
         Plant("dropped_kv_scale_gfx950", "gfx950/mqa_logits_mfma.hip", "(x + y) * st[t]", "(x + y)"),
-        Plant("lds_buffers_swapped", "gfx950/mqa_logits_mfma.hip", "c + 1, chunks, wlo, kbuf1, sbuf1, kbuf0, sbuf0, w, lane",
-              "c + 1, chunks, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane"),
-        Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "inside ? (x + y) * st[t] :",
-              "inside ? (x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f) :"),
+        Plant("lds_buffers_swapped", "gfx950/mqa_logits_mfma.hip", "<false>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0",
+              "<false>(p, r, c, wlo, kbuf0, sbuf0, kbuf1, sbuf1"),
+        Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "__builtin_fminf((x + y) * st[t], lim)",
+              "__builtin_fminf((x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f), lim)"),
     ],
     # The generic paged decode kernel and the decode index math (both targets): run with --set decode.
     "decode": [

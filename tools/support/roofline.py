@@ -375,6 +375,8 @@ def prefill_estimate(f: dict, M: int, N: int, H: int, clean: bool, mode: str = "
             for r in run:
                 d = min(dt, r[0])
                 r[0] -= d
+                if r[0] < 1e-6:  # rounding leaves a start a hair short; t would then never move past it
+                    r[0] = 0.0
                 r[1] = max(0.0, r[1] - (dt - d) / tc)
         last[c] = t
         cus[c] = [r for r in run if r[0] > 1e-9 or r[1] > 1e-9]
