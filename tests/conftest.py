@@ -42,3 +42,19 @@ def emu_kernels():
         return emu_harness.build_emu_package()
     except RuntimeError as e:  # build.ToolchainError: no gfx950 compiler
         _skip(str(e))
+
+
+@pytest.fixture
+def hopper(request):
+    """(backend, device): an sm_90a device over host memory (tests/host_backend.py, a backend of its own per test
+    module), with the built kernels' manifest; skips when there is no build."""
+    from hipindexer.runtime.module import load_manifest
+    from host_backend import HostBackend, registered
+    try:
+        load_manifest()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    hb = HostBackend(name="host_" + request.module.__name__.rsplit(".", 1)[-1], arch="sm_90a", num_cus=132,
+                     wave_size=32)
+    with registered(hb) as dev:
+        yield hb, dev

@@ -5,22 +5,9 @@ import pytest
 
 from hipindexer import catalog, fp8_mqa_logits, testing
 from hipindexer.runtime import DeviceArray
-from hipindexer.runtime.module import load_manifest
-from host_backend import HostBackend, registered
 
 PREFILL = catalog.STRUCT["PrefillParams"]
 
-
-@pytest.fixture
-def hopper():
-    """(backend, device): an sm_90a device over host memory, with the built sm_90a kernels' manifest."""
-    try:
-        load_manifest()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    hb = HostBackend(name="hosthopper", arch="sm_90a", num_cus=132, wave_size=32)
-    with registered(hb) as dev:
-        yield hb, dev
 
 
 def _inputs(M=24, N=300, H=64, D=128, seed=0):

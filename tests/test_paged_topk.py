@@ -13,8 +13,6 @@ import paged_topk_cases as C
 from hipindexer import catalog, fp8_paged_mqa_topk, paged_topk_workspace, testing
 from hipindexer.ops import paged_topk
 from hipindexer.runtime import DeviceArray
-from hipindexer.runtime.module import load_manifest
-from host_backend import HostBackend, registered
 
 
 @pytest.mark.toolchain
@@ -57,17 +55,6 @@ def test_the_widest_chunk_keeps_the_workspace_within_the_bound(B, next_n, top_k,
 
 
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
-
-@pytest.fixture
-def hopper():
-    """(backend, device): an sm_90a device over host memory, with the built kernels' manifest."""
-    try:
-        load_manifest()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    hb = HostBackend(name="hostptopk", arch="sm_90a", num_cus=132, wave_size=32)
-    with registered(hb) as dev:
-        yield hb, dev
 
 
 def _inputs(dev, B=2, ctx=3000, device_resident=True):

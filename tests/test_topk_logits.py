@@ -9,8 +9,6 @@ import topk_cases as C
 from hipindexer import catalog, topk_logits
 from hipindexer.ops import topk
 from hipindexer.runtime import DeviceArray
-from hipindexer.runtime.module import load_manifest
-from host_backend import HostBackend, registered
 
 
 @pytest.mark.toolchain
@@ -66,17 +64,6 @@ def test_split_shapes_on_the_gpu(gpu_device, rows, N, sorted):
 
 TOPK = catalog.STRUCT["TopkParams"]
 
-
-@pytest.fixture
-def hopper():
-    """(backend, device): an sm_90a device over host memory, with the built kernels' manifest."""
-    try:
-        load_manifest()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    hb = HostBackend(name="hosttopk", arch="sm_90a", num_cus=132, wave_size=32)
-    with registered(hb) as dev:
-        yield hb, dev
 
 
 def sent(hb):

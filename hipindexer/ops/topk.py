@@ -102,11 +102,7 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
         out = DeviceArray.empty(shape, np.int32, dev, st)
     if return_values and values is None:
         values = DeviceArray.empty(shape, np.float32, dev, st)
-    ptrs = (logits.ptr, 0 if lengths is None else lengths.ptr, out.ptr, 0 if values is None else values.ptr)
-    if split is None:
-        launch(st.handle, *ptrs)
-    else:
-        launch(st.handle, *ptrs, (workspace if workspace is not None else _own_workspace(dev, st, *split)).ptr)
+    _launch(launch, dev, st, split, workspace, logits, lengths, out, values)
     return (out, values) if return_values else out
 
 
@@ -227,9 +223,14 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables,
     remember(key, (launch, dev, (rows, top_k), split))
     la = upload(la, dev, st)
     ln = None if ln is None else upload(ln, dev, st)
-    ptrs = (la.ptr, 0 if ln is None else ln.ptr, o.ptr, 0 if v is None else v.ptr)
+    _launch(launch, dev, st, split, w, la, ln, o, v)
+    return (o, v) if return_values else o
+
+
+def _launch(launch, dev, st, split, workspace, logits, lengths, out, values) -> None:
+    """A prepared launch of either path on stream st; the split path's workspace is the caller's or the op's own."""
+    ptrs = (logits.ptr, 0 if lengths is None else lengths.ptr, out.ptr, 0 if values is None else values.ptr)
     if split is None:
         launch(st.handle, *ptrs)
     else:
-        launch(st.handle, *ptrs, (w if w is not None else _own_workspace(dev, st, *split)).ptr)
-    return (o, v) if return_values else o
+        launch(st.handle, *ptrs, (workspace if workspace is not None else _own_workspace(dev, st, *split)).ptr)
