@@ -26,13 +26,15 @@ __version__ = "0.1.0"
 _FROM = {"fp8_mqa_logits": ".ops", "fp8_paged_mqa_logits": ".ops", "quantize_and_cache_keys": ".ops",
          "gather_cached_keys": ".ops", "packed_prefill_windows": ".ops", "topk_logits": ".ops",
          "fp8_paged_mqa_topk": ".ops", "paged_topk_workspace": ".ops", "PagedTopkWorkspace": ".ops",
+         "fp8_mqa_topk": ".ops", "prefill_topk_workspace": ".ops", "PrefillTopkWorkspace": ".ops",
          "Device": ".runtime", "DeviceArray": ".runtime", "Stream": ".runtime", "Event": ".runtime"}
 _MODULES = ("bench", "cache", "check", "gate", "ops", "plan", "reference", "runtime", "testing")
 
-__all__ = ["Device", "DeviceArray", "Event", "PagedTopkWorkspace", "Stream", "cache", "fp8_mqa_logits",
-           "fp8_paged_mqa_logits", "fp8_paged_mqa_topk", "gate", "gather_cached_keys", "packed_prefill_windows",
-           "paged_topk_workspace", "plan_decode", "plan_prefill", "plan_prefill_chunks", "quantize_and_cache_keys",
-           "reference", "testing", "topk_logits"]
+__all__ = ["Device", "DeviceArray", "Event", "PagedTopkWorkspace", "PrefillTopkWorkspace", "Stream", "cache",
+           "fp8_mqa_logits", "fp8_mqa_topk", "fp8_paged_mqa_logits", "fp8_paged_mqa_topk", "gate",
+           "gather_cached_keys", "packed_prefill_windows", "paged_topk_workspace", "plan_decode", "plan_prefill",
+           "plan_prefill_chunks", "prefill_topk_workspace", "quantize_and_cache_keys", "reference", "testing",
+           "topk_logits"]
 
 
 def __getattr__(name):

@@ -256,10 +256,11 @@ STRUCTS.append(Struct("TopkParams", [
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
 ]))
-# The two steps of the composed decode top-k (hipindexer.ops.paged_topk) around the logits op and topk_logits: a
-# key chunk's lengths and block table, and the merge of a selection in W-space into global keys (and slots).
-# Optional arrays are 0: next_n_lens (every row live); ws (the indices already are global: slots only), w,
-# values and slots (not wanted).
+# The steps of the composed top-k ops (hipindexer.ops.paged_topk, prefill_topk) around a logits op and
+# topk_logits: a decode key chunk's lengths and block table, a prefill key chunk's windows, and the merge of a
+# selection in W-space into global keys (and slots). Optional arrays are 0: next_n_lens (every row live); ws (the
+# indices already are global: slots or relative indices only), w, values, slots and block_tables (not wanted);
+# rel (absolute indices; else [rows] int32 subtracted from each index written).
 STRUCTS.append(Struct("PagedTopkChunkParams", [
     ("context_lens", "ptr:i32"), ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"),
     ("chunk_lens", "ptr:i32"), ("chunk_table", "ptr:i32"),
@@ -268,9 +269,14 @@ STRUCTS.append(Struct("PagedTopkChunkParams", [
     ("chunk_blocks", "i32"),  # columns of chunk_table
     ("lens_per_row", "i32"),
 ]))
-STRUCTS.append(Struct("PagedTopkMergeParams", [
+STRUCTS.append(Struct("PrefillTopkChunkParams", [
+    ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("chunk_ks", "ptr:i32"), ("chunk_ke", "ptr:i32"),
+    ("first_key", "i64"),  # the chunk's first key
+    ("rows", "i32"), ("width", "i32"),  # rows of the group, keys of the chunk
+]))
+STRUCTS.append(Struct("TopkMergeParams", [
     ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("w", "ptr:f32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
-    ("block_tables", "ptr:i32"),
+    ("block_tables", "ptr:i32"), ("rel", "ptr:i32"),
     ("ws_stride", "i64"), ("indices_stride", "i64"), ("w_stride", "i64"), ("values_stride", "i64"),
     ("slots_stride", "i64"),  # elements between rows
     ("base", "i64"),  # the global key of the chunk's first column
@@ -321,11 +327,13 @@ KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "
 # The standalone top-k over a logits array: one block per row, radix select, compaction in index order, bitonic sort
 # for sorted=True (hsaco_src/generic/topk_logits.hip).
 KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
-# The composed decode top-k's own steps (hsaco_src/generic/paged_topk_chunk.hip and
-# paged_topk_merge.hip): a chunk's inputs, and the merge.
+# The composed top-k ops' own steps (hsaco_src/generic/paged_topk_chunk.hip, prefill_topk_chunk.hip and
+# topk_merge.hip): a chunk's inputs, and the merge.
 KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_paged_topk_chunk", "PagedTopkChunkParams",
                       block=256))
-KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge", "PagedTopkMergeParams",
+KERNELS.append(Kernel("prefill_topk_chunk", "generic/prefill_topk_chunk.hip", "hx_prefill_topk_chunk",
+                      "PrefillTopkChunkParams", block=256))
+KERNELS.append(Kernel("topk_merge", "generic/topk_merge.hip", "hx_topk_merge", "TopkMergeParams",
                       block=256))
 # Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates
 # gathered by the same blocks, then one block per row (512 threads: its sort and scans are barrier-bound) that

@@ -353,25 +353,33 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
 @click.option("--cases", "max_cases", type=click.IntRange(min=1), default=None,
               help="Cap the sampled design at this many cases (default: --quick until every pair is covered, "
                    "the full sweep at its own cap).")
+@click.option("--op", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True,
+              help="decode: fp8_paged_mqa_topk; prefill: fp8_mqa_topk.")
 @accumulation_option
 @json_option
 @verbose_option
-def check_topk(device_spec, quick, seed, max_cases, accumulation, as_json, verbose) -> None:
-    """fp8_paged_mqa_topk (decode) on a device against the reference under the top-k gate: a seeded sample of
-    its matrix (printed first), each case with rows of at least 4 top_k keys, fewer than top_k and none, in one
-    key chunk or several."""
+def check_topk(device_spec, quick, seed, max_cases, op, accumulation, as_json, verbose) -> None:
+    """A top-k op on a device against the reference under the top-k gate: a seeded sample of its matrix (printed
+    first). Decode (fp8_paged_mqa_topk): each case with rows of at least 4 top_k keys, fewer than top_k and none,
+    in one key chunk or several. Prefill (fp8_mqa_topk): every window mode, rows of at least 4 top_k keys (and of
+    none in the empty modes), the planned workspace or small groups of rows and key chunks."""
     from .check import topk
     dev = _device_or_exit(device_spec)
-    _check_decode_kernel(None, dev, accumulation)
     _progress(f"device {dev!r}")
-    design = topk.topk_design(quick, seed, max_cases)
+    if op == "prefill":
+        design = topk.prefill_topk_design(quick, seed, max_cases)
+        axes, run = topk.PREFILL_TOPK_AXES, topk.prefill_topk_device_case
+    else:
+        _check_decode_kernel(None, dev, accumulation)
+        design = topk.topk_design(quick, seed, max_cases)
+        axes, run = topk.TOPK_AXES, topk.topk_device_case
     _progress(f"sample: {len(design.cases)} cases covering {design.covered} of {design.items} value pairs "
               f"(seed {seed}); not coverable within the size cap: {len(design.infeasible)}; left out by the "
               f"case cap: {len(design.uncovered)}")
-    names = list(topk.TOPK_AXES)
+    names = list(axes)
     _progress(_table([[c[a] for a in names] for c in design.cases], names))
     rng = np.random.default_rng(seed)
-    _report(_run_cases(design.cases, lambda c: topk.topk_device_case(rng, dev, c, accumulation)), as_json, verbose)
+    _report(_run_cases(design.cases, lambda c: run(rng, dev, c, accumulation)), as_json, verbose)
 
 
 @check.command("cache")

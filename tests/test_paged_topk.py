@@ -98,8 +98,8 @@ def test_chunks_and_what_each_launch_is_sent(hopper):
     got = _symbols(hb, n0)
     logits = got[0]
     assert got[:2] == [logits, "hx_topk_logits"] and len(got) == 2 + 4 * (chunks - 1)
-    assert got[2:6] == ["hx_paged_topk_chunk", logits, "hx_topk_logits", "hx_paged_topk_merge"]
-    merge = catalog.STRUCT["PagedTopkMergeParams"]
+    assert got[2:6] == ["hx_paged_topk_chunk", logits, "hx_topk_logits", "hx_topk_merge"]
+    merge = catalog.STRUCT["TopkMergeParams"]
     last = merge.ctype().from_buffer_copy(hb.launches[-1][4])
     assert (last.base, last.lead, last.write_w, last.top_k) == ((chunks - 1) * 1024, 64, 0, 64)
     assert last.values != 0 and last.slots != 0 and last.w == ws.w.ptr

@@ -14,7 +14,7 @@ import numpy as np
 from .. import reference, testing
 from ..gate import gate_paged_topk
 from .covering import covering_design
-from .sweep import FAIL, PASS, Outcome
+from .sweep import FAIL, NA, PASS, Outcome
 
 # Cheapest value first on each axis (the covering design completes hard items with them). "chunks": the
 # workspace's widest chunk (a row in one) or chunks of a few blocks (several per row).
@@ -108,4 +108,81 @@ def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     if g and not ((counts == top_k).any() and (counts == 0).any() and ((counts > 0) & (counts < top_k)).any()):
         return Outcome("topk", name, FAIL, f"rows of every kind expected (V >= top_k, 0 < V < top_k, V = 0), "
                                            f"got counts {sorted(set(counts.tolist()))}", kernel=plan.kernel)
+    return Outcome("topk", name, PASS if g else FAIL, g.message, kernel=plan.kernel)
+
+
+# ------------------------------------------------------------------ the prefill top-k (fp8_mqa_topk)
+
+# Window modes as hipindexer.testing.prefill_windows draws them; "shape": the planner's workspace, or groups of a
+# few rows and chunks of a few hundred keys (several of each per case).
+PREFILL_TOPK_AXES = {
+    "top_k": (7, 512, 2048, 300),
+    "HD": ((16, 64), (32, 128), (64, 128)),
+    "mode": ("causal", "cp", "misaligned", "empty", "past_end", "multi_req"),
+    "sorted": (False, True),
+    "relative": (False, True),
+    "shape": ("planned", "small"),
+}
+FULL_PREFILL_TOPK_CASES = 40
+
+
+def prefill_topk_shape(cfg: dict) -> tuple[int, int]:
+    """(M, N): N a multiple of M (the cp mode's need) of at least 16 top_k keys, so that rows see V >= 4 top_k
+    keys in the modes of wide windows; "empty" and "past_end" add rows of V = 0 and short ones."""
+    M = 48
+    return M, -(-(16 * cfg["top_k"] + 2 * M) // M) * M
+
+
+def prefill_topk_work(cfg: dict) -> int:
+    H, D = cfg["HD"]
+    M, N = prefill_topk_shape(cfg)
+    return M * N * H * D
+
+
+def prefill_topk_design(quick: bool, seed: int = 0, max_cases: int | None = None):
+    """The sampled prefill top-k matrix, a pairwise covering design (quick: each case within QUICK_TOPK_FMAS)."""
+    fits = (lambda cfg: prefill_topk_work(cfg) <= QUICK_TOPK_FMAS) if quick else (lambda cfg: True)
+    return covering_design(PREFILL_TOPK_AXES, strength=2, seed=seed, feasible=fits,
+                           max_cases=max_cases or (None if quick else FULL_PREFILL_TOPK_CASES))
+
+
+def prefill_topk_case_name(cfg: dict) -> str:
+    H, D = cfg["HD"]
+    return (f"{cfg['mode']}_H{H}_D{D}_k{cfg['top_k']}{'_sorted' if cfg['sorted'] else ''}"
+            f"{'_relative' if cfg['relative'] else ''}_{cfg['shape']}")
+
+
+def prefill_topk_device_case(rng, device, cfg: dict, accumulation: str = "fast") -> Outcome:
+    t0 = time.perf_counter()
+    o = _prefill_topk_device_case(rng, device, cfg, accumulation)
+    o.seconds = round(time.perf_counter() - t0, 3)
+    return o
+
+
+def _prefill_topk_device_case(rng, device, cfg, accumulation) -> Outcome:
+    from ..gate import gate_prefill_topk
+    from ..ops import fp8_mqa_topk, target_of
+    from ..plan import plan_prefill
+    from ..runtime import DeviceArray
+    name = prefill_topk_case_name(cfg)
+    H, D = cfg["HD"]
+    M, N = prefill_topk_shape(cfg)
+    top_k = cfg["top_k"]
+    try:
+        inp = testing.prefill_inputs(rng, M, N, H, D, cfg["mode"])
+    except testing.NotApplicable as e:
+        return Outcome("topk", name, NA, str(e))
+    tunables = {} if cfg["shape"] == "planned" else {"rows": 7, "chunk": 4 * top_k + 256}
+    plan = plan_prefill(M, N, H, D, target_of(device), accumulation=accumulation)
+    outs = (DeviceArray.from_numpy(np.full((M, top_k), np.iinfo(np.int32).min, np.int32), device),
+            DeviceArray.empty((M, top_k), np.float32, device).fill(np.nan))
+    fp8_mqa_topk(*inp.args(), top_k, relative=cfg["relative"], sorted=cfg["sorted"], return_values=True,
+                 accumulation=accumulation, out=outs, device=device, **tunables)
+    idx, val = (a.numpy() for a in outs)
+    g = gate_prefill_topk(idx, val, inp, top_k, plan.accumulation, sorted=cfg["sorted"], relative=cfg["relative"])
+    counts = (idx >= 0).sum(axis=1)
+    kinds = (counts == 0).any() if cfg["mode"] in ("empty", "past_end") else (counts == top_k).any()
+    if g and not kinds:
+        return Outcome("topk", name, FAIL, f"rows of V = 0 (empty modes) or V >= top_k expected, got counts "
+                                           f"{sorted(set(counts.tolist()))}", kernel=plan.kernel)
     return Outcome("topk", name, PASS if g else FAIL, g.message, kernel=plan.kernel)

@@ -5,7 +5,7 @@ It never holds a row's logits: the keys are taken in chunks of C columns (a mult
 workspace W of [rows, top_k + C] float32 holds the running candidates' values in its first top_k columns (their
 global keys in the indices output, in ascending order) and the chunk's logits after them. Per chunk: the chunk's
 lengths and block-table columns (hsaco_src/generic/paged_topk_chunk.hip), the logits op on that chunk into W,
-topk_logits over W into a scratch of W-space indices, and the merge (paged_topk_merge.hip) that maps those back to
+topk_logits over W into a scratch of W-space indices, and the merge (topk_merge.hip) that maps those back to
 global keys (and values, and on the last chunk slots). Candidates come first in W and stay in key order, so ties
 across chunks go to the lower key, as within one. A row that fits in W whole is one logits call and one top-k.
 
@@ -31,7 +31,7 @@ from .topk import MAX_BLOCKS, _written, topk_logits
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk",)
 CHUNK_POINTERS = ("context_lens", "next_n_lens", "block_tables", "chunk_lens", "chunk_table")
-MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables")
+MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel")
 SLACK = 1 << 20  # the bound's constant: room for a chunk of useful width when the batch is small
 
 
@@ -298,8 +298,8 @@ def _plan(dev, s, top_k, ws, sorted, outs, want_slots, logits_kw) -> _Plan:
         return _Plan(dev, 0, top_k, [], logits_kw, ws)
     idx, vals, slots = outs
     C = ws.chunk
-    merge = kernel_for(dev, "paged_topk_merge")
-    mblock = KERNEL["paged_topk_merge"].block
+    merge = kernel_for(dev, "topk_merge")
+    mblock = KERNEL["topk_merge"].block
     fixed = dict(next_n=s.next_n, block_size=s.block_size, max_blocks=s.max_blocks, rows=R, top_k=top_k,
                  indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
                  slots_stride=_stride(slots, R, top_k))
@@ -358,7 +358,8 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
         topk_logits(step.topk_in, top_k, sorted=step.sorted, out=plan.scratch, stream=st, device=dev)
         out_vals = vals.ptr if step.last and vals is not None else 0
         out_slots = slots.ptr if step.last and slots is not None else 0
-        step.merge(st.handle, plan.scratch.ptr, idx.ptr, plan.workspace.w.ptr, out_vals, out_slots, block_tables.ptr)
+        step.merge(st.handle, plan.scratch.ptr, idx.ptr, plan.workspace.w.ptr, out_vals, out_slots, block_tables.ptr,
+                   0)
     if plan.slots is not None and slots is not None:
-        plan.slots(st.handle, 0, idx.ptr, 0, 0, slots.ptr, block_tables.ptr)
+        plan.slots(st.handle, 0, idx.ptr, 0, 0, slots.ptr, block_tables.ptr, 0)
     return result if len(result) > 1 else idx

@@ -1,9 +1,11 @@
 """The prefill op: ``fp8_mqa_logits`` on a device (docs/ops.md); arguments as hipindexer.ops.launch says."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..arguments import prefill_shape
+from ..arguments import PrefillShape, prefill_shape
 from ..plan import check_accumulation, plan_prefill
 from ..plan.prefill import TUNABLES
 from ..runtime import DeviceArray
@@ -79,25 +81,56 @@ def fp8_mqa_logits(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, clean_lo
     return out
 
 
-def _fp8_mqa_logits(arrays, clean_logits, accumulation, stream, device, tunables, key):
-    """The full path: check, plan, upload host arrays, prepare the launch (kept under `key` when one is
-    given), launch."""
-    check_tunables("prefill", tunables, TUNABLES)
+@dataclass
+class PrefillCall:
+    """A prefill call's arguments after every check: its device and stream, the shape, each array adopted (a
+    DeviceArray, or a numpy array not yet copied)."""
+    dev: object
+    st: object
+    s: PrefillShape
+    q: object
+    k: object
+    kv_scale: object
+    weights: object
+    ks: object
+    ke: object
+
+    def upload(self) -> None:
+        """Copy the host arrays to the device (on the call's stream), once every check has passed."""
+        for name in ("q", "k", "kv_scale", "weights", "ks", "ke"):
+            setattr(self, name, upload(getattr(self, name), self.dev, self.st))
+
+
+def check_prefill_call(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, accumulation, stream, device, tunables,
+                       known, op="prefill", others=()) -> PrefillCall:
+    """Every check of a prefill call's inputs, before anything is copied: tunables (`known`), accumulation,
+    shapes, dtypes, residency and alignment. `others`: more of the call's arrays (e.g. out=) that may name its
+    device. The prefill ops share it."""
+    check_tunables(op, tunables, known)
     check_accumulation(accumulation)
-    dev = resolve_device(device, arrays)
+    dev = resolve_device(device, (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, *others))
     st = as_stream(stream, dev)
-    q, k, kv_scale, weights, ks, ke, out = arrays
     qa = adopt("q", q, dev, st, fp8=True)
     ka = adopt("k", k, dev, st, fp8=True)
     sa = adopt("kv_scale", kv_scale, dev, st)
     wa = adopt("weights", weights, dev, st)
-    ksa = adopt("cu_seqlen_ks", ks, dev, st)
-    kea = adopt("cu_seqlen_ke", ke, dev, st)
+    ksa = adopt("cu_seqlen_ks", cu_seqlen_ks, dev, st)
+    kea = adopt("cu_seqlen_ke", cu_seqlen_ke, dev, st)
     s = prefill_shape(qa, ka, sa, wa, ksa, kea)
     check_resident("q", qa, align=16)
     check_resident("k", ka, align=16)
     for name, a in (("kv_scale", sa), ("weights", wa), ("cu_seqlen_ks", ksa), ("cu_seqlen_ke", kea)):
         check_resident(name, a)
+    return PrefillCall(dev, st, s, qa, ka, sa, wa, ksa, kea)
+
+
+def _fp8_mqa_logits(arrays, clean_logits, accumulation, stream, device, tunables, key):
+    """The full path: check, plan, upload host arrays, prepare the launch (kept under `key` when one is
+    given), launch."""
+    q, k, kv_scale, weights, ks, ke, out = arrays
+    c = check_prefill_call(q, k, kv_scale, weights, ks, ke, accumulation, stream, device, tunables, TUNABLES,
+                           others=(out,))
+    dev, st, s = c.dev, c.st, c.s
     o = check_out(out, ("M", s.M), ("N", s.N), dev, st)
     plan = plan_prefill(s.M, s.N, s.H, s.D, target_of(dev), accumulation=accumulation, **tunables) \
         if s.M and s.N else None
@@ -106,11 +139,15 @@ def _fp8_mqa_logits(arrays, clean_logits, accumulation, stream, device, tunables
         o = DeviceArray.empty((s.M, s.N), np.float32, dev, st)
     if plan is None:
         return o
-    launch = kern.prepare(plan.grid, plan.block, pointers=PREFILL_POINTERS,
-                          out_stride=o.strides[0] // 4 if s.M > 1 else s.N, M=s.M, N=s.N, H=s.H, D=s.D,
-                          rows_per_block=plan.rows_per_block, split=plan.split, tile=plan.tile,
-                          clean=int(bool(clean_logits)), reverse_rows=int(plan.reverse_rows))
+    launch = prepare_prefill(kern, plan, s, o.strides[0] // 4 if s.M > 1 else s.N, clean_logits)
     remember(key, (launch, dev, (s.M, s.N)))
-    qa, ka, sa, wa, ksa, kea = (upload(a, dev, st) for a in (qa, ka, sa, wa, ksa, kea))
-    launch(st.handle, qa.ptr, ka.ptr, sa.ptr, wa.ptr, ksa.ptr, kea.ptr, o.ptr)
+    c.upload()
+    launch(st.handle, c.q.ptr, c.k.ptr, c.kv_scale.ptr, c.weights.ptr, c.ks.ptr, c.ke.ptr, o.ptr)
     return o
+
+
+def prepare_prefill(kern, plan, s, out_stride: int, clean_logits: bool):
+    """The launch of a planned prefill kernel for shape s, a function of (stream, PREFILL_POINTERS' pointers)."""
+    return kern.prepare(plan.grid, plan.block, pointers=PREFILL_POINTERS, out_stride=out_stride, M=s.M, N=s.N, H=s.H,
+                        D=s.D, rows_per_block=plan.rows_per_block, split=plan.split, tile=plan.tile,
+                        clean=int(bool(clean_logits)), reverse_rows=int(plan.reverse_rows))

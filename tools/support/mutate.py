@@ -295,14 +295,14 @@ PLANTS = {
         Plant("overflow_row_not_taken_whole", "generic/topk_split_finish.hip",
               "if (cut.mode == HX_CUT_OVERFLOW) {", "if (cut.mode == HX_CUT_OVERFLOW + 1u) {"),
     ],
-    # The composed decode top-k's own kernels (generic/paged_topk_chunk.hip, generic/paged_topk_merge.hip): the
+    # The composed decode top-k's own kernels (generic/paged_topk_chunk.hip, generic/topk_merge.hip): the
     # merge's chunk base a block late, the candidates' keys read from the wrong end (their order reversed), a
     # chunk's table columns one block late, its lengths not shifted to the chunk, or blind to next_n_lens.
     # Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
     "paged_topk": [
-        Plant("merge_chunk_base_one_block_late", "generic/paged_topk_merge.hip", "p.base + i - p.lead",
+        Plant("merge_chunk_base_one_block_late", "generic/topk_merge.hip", "p.base + i - p.lead",
               "p.base + p.block_size + i - p.lead"),
-        Plant("candidates_reversed", "generic/paged_topk_merge.hip", "i < p.lead ? (hx_i64)idx[i]",
+        Plant("candidates_reversed", "generic/topk_merge.hip", "i < p.lead ? (hx_i64)idx[i]",
               "i < p.lead ? (hx_i64)idx[p.lead - 1 - i]"),
         Plant("chunk_table_one_block_late", "generic/paged_topk_chunk.hip",
               "col = p.first_block + e % p.chunk_blocks", "col = p.first_block + 1 + e % p.chunk_blocks"),
@@ -311,6 +311,17 @@ PLANTS = {
         Plant("chunk_lengths_blind_to_next_n_lens", "generic/paged_topk_chunk.hip",
               "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
               "const hx_i64 live = (hx_i64)p.next_n;"),
+    ],
+    # The composed prefill top-k's own steps (generic/prefill_topk_chunk.hip, the merge's relative shift): a
+    # chunk's windows not shifted to the chunk, every window starting a key late, the relative shift read from
+    # the next row. Run with --set prefill_topk (its suite is tests/emu/prefill_topk_cases.py, SET_TESTS).
+    "prefill_topk": [
+        Plant("prefill_chunk_windows_not_shifted", "generic/prefill_topk_chunk.hip",
+              "const hx_i64 local = (hx_i64)end - first_key;", "const hx_i64 local = (hx_i64)end;"),
+        Plant("prefill_chunk_window_starts_a_key_late", "generic/prefill_topk_chunk.hip",
+              "hx_chunk_end(p.ks[m], p.first_key", "hx_chunk_end(p.ks[m] + 1, p.first_key"),
+        Plant("relative_shift_of_the_next_row", "generic/topk_merge.hip", "n - (hx_i64)p.rel[row]",
+              "n - (hx_i64)p.rel[row + 1 < p.rows ? row + 1 : row]"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
@@ -417,7 +428,8 @@ SET_CMDS = {
 
 # Sets whose suite is a test file, run by pytest on the package copy (on the emulator for --suite emu, through
 # tests/emu/emu_session.py; on the GPU for --suite cuda) and stopped at its first failure.
-SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_topk_cases.py"}
+SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_topk_cases.py",
+             "prefill_topk": "tests/emu/prefill_topk_cases.py"}
 
 SUITES = {
     "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},

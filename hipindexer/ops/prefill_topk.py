@@ -1,0 +1,393 @@
+"""The prefill top-k on a device: ``fp8_mqa_topk`` (docs/ops.md, "Top-k"), composed from the prefill logits kernels
+and topk_logits' kernel so that it is correct on every target and never holds a row's logits.
+
+The query rows are taken in groups of `rows`, and each group's keys in chunks of C: a workspace W of
+[rows, top_k + C] float32 holds the group's running candidates' values in its first top_k columns (their keys in
+the caller's indices output, ascending) and a chunk's logits after them. Per chunk: the chunk's windows
+(hsaco_src/generic/prefill_topk_chunk.hip), the logits kernel on the chunk's keys into W, topk_logits' kernel over
+W into a scratch of W-space indices, and the merge (generic/topk_merge.hip) that maps those back to keys (and, on
+the last chunk, to values and, with relative=True, to n - cu_seqlen_ks[m]). Candidates come first in W in key
+order, so ties across chunks go to the lower key, as within one; a group whose rows fit W whole is one logits
+launch and one top-k.
+
+The workspace stays within prefill_workspace_bound(M, top_k) whatever N: rows and C are chosen so that
+rows * (2 top_k + C + 2) floats fit it, wide chunks first (fewer re-selections of the candidates) and then as many
+rows as fit. Every launch of a call is prepared once per layout; a call with device-resident arrays and a
+workspace= only does pointer arithmetic and launches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..arguments import F32, I32, PrefillShape, check_top_k
+from ..catalog import KERNEL
+from ..plan import plan_prefill, plan_topk
+from ..plan.prefill import TUNABLES as PREFILL_TUNABLES
+from ..runtime import Device, DeviceArray
+from ..runtime.device import as_stream
+from .launch import INT32_MAX, kernel_for, prepared, remember, resident_key, target_of
+from .prefill import check_prefill_call, prepare_prefill
+from .topk import MAX_BLOCKS, TOPK_POINTERS, _written
+
+PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk")
+CHUNK_POINTERS = ("ks", "ke", "chunk_ks", "chunk_ke")
+MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel")
+SLACK = 1 << 20      # the bound's constant: room for a useful chunk when M is small
+CHUNK_GOAL = 32768   # keys per chunk the planner reaches before it cuts the rows into groups
+CHUNK_ALIGN = 256    # a chunk short of the whole row is a multiple of this (whole tiles of every logits kernel)
+ROWS_MIN = 256       # a group has at least this many rows (or all of them), however narrow its chunks get
+
+
+def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
+    """The most bytes fp8_mqa_topk's workspace may take for M query rows: 8 * top_k * M * (1 + parts) + 1 MiB
+    (parts: key-split parts whose candidates are kept apart; the composed path keeps one chunk, parts = 1)."""
+    return 8 * top_k * M * (1 + parts) + SLACK
+
+
+def workspace_bytes(rows: int, top_k: int, chunk: int) -> int:
+    """A workspace of `rows` rows and chunk C: W [rows, top_k + C] float32, the W-space indices [rows, top_k]
+    int32 and a chunk's windows [2, rows] int32."""
+    return 4 * rows * (2 * top_k + chunk + 2)
+
+
+def _widest(rows: int, top_k: int, bound: int) -> int:
+    """The widest chunk for `rows` rows within `bound` bytes (may be < 1: none fits)."""
+    return bound // (4 * rows) - 2 * top_k - 2
+
+
+def _as_count(name: str, v, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+    return int(v)
+
+
+def plan_prefill_topk(M: int, N: int, top_k: int, rows=None, chunk=None) -> tuple[int, int]:
+    """(rows, chunk) of a workspace for up to M query rows against up to N keys (M, N >= 1), within the bound:
+    as many rows as fit beside chunks of min(N, CHUNK_GOAL) keys, but at least min(M, ROWS_MIN) (a logits launch
+    that fills the device), then chunks as wide as fit, evened out over the row (whole CHUNK_ALIGN tiles).
+    `rows` and `chunk` force either (ValueError when the pair leaves the bound).
+
+    >>> plan_prefill_topk(4096, 131072, 2048)
+    (1024, 26368)
+    >>> plan_prefill_topk(128, 32768, 2048)
+    (128, 5632)
+    """
+    bound = prefill_workspace_bound(M, top_k)
+    if rows is not None:
+        rows = min(_as_count("rows", rows, 1), M)
+    if chunk is not None:
+        chunk = min(_as_count("chunk", chunk, 1), N)
+    if rows is None:
+        goal = chunk if chunk is not None else min(N, CHUNK_GOAL)
+        fit = max(bound // (4 * (2 * top_k + goal + 2)), min(M, ROWS_MIN))
+        groups = max(1, M // fit)
+        rows = -(-M // groups)  # equal groups, none below fit
+    widest = _widest(rows, top_k, bound)
+    if chunk is None:
+        if widest >= N:
+            chunk = N
+        else:
+            cut = widest - widest % CHUNK_ALIGN if widest >= CHUNK_ALIGN else widest
+            chunks = -(-N // max(1, cut))
+            even = -(-N // chunks)
+            even = -(-even // CHUNK_ALIGN) * CHUNK_ALIGN
+            chunk = even if even <= cut else cut
+    if chunk < 1 or chunk > widest or top_k + chunk > INT32_MAX:
+        raise ValueError(f"rows={rows}, chunk={chunk}: the workspace ({workspace_bytes(rows, top_k, max(chunk, 0))} "
+                         f"bytes) must fit the bound of {bound} bytes (M={M}, top_k={top_k}); at {rows} rows a "
+                         f"chunk of at most {max(widest, 0)} keys fits")
+    return rows, chunk
+
+
+class PrefillTopkWorkspace:
+    """The device memory of fp8_mqa_topk calls of up to M query rows at one top_k, on one device: make it once
+    (prefill_topk_workspace), before capturing a graph, and pass it as workspace= to every call. `rows` and
+    `chunk` are its group of query rows and its key-chunk width, `nbytes` what it holds, `bound` the formula's
+    bytes (prefill_workspace_bound) for M."""
+
+    def __init__(self, device: Device, M: int, top_k: int, rows: int, chunk: int, stream=None):
+        self.device, self.M, self.top_k, self.rows, self.chunk = device, M, top_k, rows, chunk
+        self.w = DeviceArray.empty((rows, top_k + chunk), np.float32, device, stream)
+        self.ws = DeviceArray.empty((rows, top_k), np.int32, device, stream)
+        self.windows = DeviceArray.empty((2, rows), np.int32, device, stream)
+        self.nbytes = sum(a.nbytes for a in (self.w, self.ws, self.windows))
+        self.bound = prefill_workspace_bound(M, top_k)
+
+    def __repr__(self):
+        return (f"PrefillTopkWorkspace(M={self.M}, top_k={self.top_k}, rows={self.rows}, chunk={self.chunk}, "
+                f"nbytes={self.nbytes}, device={self.device!r})")
+
+
+def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None, rows=None,
+                           chunk=None) -> PrefillTopkWorkspace:
+    """The workspace of fp8_mqa_topk calls of up to M query rows against up to N keys at this top_k, on `device`
+    (None: Device()), allocated on `stream`; make it before capturing a graph. Its rows and chunk are
+    plan_prefill_topk's (forced by `rows`, `chunk`); its bytes stay within prefill_workspace_bound(M, top_k).
+
+    >>> import hipindexer
+    >>> ws = hipindexer.prefill_topk_workspace(64, 1 << 20, 16, device="emu:gfx950")
+    >>> ws.nbytes <= ws.bound, ws.rows, ws.chunk
+    (True, 64, 4096)
+    """
+    top_k = check_top_k(top_k)
+    M, N = _as_count("M", M, 1), _as_count("N", N, 1)
+    dev = device if isinstance(device, Device) else Device(device)
+    r, c = plan_prefill_topk(M, N, top_k, rows, chunk)
+    return PrefillTopkWorkspace(dev, M, top_k, r, c, as_stream(stream, dev))
+
+
+@dataclass
+class _Step:
+    """A key chunk [c0, c0 + width) of a group of rows, its launches prepared (prep and merge absent on the
+    first chunk, which reads the caller's windows and writes the caller's indices)."""
+    c0: int
+    logits: object
+    topk: object
+    prep: object = None
+    merge: object = None
+    last: bool = False
+
+
+@dataclass
+class _Plan:
+    """A call's groups of rows, each with its chunks' prepared launches, over its workspace."""
+    dev: object
+    s: PrefillShape
+    top_k: int
+    workspace: PrefillTopkWorkspace | None
+    strides: tuple = (0, 0)                       # the indices' and values' row strides, in elements
+    groups: list = field(default_factory=list)    # (r0, steps)
+    relative: dict | None = None                  # rows -> a one-chunk group's shift to relative indices
+    relative_last: bool = False                   # the last merge of a chunked group shifts to relative indices
+
+
+def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, relative=False, sorted=False,
+                 return_values=False, accumulation="fast", workspace=None, out=None, stream=None, device=None,
+                 **tunables):
+    """Each prefill row's top_k keys by logit, on a device; the selection hipindexer.reference.fp8_mqa_topk makes,
+    within the logits kernel's accumulation bound (docs/ops.md, "Top-k"; docs/accuracy.md, "The top-k gate").
+
+    q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, accumulation, stream, device and the logits tunables
+    (kernel, rows_per_block, split, reverse_rows) are fp8_mqa_logits', checked by the same code: row m's keys are
+    max(ks[m], 0) <= n < min(ke[m], N), every window mode (causal, packed requests, any window) alike.
+    top_k: an int in 1..4096.
+    Returns indices [M, top_k] int32: the key rows n of k (what a consumer indexing the whole k, e.g. a
+    sparse attention over the chunk's packed keys, reads), or with relative=True n - cu_seqlen_ks[m] (the key's
+    position in its own request: what a sparse attention over one request's keys reads); a row of V < top_k
+    keys ends in -1. Unsorted (the default), a row's keys come in ascending order; sorted=True: descending
+    value, equal values by lower n. return_values adds their float32 logits (-inf at -1): the result is then
+    (indices, values). Deterministic: the same inputs give the same outputs.
+    out: None (new arrays) or device arrays to write: the indices array, or (indices, values) with
+    return_values; each [M, top_k] with rows that may be padded.
+    workspace: a PrefillTopkWorkspace (prefill_topk_workspace) made for this device and top_k and at least M
+    rows; None makes one for the call. Its bytes stay within prefill_workspace_bound(M, top_k) whatever N.
+    Tunables rows and chunk: the call's own workspace's group of rows and key-chunk width.
+
+    Composed today: the logits kernel on one key chunk of one group of rows at a time, and topk_logits' kernel
+    over the running candidates with that chunk. Returns without waiting. Raises before anything is copied or
+    launched: what fp8_mqa_logits raises, ValueError for a top_k outside 1..4096, a workspace that does not fit
+    the call, or (relative=True, host windows) a relative index int32 cannot hold; TypeError for wrong dtypes or
+    options. With device-resident windows such an index is written as -1.
+
+    >>> import numpy as np
+    >>> import hipindexer
+    >>> from hipindexer import testing
+    >>> inp = testing.prefill_inputs(np.random.default_rng(0), M=6, N=40, H=8, D=32, mode="causal")
+    >>> idx = hipindexer.fp8_mqa_topk(*inp.args(), top_k=4, device="emu:gfx950")
+    >>> idx.shape, (idx.numpy() >= 0).sum(axis=1).tolist()
+    ((6, 4), [4, 4, 4, 4, 4, 4])
+    """
+    outs = out if isinstance(out, tuple) else (out,)
+    arrays = (q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, *outs)
+    key = None if workspace is None else resident_key(
+        arrays, top_k, relative, sorted, return_values, accumulation, device, id(workspace), len(outs),
+        *tunables.items())
+    plan = prepared(key)
+    if plan is None or plan.workspace is not workspace:
+        return _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, workspace, stream, device,
+                     tunables, key)
+    st = plan.dev.default_stream if stream is None else as_stream(stream, plan.dev)
+    return _run(plan, st, q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke,
+                _outputs(plan, outs, return_values, st))
+
+
+def _has_out(outs) -> bool:
+    return len(outs) > 1 or outs[0] is not None
+
+
+def _outputs(plan, outs, return_values, st):
+    """(indices, values or None): the caller's out= arrays, else new ones."""
+    given = list(outs) if _has_out(outs) else [None, None]
+    idx = given[0] if given[0] is not None else DeviceArray.empty((plan.s.M, plan.top_k), np.int32, plan.dev, st)
+    if not return_values:
+        return idx, None
+    vals = given[1] if len(given) > 1 and given[1] is not None else \
+        DeviceArray.empty((plan.s.M, plan.top_k), np.float32, plan.dev, st)
+    return idx, vals
+
+
+def _check_relative(s: PrefillShape, ks, ke) -> None:
+    """Host windows: every relative index n - ks[m] of a key in row m's window must fit int32."""
+    if not (isinstance(ks, np.ndarray) and isinstance(ke, np.ndarray)) or s.M == 0:
+        return
+    lo = np.maximum(ks.astype(np.int64), 0)
+    hi = np.minimum(ke.astype(np.int64), s.N)
+    top = np.where(hi > lo, hi - 1 - ks.astype(np.int64), 0)
+    if top.max() > INT32_MAX:
+        m = int(np.argmax(top))
+        raise ValueError(f"relative: row {m}'s key {int(hi[m]) - 1} is {int(top[m])} past cu_seqlen_ks[{m}], past "
+                         f"int32")
+
+
+def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, workspace, stream, device, tunables,
+          key):
+    """Every check, then the plan (kept under `key`), the upload of host arrays, and the run."""
+    top_k = check_top_k(top_k)
+    for name, flag in (("relative", relative), ("sorted", sorted), ("return_values", return_values)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected a bool, got {flag!r}")
+    q, k, kv_scale, weights, ks, ke = arrays[:6]
+    shape_kw = {n: tunables[n] for n in ("rows", "chunk") if n in tunables}
+    logits_kw = {n: v for n, v in tunables.items() if n not in ("rows", "chunk")}
+    c = check_prefill_call(q, k, kv_scale, weights, ks, ke, accumulation, stream, device, logits_kw,
+                           PREFILL_TUNABLES, op="prefill top-k", others=outs)
+    for n in shape_kw:  # known to the op, but checked by the shape planner below
+        if shape_kw[n] is None:
+            del shape_kw[n]
+    dev, st, s = c.dev, c.st, c.s
+    asked = 1 + bool(return_values)
+    if _has_out(outs) and len(outs) != asked:
+        raise ValueError(f"out: expected {asked} arrays (indices{', values' if return_values else ''}), "
+                         f"got {len(outs)}")
+    named = [("out", I32, "the indices")] + ([("out (values)", F32, "the values")] if return_values else [])
+    if _has_out(outs):
+        for (name, dtype, what), a in zip(named, outs):
+            _written(name, a, dtype, s.M, top_k, what, dev, st)
+    if relative:
+        _check_relative(s, c.ks, c.ke)
+    if workspace is None:
+        if s.M and s.N:
+            workspace = PrefillTopkWorkspace(dev, s.M, top_k, *plan_prefill_topk(s.M, s.N, top_k, **shape_kw), st)
+    else:
+        if not isinstance(workspace, PrefillTopkWorkspace):
+            raise TypeError(f"workspace: expected a PrefillTopkWorkspace (hipindexer.prefill_topk_workspace), "
+                            f"got {type(workspace).__name__}")
+        if workspace.device is not dev:
+            raise ValueError(f"workspace: lives on {workspace.device!r}, but the op runs on {dev!r}")
+        if workspace.top_k != top_k or workspace.M < s.M:
+            raise ValueError(f"workspace: made for top_k={workspace.top_k} and M <= {workspace.M}; the call has "
+                             f"top_k={top_k}, M={s.M}")
+        for n, v in shape_kw.items():
+            if v != getattr(workspace, n):
+                raise ValueError(f"{n}: the workspace's {n} is {getattr(workspace, n)}, got {v!r}")
+    plan = _plan(dev, s, top_k, workspace, relative, sorted, return_values, accumulation, logits_kw,
+                 (outs[0], outs[1] if return_values and len(outs) > 1 else None) if _has_out(outs) else (None, None))
+    remember(key, plan)
+    c.upload()
+    return _run(plan, st, c.q, c.k, c.kv_scale, c.weights, c.ks, c.ke, _outputs(plan, outs, return_values, st))
+
+
+def _stride(a, M: int, width: int) -> int:
+    """Elements between rows of a [M, width] array (any value for one row)."""
+    return a.strides[0] // a.itemsize if a is not None and M > 1 else width
+
+
+def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logits_kw, outs) -> _Plan:
+    """The groups and chunks of a call and the prepared launches of each. outs: the caller's (indices, values)
+    arrays (None: new ones, contiguous), whose strides it fixes."""
+    plan = _Plan(dev, s, top_k, ws, (_stride(outs[0], s.M, top_k), _stride(outs[1], s.M, top_k)),
+                 relative_last=bool(relative))
+    if s.M == 0 or s.N == 0:
+        return plan
+    target = target_of(dev)
+    rows, C = ws.rows, min(ws.chunk, s.N)
+    w_stride = top_k + ws.chunk
+    idx_stride, val_stride = plan.strides
+    logits_of, topk_of = {}, {}
+
+    def logits(r, width):
+        if (r, width) not in logits_of:
+            p = plan_prefill(r, width, s.H, s.D, target, accumulation=accumulation, **logits_kw)
+            logits_of[r, width] = prepare_prefill(kernel_for(dev, p.kernel, p.variant), p,
+                                                  PrefillShape(r, width, s.H, s.D), w_stride, True)
+        return logits_of[r, width]
+
+    def topk(r, cols, out_stride, values_stride, in_order):
+        key = (r, cols, out_stride, values_stride, in_order)
+        if key not in topk_of:
+            p = plan_topk(r, cols, top_k, target, max_blocks=MAX_BLOCKS, split=False)
+            topk_of[key] = kernel_for(dev, "topk_logits").prepare(
+                p.grid_rows, KERNEL["topk_logits"].block, pointers=TOPK_POINTERS, logits_stride=w_stride,
+                indices_stride=out_stride, values_stride=values_stride, rows=r, N=cols, top_k=top_k,
+                sorted=int(bool(in_order)))
+        return topk_of[key]
+
+    merge, chunker = kernel_for(dev, "topk_merge"), kernel_for(dev, "prefill_topk_chunk")
+    mblock, cblock = KERNEL["topk_merge"].block, KERNEL["prefill_topk_chunk"].block
+
+    def merge_of(r, base, last, lead):
+        return merge.prepare(max(1, min(MAX_BLOCKS, r)), mblock, pointers=MERGE_POINTERS, ws_stride=top_k,
+                             indices_stride=idx_stride, w_stride=w_stride, values_stride=val_stride, slots_stride=0,
+                             base=base, rows=r, top_k=top_k, lead=lead, write_w=int(not last), next_n=1,
+                             block_size=1, max_blocks=0)
+
+    for r0 in range(0, s.M, rows):
+        r = min(rows, s.M - r0)
+        if s.N <= C:  # the whole row in W: one logits launch, one top-k (values straight to the caller's)
+            plan.groups.append((r0, [_Step(0, logits(r, s.N), topk(r, s.N, idx_stride, val_stride, sorted),
+                                           last=True)]))
+            if relative:
+                plan.relative = plan.relative or {}
+                plan.relative[r] = merge_of(r, 0, True, 0)
+            continue
+        steps = []
+        for c0 in range(0, s.N, C):
+            width, last = min(C, s.N - c0), c0 + C >= s.N
+            if c0 == 0:  # the caller's windows, cut at the chunk by its N; the candidates' values into W
+                steps.append(_Step(0, logits(r, width), topk(r, width, idx_stride, w_stride, False)))
+                continue
+            prep = chunker.prepare(max(1, min(MAX_BLOCKS, -(-r // cblock))), cblock, pointers=CHUNK_POINTERS,
+                                   first_key=c0, rows=r, width=width)
+            steps.append(_Step(c0, logits(r, width), topk(r, top_k + width, top_k, 0, sorted and last), prep,
+                               merge_of(r, c0, last, top_k), last))
+        plan.groups.append((r0, steps))
+    return plan
+
+
+def _run(plan, st, q, k, kv_scale, weights, ks, ke, outs):
+    """The call's launches, in order, on `st`: device arrays only."""
+    idx, vals = outs
+    result = (idx, vals) if vals is not None else idx
+    s, top_k, h = plan.s, plan.top_k, st.handle
+    if s.M and not s.N:  # no keys: every row is empty
+        idx.fill(-1, st)
+        if vals is not None:
+            vals.fill(-np.inf, st)
+    if not plan.groups:
+        return result
+    ws = plan.workspace
+    w, lead = ws.w.ptr, 4 * top_k  # W, and its chunk's columns
+    cks, cke = ws.windows.ptr, ws.windows.ptr + 4 * ws.rows
+    qrow, wrow = s.H * s.D, 4 * s.H  # bytes per row of q and of weights
+    istr, vstr = 4 * plan.strides[0], 4 * plan.strides[1]
+    for r0, steps in plan.groups:
+        qg, wg, ksg, keg = q.ptr + r0 * qrow, weights.ptr + r0 * wrow, ks.ptr + 4 * r0, ke.ptr + 4 * r0
+        ig, vg = idx.ptr + r0 * istr, 0 if vals is None else vals.ptr + r0 * vstr
+        for step in steps:
+            if step.merge is None and step.last:  # the whole row in W
+                step.logits(h, qg, k.ptr, kv_scale.ptr, wg, ksg, keg, w)
+                step.topk(h, w, 0, ig, vg)
+                if plan.relative:
+                    plan.relative[min(ws.rows, s.M - r0)](h, 0, ig, 0, 0, 0, 0, ksg)
+            elif step.merge is None:  # the first chunk: the caller's windows, candidates' values into W
+                step.logits(h, qg, k.ptr, kv_scale.ptr, wg, ksg, keg, w + lead)
+                step.topk(h, w + lead, 0, ig, w)
+            else:
+                step.prep(h, ksg, keg, cks, cke)
+                step.logits(h, qg, k.ptr + step.c0 * s.D, kv_scale.ptr + 4 * step.c0, wg, cks, cke, w + lead)
+                step.topk(h, w, 0, ws.ws.ptr, 0)
+                step.merge(h, ws.ws.ptr, ig, w, vg if step.last else 0, 0, 0,
+                           ksg if step.last and plan.relative_last else 0)
+    return result

@@ -1,0 +1,156 @@
+"""hipindexer.fp8_mqa_topk on a device, against hipindexer.reference.fp8_mqa_topk and the top-k gate.
+
+Every case is a named function of a device in CASES: tests/test_prefill_topk.py runs them on the emulated MI355X
+(this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked gpu, on a real GPU.
+Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the op leaves unwritten fails;
+inputs are fresh random arrays per case. Groups of rows and key chunks are forced small (the tunables rows and
+chunk) so that small cases cross several of each; the same cases also run with the planner's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hipindexer
+from hipindexer import gate, reference, testing
+from hipindexer.ops import target_of
+from hipindexer.plan import plan_prefill
+from hipindexer.runtime import Device, DeviceArray
+
+POISON = np.iinfo(np.int32).min
+SHAPES = ({}, {"rows": 16, "chunk": 96}, {"rows": 5, "chunk": 37})  # the planner's, then forced small
+
+
+def poisoned(dev, M, top_k, pad=0):
+    """(indices, values): fresh [M, top_k] device arrays (views of rows top_k + pad wide) of poison."""
+    def one(dtype, fill):
+        a = DeviceArray.from_numpy(np.full((M, top_k + pad), fill, dtype), dev)
+        return a[:, :top_k] if pad else a
+    return one(np.int32, POISON), one(np.float32, np.nan)
+
+
+def accumulation_of(dev, inp):
+    """The class of the logits kernel the op runs: the gate's eps follows it."""
+    M, H, D = inp.q.shape
+    return plan_prefill(M, inp.k.shape[0], H, D, target_of(dev)).accumulation
+
+
+def check(dev, inp, top_k, sorted=False, relative=False, pad=0, **kw):
+    """One call with values asked for and outputs poisoned, under gate_prefill_topk; the -1 padding exactly
+    where the reference pads; unsorted, ascending keys."""
+    outs = poisoned(dev, inp.q.shape[0], top_k, pad)
+    got = hipindexer.fp8_mqa_topk(*inp.args(), top_k, relative=relative, sorted=sorted, return_values=True,
+                                  out=outs, device=dev, **kw)
+    assert all(g is o for g, o in zip(got, outs))
+    idx, val = (a.numpy() for a in got)
+    g = gate.gate_prefill_topk(idx, val, inp, top_k, accumulation_of(dev, inp), sorted=sorted, relative=relative)
+    assert g, g.message
+    want = reference.fp8_mqa_topk(*inp.args(), top_k)
+    assert ((idx == -1) == (want == -1)).all(), "the -1 padding"
+    if not sorted:
+        step = np.diff(idx.astype(np.int64), axis=1)
+        assert (step[idx[:, 1:] >= 0] > 0).all(), "unsorted: ascending keys"
+    return idx, val
+
+
+def inputs(seed, M, N, H=16, D=64, mode="causal"):
+    return testing.prefill_inputs(np.random.default_rng(seed), M, N, H, D, mode)
+
+
+def counts(idx):
+    return (idx >= 0).sum(axis=1)
+
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+@case
+def causal_rows_of_every_kind(dev):
+    """Causal rows from V < top_k to V >= 4 top_k; sorted or not, absolute or relative, every shape."""
+    inp = inputs(1, M=200, N=240)  # row m sees 41 + m keys
+    for kw in SHAPES:
+        for sorted in (False, True):
+            idx, _ = check(dev, inp, 48, sorted, relative=sorted, **kw)
+    c = counts(idx)
+    assert (c < 48).any() and (c == 48).any() and 240 >= 4 * 48
+
+
+@case
+def every_window_mode(dev):
+    """cp, misaligned, empty (rows of V = 0), past_end and packed requests (multi_req), with relative indices
+    counted from each row's own cu_seqlen_ks."""
+    for i, mode in enumerate(("cp", "misaligned", "empty", "past_end", "multi_req")):
+        inp = inputs(10 + i, M=24, N=240, mode=mode)
+        for kw in SHAPES:
+            idx, _ = check(dev, inp, 16, relative=True, **kw)
+        if mode in ("empty", "past_end"):
+            assert (counts(idx) == 0).any()
+
+
+@case
+def fast_path_heads(dev):
+    """H = 32 and 64 with D = 128 (the fast logits kernels' shapes), top_k 512 over rows of V >= 4 top_k and
+    fewer."""
+    for H in (32, 64):
+        inp = inputs(20 + H, M=20, N=2100, H=H, D=128)
+        for kw in (SHAPES[0], {"rows": 8, "chunk": 768}):
+            idx, _ = check(dev, inp, 512, sorted=H == 64, **kw)
+        assert (counts(idx) == 512).all()
+    short = inputs(25, M=9, N=300, H=64, D=128)
+    idx, _ = check(dev, short, 512, chunk=256, rows=4)
+    assert (counts(idx) < 512).all()
+
+
+@case
+def ties_across_chunks_go_to_the_lower_key(dev):
+    """Every key the same: each row's logits tie, so its top_k are its lowest keys, whichever chunk holds
+    them."""
+    inp = inputs(30, M=12, N=300)
+    k = np.broadcast_to(inp.k[:1], inp.k.shape).copy()
+    tied = testing.PrefillInputs(inp.q, k, np.full_like(inp.kv_scale, 0.5), inp.weights, inp.cu_seqlen_ks,
+                                 inp.cu_seqlen_ke)
+    for kw in SHAPES:
+        for sorted in (False, True):
+            idx, _ = check(dev, tied, 20, sorted, **kw)
+            lo = np.maximum(tied.cu_seqlen_ks, 0)[:, None] + np.arange(20)
+            assert (idx == np.where(lo < np.minimum(tied.cu_seqlen_ke, 300)[:, None], lo, -1)).all()
+
+
+@case
+def padded_outputs_and_a_reused_workspace(dev):
+    """Outputs with padded rows, and one workspace serving calls of fewer rows and other windows: the same
+    selection as a call with its own."""
+    ws = hipindexer.prefill_topk_workspace(30, 500, 24, device=dev, rows=8, chunk=64)
+    assert ws.nbytes <= ws.bound
+    for seed, (M, N) in enumerate(((30, 500), (11, 123), (30, 64))):
+        inp = inputs(40 + seed, M, N)
+        a, av = check(dev, inp, 24, pad=5, workspace=ws)
+        b, bv = check(dev, inp, 24)
+        assert (a == b).all() and np.array_equal(av, bv), "deterministic, whatever the workspace's cut"
+
+
+@case
+def no_keys_and_no_rows(dev):
+    """N = 0: every row -1 / -inf; M = 0: empty outputs."""
+    inp = inputs(50, M=6, N=0)
+    idx, val = hipindexer.fp8_mqa_topk(*inp.args(), 8, return_values=True, device=dev)
+    assert (idx.numpy() == -1).all() and (val.numpy() == -np.inf).all()
+    none = inputs(51, M=0, N=50)
+    assert hipindexer.fp8_mqa_topk(*none.args(), 8, device=dev).shape == (0, 8)
+
+
+# ------------------------------------------------------------------ on this process's device
+
+@pytest.fixture(scope="module")
+def dev():
+    return Device()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_prefill_topk_case(dev, name):
+    CASES[name](dev)

@@ -1,0 +1,135 @@
+"""hipindexer.fp8_mqa_topk: the cases of tests/emu/prefill_topk_cases.py on the emulated MI355X (a child pytest
+whose HIP is the emulator, on the tests' gfx950 build), the same cases marked gpu on a real GPU (skipped without
+one), and the op's host side over a backend that runs no kernel: its workspace plan and bound, every check before
+anything moves, the launches of a call, and a prepared call that allocates and copies nothing."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import emu_harness as H
+import prefill_topk_cases as C
+from hipindexer import catalog, fp8_mqa_topk, prefill_topk_workspace, testing
+from hipindexer.ops import prefill_topk
+from hipindexer.runtime import DeviceArray
+
+
+@pytest.mark.toolchain
+def test_prefill_topk_cases_on_the_emulator(emu_kernels):
+    p = H.run_child_pytest(emu_kernels, "tests/emu/prefill_topk_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert f"{len(C.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(C.CASES))
+def test_prefill_topk_cases_on_the_gpu(gpu_device, name):
+    C.CASES[name](gpu_device)
+
+
+# ------------------------------------------------------------------ the bound, as a formula
+
+@settings(max_examples=300, deadline=None)
+@given(M=st.integers(1, 1 << 16), N=st.integers(1, 1 << 22), top_k=st.integers(1, 4096))
+def test_the_planned_workspace_stays_within_the_bound_whatever_n(M, N, top_k):
+    rows, chunk = prefill_topk.plan_prefill_topk(M, N, top_k)
+    assert 1 <= rows <= M and 1 <= chunk <= N
+    assert prefill_topk.workspace_bytes(rows, top_k, chunk) <= 8 * top_k * M * 2 + (1 << 20)
+    assert rows >= min(M, prefill_topk.ROWS_MIN) or chunk == N
+
+
+def test_a_forced_shape_past_the_bound_is_refused():
+    with pytest.raises(ValueError, match="must fit the bound"):
+        prefill_topk.plan_prefill_topk(64, 1 << 20, 2048, rows=64, chunk=1 << 20)
+    with pytest.raises(ValueError, match="rows: expected an int >= 1"):
+        prefill_topk.plan_prefill_topk(64, 1000, 8, rows=0)
+
+
+# ------------------------------------------------------------------ the host side, over a backend that runs no kernel
+
+def _inputs(dev, M=40, N=3000, device_resident=True, mode="causal"):
+    inp = testing.prefill_inputs(np.random.default_rng(0), M, N, 16, 64, mode)
+    if not device_resident:
+        return inp
+    return testing.PrefillInputs(*[DeviceArray.from_numpy(a, dev) for a in inp.args()])
+
+
+def _symbols(hb, since):
+    return [fn for fn, *_ in hb.launches[since:]]
+
+
+def test_every_check_runs_before_anything_is_copied(hopper):
+    hb, dev = hopper
+    inp = _inputs(dev, device_resident=False)
+    far = testing.PrefillInputs(inp.q, inp.k, inp.kv_scale, inp.weights,
+                                np.full_like(inp.cu_seqlen_ks, -(1 << 31)), inp.cu_seqlen_ke)
+    for args, change, error in [(inp, dict(top_k=0), ValueError), (inp, dict(top_k=4097), ValueError),
+                                (inp, dict(out=DeviceArray.empty((40, 7), np.int32, dev)), ValueError),
+                                (inp, dict(rows=0), ValueError), (inp, dict(kernel="nope"), ValueError),
+                                (inp, dict(workspace=object()), TypeError), (inp, dict(sorted=1), TypeError),
+                                (inp, dict(nope=1), TypeError),
+                                (far, dict(relative=True), ValueError)]:
+        kw = dict(top_k=8, device=dev) | change
+        with pytest.raises(error):
+            fp8_mqa_topk(*args.args(), **kw)
+    with pytest.raises(ValueError, match="workspace: made for top_k=8 and M <= 20"):
+        fp8_mqa_topk(*inp.args(), 8, device=dev, workspace=prefill_topk_workspace(20, 3000, 8, device=dev))
+    assert hb.htod == 0 and not hb.launches
+
+
+def test_groups_chunks_and_what_each_launch_is_sent(hopper):
+    """Rows in groups, keys in chunks: per group the first chunk on the caller's windows, then per chunk its
+    windows, the logits kernel, the top-k and the merge, the last merge writing values and the relative shift;
+    a group whose rows fit W whole is one logits launch and one top-k."""
+    hb, dev = hopper
+    inp = _inputs(dev)
+    ws = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024)
+    n0 = len(hb.launches)
+    fp8_mqa_topk(*inp.args(), 64, workspace=ws, return_values=True, relative=True)
+    got = _symbols(hb, n0)
+    logits = got[0]
+    per_group = [logits, "hx_topk_logits"] + ["hx_prefill_topk_chunk", logits, "hx_topk_logits", "hx_topk_merge"] * 2
+    assert got == per_group * 3  # 16 + 16 + 8 rows, chunks at 0, 1024, 2048
+    merge = catalog.STRUCT["TopkMergeParams"]
+    last = merge.ctype().from_buffer_copy(hb.launches[-1][4])
+    assert (last.base, last.lead, last.write_w, last.top_k, last.rows) == (2048, 64, 0, 64, 8)
+    assert last.values != 0 and last.rel == inp.cu_seqlen_ks.ptr + 4 * 32 and last.w == ws.w.ptr
+    middle = merge.ctype().from_buffer_copy(hb.launches[n0 + 5][4])
+    assert middle.write_w == 1 and middle.values == 0 and middle.rel == 0 and middle.base == 1024
+    chunk = catalog.STRUCT["PrefillTopkChunkParams"].ctype().from_buffer_copy(hb.launches[-4][4])
+    assert (chunk.first_key, chunk.width, chunk.rows) == (2048, 3000 - 2048, 8)
+    n1 = len(hb.launches)
+    fp8_mqa_topk(*inp.args(), 64, workspace=prefill_topk_workspace(40, 3000, 64, device=dev), relative=True)
+    assert _symbols(hb, n1) == [logits, "hx_topk_logits", "hx_topk_merge"]
+
+
+def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
+    hb, dev = hopper
+    inp = _inputs(dev)
+    ws = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024)
+    outs = (DeviceArray.empty((40, 64), np.int32, dev), DeviceArray.empty((40, 64), np.float32, dev))
+    kw = dict(workspace=ws, out=outs, return_values=True)
+    fp8_mqa_topk(*inp.args(), 64, **kw)
+    mallocs = []
+    real = hb.malloc
+    monkeypatch.setattr(hb, "malloc", lambda n, s: mallocs.append(n) or real(n, s))
+    copies, n0 = hb.htod, len(hb.launches)
+    for sorted in (False, True, False):
+        got = fp8_mqa_topk(*inp.args(), 64, sorted=sorted, **kw)
+        assert got == outs
+    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 3 * 10
+
+
+@pytest.mark.toolchain
+def test_quick_prefill_topk_sweep_passes_on_the_emulator(emu_kernels):
+    p = H.run_cli(emu_kernels, "check", "topk", "--op", "prefill", "--device", "emu:gfx950", "--quick", "--json",
+                  timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    summary = doc["summary"]["topk"]
+    assert summary["failed"] == 0 and summary["run"] >= 20, summary
+    names = " ".join(c["case"] for c in doc["cases"])
+    for part in ("causal", "cp", "misaligned", "empty", "past_end", "multi_req", "_k2048", "_relative", "_small",
+                 "_planned", "_H64_D128"):
+        assert part in names, part

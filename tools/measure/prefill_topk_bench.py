@@ -1,0 +1,139 @@
+"""fp8_mqa_topk against the prefill logits op alone and against the logits op followed by topk_logits (and
+torch.topk, when torch with CUDA is importable) over the whole [M, N] array, on one device, by the method of
+hipindexer.bench.timing (events around back-to-back calls, median of repeats; one input set per shape):
+
+    python -m tools.measure.prefill_topk_bench [--shapes 4096x32768,2048x65536,1024x131072,128x32768]
+        [--heads 64,32] [--million] [--json]
+
+Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
+(hipindexer.prefill_topk_workspace) and out= given, as a serving loop calls it; its bytes are reported beside the
+bound. TFLOP/s counts 2 H D multiply-adds per (row, key) in the windows. --million adds (4096, 1048576) at H = 64:
+one call, timed, and a few sampled rows judged by the top-k gate against the float64 reference.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+
+import click
+import numpy as np
+
+import hipindexer
+from hipindexer import gate, testing
+from hipindexer.bench.timing import emulated, time_batches
+from hipindexer.ops import target_of
+from hipindexer.plan import plan_prefill
+from hipindexer.runtime import Device, DeviceArray
+
+D, TOP_K = 128, 2048
+
+
+def _inputs(rng, M, N, H):
+    """Causal windows; keys as random fp8 codes with unit scales (quick at a million keys)."""
+    ks, ke = testing.prefill_windows("causal", M, N)
+    k = testing.random_fp8(rng, (N, D))
+    scale = np.abs(rng.standard_normal(N, dtype=np.float32)) + np.float32(0.5)
+    return testing.PrefillInputs(testing.random_fp8(rng, (M, H, D)), k, scale,
+                                 rng.standard_normal((M, H), dtype=np.float32), ks, ke)
+
+
+def _torch(logits):
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    t = torch.from_dlpack(logits)
+    return lambda i: torch.topk(t, TOP_K, dim=1, sorted=False)
+
+
+def _case(dev, rng, M, N, H, repeats, sample_rows=4):
+    inp = _inputs(rng, M, N, H)
+    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
+    flop = 2.0 * H * D * float(np.clip(seen, 0, None).sum())
+    ws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
+    idx = DeviceArray.empty((M, TOP_K), np.int32, dev)
+    vals = DeviceArray.empty((M, TOP_K), np.float32, dev)
+
+    def fused(i):
+        hipindexer.fp8_mqa_topk(*args, TOP_K, workspace=ws, out=(idx, vals), return_values=True, device=dev)
+    row = {"M": M, "N": N, "H": H, "top_k": TOP_K, "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound,
+           "ws_rows": ws.rows, "ws_chunk": ws.chunk}
+    timers = [("fused", fused)]
+    logits = None
+    if M * N * 4 <= 8 << 30:
+        logits = DeviceArray.empty((M, N), np.float32, dev)
+        one = DeviceArray.empty((M, TOP_K), np.int32, dev)
+
+        def alone(i):
+            hipindexer.fp8_mqa_logits(*args, clean_logits=True, out=logits, device=dev)
+
+        def two(i):
+            alone(i)
+            hipindexer.topk_logits(logits, TOP_K, out=one, device=dev)
+        timers += [("logits", alone), ("logits_then_topk_logits", two)]
+    for name, f in timers:
+        row[f"us_{name}"] = statistics.median(time_batches(dev, f, repeats)[0])
+    if logits is not None:
+        tt = None if emulated(dev) else _torch(logits)
+        if tt is not None:
+            alone(0)
+            row["us_torch_topk_after_logits"] = statistics.median(time_batches(dev, tt, repeats)[0])
+        row["fused_over_logits"] = row["us_fused"] / row["us_logits"]
+        row["fused_over_logits_then_topk"] = row["us_fused"] / row["us_logits_then_topk_logits"]
+    row["fused_tflops"] = flop / row["us_fused"] / 1e6
+    if logits is not None:
+        row["logits_tflops"] = flop / row["us_logits"] / 1e6
+    idx.fill(-(1 << 31))  # poisoned: a slot the op leaves unwritten fails the gate
+    vals.fill(np.nan)
+    fused(0)
+    pick = np.linspace(0, M - 1, sample_rows).astype(int)
+    sub = testing.PrefillInputs(inp.q[pick], inp.k, inp.kv_scale, inp.weights[pick], inp.cu_seqlen_ks[pick],
+                                inp.cu_seqlen_ke[pick])
+    accumulation = plan_prefill(ws.rows, ws.chunk, H, D, target_of(dev)).accumulation
+    g = gate.gate_prefill_topk(idx.numpy()[pick], vals.numpy()[pick], sub, TOP_K, accumulation)
+    row.update(sampled_rows=pick.tolist(), sampled_gate=bool(g), sampled_gate_message=g.message)
+    return row
+
+
+@click.command()
+@click.option("--device", "device_name", default=None)
+@click.option("--shapes", default="4096x32768,2048x65536,1024x131072,128x32768")
+@click.option("--heads", default="64,32")
+@click.option("--million", is_flag=True, help="Add (4096, 1048576) at H = 64, one call, sampled rows gated.")
+@click.option("--repeats", default=5)
+@click.option("--json", "as_json", is_flag=True)
+def main(device_name, shapes, heads, million, repeats, as_json):
+    dev = Device(device_name)
+    if emulated(dev):
+        shapes, heads, million = "64x4096", "32", False
+    rng = np.random.default_rng(0)
+    rows = []
+    plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
+    for M, N, H in plan:
+        rows.append(_case(dev, rng, M, N, H, repeats))
+        r = rows[-1]
+        if not as_json:
+            extra = (f", logits {r['us_logits']:.1f} us ({r['logits_tflops']:.0f} TFLOP/s), logits + topk_logits "
+                     f"{r['us_logits_then_topk_logits']:.1f} us, fused/logits {r['fused_over_logits']:.3f}, "
+                     f"fused/(logits+topk) {r['fused_over_logits_then_topk']:.3f}") if "us_logits" in r else ""
+            torch_us = f", torch.topk {r['us_torch_topk_after_logits']:.1f} us" \
+                if "us_torch_topk_after_logits" in r else ""
+            click.echo(f"H={H} ({M}, {N}): fused {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
+                       f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']}, {r['workspace_bytes']} B of "
+                       f"{r['workspace_bound']} B; gate on sampled rows {r['sampled_gate']}", err=False)
+    if million:
+        r = _case(dev, rng, 4096, 1 << 20, 64, 3, sample_rows=4)
+        rows.append(r)
+        if not as_json:
+            click.echo(f"H=64 (4096, 1048576): fused {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s); "
+                       f"workspace {r['workspace_bytes']} B of {r['workspace_bound']} B; gate on rows "
+                       f"{r['sampled_rows']}: {r['sampled_gate']} {r['sampled_gate_message']}")
+    if as_json:
+        click.echo(json.dumps({"device": repr(dev), "cases": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
