@@ -255,6 +255,7 @@ STRUCTS.append(Struct("TopkParams", [
     ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
+    ("inf_invalid", "i32"),  # with lengths, -inf still marks an invalid column (the composed ops' filtered chunks)
 ]))
 # The steps of the composed top-k ops (hipindexer.ops.paged_topk, prefill_topk) around a logits op and
 # topk_logits: a decode key chunk's lengths and block table, a prefill key chunk's windows, and the merge of a
@@ -274,9 +275,15 @@ STRUCTS.append(Struct("PrefillTopkChunkParams", [
     ("first_key", "i64"),  # the chunk's first key
     ("rows", "i32"), ("width", "i32"),  # rows of the group, keys of the chunk
 ]))
+STRUCTS.append(Struct("TopkFilterParams", [
+    ("w", "ptr:f32"), ("cols", "ptr:i32"), ("lengths", "ptr:i32"),
+    ("w_stride", "i64"), ("cols_stride", "i64"),
+    ("rows", "i32"), ("lead", "i32"), ("width", "i32"),  # candidates before the chunk in W, the chunk's columns
+]))
 STRUCTS.append(Struct("TopkMergeParams", [
     ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("w", "ptr:f32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
-    ("block_tables", "ptr:i32"), ("rel", "ptr:i32"),
+    ("block_tables", "ptr:i32"), ("rel", "ptr:i32"), ("cols", "ptr:i32"),
+    ("cols_stride", "i64"),  # cols: the chunk column of each filtered W column past lead (0: W's own order)
     ("ws_stride", "i64"), ("indices_stride", "i64"), ("w_stride", "i64"), ("values_stride", "i64"),
     ("slots_stride", "i64"),  # elements between rows
     ("base", "i64"),  # the global key of the chunk's first column
@@ -333,6 +340,8 @@ KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_pa
                       block=256))
 KERNELS.append(Kernel("prefill_topk_chunk", "generic/prefill_topk_chunk.hip", "hx_prefill_topk_chunk",
                       "PrefillTopkChunkParams", block=256))
+KERNELS.append(Kernel("topk_chunk_filter", "generic/topk_chunk_filter.hip", "hx_topk_chunk_filter",
+                      "TopkFilterParams", block=256))
 KERNELS.append(Kernel("topk_merge", "generic/topk_merge.hip", "hx_topk_merge", "TopkMergeParams",
                       block=256))
 # Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates

@@ -31,12 +31,16 @@ def parse_amdgpu_asm(text: str) -> dict:
     return out
 
 
-def gfx950_occupancy(vgpr: int, agpr: int, lds: int, block: int) -> int:
+def gfx950_occupancy(vgpr: int, agpr: int, lds: int, block: int, sgpr: int = 0) -> int:
     """Waves per SIMD: 512 unified VGPRs (AGPRs start at the 4-aligned end of
-    the VGPRs), granule 8, max 8; LDS 160 KiB per CU in 1280-byte granules."""
+    the VGPRs), granule 8, max 8; 800 SGPRs in granules of 16 (the metadata's
+    count includes VCC and the other extras); LDS 160 KiB per CU in 1280-byte
+    granules."""
     total = (-(-vgpr // 4) * 4 + agpr) if agpr else vgpr
     alloc = max(8, -(-total // 8) * 8)
     waves = min(8, 512 // alloc)
+    if sgpr:
+        waves = min(waves, 800 // (-(-sgpr // 16) * 16))
     if lds > 0:
         wgs_per_cu = 163840 // (-(-lds // 1280) * 1280)
         waves_per_wg = -(-block // 64)
@@ -70,7 +74,7 @@ def amd_resources(obj: bytes, asm: str, symbol: str, block: int) -> tuple[int, d
         "wavefront_size": meta[".wavefront_size"],
         "args": [{"offset": a[".offset"], "size": a[".size"], "value_kind": a[".value_kind"]} for a in meta[".args"]],
     }
-    res["occupancy"] = gfx950_occupancy(res["vgpr"], res["agpr"], res["lds"], block)
+    res["occupancy"] = gfx950_occupancy(res["vgpr"], res["agpr"], res["lds"], block, res["sgpr"])
     res["asm"] = parse_amdgpu_asm(asm)
     bad = [k for k in ("vgpr", "agpr", "scratch", "occupancy") if res["asm"].get(k) != res[k]]
     if bad:

@@ -89,16 +89,22 @@ def test_groups_chunks_and_what_each_launch_is_sent(hopper):
     fp8_mqa_topk(*inp.args(), 64, workspace=ws, return_values=True, relative=True)
     got = _symbols(hb, n0)
     logits = got[0]
-    per_group = [logits, "hx_topk_logits"] + ["hx_prefill_topk_chunk", logits, "hx_topk_logits", "hx_topk_merge"] * 2
-    assert got == per_group * 3  # 16 + 16 + 8 rows, chunks at 0, 1024, 2048
+    step = ["hx_prefill_topk_chunk", logits, "hx_topk_chunk_filter", "hx_topk_logits", "hx_topk_merge"]
+    assert prefill_topk.chunk_starts(3000, 1024, 64) == [0, 256, 1280, 2304]  # a first chunk of 4 top_k
+    assert got == ([logits, "hx_topk_logits"] + step * 3) * 3  # 16 + 16 + 8 rows
     merge = catalog.STRUCT["TopkMergeParams"]
     last = merge.ctype().from_buffer_copy(hb.launches[-1][4])
-    assert (last.base, last.lead, last.write_w, last.top_k, last.rows) == (2048, 64, 0, 64, 8)
+    assert (last.base, last.lead, last.write_w, last.top_k, last.rows) == (2304, 64, 0, 64, 8)
     assert last.values != 0 and last.rel == inp.cu_seqlen_ks.ptr + 4 * 32 and last.w == ws.w.ptr
-    middle = merge.ctype().from_buffer_copy(hb.launches[n0 + 5][4])
-    assert middle.write_w == 1 and middle.values == 0 and middle.rel == 0 and middle.base == 1024
-    chunk = catalog.STRUCT["PrefillTopkChunkParams"].ctype().from_buffer_copy(hb.launches[-4][4])
-    assert (chunk.first_key, chunk.width, chunk.rows) == (2048, 3000 - 2048, 8)
+    assert last.cols == ws.cols.ptr and last.cols_stride == 1024
+    middle = merge.ctype().from_buffer_copy(hb.launches[n0 + 6][4])
+    assert middle.write_w == 1 and middle.values == 0 and middle.rel == 0 and middle.base == 256
+    chunk = catalog.STRUCT["PrefillTopkChunkParams"].ctype().from_buffer_copy(hb.launches[-5][4])
+    assert (chunk.first_key, chunk.width, chunk.rows) == (2304, 3000 - 2304, 8)
+    kept = catalog.STRUCT["TopkFilterParams"].ctype().from_buffer_copy(hb.launches[-3][4])
+    assert (kept.lead, kept.width, kept.rows, kept.w_stride) == (64, 3000 - 2304, 8, 64 + 1024)
+    topk = catalog.STRUCT["TopkParams"].ctype().from_buffer_copy(hb.launches[-2][4])
+    assert topk.inf_invalid == 1 and topk.lengths == ws.windows.ptr + 2 * 4 * 16 and topk.N == 64 + 3000 - 2304
     n1 = len(hb.launches)
     fp8_mqa_topk(*inp.args(), 64, workspace=prefill_topk_workspace(40, 3000, 64, device=dev), relative=True)
     assert _symbols(hb, n1) == [logits, "hx_topk_logits", "hx_topk_merge"]
@@ -118,7 +124,7 @@ def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
     for sorted in (False, True, False):
         got = fp8_mqa_topk(*inp.args(), 64, sorted=sorted, **kw)
         assert got == outs
-    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 3 * 10
+    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 3 * (2 + 3 * 5)
 
 
 @pytest.mark.toolchain

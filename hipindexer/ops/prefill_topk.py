@@ -33,11 +33,13 @@ from .topk import MAX_BLOCKS, TOPK_POINTERS, _written
 
 PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk")
 CHUNK_POINTERS = ("ks", "ke", "chunk_ks", "chunk_ke")
-MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel")
+MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel", "cols")
+FILTER_POINTERS = ("w", "cols", "lengths")
 SLACK = 1 << 20      # the bound's constant: room for a useful chunk when M is small
 CHUNK_GOAL = 32768   # keys per chunk the planner reaches before it cuts the rows into groups
 CHUNK_ALIGN = 256    # a chunk short of the whole row is a multiple of this (whole tiles of every logits kernel)
 ROWS_MIN = 256       # a group has at least this many rows (or all of them), however narrow its chunks get
+FIRST_CHUNK = 4      # the first chunk's keys, in top_k: its selection is the filter of every later chunk
 
 
 def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
@@ -47,14 +49,15 @@ def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
 
 
 def workspace_bytes(rows: int, top_k: int, chunk: int) -> int:
-    """A workspace of `rows` rows and chunk C: W [rows, top_k + C] float32, the W-space indices [rows, top_k]
-    int32 and a chunk's windows [2, rows] int32."""
-    return 4 * rows * (2 * top_k + chunk + 2)
+    """A workspace of `rows` rows and chunk C: W [rows, top_k + C] float32, the kept columns' chunk columns
+    [rows, C] int32, the W-space indices [rows, top_k] int32, a chunk's windows [2, rows] and the rows' filtered
+    lengths [rows] int32."""
+    return 4 * rows * (2 * top_k + 2 * chunk + 3)
 
 
 def _widest(rows: int, top_k: int, bound: int) -> int:
     """The widest chunk for `rows` rows within `bound` bytes (may be < 1: none fits)."""
-    return bound // (4 * rows) - 2 * top_k - 2
+    return (bound // (4 * rows) - 2 * top_k - 3) // 2
 
 
 def _as_count(name: str, v, lo: int) -> int:
@@ -70,9 +73,9 @@ def plan_prefill_topk(M: int, N: int, top_k: int, rows=None, chunk=None) -> tupl
     `rows` and `chunk` force either (ValueError when the pair leaves the bound).
 
     >>> plan_prefill_topk(4096, 131072, 2048)
-    (1024, 26368)
+    (512, 26368)
     >>> plan_prefill_topk(128, 32768, 2048)
-    (128, 5632)
+    (128, 2816)
     """
     bound = prefill_workspace_bound(M, top_k)
     if rows is not None:
@@ -81,7 +84,7 @@ def plan_prefill_topk(M: int, N: int, top_k: int, rows=None, chunk=None) -> tupl
         chunk = min(_as_count("chunk", chunk, 1), N)
     if rows is None:
         goal = chunk if chunk is not None else min(N, CHUNK_GOAL)
-        fit = max(bound // (4 * (2 * top_k + goal + 2)), min(M, ROWS_MIN))
+        fit = max(bound // (4 * (2 * top_k + 2 * goal + 3)), min(M, ROWS_MIN))
         groups = max(1, M // fit)
         rows = -(-M // groups)  # equal groups, none below fit
     widest = _widest(rows, top_k, bound)
@@ -111,8 +114,9 @@ class PrefillTopkWorkspace:
         self.device, self.M, self.top_k, self.rows, self.chunk = device, M, top_k, rows, chunk
         self.w = DeviceArray.empty((rows, top_k + chunk), np.float32, device, stream)
         self.ws = DeviceArray.empty((rows, top_k), np.int32, device, stream)
-        self.windows = DeviceArray.empty((2, rows), np.int32, device, stream)
-        self.nbytes = sum(a.nbytes for a in (self.w, self.ws, self.windows))
+        self.cols = DeviceArray.empty((rows, chunk), np.int32, device, stream)
+        self.windows = DeviceArray.empty((3, rows), np.int32, device, stream)  # a chunk's ks, ke; filtered lengths
+        self.nbytes = sum(a.nbytes for a in (self.w, self.cols, self.ws, self.windows))
         self.bound = prefill_workspace_bound(M, top_k)
 
     def __repr__(self):
@@ -148,6 +152,7 @@ class _Step:
     prep: object = None
     merge: object = None
     last: bool = False
+    filter: object = None
 
 
 @dataclass
@@ -294,6 +299,15 @@ def _stride(a, M: int, width: int) -> int:
     return a.strides[0] // a.itemsize if a is not None and M > 1 else width
 
 
+def chunk_starts(N: int, chunk: int, top_k: int) -> list[int]:
+    """Where a row's key chunks start: a first chunk of FIRST_CHUNK top_k keys (rounded up to CHUNK_ALIGN, at most
+    `chunk`), whose selection sets the candidates that filter every later chunk, then chunks of `chunk`."""
+    if N <= chunk:
+        return [0]
+    first = min(chunk, -(-FIRST_CHUNK * top_k // CHUNK_ALIGN) * CHUNK_ALIGN)
+    return [0] + list(range(first, N, chunk))
+
+
 def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logits_kw, outs) -> _Plan:
     """The groups and chunks of a call and the prepared launches of each. outs: the caller's (indices, values)
     arrays (None: new ones, contiguous), whose strides it fixes."""
@@ -314,24 +328,24 @@ def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logi
                                                   PrefillShape(r, width, s.H, s.D), w_stride, True)
         return logits_of[r, width]
 
-    def topk(r, cols, out_stride, values_stride, in_order):
-        key = (r, cols, out_stride, values_stride, in_order)
+    def topk(r, cols, out_stride, values_stride, in_order, filtered=False):
+        key = (r, cols, out_stride, values_stride, in_order, filtered)
         if key not in topk_of:
             p = plan_topk(r, cols, top_k, target, max_blocks=MAX_BLOCKS, split=False)
             topk_of[key] = kernel_for(dev, "topk_logits").prepare(
                 p.grid_rows, KERNEL["topk_logits"].block, pointers=TOPK_POINTERS, logits_stride=w_stride,
                 indices_stride=out_stride, values_stride=values_stride, rows=r, N=cols, top_k=top_k,
-                sorted=int(bool(in_order)))
+                sorted=int(bool(in_order)), inf_invalid=int(filtered))
         return topk_of[key]
 
-    merge, chunker = kernel_for(dev, "topk_merge"), kernel_for(dev, "prefill_topk_chunk")
-    mblock, cblock = KERNEL["topk_merge"].block, KERNEL["prefill_topk_chunk"].block
+    merge, chunker, filt = (kernel_for(dev, k) for k in ("topk_merge", "prefill_topk_chunk", "topk_chunk_filter"))
+    grid = lambda r, block: max(1, min(MAX_BLOCKS, -(-r // block)))  # noqa: E731
 
-    def merge_of(r, base, last, lead):
-        return merge.prepare(max(1, min(MAX_BLOCKS, r)), mblock, pointers=MERGE_POINTERS, ws_stride=top_k,
+    def merge_of(r, base, last, lead, filtered):
+        return merge.prepare(grid(r, 1), KERNEL["topk_merge"].block, pointers=MERGE_POINTERS, ws_stride=top_k,
                              indices_stride=idx_stride, w_stride=w_stride, values_stride=val_stride, slots_stride=0,
-                             base=base, rows=r, top_k=top_k, lead=lead, write_w=int(not last), next_n=1,
-                             block_size=1, max_blocks=0)
+                             cols_stride=ws.chunk if filtered else 0, base=base, rows=r, top_k=top_k, lead=lead,
+                             write_w=int(not last), next_n=1, block_size=1, max_blocks=0)
 
     for r0 in range(0, s.M, rows):
         r = min(rows, s.M - r0)
@@ -340,18 +354,21 @@ def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logi
                                            last=True)]))
             if relative:
                 plan.relative = plan.relative or {}
-                plan.relative[r] = merge_of(r, 0, True, 0)
+                plan.relative[r] = merge_of(r, 0, True, 0, False)
             continue
         steps = []
-        for c0 in range(0, s.N, C):
-            width, last = min(C, s.N - c0), c0 + C >= s.N
+        starts = chunk_starts(s.N, C, top_k)
+        for c0, c1 in zip(starts, starts[1:] + [s.N]):
+            width, last = c1 - c0, c1 == s.N
             if c0 == 0:  # the caller's windows, cut at the chunk by its N; the candidates' values into W
                 steps.append(_Step(0, logits(r, width), topk(r, width, idx_stride, w_stride, False)))
                 continue
-            prep = chunker.prepare(max(1, min(MAX_BLOCKS, -(-r // cblock))), cblock, pointers=CHUNK_POINTERS,
-                                   first_key=c0, rows=r, width=width)
-            steps.append(_Step(c0, logits(r, width), topk(r, top_k + width, top_k, 0, sorted and last), prep,
-                               merge_of(r, c0, last, top_k), last))
+            prep = chunker.prepare(grid(r, KERNEL["prefill_topk_chunk"].block), KERNEL["prefill_topk_chunk"].block,
+                                   pointers=CHUNK_POINTERS, first_key=c0, rows=r, width=width)
+            kept = filt.prepare(grid(r, 1), KERNEL["topk_chunk_filter"].block, pointers=FILTER_POINTERS,
+                                w_stride=w_stride, cols_stride=ws.chunk, rows=r, lead=top_k, width=width)
+            steps.append(_Step(c0, logits(r, width), topk(r, top_k + width, top_k, 0, sorted and last, True), prep,
+                               merge_of(r, c0, last, top_k, True), last, kept))
         plan.groups.append((r0, steps))
     return plan
 
@@ -369,7 +386,7 @@ def _run(plan, st, q, k, kv_scale, weights, ks, ke, outs):
         return result
     ws = plan.workspace
     w, lead = ws.w.ptr, 4 * top_k  # W, and its chunk's columns
-    cks, cke = ws.windows.ptr, ws.windows.ptr + 4 * ws.rows
+    cks, cke, lens = (ws.windows.ptr + 4 * ws.rows * i for i in range(3))
     qrow, wrow = s.H * s.D, 4 * s.H  # bytes per row of q and of weights
     istr, vstr = 4 * plan.strides[0], 4 * plan.strides[1]
     for r0, steps in plan.groups:
@@ -380,14 +397,15 @@ def _run(plan, st, q, k, kv_scale, weights, ks, ke, outs):
                 step.logits(h, qg, k.ptr, kv_scale.ptr, wg, ksg, keg, w)
                 step.topk(h, w, 0, ig, vg)
                 if plan.relative:
-                    plan.relative[min(ws.rows, s.M - r0)](h, 0, ig, 0, 0, 0, 0, ksg)
+                    plan.relative[min(ws.rows, s.M - r0)](h, 0, ig, 0, 0, 0, 0, ksg, 0)
             elif step.merge is None:  # the first chunk: the caller's windows, candidates' values into W
                 step.logits(h, qg, k.ptr, kv_scale.ptr, wg, ksg, keg, w + lead)
                 step.topk(h, w + lead, 0, ig, w)
             else:
                 step.prep(h, ksg, keg, cks, cke)
                 step.logits(h, qg, k.ptr + step.c0 * s.D, kv_scale.ptr + 4 * step.c0, wg, cks, cke, w + lead)
-                step.topk(h, w, 0, ws.ws.ptr, 0)
+                step.filter(h, w, ws.cols.ptr, lens)
+                step.topk(h, w, lens, ws.ws.ptr, 0)
                 step.merge(h, ws.ws.ptr, ig, w, vg if step.last else 0, 0, 0,
-                           ksg if step.last and plan.relative_last else 0)
+                           ksg if step.last and plan.relative_last else 0, ws.cols.ptr)
     return result

@@ -159,7 +159,7 @@ HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist,
   const hx_u32 tid = hx_thread_x();
   const float* const x = p.logits + row * p.logits_stride;
   const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
-  const bool by_lengths = p.lengths != 0;
+  const bool by_lengths = p.lengths != 0 && !p.inf_invalid;  // -inf a value (lengths mark validity)
   const hx_u32 top_k = (hx_u32)p.top_k;
 
   // 1. the top_k-th key T, and how many keys equal to T to take

@@ -28,6 +28,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_merge(const HX_GRID_CONSTANT T
     hx_i32* const idx = p.indices + row * p.indices_stride;
     float* const w = p.w ? p.w + row * p.w_stride : 0;
     const hx_i32* const ws = p.ws ? p.ws + row * p.ws_stride : 0;
+    const hx_i32* const cols = p.cols ? p.cols + row * p.cols_stride : 0;
     hx_i64 key[SLOTS];
     float val[SLOTS];
     HX_UNROLL
@@ -40,7 +41,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_merge(const HX_GRID_CONSTANT T
       // relative indices)
       const hx_i64 i = ws ? (hx_i64)ws[s] : (hx_i64)idx[s];
       if (i < 0) continue;
-      key[k] = !ws ? i : i < p.lead ? (hx_i64)idx[i] : p.base + i - p.lead;
+      const hx_i64 col = i - p.lead;  // a chunk column, or its place among the filtered ones
+      key[k] = !ws ? i : i < p.lead ? (hx_i64)idx[i] : p.base + (p.cols ? (hx_i64)cols[col] : col);
       if (ws) val[k] = w[i];
     }
     hx_barrier();  // every read of the old candidates is done

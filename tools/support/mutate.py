@@ -300,8 +300,8 @@ PLANTS = {
     # chunk's table columns one block late, its lengths not shifted to the chunk, or blind to next_n_lens.
     # Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
     "paged_topk": [
-        Plant("merge_chunk_base_one_block_late", "generic/topk_merge.hip", "p.base + i - p.lead",
-              "p.base + p.block_size + i - p.lead"),
+        Plant("merge_chunk_base_one_block_late", "generic/topk_merge.hip", "p.base + (p.cols ?",
+              "p.base + p.block_size + (p.cols ?"),
         Plant("candidates_reversed", "generic/topk_merge.hip", "i < p.lead ? (hx_i64)idx[i]",
               "i < p.lead ? (hx_i64)idx[p.lead - 1 - i]"),
         Plant("chunk_table_one_block_late", "generic/paged_topk_chunk.hip",
@@ -312,9 +312,10 @@ PLANTS = {
               "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
               "const hx_i64 live = (hx_i64)p.next_n;"),
     ],
-    # The composed prefill top-k's own steps (generic/prefill_topk_chunk.hip, the merge's relative shift): a
-    # chunk's windows not shifted to the chunk, every window starting a key late, the relative shift read from
-    # the next row. Run with --set prefill_topk (its suite is tests/emu/prefill_topk_cases.py, SET_TESTS).
+    # The composed prefill top-k's own steps (generic/prefill_topk_chunk.hip, topk_chunk_filter.hip, the merge's
+    # relative shift): a chunk's windows not shifted to the chunk, every window starting a key late, the relative
+    # shift read from the next row, the filter's threshold the largest candidate rather than the smallest, its
+    # kept columns' chunk columns one late, its length one short. Run with --set prefill_topk (its suite is tests/emu/prefill_topk_cases.py, SET_TESTS).
     "prefill_topk": [
         Plant("prefill_chunk_windows_not_shifted", "generic/prefill_topk_chunk.hip",
               "const hx_i64 local = (hx_i64)end - first_key;", "const hx_i64 local = (hx_i64)end;"),
@@ -322,6 +323,12 @@ PLANTS = {
               "hx_chunk_end(p.ks[m], p.first_key", "hx_chunk_end(p.ks[m] + 1, p.first_key"),
         Plant("relative_shift_of_the_next_row", "generic/topk_merge.hip", "n - (hx_i64)p.rel[row]",
               "n - (hx_i64)p.rel[row + 1 < p.rows ? row + 1 : row]"),
+        Plant("filter_threshold_the_largest_candidate", "generic/topk_chunk_filter.hip",
+              "if (tid < half && scan[tid + half] < scan[tid])", "if (tid < half && scan[tid + half] > scan[tid])"),
+        Plant("filter_kept_column_one_late", "generic/topk_chunk_filter.hip", "cols[at] = i0 + t;",
+              "cols[at] = i0 + t + 1;"),
+        Plant("filter_drops_the_last_kept", "generic/topk_chunk_filter.hip", "p.lengths[row] = p.lead + (hx_i32)kept;",
+              "p.lengths[row] = p.lead + (hx_i32)kept - (kept > 0);"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
