@@ -133,7 +133,7 @@ def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None,
     >>> import hipindexer
     >>> ws = hipindexer.prefill_topk_workspace(64, 1 << 20, 16, device="emu:gfx950")
     >>> ws.nbytes <= ws.bound, ws.rows, ws.chunk
-    (True, 64, 4096)
+    (True, 64, 2048)
     """
     top_k = check_top_k(top_k)
     M, N = _as_count("M", M, 1), _as_count("N", N, 1)
