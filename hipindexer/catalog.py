@@ -255,11 +255,10 @@ STRUCTS.append(Struct("TopkParams", [
     ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
-    ("inf_invalid", "i32"),  # with lengths, -inf still marks an invalid column (the composed ops' filtered chunks)
 ]))
 # The steps of the composed top-k ops (hipindexer.ops.paged_topk, prefill_topk) around a logits op and
-# topk_logits: a decode key chunk's lengths and block table, a prefill key chunk's windows, and the merge of a
-# selection in W-space into global keys (and slots). Optional arrays are 0: next_n_lens (every row live); ws (the
+# topk_logits: a decode key chunk's lengths and block table and the merge of a selection in W-space into global
+# keys (and slots); a prefill chunk's whole step after its logits (filter, select, merge, the next windows). Optional arrays are 0: next_n_lens (every row live); ws (the
 # indices already are global: slots or relative indices only), w, values, slots and block_tables (not wanted);
 # rel (absolute indices; else [rows] int32 subtracted from each index written).
 STRUCTS.append(Struct("PagedTopkChunkParams", [
@@ -270,20 +269,18 @@ STRUCTS.append(Struct("PagedTopkChunkParams", [
     ("chunk_blocks", "i32"),  # columns of chunk_table
     ("lens_per_row", "i32"),
 ]))
-STRUCTS.append(Struct("PrefillTopkChunkParams", [
-    ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("chunk_ks", "ptr:i32"), ("chunk_ke", "ptr:i32"),
-    ("first_key", "i64"),  # the chunk's first key
-    ("rows", "i32"), ("width", "i32"),  # rows of the group, keys of the chunk
-]))
-STRUCTS.append(Struct("TopkFilterParams", [
-    ("w", "ptr:f32"), ("cols", "ptr:i32"), ("lengths", "ptr:i32"),
-    ("w_stride", "i64"), ("cols_stride", "i64"),
-    ("rows", "i32"), ("lead", "i32"), ("width", "i32"),  # candidates before the chunk in W, the chunk's columns
+STRUCTS.append(Struct("TopkStepParams", [
+    ("w", "ptr:f32"), ("cols", "ptr:i32"), ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
+    ("rel", "ptr:i32"), ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("chunk_ks", "ptr:i32"), ("chunk_ke", "ptr:i32"),
+    ("w_stride", "i64"), ("cols_stride", "i64"), ("ws_stride", "i64"), ("indices_stride", "i64"),
+    ("values_stride", "i64"),  # elements between rows
+    ("base", "i64"), ("next_key", "i64"),  # the first key of this chunk and of the next
+    ("rows", "i32"), ("top_k", "i32"), ("width", "i32"), ("next_width", "i32"),
+    ("sorted", "i32"), ("last", "i32"),
 ]))
 STRUCTS.append(Struct("TopkMergeParams", [
     ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("w", "ptr:f32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
-    ("block_tables", "ptr:i32"), ("rel", "ptr:i32"), ("cols", "ptr:i32"),
-    ("cols_stride", "i64"),  # cols: the chunk column of each filtered W column past lead (0: W's own order)
+    ("block_tables", "ptr:i32"), ("rel", "ptr:i32"),
     ("ws_stride", "i64"), ("indices_stride", "i64"), ("w_stride", "i64"), ("values_stride", "i64"),
     ("slots_stride", "i64"),  # elements between rows
     ("base", "i64"),  # the global key of the chunk's first column
@@ -334,14 +331,12 @@ KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "
 # The standalone top-k over a logits array: one block per row, radix select, compaction in index order, bitonic sort
 # for sorted=True (hsaco_src/generic/topk_logits.hip).
 KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
-# The composed top-k ops' own steps (hsaco_src/generic/paged_topk_chunk.hip, prefill_topk_chunk.hip and
-# topk_merge.hip): a chunk's inputs, and the merge.
+# The composed top-k ops' own steps (hsaco_src/generic/paged_topk_chunk.hip and topk_merge.hip for decode,
+# topk_chunk_step.hip for prefill): a chunk's inputs, the filter, the selection and the merge.
 KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_paged_topk_chunk", "PagedTopkChunkParams",
                       block=256))
-KERNELS.append(Kernel("prefill_topk_chunk", "generic/prefill_topk_chunk.hip", "hx_prefill_topk_chunk",
-                      "PrefillTopkChunkParams", block=256))
-KERNELS.append(Kernel("topk_chunk_filter", "generic/topk_chunk_filter.hip", "hx_topk_chunk_filter",
-                      "TopkFilterParams", block=256))
+KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
+                      block=256))
 KERNELS.append(Kernel("topk_merge", "generic/topk_merge.hip", "hx_topk_merge", "TopkMergeParams",
                       block=256))
 # Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates

@@ -33,9 +33,10 @@ def test_prefill_topk_cases_on_the_gpu(gpu_device, name):
 @settings(max_examples=300, deadline=None)
 @given(M=st.integers(1, 1 << 16), N=st.integers(1, 1 << 22), top_k=st.integers(1, 4096))
 def test_the_planned_workspace_stays_within_the_bound_whatever_n(M, N, top_k):
-    rows, chunk = prefill_topk.plan_prefill_topk(M, N, top_k)
+    rows, chunk, filtered = prefill_topk.plan_prefill_topk(M, N, top_k)
     assert 1 <= rows <= M and 1 <= chunk <= N
-    assert prefill_topk.workspace_bytes(rows, top_k, chunk) <= 8 * top_k * M * 2 + (1 << 20)
+    assert prefill_topk.workspace_bytes(rows, top_k, chunk, filtered) <= 8 * top_k * M * 2 + (1 << 20)
+    assert filtered or len(prefill_topk.chunk_starts(N, chunk, top_k, False)) <= prefill_topk.FILTER_CHUNKS
     assert rows >= min(M, prefill_topk.ROWS_MIN) or chunk == N
 
 
@@ -79,41 +80,46 @@ def test_every_check_runs_before_anything_is_copied(hopper):
 
 
 def test_groups_chunks_and_what_each_launch_is_sent(hopper):
-    """Rows in groups, keys in chunks: per group the first chunk on the caller's windows, then per chunk its
-    windows, the logits kernel, the top-k and the merge, the last merge writing values and the relative shift;
-    a group whose rows fit W whole is one logits launch and one top-k."""
+    """Rows in groups, keys in chunks (a first of 4 top_k keys): per chunk the logits kernel (the first on the
+    caller's windows, the others on those the previous step wrote) and the step, the last step writing values and
+    the relative shift; a row that fits one chunk is one logits launch and one step."""
     hb, dev = hopper
     inp = _inputs(dev)
-    ws = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024)
+    ws = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024, filtered=True)
     n0 = len(hb.launches)
     fp8_mqa_topk(*inp.args(), 64, workspace=ws, return_values=True, relative=True)
     got = _symbols(hb, n0)
     logits = got[0]
-    step = ["hx_prefill_topk_chunk", logits, "hx_topk_chunk_filter", "hx_topk_logits", "hx_topk_merge"]
-    assert prefill_topk.chunk_starts(3000, 1024, 64) == [0, 256, 1280, 2304]  # a first chunk of 4 top_k
-    assert got == ([logits, "hx_topk_logits"] + step * 3) * 3  # 16 + 16 + 8 rows
-    merge = catalog.STRUCT["TopkMergeParams"]
-    last = merge.ctype().from_buffer_copy(hb.launches[-1][4])
-    assert (last.base, last.lead, last.write_w, last.top_k, last.rows) == (2304, 64, 0, 64, 8)
+    assert prefill_topk.chunk_starts(3000, 1024, 64, True) == [0, 256, 1280, 2304]
+    assert got == [logits, "hx_topk_chunk_step"] * 4 * 3  # 16 + 16 + 8 rows
+    step = catalog.STRUCT["TopkStepParams"]
+    prefill = catalog.STRUCT["PrefillParams"]
+    first, second = (step.ctype().from_buffer_copy(hb.launches[n0 + i][4]) for i in (1, 3))
+    assert (first.base, first.width, first.next_key, first.next_width, first.last) == (0, 256, 256, 1024, 0)
+    assert (second.base, second.width, second.next_key, second.next_width) == (256, 1024, 1280, 1024)
+    assert first.rel == inp.cu_seqlen_ks.ptr and first.chunk_ks == ws.windows.ptr
+    a, b = (prefill.ctype().from_buffer_copy(hb.launches[n0 + i][4]) for i in (0, 2))
+    assert (a.ks, a.N, b.ks, b.N) == (inp.cu_seqlen_ks.ptr, 256, ws.windows.ptr, 1024)
+    assert b.k == inp.k.ptr + 256 * 64 and b.out == ws.w.ptr + 4 * 64 and b.out_stride == 64 + 1024
+    last = step.ctype().from_buffer_copy(hb.launches[-1][4])
+    assert (last.base, last.width, last.last, last.rows, last.top_k) == (2304, 3000 - 2304, 1, 8, 64)
     assert last.values != 0 and last.rel == inp.cu_seqlen_ks.ptr + 4 * 32 and last.w == ws.w.ptr
-    assert last.cols == ws.cols.ptr and last.cols_stride == 1024
-    middle = merge.ctype().from_buffer_copy(hb.launches[n0 + 6][4])
-    assert middle.write_w == 1 and middle.values == 0 and middle.rel == 0 and middle.base == 256
-    chunk = catalog.STRUCT["PrefillTopkChunkParams"].ctype().from_buffer_copy(hb.launches[-5][4])
-    assert (chunk.first_key, chunk.width, chunk.rows) == (2304, 3000 - 2304, 8)
-    kept = catalog.STRUCT["TopkFilterParams"].ctype().from_buffer_copy(hb.launches[-3][4])
-    assert (kept.lead, kept.width, kept.rows, kept.w_stride) == (64, 3000 - 2304, 8, 64 + 1024)
-    topk = catalog.STRUCT["TopkParams"].ctype().from_buffer_copy(hb.launches[-2][4])
-    assert topk.inf_invalid == 1 and topk.lengths == ws.windows.ptr + 2 * 4 * 16 and topk.N == 64 + 3000 - 2304
+    assert last.cols == ws.cols.ptr and last.cols_stride == 1024 and last.w_stride == 64 + 1024
     n1 = len(hb.launches)
+    plain = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024, filtered=False)
+    fp8_mqa_topk(*inp.args(), 64, workspace=plain)
+    assert prefill_topk.chunk_starts(3000, 1024, 64, False) == [0, 1024, 2048]
+    assert _symbols(hb, n1) == [logits, "hx_topk_chunk_step"] * 3 * 3 and plain.cols is None
+    assert step.ctype().from_buffer_copy(hb.launches[-1][4]).cols == 0
+    n2 = len(hb.launches)
     fp8_mqa_topk(*inp.args(), 64, workspace=prefill_topk_workspace(40, 3000, 64, device=dev), relative=True)
-    assert _symbols(hb, n1) == [logits, "hx_topk_logits", "hx_topk_merge"]
+    assert _symbols(hb, n2) == [logits, "hx_topk_chunk_step"]
 
 
 def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
     hb, dev = hopper
     inp = _inputs(dev)
-    ws = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024)
+    ws = prefill_topk_workspace(40, 3000, 64, device=dev, rows=16, chunk=1024, filtered=True)
     outs = (DeviceArray.empty((40, 64), np.int32, dev), DeviceArray.empty((40, 64), np.float32, dev))
     kw = dict(workspace=ws, out=outs, return_values=True)
     fp8_mqa_topk(*inp.args(), 64, **kw)
@@ -124,7 +130,7 @@ def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
     for sorted in (False, True, False):
         got = fp8_mqa_topk(*inp.args(), 64, sorted=sorted, **kw)
         assert got == outs
-    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 3 * (2 + 3 * 5)
+    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 3 * 4 * 2
 
 
 @pytest.mark.toolchain

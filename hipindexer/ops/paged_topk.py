@@ -31,7 +31,7 @@ from .topk import MAX_BLOCKS, _written, topk_logits
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk",)
 CHUNK_POINTERS = ("context_lens", "next_n_lens", "block_tables", "chunk_lens", "chunk_table")
-MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel", "cols")
+MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel")
 SLACK = 1 << 20  # the bound's constant: room for a chunk of useful width when the batch is small
 
 
@@ -359,7 +359,7 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
         out_vals = vals.ptr if step.last and vals is not None else 0
         out_slots = slots.ptr if step.last and slots is not None else 0
         step.merge(st.handle, plan.scratch.ptr, idx.ptr, plan.workspace.w.ptr, out_vals, out_slots, block_tables.ptr,
-                   0, 0)
+                   0)
     if plan.slots is not None and slots is not None:
-        plan.slots(st.handle, 0, idx.ptr, 0, 0, slots.ptr, block_tables.ptr, 0, 0)
+        plan.slots(st.handle, 0, idx.ptr, 0, 0, slots.ptr, block_tables.ptr, 0)
     return result if len(result) > 1 else idx

@@ -1,19 +1,19 @@
 """The prefill top-k on a device: ``fp8_mqa_topk`` (docs/ops.md, "Top-k"), composed from the prefill logits kernels
-and topk_logits' kernel so that it is correct on every target and never holds a row's logits.
+and a step kernel of its own, so that it is correct on every target and never holds a row's logits.
 
-The query rows are taken in groups of `rows`, and each group's keys in chunks of C: a workspace W of
-[rows, top_k + C] float32 holds the group's running candidates' values in its first top_k columns (their keys in
-the caller's indices output, ascending) and a chunk's logits after them. Per chunk: the chunk's windows
-(hsaco_src/generic/prefill_topk_chunk.hip), the logits kernel on the chunk's keys into W, topk_logits' kernel over
-W into a scratch of W-space indices, and the merge (generic/topk_merge.hip) that maps those back to keys (and, on
-the last chunk, to values and, with relative=True, to n - cu_seqlen_ks[m]). Candidates come first in W in key
-order, so ties across chunks go to the lower key, as within one; a group whose rows fit W whole is one logits
-launch and one top-k.
+The query rows are taken in groups of `rows`, and each group's keys in chunks: a workspace W of [rows, top_k + C]
+float32 holds the group's running candidates' values in its first top_k columns (their keys in the caller's
+indices output, ascending) and a chunk's logits after them. Per chunk two launches: the logits kernel on the
+chunk's keys into W (the first chunk on the caller's windows, the others on windows the previous step wrote), and
+the step (hsaco_src/generic/topk_chunk_step.hip), which filters the chunk by the smallest candidate, selects over
+the candidates and what it kept, merges the selection into the new candidates (on the last chunk: the values and,
+with relative=True, n - cu_seqlen_ks[m]) and writes the next chunk's windows. Candidates come first in W in key
+order, so ties across chunks go to the lower key, as within one.
 
 The workspace stays within prefill_workspace_bound(M, top_k) whatever N: rows and C are chosen so that
-rows * (2 top_k + C + 2) floats fit it, wide chunks first (fewer re-selections of the candidates) and then as many
-rows as fit. Every launch of a call is prepared once per layout; a call with device-resident arrays and a
-workspace= only does pointer arithmetic and launches.
+rows * (2 top_k + 2 C + 2) words fit it, wide chunks first and then as many rows as fit. Every launch of a call is
+prepared once per layout; a call with device-resident arrays and a workspace= only does pointer arithmetic and
+launches.
 """
 from __future__ import annotations
 
@@ -23,23 +23,23 @@ import numpy as np
 
 from ..arguments import F32, I32, PrefillShape, check_top_k
 from ..catalog import KERNEL
-from ..plan import plan_prefill, plan_topk
+from ..plan import plan_prefill
 from ..plan.prefill import TUNABLES as PREFILL_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
 from .launch import INT32_MAX, kernel_for, prepared, remember, resident_key, target_of
 from .prefill import check_prefill_call, prepare_prefill
-from .topk import MAX_BLOCKS, TOPK_POINTERS, _written
+from .topk import MAX_BLOCKS, _written
 
-PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk")
-CHUNK_POINTERS = ("ks", "ke", "chunk_ks", "chunk_ke")
-MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel", "cols")
-FILTER_POINTERS = ("w", "cols", "lengths")
+PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered")
+SHAPE_TUNABLES = ("rows", "chunk", "filtered")
+STEP_POINTERS = ("w", "cols", "ws", "indices", "values", "rel", "ks", "ke", "chunk_ks", "chunk_ke")
 SLACK = 1 << 20      # the bound's constant: room for a useful chunk when M is small
 CHUNK_GOAL = 32768   # keys per chunk the planner reaches before it cuts the rows into groups
 CHUNK_ALIGN = 256    # a chunk short of the whole row is a multiple of this (whole tiles of every logits kernel)
 ROWS_MIN = 256       # a group has at least this many rows (or all of them), however narrow its chunks get
-FIRST_CHUNK = 4      # the first chunk's keys, in top_k: its selection is the filter of every later chunk
+FIRST_CHUNK = 4      # filtered: the first chunk's keys, in top_k (its selection is the filter of every later one)
+FILTER_CHUNKS = 8    # rows cut into more chunks than this are filtered
 
 
 def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
@@ -48,16 +48,16 @@ def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
     return 8 * top_k * M * (1 + parts) + SLACK
 
 
-def workspace_bytes(rows: int, top_k: int, chunk: int) -> int:
-    """A workspace of `rows` rows and chunk C: W [rows, top_k + C] float32, the kept columns' chunk columns
-    [rows, C] int32, the W-space indices [rows, top_k] int32, a chunk's windows [2, rows] and the rows' filtered
-    lengths [rows] int32."""
-    return 4 * rows * (2 * top_k + 2 * chunk + 3)
+def workspace_bytes(rows: int, top_k: int, chunk: int, filtered: bool) -> int:
+    """A workspace of `rows` rows and chunk C: W [rows, top_k + C] float32, filtered the kept columns' chunk
+    columns [rows, C] int32, a selection's W-space indices [rows, top_k] int32 and a chunk's windows [2, rows]
+    int32."""
+    return 4 * rows * (2 * top_k + (2 if filtered else 1) * chunk + 2)
 
 
-def _widest(rows: int, top_k: int, bound: int) -> int:
+def _widest(rows: int, top_k: int, bound: int, filtered: bool) -> int:
     """The widest chunk for `rows` rows within `bound` bytes (may be < 1: none fits)."""
-    return (bound // (4 * rows) - 2 * top_k - 3) // 2
+    return (bound // (4 * rows) - 2 * top_k - 2) // (2 if filtered else 1)
 
 
 def _as_count(name: str, v, lo: int) -> int:
@@ -66,28 +66,38 @@ def _as_count(name: str, v, lo: int) -> int:
     return int(v)
 
 
-def plan_prefill_topk(M: int, N: int, top_k: int, rows=None, chunk=None) -> tuple[int, int]:
-    """(rows, chunk) of a workspace for up to M query rows against up to N keys (M, N >= 1), within the bound:
-    as many rows as fit beside chunks of min(N, CHUNK_GOAL) keys, but at least min(M, ROWS_MIN) (a logits launch
-    that fills the device), then chunks as wide as fit, evened out over the row (whole CHUNK_ALIGN tiles).
-    `rows` and `chunk` force either (ValueError when the pair leaves the bound).
+def plan_prefill_topk(M: int, N: int, top_k: int, rows=None, chunk=None, filtered=None) -> tuple[int, int, bool]:
+    """(rows, chunk, filtered) of a workspace for up to M query rows against up to N keys (M, N >= 1), within the
+    bound: as many rows as fit beside chunks of min(N, CHUNK_GOAL) keys, but at least min(M, ROWS_MIN) (a logits
+    launch that fills the device), then chunks as wide as fit, evened out over the row (whole CHUNK_ALIGN tiles).
+    Filtered (each chunk's columns that cannot enter the top_k dropped before its selection, at the cost of a
+    [rows, C] int32 array of kept columns): when the plan without would cut a row into more than FILTER_CHUNKS
+    chunks. `rows`, `chunk` and `filtered` force any of them (ValueError when they leave the bound).
 
-    >>> plan_prefill_topk(4096, 131072, 2048)
-    (512, 26368)
-    >>> plan_prefill_topk(128, 32768, 2048)
-    (128, 2816)
+    >>> plan_prefill_topk(4096, 32768, 2048)
+    (1024, 16384, False)
+    >>> plan_prefill_topk(4096, 1 << 20, 2048)
+    (512, 30208, True)
     """
+    if filtered is not None and not isinstance(filtered, (bool, np.bool_)):
+        raise ValueError(f"filtered: expected a bool or None, got {filtered!r}")
+    if filtered is None:
+        r, c, _ = plan_prefill_topk(M, N, top_k, rows, chunk, False)
+        if len(chunk_starts(N, c, top_k, False)) <= FILTER_CHUNKS:
+            return r, c, False
+        filtered = True
     bound = prefill_workspace_bound(M, top_k)
+    words = 2 if filtered else 1  # per chunk column and row
     if rows is not None:
         rows = min(_as_count("rows", rows, 1), M)
     if chunk is not None:
         chunk = min(_as_count("chunk", chunk, 1), N)
     if rows is None:
         goal = chunk if chunk is not None else min(N, CHUNK_GOAL)
-        fit = max(bound // (4 * (2 * top_k + 2 * goal + 3)), min(M, ROWS_MIN))
+        fit = max(bound // (4 * (2 * top_k + words * goal + 2)), min(M, ROWS_MIN))
         groups = max(1, M // fit)
         rows = -(-M // groups)  # equal groups, none below fit
-    widest = _widest(rows, top_k, bound)
+    widest = _widest(rows, top_k, bound, filtered)
     if chunk is None:
         if widest >= N:
             chunk = N
@@ -98,10 +108,11 @@ def plan_prefill_topk(M: int, N: int, top_k: int, rows=None, chunk=None) -> tupl
             even = -(-even // CHUNK_ALIGN) * CHUNK_ALIGN
             chunk = even if even <= cut else cut
     if chunk < 1 or chunk > widest or top_k + chunk > INT32_MAX:
-        raise ValueError(f"rows={rows}, chunk={chunk}: the workspace ({workspace_bytes(rows, top_k, max(chunk, 0))} "
-                         f"bytes) must fit the bound of {bound} bytes (M={M}, top_k={top_k}); at {rows} rows a "
-                         f"chunk of at most {max(widest, 0)} keys fits")
-    return rows, chunk
+        raise ValueError(f"rows={rows}, chunk={chunk}: the workspace "
+                         f"({workspace_bytes(rows, top_k, max(chunk, 0), filtered)} bytes) must fit the bound of "
+                         f"{bound} bytes (M={M}, top_k={top_k}); at {rows} rows a chunk of at most {max(widest, 0)} "
+                         f"keys fits")
+    return rows, chunk, bool(filtered)
 
 
 class PrefillTopkWorkspace:
@@ -110,49 +121,46 @@ class PrefillTopkWorkspace:
     `chunk` are its group of query rows and its key-chunk width, `nbytes` what it holds, `bound` the formula's
     bytes (prefill_workspace_bound) for M."""
 
-    def __init__(self, device: Device, M: int, top_k: int, rows: int, chunk: int, stream=None):
-        self.device, self.M, self.top_k, self.rows, self.chunk = device, M, top_k, rows, chunk
+    def __init__(self, device: Device, M: int, top_k: int, rows: int, chunk: int, filtered: bool, stream=None):
+        self.device, self.M, self.top_k, self.rows, self.chunk, self.filtered = \
+            device, M, top_k, rows, chunk, filtered
         self.w = DeviceArray.empty((rows, top_k + chunk), np.float32, device, stream)
         self.ws = DeviceArray.empty((rows, top_k), np.int32, device, stream)
-        self.cols = DeviceArray.empty((rows, chunk), np.int32, device, stream)
-        self.windows = DeviceArray.empty((3, rows), np.int32, device, stream)  # a chunk's ks, ke; filtered lengths
-        self.nbytes = sum(a.nbytes for a in (self.w, self.cols, self.ws, self.windows))
+        self.cols = DeviceArray.empty((rows, chunk), np.int32, device, stream) if filtered else None
+        self.windows = DeviceArray.empty((2, rows), np.int32, device, stream)  # a chunk's ks, ke
+        self.nbytes = sum(a.nbytes for a in (self.w, self.cols, self.ws, self.windows) if a is not None)
         self.bound = prefill_workspace_bound(M, top_k)
 
     def __repr__(self):
         return (f"PrefillTopkWorkspace(M={self.M}, top_k={self.top_k}, rows={self.rows}, chunk={self.chunk}, "
-                f"nbytes={self.nbytes}, device={self.device!r})")
+                f"filtered={self.filtered}, nbytes={self.nbytes}, device={self.device!r})")
 
 
-def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None, rows=None,
-                           chunk=None) -> PrefillTopkWorkspace:
+def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None, rows=None, chunk=None,
+                           filtered=None) -> PrefillTopkWorkspace:
     """The workspace of fp8_mqa_topk calls of up to M query rows against up to N keys at this top_k, on `device`
-    (None: Device()), allocated on `stream`; make it before capturing a graph. Its rows and chunk are
-    plan_prefill_topk's (forced by `rows`, `chunk`); its bytes stay within prefill_workspace_bound(M, top_k).
+    (None: Device()), allocated on `stream`; make it before capturing a graph. Its rows, chunk and filtering are
+    plan_prefill_topk's (forced by `rows`, `chunk`, `filtered`); its bytes stay within
+    prefill_workspace_bound(M, top_k).
 
     >>> import hipindexer
     >>> ws = hipindexer.prefill_topk_workspace(64, 1 << 20, 16, device="emu:gfx950")
-    >>> ws.nbytes <= ws.bound, ws.rows, ws.chunk
-    (True, 64, 2048)
+    >>> ws.nbytes <= ws.bound, ws.rows, ws.chunk, ws.filtered
+    (True, 64, 2048, True)
     """
     top_k = check_top_k(top_k)
     M, N = _as_count("M", M, 1), _as_count("N", N, 1)
     dev = device if isinstance(device, Device) else Device(device)
-    r, c = plan_prefill_topk(M, N, top_k, rows, chunk)
-    return PrefillTopkWorkspace(dev, M, top_k, r, c, as_stream(stream, dev))
+    return PrefillTopkWorkspace(dev, M, top_k, *plan_prefill_topk(M, N, top_k, rows, chunk, filtered),
+                                as_stream(stream, dev))
 
 
 @dataclass
 class _Step:
-    """A key chunk [c0, c0 + width) of a group of rows, its launches prepared (prep and merge absent on the
-    first chunk, which reads the caller's windows and writes the caller's indices)."""
+    """A key chunk [c0, c0 + width) of a group of rows: its logits launch and its step, prepared."""
     c0: int
     logits: object
-    topk: object
-    prep: object = None
-    merge: object = None
-    last: bool = False
-    filter: object = None
+    step: object
 
 
 @dataclass
@@ -162,10 +170,9 @@ class _Plan:
     s: PrefillShape
     top_k: int
     workspace: PrefillTopkWorkspace | None
+    relative: bool = False
     strides: tuple = (0, 0)                       # the indices' and values' row strides, in elements
     groups: list = field(default_factory=list)    # (r0, steps)
-    relative: dict | None = None                  # rows -> a one-chunk group's shift to relative indices
-    relative_last: bool = False                   # the last merge of a chunked group shifts to relative indices
 
 
 def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, relative=False, sorted=False,
@@ -254,13 +261,11 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     q, k, kv_scale, weights, ks, ke = arrays[:6]
-    shape_kw = {n: tunables[n] for n in ("rows", "chunk") if n in tunables}
-    logits_kw = {n: v for n, v in tunables.items() if n not in ("rows", "chunk")}
+    shape_kw = {n: tunables[n] for n in SHAPE_TUNABLES if n in tunables}
+    logits_kw = {n: v for n, v in tunables.items() if n not in SHAPE_TUNABLES}
     c = check_prefill_call(q, k, kv_scale, weights, ks, ke, accumulation, stream, device, logits_kw,
                            PREFILL_TUNABLES, op="prefill top-k", others=outs)
-    for n in shape_kw:  # known to the op, but checked by the shape planner below
-        if shape_kw[n] is None:
-            del shape_kw[n]
+    shape_kw = {n: v for n, v in shape_kw.items() if v is not None}  # None: the shape planner decides
     dev, st, s = c.dev, c.st, c.s
     asked = 1 + bool(return_values)
     if _has_out(outs) and len(outs) != asked:
@@ -299,11 +304,13 @@ def _stride(a, M: int, width: int) -> int:
     return a.strides[0] // a.itemsize if a is not None and M > 1 else width
 
 
-def chunk_starts(N: int, chunk: int, top_k: int) -> list[int]:
-    """Where a row's key chunks start: a first chunk of FIRST_CHUNK top_k keys (rounded up to CHUNK_ALIGN, at most
-    `chunk`), whose selection sets the candidates that filter every later chunk, then chunks of `chunk`."""
+def chunk_starts(N: int, chunk: int, top_k: int, filtered: bool) -> list[int]:
+    """Where a row's key chunks start: every `chunk` keys; filtered, after a first chunk of FIRST_CHUNK top_k keys
+    (rounded up to CHUNK_ALIGN, at most `chunk`), whose selection sets the candidates that filter the others."""
     if N <= chunk:
         return [0]
+    if not filtered:
+        return list(range(0, N, chunk))
     first = min(chunk, -(-FIRST_CHUNK * top_k // CHUNK_ALIGN) * CHUNK_ALIGN)
     return [0] + list(range(first, N, chunk))
 
@@ -311,15 +318,13 @@ def chunk_starts(N: int, chunk: int, top_k: int) -> list[int]:
 def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logits_kw, outs) -> _Plan:
     """The groups and chunks of a call and the prepared launches of each. outs: the caller's (indices, values)
     arrays (None: new ones, contiguous), whose strides it fixes."""
-    plan = _Plan(dev, s, top_k, ws, (_stride(outs[0], s.M, top_k), _stride(outs[1], s.M, top_k)),
-                 relative_last=bool(relative))
+    plan = _Plan(dev, s, top_k, ws, bool(relative), (_stride(outs[0], s.M, top_k), _stride(outs[1], s.M, top_k)))
     if s.M == 0 or s.N == 0:
         return plan
     target = target_of(dev)
-    rows, C = ws.rows, min(ws.chunk, s.N)
     w_stride = top_k + ws.chunk
     idx_stride, val_stride = plan.strides
-    logits_of, topk_of = {}, {}
+    logits_of = {}
 
     def logits(r, width):
         if (r, width) not in logits_of:
@@ -328,47 +333,20 @@ def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logi
                                                   PrefillShape(r, width, s.H, s.D), w_stride, True)
         return logits_of[r, width]
 
-    def topk(r, cols, out_stride, values_stride, in_order, filtered=False):
-        key = (r, cols, out_stride, values_stride, in_order, filtered)
-        if key not in topk_of:
-            p = plan_topk(r, cols, top_k, target, max_blocks=MAX_BLOCKS, split=False)
-            topk_of[key] = kernel_for(dev, "topk_logits").prepare(
-                p.grid_rows, KERNEL["topk_logits"].block, pointers=TOPK_POINTERS, logits_stride=w_stride,
-                indices_stride=out_stride, values_stride=values_stride, rows=r, N=cols, top_k=top_k,
-                sorted=int(bool(in_order)), inf_invalid=int(filtered))
-        return topk_of[key]
-
-    merge, chunker, filt = (kernel_for(dev, k) for k in ("topk_merge", "prefill_topk_chunk", "topk_chunk_filter"))
-    grid = lambda r, block: max(1, min(MAX_BLOCKS, -(-r // block)))  # noqa: E731
-
-    def merge_of(r, base, last, lead, filtered):
-        return merge.prepare(grid(r, 1), KERNEL["topk_merge"].block, pointers=MERGE_POINTERS, ws_stride=top_k,
-                             indices_stride=idx_stride, w_stride=w_stride, values_stride=val_stride, slots_stride=0,
-                             cols_stride=ws.chunk if filtered else 0, base=base, rows=r, top_k=top_k, lead=lead,
-                             write_w=int(not last), next_n=1, block_size=1, max_blocks=0)
-
-    for r0 in range(0, s.M, rows):
-        r = min(rows, s.M - r0)
-        if s.N <= C:  # the whole row in W: one logits launch, one top-k (values straight to the caller's)
-            plan.groups.append((r0, [_Step(0, logits(r, s.N), topk(r, s.N, idx_stride, val_stride, sorted),
-                                           last=True)]))
-            if relative:
-                plan.relative = plan.relative or {}
-                plan.relative[r] = merge_of(r, 0, True, 0, False)
-            continue
+    step = kernel_for(dev, "topk_chunk_step")
+    starts = chunk_starts(s.N, min(ws.chunk, s.N), top_k, ws.filtered)
+    ends = starts[1:] + [s.N]
+    for r0 in range(0, s.M, ws.rows):
+        r = min(ws.rows, s.M - r0)
         steps = []
-        starts = chunk_starts(s.N, C, top_k)
-        for c0, c1 in zip(starts, starts[1:] + [s.N]):
-            width, last = c1 - c0, c1 == s.N
-            if c0 == 0:  # the caller's windows, cut at the chunk by its N; the candidates' values into W
-                steps.append(_Step(0, logits(r, width), topk(r, width, idx_stride, w_stride, False)))
-                continue
-            prep = chunker.prepare(grid(r, KERNEL["prefill_topk_chunk"].block), KERNEL["prefill_topk_chunk"].block,
-                                   pointers=CHUNK_POINTERS, first_key=c0, rows=r, width=width)
-            kept = filt.prepare(grid(r, 1), KERNEL["topk_chunk_filter"].block, pointers=FILTER_POINTERS,
-                                w_stride=w_stride, cols_stride=ws.chunk, rows=r, lead=top_k, width=width)
-            steps.append(_Step(c0, logits(r, width), topk(r, top_k + width, top_k, 0, sorted and last, True), prep,
-                               merge_of(r, c0, last, top_k, True), last, kept))
+        for i, (c0, c1) in enumerate(zip(starts, ends)):
+            last = c1 == s.N
+            nxt = (-1, 0) if last else (ends[i], ends[i + 1] - ends[i])
+            launch = step.prepare(max(1, min(MAX_BLOCKS, r)), KERNEL["topk_chunk_step"].block, pointers=STEP_POINTERS,
+                                  w_stride=w_stride, cols_stride=ws.chunk if ws.filtered else 0, ws_stride=top_k, indices_stride=idx_stride,
+                                  values_stride=val_stride, base=c0, next_key=nxt[0], rows=r, top_k=top_k,
+                                  width=c1 - c0, next_width=nxt[1], sorted=int(bool(sorted)), last=int(last))
+            steps.append(_Step(c0, logits(r, c1 - c0), launch))
         plan.groups.append((r0, steps))
     return plan
 
@@ -385,27 +363,16 @@ def _run(plan, st, q, k, kv_scale, weights, ks, ke, outs):
     if not plan.groups:
         return result
     ws = plan.workspace
-    w, lead = ws.w.ptr, 4 * top_k  # W, and its chunk's columns
-    cks, cke, lens = (ws.windows.ptr + 4 * ws.rows * i for i in range(3))
+    w, cols, sel = ws.w.ptr, ws.cols.ptr if ws.filtered else 0, ws.ws.ptr
+    cks, cke = ws.windows.ptr, ws.windows.ptr + 4 * ws.rows
     qrow, wrow = s.H * s.D, 4 * s.H  # bytes per row of q and of weights
     istr, vstr = 4 * plan.strides[0], 4 * plan.strides[1]
     for r0, steps in plan.groups:
         qg, wg, ksg, keg = q.ptr + r0 * qrow, weights.ptr + r0 * wrow, ks.ptr + 4 * r0, ke.ptr + 4 * r0
         ig, vg = idx.ptr + r0 * istr, 0 if vals is None else vals.ptr + r0 * vstr
-        for step in steps:
-            if step.merge is None and step.last:  # the whole row in W
-                step.logits(h, qg, k.ptr, kv_scale.ptr, wg, ksg, keg, w)
-                step.topk(h, w, 0, ig, vg)
-                if plan.relative:
-                    plan.relative[min(ws.rows, s.M - r0)](h, 0, ig, 0, 0, 0, 0, ksg, 0)
-            elif step.merge is None:  # the first chunk: the caller's windows, candidates' values into W
-                step.logits(h, qg, k.ptr, kv_scale.ptr, wg, ksg, keg, w + lead)
-                step.topk(h, w + lead, 0, ig, w)
-            else:
-                step.prep(h, ksg, keg, cks, cke)
-                step.logits(h, qg, k.ptr + step.c0 * s.D, kv_scale.ptr + 4 * step.c0, wg, cks, cke, w + lead)
-                step.filter(h, w, ws.cols.ptr, lens)
-                step.topk(h, w, lens, ws.ws.ptr, 0)
-                step.merge(h, ws.ws.ptr, ig, w, vg if step.last else 0, 0, 0,
-                           ksg if step.last and plan.relative_last else 0, ws.cols.ptr)
+        rel = ksg if plan.relative else 0
+        for st_ in steps:
+            wins = (ksg, keg) if st_.c0 == 0 else (cks, cke)
+            st_.logits(h, qg, k.ptr + st_.c0 * s.D, kv_scale.ptr + 4 * st_.c0, wg, *wins, w + 4 * top_k)
+            st_.step(h, w, cols, sel, ig, vg, rel, ksg, keg, cks, cke)
     return result

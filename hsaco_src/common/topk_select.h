@@ -153,14 +153,14 @@ HX_INLINE HX_DEV void hx_topk_sort_desc(hx_u64* entries, hx_u32 count) {
   }
 }
 
-// Row `row`, by the whole block; the shared arrays are free again on return.
-HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist, hx_u32* scan, hx_u32* found,
-                                  hx_u64* entries) {
+// The top_k of x[0, n) (minus_inf_selectable: -inf is a value, not a gap), by the
+// whole block, into out_idx (and out_val unless 0): index order, or descending
+// value when sorted; -1 (-inf) past the selection. The shared arrays are free
+// again on return.
+HX_INLINE HX_DEV void hx_topk_select(const float* x, hx_i32 n, bool by_lengths, hx_u32 top_k, bool sorted,
+                                     hx_i32* out_idx, float* out_val, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                     hx_u64* entries) {
   const hx_u32 tid = hx_thread_x();
-  const float* const x = p.logits + row * p.logits_stride;
-  const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
-  const bool by_lengths = p.lengths != 0 && !p.inf_invalid;  // -inf a value (lengths mark validity)
-  const hx_u32 top_k = (hx_u32)p.top_k;
 
   // 1. the top_k-th key T, and how many keys equal to T to take
   hx_u32 prefix = 0, want = top_k, T = 0, need = 0, selected = 0;
@@ -190,8 +190,6 @@ HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist,
   }
 
   // 2. the selected columns in index order
-  hx_i32* const out_idx = p.indices + row * p.indices_stride;
-  float* const out_val = p.values ? p.values + row * p.values_stride : 0;
   hx_u32 gt_before = 0, eq_before = 0;  // over the tiles done
   for (hx_i64 base = 0; base < n; base += (hx_i64)HX_BLOCK * ITEMS) {
     const hx_i64 i0 = base + (hx_i64)tid * ITEMS;
@@ -218,7 +216,7 @@ HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist,
         ++e;
       }
       if (slot == NO_SLOT) continue;
-      if (p.sorted) {
+      if (sorted) {
         entries[slot] = hx_topk_entry(k, i0 + t);
       } else {
         out_idx[slot] = (hx_i32)(i0 + t);
@@ -232,8 +230,8 @@ HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist,
 
   // 3. sorted: descending entries, over the selection rounded up to a power of two
   hx_barrier();  // every entry is written
-  if (p.sorted) hx_topk_sort_desc(entries, selected);
-  if (p.sorted) {
+  if (sorted) hx_topk_sort_desc(entries, selected);
+  if (sorted) {
     for (hx_u32 s = tid; s < selected; s += HX_BLOCK) {
       const hx_i32 i = hx_topk_entry_index(entries[s]);
       out_idx[s] = i;
@@ -248,5 +246,13 @@ HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist,
     if (out_val) out_val[s] = neg_inf;
   }
   hx_barrier();  // the sort buffer is read until here
+}
+
+// Row `row` of a TopkParams array, by the whole block.
+HX_INLINE HX_DEV void hx_topk_row(const TopkParams& p, hx_i64 row, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                  hx_u64* entries) {
+  hx_topk_select(p.logits + row * p.logits_stride, hx_topk_row_extent(p.lengths, row, p.N), p.lengths != 0,
+                 (hx_u32)p.top_k, p.sorted != 0, p.indices + row * p.indices_stride,
+                 p.values ? p.values + row * p.values_stride : 0, hist, scan, found, entries);
 }
 #endif  // HX_BLOCK

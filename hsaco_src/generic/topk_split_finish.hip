@@ -69,7 +69,6 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_finish(const HX_GRID_CON
       q.N = p.N;
       q.top_k = p.top_k;
       q.sorted = p.sorted;
-      q.inf_invalid = 0;
       hx_topk_row(q, row, hist, scan, found, entries);
     } else {
       const hx_u64* const cert = (const hx_u64*)(w + p.cert_off);

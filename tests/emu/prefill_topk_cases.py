@@ -18,7 +18,9 @@ from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
 
 POISON = np.iinfo(np.int32).min
-SHAPES = ({}, {"rows": 16, "chunk": 96}, {"rows": 5, "chunk": 37})  # the planner's, then forced small
+# The planner's shape, then groups and chunks forced small, with and without the filter.
+SHAPES = ({}, {"rows": 16, "chunk": 96}, {"rows": 5, "chunk": 37, "filtered": True},
+          {"rows": 16, "chunk": 96, "filtered": True})
 
 
 def poisoned(dev, M, top_k, pad=0):

@@ -300,10 +300,9 @@ PLANTS = {
     # chunk's table columns one block late, its lengths not shifted to the chunk, or blind to next_n_lens.
     # Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
     "paged_topk": [
-        Plant("merge_chunk_base_one_block_late", "generic/topk_merge.hip", "p.base + (p.cols ?",
-              "p.base + p.block_size + (p.cols ?"),
-        Plant("candidates_reversed", "generic/topk_merge.hip", "i < p.lead ? (hx_i64)idx[i]",
-              "i < p.lead ? (hx_i64)idx[p.lead - 1 - i]"),
+        Plant("merge_chunk_base_one_block_late", "common/topk_chunks.h", ": base + (cols ?", ": base + 16 + (cols ?"),
+        Plant("candidates_reversed", "common/topk_chunks.h", "i < lead ? (hx_i64)idx[i]",
+              "i < lead ? (hx_i64)idx[lead - 1 - i]"),
         Plant("chunk_table_one_block_late", "generic/paged_topk_chunk.hip",
               "col = p.first_block + e % p.chunk_blocks", "col = p.first_block + 1 + e % p.chunk_blocks"),
         Plant("chunk_lengths_not_shifted", "generic/paged_topk_chunk.hip", "const hx_i64 local = len - p.first_key;",
@@ -312,23 +311,23 @@ PLANTS = {
               "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
               "const hx_i64 live = (hx_i64)p.next_n;"),
     ],
-    # The composed prefill top-k's own steps (generic/prefill_topk_chunk.hip, topk_chunk_filter.hip, the merge's
-    # relative shift): a chunk's windows not shifted to the chunk, every window starting a key late, the relative
-    # shift read from the next row, the filter's threshold the largest candidate rather than the smallest, its
-    # kept columns' chunk columns one late, its length one short. Run with --set prefill_topk (its suite is tests/emu/prefill_topk_cases.py, SET_TESTS).
+    # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
+    # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
+    # the next row, the filter's threshold the largest candidate rather than the smallest, its kept columns' chunk
+    # columns one late, the selection blind to the last kept column. Run with --set prefill_topk (its suite is
+    # tests/emu/prefill_topk_cases.py, SET_TESTS).
     "prefill_topk": [
-        Plant("prefill_chunk_windows_not_shifted", "generic/prefill_topk_chunk.hip",
+        Plant("prefill_chunk_windows_not_shifted", "generic/topk_chunk_step.hip",
               "const hx_i64 local = (hx_i64)end - first_key;", "const hx_i64 local = (hx_i64)end;"),
-        Plant("prefill_chunk_window_starts_a_key_late", "generic/prefill_topk_chunk.hip",
-              "hx_chunk_end(p.ks[m], p.first_key", "hx_chunk_end(p.ks[m] + 1, p.first_key"),
-        Plant("relative_shift_of_the_next_row", "generic/topk_merge.hip", "n - (hx_i64)p.rel[row]",
-              "n - (hx_i64)p.rel[row + 1 < p.rows ? row + 1 : row]"),
-        Plant("filter_threshold_the_largest_candidate", "generic/topk_chunk_filter.hip",
+        Plant("prefill_chunk_window_starts_a_key_late", "generic/topk_chunk_step.hip",
+              "hx_chunk_end(p.ks[row], p.next_key", "hx_chunk_end(p.ks[row] + 1, p.next_key"),
+        Plant("relative_shift_of_the_next_row", "generic/topk_chunk_step.hip", "p.rel + row",
+              "p.rel + (row + 1 < p.rows ? row + 1 : row)"),
+        Plant("filter_threshold_the_largest_candidate", "common/topk_chunks.h",
               "if (tid < half && scan[tid + half] < scan[tid])", "if (tid < half && scan[tid + half] > scan[tid])"),
-        Plant("filter_kept_column_one_late", "generic/topk_chunk_filter.hip", "cols[at] = i0 + t;",
-              "cols[at] = i0 + t + 1;"),
-        Plant("filter_drops_the_last_kept", "generic/topk_chunk_filter.hip", "p.lengths[row] = p.lead + (hx_i32)kept;",
-              "p.lengths[row] = p.lead + (hx_i32)kept - (kept > 0);"),
+        Plant("filter_kept_column_one_late", "common/topk_chunks.h", "cols[at] = i0 + t;", "cols[at] = i0 + t + 1;"),
+        Plant("selection_blind_to_the_last_kept", "generic/topk_chunk_step.hip", "p.top_k + (hx_i32)kept,",
+              "p.top_k + (hx_i32)kept - (kept > 0),"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.

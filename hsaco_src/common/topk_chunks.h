@@ -1,0 +1,92 @@
+// The per-row pieces of the composed top-k ops (hipindexer/ops/paged_topk.py,
+// prefill_topk.py), which run a logits kernel on one chunk of keys at a time into
+// a row of W: the running candidates' values in W[0, lead) (their keys in the
+// indices output, ascending), the chunk's logits after them. Built with HX_BLOCK:
+// every function is run by a whole block on one row.
+#pragma once
+#include "topk_select.h"
+
+#define HX_MERGE_SLOTS (MAX_TOP_K / HX_BLOCK)  // a thread's slots of a row: s = tid + k * HX_BLOCK
+static_assert(MAX_TOP_K % HX_BLOCK == 0, "every slot has its thread");
+#define HX_FILTER_ITEMS 8  // consecutive chunk columns per thread per tile
+
+// Keep only the chunk's columns w[lead, lead + width) that can still enter the
+// row's top_k, compacted in index order to w[lead, lead + kept) with their chunk
+// columns in cols[0, kept); returns kept. Every key of the chunk comes after every
+// candidate's, so it loses a tie with one: once the candidates are full (none
+// invalid) a column enters only with a key strictly above the smallest candidate
+// key, else any valid column does. In place: a tile's columns are read into
+// registers before the scan's barriers and written at or below where they were
+// read, never into a later tile. W-space order stays key order, so a selection's
+// ties by lower W column are still ties by lower key. scan: HX_BLOCK words.
+HX_INLINE HX_DEV hx_u32 hx_topk_filter_chunk(float* w, hx_i32 lead, hx_i32 width, hx_i32* cols, hx_u32* scan) {
+  const hx_u32 tid = hx_thread_x();
+  hx_u32 low = 0xFFFFFFFFu;
+  for (hx_i32 i = (hx_i32)tid; i < lead; i += HX_BLOCK) {
+    const hx_u32 k = hx_topk_key(w[i], false);
+    low = k < low ? k : low;
+  }
+  scan[tid] = low;
+  hx_barrier();
+  for (hx_u32 half = HX_BLOCK / 2; half > 0; half /= 2) {
+    if (tid < half && scan[tid + half] < scan[tid]) scan[tid] = scan[tid + half];
+    hx_barrier();
+  }
+  const hx_u32 T = lead ? scan[0] : 0u;  // 0 while a candidate is invalid: every valid column enters
+  hx_barrier();                          // scan is the exclusive sum's buffer below
+
+  hx_u32 kept = 0;  // over the tiles done
+  for (hx_i32 base = 0; base < width; base += HX_BLOCK * HX_FILTER_ITEMS) {
+    const hx_i32 i0 = base + (hx_i32)tid * HX_FILTER_ITEMS;
+    float v[HX_FILTER_ITEMS];
+    hx_u32 mine = 0, mask = 0;
+    HX_UNROLL
+    for (int t = 0; t < HX_FILTER_ITEMS; ++t) {
+      v[t] = i0 + t < width ? w[lead + i0 + t] : 0.f;
+      const bool in = i0 + t < width && hx_topk_key(v[t], false) > T;
+      mask |= (hx_u32)in << t;
+      mine += in;
+    }
+    hx_u32 total;
+    hx_u32 at = kept + hx_block_exclusive_sum(mine, scan, &total);  // its barriers order every read before a write
+    HX_UNROLL
+    for (int t = 0; t < HX_FILTER_ITEMS; ++t) {
+      if (!((mask >> t) & 1u)) continue;
+      w[lead + at] = v[t];
+      cols[at] = i0 + t;
+      ++at;
+    }
+    kept += total;
+  }
+  return kept;
+}
+
+// The first half of a merge: what each of this thread's slots of a selection in
+// W-space (sel, -1 past it) names, read before anything is written, since the
+// new candidates go over the old ones in place. W-space index i maps to the key
+// i < lead ? idx[i] : base + (cols ? cols[i - lead] : i - lead) and the value
+// w[i]; -1 stays -1 (-inf). Keys fit int32: the ops hold N and max_model_len to it.
+HX_INLINE HX_DEV void hx_merge_gather(const hx_i32* sel, const hx_i32* idx, const float* w, const hx_i32* cols,
+                                      hx_i32 lead, hx_i64 base, hx_i32 top_k, hx_i32 (&key)[HX_MERGE_SLOTS],
+                                      float (&val)[HX_MERGE_SLOTS]) {
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  HX_UNROLL
+  for (int k = 0; k < HX_MERGE_SLOTS; ++k) {
+    const hx_i32 s = tid + k * HX_BLOCK;
+    key[k] = -1;
+    val[k] = hx_bits_to_f32(0xFF800000u);
+    if (s >= top_k) continue;
+    const hx_i64 i = (hx_i64)sel[s];
+    if (i < 0) continue;
+    const hx_i64 col = i - lead;
+    key[k] = (hx_i32)(i < lead ? (hx_i64)idx[i] : base + (cols ? (hx_i64)cols[col] : col));
+    val[k] = w[i];
+  }
+}
+
+// The key a slot is written as: n, or with rel n - rel (a key's position in its own
+// request: a valid key n >= rel, so >= 0; one int32 cannot hold is written -1).
+HX_INLINE HX_HD hx_i32 hx_merge_index(hx_i64 n, const hx_i32* rel) {
+  const hx_i64 shifted = rel && n >= 0 ? n - (hx_i64)*rel : n;
+  return shifted <= 0x7FFFFFFF ? (hx_i32)shifted : -1;
+}

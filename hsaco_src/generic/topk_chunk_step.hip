@@ -1,0 +1,61 @@
+// A step of the composed prefill top-k (hipindexer.fp8_mqa_topk,
+// hipindexer/ops/prefill_topk.py), after the logits kernel has written key chunk
+// [base, base + width) of a group of rows into W past the candidates: one block
+// per row (with cols) filters the chunk by the smallest candidate, selects the
+// top_k of the candidates and the chunk's (kept) columns, merges them into the new
+// candidates (or, on the last chunk, the outputs), and writes the next chunk's
+// windows. Every target.
+//
+// The first chunk has no candidates: its row starts with them all invalid. The
+// next chunk's windows are the row's own shifted by the chunk's first key in 64
+// bits and clamped to [0, next_width]: a window that misses the chunk becomes
+// empty, one that meets it keeps exactly its columns there. They are written last,
+// read by the next logits launch on the stream.
+#include "topk_chunks.h"
+
+HX_INLINE HX_DEV hx_i32 hx_chunk_end(hx_i32 end, hx_i64 first_key, hx_i32 width) {
+  const hx_i64 local = (hx_i64)end - first_key;
+  return local < 0 ? 0 : local > width ? width : (hx_i32)local;
+}
+
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_chunk_step(const HX_GRID_CONSTANT TopkStepParams p) {
+  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
+  HX_SHARED(hx_u32, scan, HX_BLOCK);
+  HX_SHARED(hx_u32, found, 2);
+  HX_SHARED(hx_u64, entries, MAX_TOP_K);
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  const float neg_inf = hx_bits_to_f32(0xFF800000u);
+  for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
+    float* const w = p.w + row * p.w_stride;
+    hx_i32* const idx = p.indices + row * p.indices_stride;
+    hx_i32* const sel = p.ws + row * p.ws_stride;
+    if (p.base == 0) {
+      for (hx_i32 i = tid; i < p.top_k; i += HX_BLOCK) w[i] = neg_inf;
+      hx_barrier();
+    }
+    hx_i32* const cols = p.cols ? p.cols + row * p.cols_stride : 0;
+    const hx_u32 kept = cols ? hx_topk_filter_chunk(w, p.top_k, p.width, cols, scan) : (hx_u32)p.width;
+    hx_topk_select(w, p.top_k + (hx_i32)kept, false, (hx_u32)p.top_k, p.last && p.sorted, sel, 0, hist, scan,
+                   found, entries);
+    hx_barrier();  // the selection's slots are written
+    hx_i32 key[HX_MERGE_SLOTS];
+    float val[HX_MERGE_SLOTS];
+    hx_merge_gather(sel, idx, w, cols, p.top_k, p.base, p.top_k, key, val);
+    hx_barrier();  // every read of the old candidates is done
+    const hx_i32* const rel = p.last && p.rel ? p.rel + row : 0;
+    float* const values = p.last && p.values ? p.values + row * p.values_stride : 0;
+    HX_UNROLL
+    for (int k = 0; k < HX_MERGE_SLOTS; ++k) {
+      const hx_i32 s = tid + k * HX_BLOCK;
+      if (s >= p.top_k) continue;
+      idx[s] = hx_merge_index(key[k], rel);
+      if (!p.last) w[s] = val[k];
+      if (values) values[s] = val[k];
+    }
+    if (!p.last && tid == 0) {
+      p.chunk_ks[row] = hx_chunk_end(p.ks[row], p.next_key, p.next_width);
+      p.chunk_ke[row] = hx_chunk_end(p.ke[row], p.next_key, p.next_width);
+    }
+    hx_barrier();  // the shared arrays and W are the next row's
+  }
+}
