@@ -335,8 +335,12 @@ KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits"
 # topk_chunk_step.hip for prefill): a chunk's inputs, the filter, the selection and the merge.
 KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_paged_topk_chunk", "PagedTopkChunkParams",
                       block=256))
+# Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
+# deep, 512 (shorter passes per row) for fewer rows (hipindexer.ops.prefill_topk.STEP_WIDE_ROWS).
 KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=256))
+KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
+                      block=512))
 KERNELS.append(Kernel("topk_merge", "generic/topk_merge.hip", "hx_topk_merge", "TopkMergeParams",
                       block=256))
 # Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates

@@ -69,7 +69,7 @@ def test_every_check_runs_before_anything_is_copied(hopper):
                                 (inp, dict(out=DeviceArray.empty((40, 7), np.int32, dev)), ValueError),
                                 (inp, dict(rows=0), ValueError), (inp, dict(kernel="nope"), ValueError),
                                 (inp, dict(workspace=object()), TypeError), (inp, dict(sorted=1), TypeError),
-                                (inp, dict(nope=1), TypeError),
+                                (inp, dict(nope=1), TypeError), (inp, dict(step_block=128), ValueError),
                                 (far, dict(relative=True), ValueError)]:
         kw = dict(top_k=8, device=dev) | change
         with pytest.raises(error):

@@ -31,7 +31,7 @@ from .launch import INT32_MAX, kernel_for, prepared, remember, resident_key, tar
 from .prefill import check_prefill_call, prepare_prefill
 from .topk import MAX_BLOCKS, _written
 
-PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered")
+PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered", "step_block")
 SHAPE_TUNABLES = ("rows", "chunk", "filtered")
 STEP_POINTERS = ("w", "cols", "ws", "indices", "values", "rel", "ks", "ke", "chunk_ks", "chunk_ke")
 SLACK = 1 << 20      # the bound's constant: room for a useful chunk when M is small
@@ -40,6 +40,7 @@ CHUNK_ALIGN = 256    # a chunk short of the whole row is a multiple of this (who
 ROWS_MIN = 256       # a group has at least this many rows (or all of them), however narrow its chunks get
 FIRST_CHUNK = 4      # filtered: the first chunk's keys, in top_k (its selection is the filter of every later one)
 FILTER_CHUNKS = 8    # rows cut into more chunks than this are filtered
+STEP_WIDE_ROWS = 4   # groups of up to this many rows per CU (SM) take the step's 512-thread build
 
 
 def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
@@ -262,7 +263,10 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     q, k, kv_scale, weights, ks, ke = arrays[:6]
     shape_kw = {n: tunables[n] for n in SHAPE_TUNABLES if n in tunables}
-    logits_kw = {n: v for n, v in tunables.items() if n not in SHAPE_TUNABLES}
+    step_block = tunables.get("step_block")
+    if step_block not in (None, 256, 512):
+        raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
+    logits_kw = {n: v for n, v in tunables.items() if n not in SHAPE_TUNABLES + ("step_block",)}
     c = check_prefill_call(q, k, kv_scale, weights, ks, ke, accumulation, stream, device, logits_kw,
                            PREFILL_TUNABLES, op="prefill top-k", others=outs)
     shape_kw = {n: v for n, v in shape_kw.items() if v is not None}  # None: the shape planner decides
@@ -292,7 +296,7 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
         for n, v in shape_kw.items():
             if v != getattr(workspace, n):
                 raise ValueError(f"{n}: the workspace's {n} is {getattr(workspace, n)}, got {v!r}")
-    plan = _plan(dev, s, top_k, workspace, relative, sorted, return_values, accumulation, logits_kw,
+    plan = _plan(dev, s, top_k, workspace, relative, sorted, return_values, accumulation, logits_kw, step_block,
                  (outs[0], outs[1] if return_values and len(outs) > 1 else None) if _has_out(outs) else (None, None))
     remember(key, plan)
     c.upload()
@@ -315,9 +319,10 @@ def chunk_starts(N: int, chunk: int, top_k: int, filtered: bool) -> list[int]:
     return [0] + list(range(first, N, chunk))
 
 
-def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logits_kw, outs) -> _Plan:
-    """The groups and chunks of a call and the prepared launches of each. outs: the caller's (indices, values)
-    arrays (None: new ones, contiguous), whose strides it fixes."""
+def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logits_kw, step_block, outs) -> _Plan:
+    """The groups and chunks of a call and the prepared launches of each. step_block: the step's threads (None:
+    512 for groups of up to STEP_WIDE_ROWS rows per CU, else 256). outs: the caller's (indices, values) arrays
+    (None: new ones, contiguous), whose strides it fixes."""
     plan = _Plan(dev, s, top_k, ws, bool(relative), (_stride(outs[0], s.M, top_k), _stride(outs[1], s.M, top_k)))
     if s.M == 0 or s.N == 0:
         return plan
@@ -333,7 +338,10 @@ def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logi
                                                   PrefillShape(r, width, s.H, s.D), w_stride, True)
         return logits_of[r, width]
 
-    step = kernel_for(dev, "topk_chunk_step")
+    if step_block is None:
+        step_block = 512 if min(ws.rows, s.M) <= STEP_WIDE_ROWS * target.num_cus else 256
+    step_key = "topk_chunk_step_wide" if step_block == 512 else "topk_chunk_step"
+    step = kernel_for(dev, step_key)
     starts = chunk_starts(s.N, min(ws.chunk, s.N), top_k, ws.filtered)
     ends = starts[1:] + [s.N]
     for r0 in range(0, s.M, ws.rows):
@@ -342,10 +350,11 @@ def _plan(dev, s, top_k, ws, relative, sorted, return_values, accumulation, logi
         for i, (c0, c1) in enumerate(zip(starts, ends)):
             last = c1 == s.N
             nxt = (-1, 0) if last else (ends[i], ends[i + 1] - ends[i])
-            launch = step.prepare(max(1, min(MAX_BLOCKS, r)), KERNEL["topk_chunk_step"].block, pointers=STEP_POINTERS,
-                                  w_stride=w_stride, cols_stride=ws.chunk if ws.filtered else 0, ws_stride=top_k, indices_stride=idx_stride,
-                                  values_stride=val_stride, base=c0, next_key=nxt[0], rows=r, top_k=top_k,
-                                  width=c1 - c0, next_width=nxt[1], sorted=int(bool(sorted)), last=int(last))
+            launch = step.prepare(max(1, min(MAX_BLOCKS, r)), step_block, pointers=STEP_POINTERS, w_stride=w_stride,
+                                  cols_stride=ws.chunk if ws.filtered else 0, ws_stride=top_k,
+                                  indices_stride=idx_stride, values_stride=val_stride, base=c0, next_key=nxt[0],
+                                  rows=r, top_k=top_k, width=c1 - c0, next_width=nxt[1], sorted=int(bool(sorted)),
+                                  last=int(last))
             steps.append(_Step(c0, logits(r, c1 - c0), launch))
         plan.groups.append((r0, steps))
     return plan

@@ -18,9 +18,9 @@ from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
 
 POISON = np.iinfo(np.int32).min
-# The planner's shape, then groups and chunks forced small, with and without the filter.
-SHAPES = ({}, {"rows": 16, "chunk": 96}, {"rows": 5, "chunk": 37, "filtered": True},
-          {"rows": 16, "chunk": 96, "filtered": True})
+# The planner's shape, then groups and chunks forced small, with and without the filter, with both step builds.
+SHAPES = ({}, {"rows": 16, "chunk": 96, "step_block": 256}, {"rows": 5, "chunk": 37, "filtered": True},
+          {"rows": 16, "chunk": 96, "filtered": True, "step_block": 256})
 
 
 def poisoned(dev, M, top_k, pad=0):
