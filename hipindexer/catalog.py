@@ -256,18 +256,22 @@ STRUCTS.append(Struct("TopkParams", [
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
 ]))
-# The steps of the composed top-k ops (hipindexer.ops.paged_topk, prefill_topk) around a logits op and
-# topk_logits: a decode key chunk's lengths and block table and the merge of a selection in W-space into global
-# keys (and slots); a prefill chunk's whole step after its logits (filter, select, merge, the next windows). Optional arrays are 0: next_n_lens (every row live); ws (the
-# indices already are global: slots or relative indices only), w, values, slots and block_tables (not wanted);
-# rel (absolute indices; else [rows] int32 subtracted from each index written).
-STRUCTS.append(Struct("PagedTopkChunkParams", [
+# The step kernels of the composed top-k ops (hipindexer.ops.paged_topk, prefill_topk), one launch after each key
+# chunk's logits: the selection over the running candidates and the chunk, the merge into new candidates (on the
+# last chunk the outputs), and the next chunk's inputs for the logits op. Optional arrays are 0: next_n_lens (every
+# row live), values and slots (not asked for), rel (absolute indices; else [rows] int32 subtracted from each index
+# written), cols (no filter).
+STRUCTS.append(Struct("PagedTopkStepParams", [
+    ("w", "ptr:f32"), ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
     ("context_lens", "ptr:i32"), ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"),
     ("chunk_lens", "ptr:i32"), ("chunk_table", "ptr:i32"),
-    ("first_key", "i64"), ("first_block", "i64"),  # the chunk's first key, and its block-table column
-    ("B", "i32"), ("next_n", "i32"), ("max_blocks", "i32"),
+    ("w_stride", "i64"), ("ws_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),
+    ("slots_stride", "i64"),  # elements between rows
+    ("base", "i64"), ("next_key", "i64"),  # the first key of this chunk and of the next
+    ("rows", "i32"), ("top_k", "i32"), ("width", "i32"),
+    ("next_n", "i32"), ("max_blocks", "i32"), ("block_size", "i32"),
     ("chunk_blocks", "i32"),  # columns of chunk_table
-    ("lens_per_row", "i32"),
+    ("lens_per_row", "i32"), ("sorted", "i32"), ("last", "i32"),
 ]))
 STRUCTS.append(Struct("TopkStepParams", [
     ("w", "ptr:f32"), ("cols", "ptr:i32"), ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
@@ -277,17 +281,6 @@ STRUCTS.append(Struct("TopkStepParams", [
     ("base", "i64"), ("next_key", "i64"),  # the first key of this chunk and of the next
     ("rows", "i32"), ("top_k", "i32"), ("width", "i32"), ("next_width", "i32"),
     ("sorted", "i32"), ("last", "i32"),
-]))
-STRUCTS.append(Struct("TopkMergeParams", [
-    ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("w", "ptr:f32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
-    ("block_tables", "ptr:i32"), ("rel", "ptr:i32"),
-    ("ws_stride", "i64"), ("indices_stride", "i64"), ("w_stride", "i64"), ("values_stride", "i64"),
-    ("slots_stride", "i64"),  # elements between rows
-    ("base", "i64"),  # the global key of the chunk's first column
-    ("rows", "i32"), ("top_k", "i32"),
-    ("lead", "i32"),  # candidate columns before the chunk's in W (0: none)
-    ("write_w", "i32"),  # write the new candidates' values over W's first top_k columns
-    ("next_n", "i32"), ("block_size", "i32"), ("max_blocks", "i32"),
 ]))
 # The split path of topk_logits (hipindexer.ops.topk, hsaco_src/common/topk_split.h): TopkParams' fields, then the
 # workspace (per row at row * row_bytes: a histogram and two counts, certain entries at cert_off, candidates at
@@ -331,9 +324,8 @@ KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "
 # The standalone top-k over a logits array: one block per row, radix select, compaction in index order, bitonic sort
 # for sorted=True (hsaco_src/generic/topk_logits.hip).
 KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
-# The composed top-k ops' own steps (hsaco_src/generic/paged_topk_chunk.hip and topk_merge.hip for decode,
-# topk_chunk_step.hip for prefill): a chunk's inputs, the filter, the selection and the merge.
-KERNELS.append(Kernel("paged_topk_chunk", "generic/paged_topk_chunk.hip", "hx_paged_topk_chunk", "PagedTopkChunkParams",
+# The composed top-k ops' step kernels (hsaco_src/generic/paged_topk_step.hip, topk_chunk_step.hip).
+KERNELS.append(Kernel("paged_topk_step", "generic/paged_topk_step.hip", "hx_paged_topk_step", "PagedTopkStepParams",
                       block=256))
 # Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
 # deep, 512 (shorter passes per row) for fewer rows (hipindexer.ops.prefill_topk.STEP_WIDE_ROWS).
@@ -341,8 +333,6 @@ KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk
                       block=256))
 KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=512))
-KERNELS.append(Kernel("topk_merge", "generic/topk_merge.hip", "hx_topk_merge", "TopkMergeParams",
-                      block=256))
 # Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates
 # gathered by the same blocks, then one block per row (512 threads: its sort and scans are barrier-bound) that
 # selects among the candidates, sorts, writes and zeroes the workspace, or runs topk_logits' row algorithm.

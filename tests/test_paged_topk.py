@@ -85,9 +85,9 @@ def test_every_check_runs_before_anything_is_copied(hopper):
 
 
 def test_chunks_and_what_each_launch_is_sent(hopper):
-    """A row wider than the workspace: the first chunk on the caller's inputs, then per chunk its inputs, the
-    logits op, topk_logits and the merge, the last merge writing values and slots; a row that fits is one logits
-    call and one top-k."""
+    """A row wider than the workspace: per chunk the logits op (the first on the caller's inputs, the others on
+    the lengths and table the previous step wrote) and the step, the last step writing values and slots; a row
+    that fits is one logits call and one step."""
     hb, dev = hopper
     inp = _inputs(dev)
     mml = inp.max_model_len
@@ -97,18 +97,20 @@ def test_chunks_and_what_each_launch_is_sent(hopper):
     chunks = -(-mml // 1024)
     got = _symbols(hb, n0)
     logits = got[0]
-    assert got[:2] == [logits, "hx_topk_logits"] and len(got) == 2 + 4 * (chunks - 1)
-    assert got[2:6] == ["hx_paged_topk_chunk", logits, "hx_topk_logits", "hx_topk_merge"]
-    merge = catalog.STRUCT["TopkMergeParams"]
-    last = merge.ctype().from_buffer_copy(hb.launches[-1][4])
-    assert (last.base, last.lead, last.write_w, last.top_k) == ((chunks - 1) * 1024, 64, 0, 64)
+    assert got == [logits, "hx_paged_topk_step"] * chunks
+    step = catalog.STRUCT["PagedTopkStepParams"]
+    last = step.ctype().from_buffer_copy(hb.launches[-1][4])
+    assert (last.base, last.last, last.top_k, last.width) == ((chunks - 1) * 1024, 1, 64, mml - (chunks - 1) * 1024)
     assert last.values != 0 and last.slots != 0 and last.w == ws.w.ptr
-    first = merge.ctype().from_buffer_copy(hb.launches[n0 + 5][4])
-    assert first.write_w == 1 and first.values == 0 and first.slots == 0 and first.base == 1024
+    first = step.ctype().from_buffer_copy(hb.launches[n0 + 1][4])
+    assert (first.base, first.next_key, first.last, first.chunk_blocks) == (0, 1024, 0, 16)
+    assert first.chunk_lens == ws.lens.ptr and first.chunk_table == ws.table.ptr
+    second = catalog.STRUCT["DecodeParams"].ctype().from_buffer_copy(hb.launches[n0 + 2][4])
+    assert second.context_lens == ws.lens.ptr and second.block_tables == ws.table.ptr and second.max_blocks == 16
     n1 = len(hb.launches)
     whole = paged_topk_workspace(2, 2, 64, mml, 64, device=dev)
     fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=whole)
-    assert _symbols(hb, n1) == [logits, "hx_topk_logits"]
+    assert _symbols(hb, n1) == [logits, "hx_paged_topk_step"]
 
 
 def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):

@@ -1,13 +1,14 @@
 """The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"), composed from the decode logits op
-and ``topk_logits`` so that it is correct on every target today; fused kernels are planned.
+and a step kernel of its own, so that it is correct on every target today; fused kernels are planned.
 
 It never holds a row's logits: the keys are taken in chunks of C columns (a multiple of the block size), and a
 workspace W of [rows, top_k + C] float32 holds the running candidates' values in its first top_k columns (their
-global keys in the indices output, in ascending order) and the chunk's logits after them. Per chunk: the chunk's
-lengths and block-table columns (hsaco_src/generic/paged_topk_chunk.hip), the logits op on that chunk into W,
-topk_logits over W into a scratch of W-space indices, and the merge (topk_merge.hip) that maps those back to
-global keys (and values, and on the last chunk slots). Candidates come first in W and stay in key order, so ties
-across chunks go to the lower key, as within one. A row that fits in W whole is one logits call and one top-k.
+global keys in the indices output, in ascending order) and the chunk's logits after them. Per chunk two launches:
+the logits op on that chunk into W (the first chunk on the caller's lengths and table, the others on those the
+previous step wrote), and the step (hsaco_src/generic/paged_topk_step.hip), which selects over the candidates and
+the chunk, merges the selection into the new candidates (on the last chunk the indices, values and slots asked
+for), and writes the next chunk's lengths and block-table columns. Candidates come first in W and stay in key
+order, so ties across chunks go to the lower key, as within one.
 
 The workspace's size is bounded by a formula of the batch alone (workspace_bound), whatever max_model_len: C is
 the widest chunk that keeps it under the bound. It is allocated by paged_topk_workspace (once, before a graph
@@ -27,11 +28,11 @@ from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
 from .decode import check_decode_call, fp8_paged_mqa_logits
 from .launch import INT32_MAX, check_tunables, kernel_for, prepared, remember, resident_key, target_of
-from .topk import MAX_BLOCKS, _written, topk_logits
+from .topk import MAX_BLOCKS, _written
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk",)
-CHUNK_POINTERS = ("context_lens", "next_n_lens", "block_tables", "chunk_lens", "chunk_table")
-MERGE_POINTERS = ("ws", "indices", "w", "values", "slots", "block_tables", "rel")
+STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
+                 "chunk_table")
 SLACK = 1 << 20  # the bound's constant: room for a chunk of useful width when the batch is small
 
 
@@ -121,15 +122,11 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
 
 @dataclass
 class _Step:
-    """One key chunk: its width, where the logits op writes it, what topk_logits reads, and this op's own launches
-    (the chunk's inputs and the merge; neither on the first chunk, which reads the caller's own inputs)."""
+    """One key chunk [c0, c0 + width): where the logits op writes it, and its step, prepared."""
+    c0: int
     width: int
     logits_out: DeviceArray
-    topk_in: DeviceArray
-    sorted: bool
-    prep: object = None
-    merge: object = None
-    last: bool = False
+    step: object
 
 
 @dataclass
@@ -141,11 +138,8 @@ class _Plan:
     steps: list
     logits_kw: dict
     workspace: PagedTopkWorkspace | None
-    cand_values: DeviceArray | None = None  # W's first top_k columns
-    lens: DeviceArray | None = None         # a chunk's [B, next_n] lengths
-    table: DeviceArray | None = None        # a chunk's [B, C / block_size] block table
-    scratch: DeviceArray | None = None      # the W-space indices
-    slots: object = None                    # a one-chunk call's slots (the merge with no W-space indices)
+    lens: DeviceArray | None = None   # a chunk's [B, next_n] lengths, written by the step before it
+    table: DeviceArray | None = None  # a chunk's [B, C / block_size] block table, likewise
 
 
 def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_model_len, top_k, next_n_lens=None,
@@ -267,7 +261,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
         if chunk is not None and chunk != workspace.chunk:
             raise ValueError(f"chunk: the workspace's chunk is {workspace.chunk}, got {chunk!r}")
     if s.B:  # the logits op's kernel choice is refused here, before anything moves
-        plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, top_k + workspace.chunk),
+        plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, workspace.chunk),
                     target_of(dev), preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
                     **logits_tunables)
     given = list(outs) if _has_out(outs) else [None] * asked
@@ -291,44 +285,25 @@ def _stride(a, R: int, width: int) -> int:
 
 
 def _plan(dev, s, top_k, ws, sorted, outs, want_slots, logits_kw) -> _Plan:
-    """The chunks of a call: their widths, views of the workspace, and the prepared launches of its own kernels.
+    """The chunks of a call: their widths, views of the workspace, and the prepared step launches.
     outs: the caller's (indices, values, slots) arrays (None: new ones, contiguous), whose strides it fixes."""
     R, mml = s.B * s.next_n, s.max_model_len
     if s.B == 0:
         return _Plan(dev, 0, top_k, [], logits_kw, ws)
     idx, vals, slots = outs
     C = ws.chunk
-    merge = kernel_for(dev, "topk_merge")
-    mblock = KERNEL["topk_merge"].block
-    fixed = dict(next_n=s.next_n, block_size=s.block_size, max_blocks=s.max_blocks, rows=R, top_k=top_k,
-                 indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
-                 slots_stride=_stride(slots, R, top_k))
-    if mml <= top_k + C:  # the whole row in W: one logits call, one top-k
-        w = ws.w[:R, :mml]
-        plan = _Plan(dev, R, top_k, [_Step(mml, w, w, sorted, last=True)], logits_kw, ws)
-        if want_slots:
-            plan.slots = merge.prepare(_grid(R), mblock, pointers=MERGE_POINTERS, ws_stride=0, w_stride=0, base=0,
-                                       lead=0, write_w=0, **fixed)
-        return plan
-    cb = C // s.block_size
-    chunker = kernel_for(dev, "paged_topk_chunk")
-    cblock = KERNEL["paged_topk_chunk"].block
-    plan = _Plan(dev, R, top_k, [], logits_kw, ws, cand_values=ws.w[:R, :top_k], lens=ws.lens[:s.B],
-                 table=ws.table[:s.B], scratch=ws.ws[:R])
+    kern = kernel_for(dev, "paged_topk_step")
+    fixed = dict(w_stride=_stride(ws.w, R, top_k + C), ws_stride=top_k, indices_stride=_stride(idx, R, top_k),
+                 values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), rows=R, top_k=top_k,
+                 next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size, chunk_blocks=C // s.block_size,
+                 lens_per_row=int(s.lens_per_row), sorted=int(bool(sorted)))
+    plan = _Plan(dev, R, top_k, [], logits_kw, ws, ws.lens[:s.B], ws.table[:s.B])
     for c0 in range(0, mml, C):
         width = min(C, mml - c0)
         last = c0 + width == mml
-        logits_out = ws.w[:R, top_k:top_k + width]
-        if c0 == 0:  # the caller's own lengths and table, cut at the chunk by max_model_len
-            plan.steps.append(_Step(width, logits_out, logits_out, False))
-            continue
-        prep = chunker.prepare(_grid(-(-(R + s.B * cb) // cblock)), cblock, pointers=CHUNK_POINTERS, first_key=c0,
-                               first_block=c0 // s.block_size, B=s.B, next_n=s.next_n, max_blocks=s.max_blocks,
-                               chunk_blocks=cb, lens_per_row=int(s.lens_per_row))
-        mrg = merge.prepare(_grid(R), mblock, pointers=MERGE_POINTERS, ws_stride=top_k,
-                            w_stride=_stride(ws.w, R, top_k + C), base=c0, lead=top_k, write_w=int(not last),
-                            **fixed)
-        plan.steps.append(_Step(width, logits_out, ws.w[:R, :top_k + width], sorted and last, prep, mrg, last))
+        step = kern.prepare(_grid(R), KERNEL["paged_topk_step"].block, pointers=STEP_POINTERS, base=c0,
+                            next_key=-1 if last else c0 + C, width=width, last=int(last), **fixed)
+        plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], step))
     return plan
 
 
@@ -339,27 +314,16 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     result = (idx,) + ((vals,) if return_values else ()) + ((slots,) if return_slots else ())
     if plan.R == 0:
         return result if len(result) > 1 else idx
-    top_k, kw, dev = plan.top_k, plan.logits_kw, plan.dev
+    kw, dev, ws = plan.logits_kw, plan.dev, plan.workspace
+    ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
+            context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,
+            ws.table.ptr)
     for step in plan.steps:
-        if step.prep is None:  # the first chunk (or the whole row): the caller's inputs
+        if step.c0 == 0:  # the caller's own lengths and table, cut at the chunk by max_model_len
             fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, step.width, next_n_lens,
                                  clean_logits=True, errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
-            if step.last:
-                topk_logits(step.topk_in, top_k, sorted=step.sorted, return_values=vals is not None, out=idx,
-                            values=vals, stream=st, device=dev)
-            else:
-                topk_logits(step.topk_in, top_k, return_values=True, out=idx, values=plan.cand_values, stream=st,
-                            device=dev)
-            continue
-        step.prep(st.handle, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr,
-                  plan.lens.ptr, plan.table.ptr)
-        fp8_paged_mqa_logits(q, kv_cache, weights, plan.lens, plan.table, step.width, clean_logits=True,
-                             errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
-        topk_logits(step.topk_in, top_k, sorted=step.sorted, out=plan.scratch, stream=st, device=dev)
-        out_vals = vals.ptr if step.last and vals is not None else 0
-        out_slots = slots.ptr if step.last and slots is not None else 0
-        step.merge(st.handle, plan.scratch.ptr, idx.ptr, plan.workspace.w.ptr, out_vals, out_slots, block_tables.ptr,
-                   0)
-    if plan.slots is not None and slots is not None:
-        plan.slots(st.handle, 0, idx.ptr, 0, 0, slots.ptr, block_tables.ptr, 0)
+        else:
+            fp8_paged_mqa_logits(q, kv_cache, weights, plan.lens, plan.table, step.width, clean_logits=True,
+                                 errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
+        step.step(st.handle, *ptrs)
     return result if len(result) > 1 else idx

@@ -295,19 +295,20 @@ PLANTS = {
         Plant("overflow_row_not_taken_whole", "generic/topk_split_finish.hip",
               "if (cut.mode == HX_CUT_OVERFLOW) {", "if (cut.mode == HX_CUT_OVERFLOW + 1u) {"),
     ],
-    # The composed decode top-k's own kernels (generic/paged_topk_chunk.hip, generic/topk_merge.hip): the
-    # merge's chunk base a block late, the candidates' keys read from the wrong end (their order reversed), a
-    # chunk's table columns one block late, its lengths not shifted to the chunk, or blind to next_n_lens.
-    # Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
+    # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
+    # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
+    # reversed), a chunk's table columns one block late, its lengths not shifted to the chunk, or blind to
+    # next_n_lens. Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
     "paged_topk": [
-        Plant("merge_chunk_base_one_block_late", "common/topk_chunks.h", ": base + (cols ?", ": base + 16 + (cols ?"),
+        Plant("merge_chunk_base_one_block_late", "common/topk_chunks.h", ": base + (cols ? (hx_i64)cols[col]",
+              ": base + 16 + (cols ? (hx_i64)cols[col]"),
         Plant("candidates_reversed", "common/topk_chunks.h", "i < lead ? (hx_i64)idx[i]",
               "i < lead ? (hx_i64)idx[lead - 1 - i]"),
-        Plant("chunk_table_one_block_late", "generic/paged_topk_chunk.hip",
-              "col = p.first_block + e % p.chunk_blocks", "col = p.first_block + 1 + e % p.chunk_blocks"),
-        Plant("chunk_lengths_not_shifted", "generic/paged_topk_chunk.hip", "const hx_i64 local = len - p.first_key;",
+        Plant("chunk_table_one_block_late", "generic/paged_topk_step.hip", "const hx_i64 col = first_block + e;",
+              "const hx_i64 col = first_block + 1 + e;"),
+        Plant("chunk_lengths_not_shifted", "generic/paged_topk_step.hip", "const hx_i64 local = len - first_key;",
               "const hx_i64 local = len;"),
-        Plant("chunk_lengths_blind_to_next_n_lens", "generic/paged_topk_chunk.hip",
+        Plant("chunk_lengths_blind_to_next_n_lens", "generic/paged_topk_step.hip",
               "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
               "const hx_i64 live = (hx_i64)p.next_n;"),
     ],
