@@ -325,10 +325,13 @@ KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "
 # for sorted=True (hsaco_src/generic/topk_logits.hip).
 KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
 # The composed top-k ops' step kernels (hsaco_src/generic/paged_topk_step.hip, topk_chunk_step.hip).
+# Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
+# deep, 512 (shorter passes per row) for fewer rows (STEP_WIDE_ROWS in hipindexer.ops.prefill_topk and
+# paged_topk).
 KERNELS.append(Kernel("paged_topk_step", "generic/paged_topk_step.hip", "hx_paged_topk_step", "PagedTopkStepParams",
                       block=256))
-# Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
-# deep, 512 (shorter passes per row) for fewer rows (hipindexer.ops.prefill_topk.STEP_WIDE_ROWS).
+KERNELS.append(Kernel("paged_topk_step_wide", "generic/paged_topk_step.hip", "hx_paged_topk_step",
+                      "PagedTopkStepParams", block=512))
 KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=256))
 KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",

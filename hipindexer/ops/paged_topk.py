@@ -30,10 +30,11 @@ from .decode import check_decode_call, fp8_paged_mqa_logits
 from .launch import INT32_MAX, check_tunables, kernel_for, prepared, remember, resident_key, target_of
 from .topk import MAX_BLOCKS, _written
 
-PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk",)
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
 SLACK = 1 << 20  # the bound's constant: room for a chunk of useful width when the batch is small
+STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
 
 
 def workspace_bound(B: int, next_n: int, top_k: int, units: int) -> int:
@@ -222,8 +223,10 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     q, kv_cache, weights, context_lens, block_tables, _, errors = arrays[:7]
     check_tunables("paged top-k", tunables, PAGED_TOPK_TUNABLES)
-    chunk = tunables.get("chunk")
-    logits_tunables = {k: v for k, v in tunables.items() if k != "chunk"}
+    chunk, step_block = tunables.get("chunk"), tunables.get("step_block")
+    if step_block not in (None, 256, 512):
+        raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
+    logits_tunables = {k: v for k, v in tunables.items() if k not in ("chunk", "step_block")}
     c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
                           split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
                           others=outs)
@@ -266,7 +269,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
                     **logits_tunables)
     given = list(outs) if _has_out(outs) else [None] * asked
     fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-    plan = _plan(dev, s, top_k, workspace, sorted, fixed, bool(return_slots),
+    plan = _plan(dev, s, top_k, workspace, sorted, fixed, step_block,
                  dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
     remember(key, plan)
     c.upload()
@@ -284,15 +287,19 @@ def _stride(a, R: int, width: int) -> int:
     return a.strides[0] // a.itemsize if a is not None and R > 1 else width
 
 
-def _plan(dev, s, top_k, ws, sorted, outs, want_slots, logits_kw) -> _Plan:
-    """The chunks of a call: their widths, views of the workspace, and the prepared step launches.
-    outs: the caller's (indices, values, slots) arrays (None: new ones, contiguous), whose strides it fixes."""
+def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
+    """The chunks of a call: their widths, views of the workspace, and the prepared step launches. step_block: the
+    step's threads (None: 512 for batches of up to STEP_WIDE_ROWS rows per CU, else 256). outs: the caller's
+    (indices, values, slots) arrays (None: new ones, contiguous), whose strides it fixes."""
     R, mml = s.B * s.next_n, s.max_model_len
     if s.B == 0:
         return _Plan(dev, 0, top_k, [], logits_kw, ws)
     idx, vals, slots = outs
     C = ws.chunk
-    kern = kernel_for(dev, "paged_topk_step")
+    if step_block is None:
+        step_block = 512 if R <= STEP_WIDE_ROWS * target_of(dev).num_cus else 256
+    step_key = "paged_topk_step_wide" if step_block == 512 else "paged_topk_step"
+    kern = kernel_for(dev, step_key)
     fixed = dict(w_stride=_stride(ws.w, R, top_k + C), ws_stride=top_k, indices_stride=_stride(idx, R, top_k),
                  values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), rows=R, top_k=top_k,
                  next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size, chunk_blocks=C // s.block_size,
@@ -301,7 +308,7 @@ def _plan(dev, s, top_k, ws, sorted, outs, want_slots, logits_kw) -> _Plan:
     for c0 in range(0, mml, C):
         width = min(C, mml - c0)
         last = c0 + width == mml
-        step = kern.prepare(_grid(R), KERNEL["paged_topk_step"].block, pointers=STEP_POINTERS, base=c0,
+        step = kern.prepare(_grid(R), KERNEL[step_key].block, pointers=STEP_POINTERS, base=c0,
                             next_key=-1 if last else c0 + C, width=width, last=int(last), **fixed)
         plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], step))
     return plan

@@ -81,8 +81,9 @@ def _wide(dev, top_k, block_size, lens_per_row, seed):
     bound = reference.decode_bounds(inp.context_lens, 2, inp.max_model_len, inp.next_n_lens)
     assert (bound >= 4 * top_k).all()
     for chunk in (4 * block_size, -(-top_k // block_size) * block_size + block_size, None):
-        for sorted in (False, True):
-            check(dev, inp, top_k, sorted, **({} if chunk is None else {"chunk": chunk}))
+        for sorted in (False, True):  # the step's 256-thread build on the narrowest chunks, unsorted
+            extra = {"step_block": 256} if chunk == 4 * block_size and not sorted else {}
+            check(dev, inp, top_k, sorted, **({} if chunk is None else {"chunk": chunk}), **extra)
 
 
 for _k, _bs in ((7, 16), (64, 64), (512, 16), (300, 64)):
