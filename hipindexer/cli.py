@@ -741,6 +741,59 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                    "graph us", "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
 
 
+@bench.command("topk")
+@device_option
+@click.option("--op", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True,
+              help="decode: fp8_paged_mqa_topk; prefill: fp8_mqa_topk.")
+@click.option("--shapes", type=Shapes(), default=None,
+              help="decode BxCTX,... (default: (64, 131072), (64, 32768), (16, 131072), (16, 32768), (4, 8192)); "
+                   "prefill MxN,... (default: (4096, 32768), (2048, 65536), (1024, 131072), (128, 32768)); tiny "
+                   "ones on the emulator")
+@click.option("--heads", type=IntList(), default="64", show_default=True, help="Head counts H.")
+@click.option("--next-n", "next_ns", type=IntList(), default="1,2", show_default=True,
+              help="Decode query rows per sequence.")
+@click.option("--top-k", "top_k", type=click.IntRange(1, 4096), default=2048, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed batches; the median is reported.")
+@json_option
+def bench_topk_cmd(device_spec, op, shapes, heads, next_ns, top_k, repeats, as_json) -> None:
+    """A top-k op against our logits op alone and our logits op followed by topk_logits, timed in one run, with
+    the read ceiling measured in the same run (topk_logits' fraction of it) and its workspace beside the bound
+    (docs/benchmarks.md, "Top-k"). tools/measure/prefill_topk_bench.py adds torch.topk beside them."""
+    from .bench.timing import emulated, figure, read_bandwidth
+    from .bench.topk import (DECODE_TOPK_ROWS, EMULATOR_DECODE_ROWS, EMULATOR_PREFILL_SHAPES, PREFILL_TOPK_SHAPES,
+                             bench_topk_decode, bench_topk_prefill)
+    dev = _device_or_exit(device_spec)
+    if emulated(dev):
+        _progress("emulated device: tiny shapes unless --shapes, and the times measure the CPU emulator: they are "
+                  "not speeds")
+    decode = op == "decode"
+    shp = shapes or ((EMULATOR_DECODE_ROWS if decode else EMULATOR_PREFILL_SHAPES) if emulated(dev) else
+                     (DECODE_TOPK_ROWS if decode else PREFILL_TOPK_SHAPES))
+    _progress(f"device {dev!r}: measuring the read ceiling")
+    bw = read_bandwidth(dev, nbytes=(1 << 20) if emulated(dev) else 2 << 30)
+    todo = [(a, b, H, n) for (a, b) in shp for H in heads for n in (next_ns if decode else (0,))]
+    rows = []
+    for i, (a, b, H, n) in enumerate(todo):
+        _progress(f"[{i + 1}/{len(todo)}] {'B' if decode else 'M'}={a} {'ctx' if decode else 'N'}={b} H={H}" +
+                  (f" next_n={n}" if decode else ""))
+        r = bench_topk_decode(dev, a, b, H, n, top_k, repeats) if decode else \
+            bench_topk_prefill(dev, a, b, H, top_k, repeats)
+        r["topk_logits_of_read"] = r["topk_logits_read_GBps"] * 1e9 / bw if r["topk_logits_read_GBps"] else None
+        rows.append(r)
+    shape = (lambda r: [r["B"], r["ctx"], r["H"], r["next_n"]]) if decode else (lambda r: [r["M"], r["N"], r["H"]])
+    _bench_report(f"topk_{op}", dev, {"read_GBps": bw / 1e9},
+                  [f"read ceiling (our streaming read kernel): {figure(bw / 1e9)} GB/s"], rows,
+                  [shape(r) + [f"{r['us']:.1f}", f"{r['us_logits']:.1f}", f"{r['us_logits_then_topk_logits']:.1f}",
+                               f"{r['over_logits']:.2f}", f"{r['over_logits_then_topk_logits']:.2f}",
+                               figure(r["tflops"], ".1f"), _pct(r["topk_logits_of_read"]),
+                               f"{r['workspace_bytes']} / {r['workspace_bound']}", f"{r['host_us']:.1f}"]
+                   for r in rows],
+                  (["B", "ctx", "H", "next_n"] if decode else ["M", "N", "H"]) +
+                  ["top-k us", "logits us", "logits + topk_logits us", "/ logits", "/ (logits + topk_logits)",
+                   "TFLOP/s", "topk_logits of read", "workspace / bound B", "host us/call"], as_json)
+
+
 @bench.command("cache")
 @device_option
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,

@@ -57,6 +57,8 @@ def _run(*args):
     (["bench", "decode", "--next-n", "9"], "'--next-n': expected comma-separated next_n values, each 1..8 or ragged"),
     (["bench", "decode", "--next-n", "0,ragged"], "'--next-n': expected comma-separated next_n values"),
     (["bench", "decode", "--repeats", "0"], "'--repeats': 0 is not in the range x>=1"),
+    (["bench", "topk", "--op", "both"], "'--op': 'both' is not one of"),
+    (["bench", "topk", "--top-k", "0"], "'--top-k': 0 is not in the range 1<=x<=4096"),
     (["bench", "decode", "--rows", "equal:0x512"], "'--rows': expected SPREAD:BxCTX,..."),
 ])
 def test_usage_errors_exit_2_with_one_line_and_no_traceback(args, says):

@@ -145,3 +145,16 @@ def test_quick_prefill_topk_sweep_passes_on_the_emulator(emu_kernels):
     for part in ("causal", "cp", "misaligned", "empty", "past_end", "multi_req", "_k2048", "_relative", "_small",
                  "_planned", "_H64_D128"):
         assert part in names, part
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("op,count", [("prefill", 1), ("decode", 2)])
+def test_bench_topk_on_the_emulator_times_the_three_ways_and_says_its_times_are_not_speeds(emu_kernels, op, count):
+    p = H.run_cli(emu_kernels, "bench", "topk", "--op", op, "--device", "emu:gfx950", "--repeats", "1", "--top-k",
+                  "64", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert doc["emulated"] and "not speeds" in doc["note"] and doc["read_GBps"] > 0 and len(doc["cases"]) == count
+    for c in doc["cases"]:
+        assert c["op"] == op and min(c["us"], c["us_logits"], c["us_logits_then_topk_logits"], c["host_us"]) > 0
+        assert c["workspace_bytes"] <= c["workspace_bound"] and c["top_k"] == 64
