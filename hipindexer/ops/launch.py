@@ -155,6 +155,14 @@ def check_errors(errors, device: Device, stream) -> DeviceArray | None:
     return e
 
 
+def check_workspace(workspace, cls, maker: str, device: Device) -> None:
+    """workspace= of a top-k op: an instance of `cls` (made by hipindexer.`maker`) living on `device`."""
+    if not isinstance(workspace, cls):
+        raise TypeError(f"workspace: expected a {cls.__name__} (hipindexer.{maker}), got {type(workspace).__name__}")
+    if workspace.device is not device:
+        raise ValueError(f"workspace: lives on {workspace.device!r}, but the op runs on {device!r}")
+
+
 class _NotResident(Exception):
     """An argument that is not a DeviceArray: the call takes the full path."""
 

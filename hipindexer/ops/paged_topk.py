@@ -27,7 +27,8 @@ from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
 from .decode import check_decode_call, fp8_paged_mqa_logits
-from .launch import INT32_MAX, check_tunables, kernel_for, prepared, remember, resident_key, target_of
+from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
+                     target_of)
 from .topk import MAX_BLOCKS, _written
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block")
@@ -251,11 +252,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             C = _chunk_of(s.B, s.next_n, top_k, s.block_size, s.max_model_len, units, chunk)
             workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, C, units, st)
     else:
-        if not isinstance(workspace, PagedTopkWorkspace):
-            raise TypeError(f"workspace: expected a PagedTopkWorkspace (hipindexer.paged_topk_workspace), "
-                            f"got {type(workspace).__name__}")
-        if workspace.device is not dev:
-            raise ValueError(f"workspace: lives on {workspace.device!r}, but the op runs on {dev!r}")
+        check_workspace(workspace, PagedTopkWorkspace, "paged_topk_workspace", dev)
         made = (workspace.top_k, workspace.next_n, workspace.block_size)
         if made != (top_k, s.next_n, s.block_size) or workspace.B < s.B:
             raise ValueError(f"workspace: made for top_k={made[0]}, next_n={made[1]}, block_size={made[2]} and "

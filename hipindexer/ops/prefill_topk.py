@@ -27,7 +27,7 @@ from ..plan import plan_prefill
 from ..plan.prefill import TUNABLES as PREFILL_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
-from .launch import INT32_MAX, kernel_for, prepared, remember, resident_key, target_of
+from .launch import INT32_MAX, check_workspace, kernel_for, prepared, remember, resident_key, target_of
 from .prefill import check_prefill_call, prepare_prefill
 from .topk import MAX_BLOCKS, _written
 
@@ -285,11 +285,7 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
         if s.M and s.N:
             workspace = PrefillTopkWorkspace(dev, s.M, top_k, *plan_prefill_topk(s.M, s.N, top_k, **shape_kw), st)
     else:
-        if not isinstance(workspace, PrefillTopkWorkspace):
-            raise TypeError(f"workspace: expected a PrefillTopkWorkspace (hipindexer.prefill_topk_workspace), "
-                            f"got {type(workspace).__name__}")
-        if workspace.device is not dev:
-            raise ValueError(f"workspace: lives on {workspace.device!r}, but the op runs on {dev!r}")
+        check_workspace(workspace, PrefillTopkWorkspace, "prefill_topk_workspace", dev)
         if workspace.top_k != top_k or workspace.M < s.M:
             raise ValueError(f"workspace: made for top_k={workspace.top_k} and M <= {workspace.M}; the call has "
                              f"top_k={top_k}, M={s.M}")
