@@ -129,3 +129,21 @@ def test_fp32_refuses_a_forced_tensor_core_kernel_and_unknown_classes():
         plan_prefill(256, 4096, 64, 128, H200, accumulation="fp32", kernel="mqa_logits_wgmma")
     with pytest.raises(ValueError, match=r"accumulation: expected one of \['fast', 'fp32'\], got 'fp16'"):
         plan_prefill(256, 4096, 64, 128, H200, accumulation="fp16")
+
+
+def test_chunks_for_the_top_k_op_are_sized_by_keys_and_candidates_not_logits():
+    """fp8_mqa_topk never holds [M, N] logits: 4096 rows against 131072 keys (four chunks of logits at 512 MiB)
+    are one chunk, and so are a million keys; the budget still cuts rows once candidates and keys fill it."""
+    assert plan_prefill_chunks([4096], [131072], budget_bytes=512 << 20, top_k=2048) == [[(0, 0, 4096)]]
+    assert plan_prefill_chunks([4096], [1 << 20], budget_bytes=512 << 20, top_k=2048) == [[(0, 0, 4096)]]
+    q, k = [100, 200, 50, 40000], [1000, 2000, 500, 400000]
+    budget = 256 << 20
+    chunks = plan_prefill_chunks(q, k, budget_bytes=budget, top_k=2048)
+    for ch in chunks:
+        M = sum(e - a for _, a, e in ch)
+        N = sum(k[r] for r, _, _ in ch)
+        assert N * 132 + 24 * 2048 * M + (1 << 20) <= budget
+    rows = (budget - 400000 * 132 - (1 << 20)) // (24 * 2048)  # beside the long request's keys
+    assert [c[0][1:] for c in chunks[1:]][:2] == [(0, rows), (rows, 2 * rows)]
+    with pytest.raises(ValueError, match="top_k"):
+        plan_prefill_chunks([1], [1], top_k=0)
