@@ -20,7 +20,8 @@ the hipindexer package (tools/support/package_copy.py), starting from the unplan
 build's objects so only the kernels whose sources the plant touched recompile,
 and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file run
 by pytest) runs on that package copy. A plant is caught when the suite fails or
-crashes; an unmodified build must pass first.
+crashes; an unmodified build must pass the whole suite first. A planted run
+stops at its first failed case (check --fail-fast, pytest -x): one is enough.
 """
 from __future__ import annotations
 
@@ -487,7 +488,8 @@ def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
 @click.option("--plants", default=None, help="Comma-separated plant names (default: the whole set).")
 @click.option("--cmd", default=None,
-              help="The hipindexer command that is the suite (default: the set's own in SET_CMDS).")
+              help="The hipindexer command that is the suite, a device check (default: the set's own in SET_CMDS; "
+                   "planted runs add --fail-fast).")
 @click.option("--timeout", default=900, show_default=True)
 @click.option("--builds", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep each plant's build in DIR/<plant>/ (default: a temporary folder).")
@@ -521,8 +523,9 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
             elif not (pkg.kernels / "manifest.json").is_file():
                 raise SystemExit(f"--prebuilt: no build of {name} in {d}")
             else:
+                argv = cmd.split() + (["--fail-fast"] if plant else [])  # one failed case catches a plant
                 ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout) if plant_set in SET_TESTS
-                           else run_suite(pkg.refresh(), spec, cmd.split(), timeout))
+                           else run_suite(pkg.refresh(), spec, argv, timeout))
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
             verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]
