@@ -17,7 +17,8 @@
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into the kernels/ folder of a copy of
 the hipindexer package (tools/support/package_copy.py), starting from the unplanted
-build's objects so only the kernels whose sources the plant touched recompile,
+build's objects (which start from the checkout's own build, where there is one)
+so only the kernels whose sources the plant touched recompile,
 and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file run
 by pytest) runs on that package copy. A plant is caught when the suite fails or
 crashes; an unmodified build must pass the whole suite first. A planted run
@@ -437,18 +438,18 @@ def apply(src: Path, plant: Plant) -> None:
 
 def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str]) -> subprocess.CompletedProcess:
     """A copy of hsaco_src/ with `plants` applied, built into the package copy d/pkg. A planted build starts from
-    the clean build's objects (clean/pkg), so build.py recompiles only the kernels whose sources changed."""
+    the clean build's objects (clean/pkg), the clean build from the checkout's own where there is one, so
+    build.py recompiles only the kernels whose sources differ from what it starts from."""
     if d.exists():
         shutil.rmtree(d)
     shutil.copytree(ROOT / "hsaco_src", d / "src")
-    pkg = PackageCopy(d / "pkg")
     for plant in plants:
         apply(d / "src", plant)
+    pkg = PackageCopy(d / "pkg")
     if plants:
-        clean_pkg = PackageCopy(clean / "pkg")
-        for have, want in ((clean_pkg.kernels, pkg.kernels), (clean_pkg.root / "work", pkg.root / "work")):
-            if have.is_dir():
-                shutil.copytree(have, want)
+        pkg.seed(PackageCopy(clean / "pkg").kernels)
+    else:
+        pkg.seed()
     return pkg.refresh().build(targets, src=d / "src")
 
 
