@@ -301,3 +301,11 @@ def test_an_emulated_kernel_is_rebuilt_for_what_it_reads_not_where_it_sits(tmp_p
     assert build_fill(b) == built_a, "a header fill.hip does not include rebuilt it"
     (b / "src" / "common" / "platform.h").write_text((b / "src" / "common" / "platform.h").read_text() + "//\n")
     assert build_fill(b)["fill.so"] != built_a["fill.so"]
+
+
+def test_emu_only_needs_a_gfx950_build_to_go_over(tmp_path, capsys):
+    """build.py --emu-only (mutate.py's planted trees) builds the emulated twins over the gfx950 objects of a
+    build; with none in --out it says so."""
+    with pytest.raises(SystemExit) as e:
+        build.main(["--emu-only", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--quiet"])
+    assert e.value.code == 2 and "has none" in capsys.readouterr().err

@@ -18,7 +18,8 @@ Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into the kernels/ folder of a copy of
 the hipindexer package (tools/support/package_copy.py), starting from the unplanted
 build's objects (which start from the checkout's own build, where there is one)
-so only the kernels whose sources the plant touched recompile,
+so only the kernels whose sources the plant touched recompile (for the emulated
+suite, only their emulated twins: build.py --emu-only),
 and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file run
 by pytest) runs on that package copy. A plant is caught when the suite fails or
 crashes; an unmodified build must pass the whole suite first. A planted run
@@ -450,6 +451,10 @@ def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str])
         pkg.seed(PackageCopy(clean / "pkg").kernels)
     else:
         pkg.seed()
+    if plants and "emu-gfx950" in targets:
+        # The emulated suite runs the emulated twins alone: a planted tree rebuilds only those (their gfx950
+        # ISA compiles were most of a plant's build), over the clean gfx950 objects, which nothing runs.
+        return pkg.refresh().build([], src=d / "src", extra=["--emu-only"])
     return pkg.refresh().build(targets, src=d / "src")
 
 
