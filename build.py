@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compile every catalog kernel x target x variant into code objects + manifest.
 
-    python build.py [--target gfx950|sm_90a|emu-gfx950 ...] [--no-emu] [--check] [--force]
+    python build.py [--target gfx950|sm_90a|emu-gfx950 ...] [--no-emu | --emu-only] [--check] [--force]
                     [-j N] [--quiet] [--src DIR] [--out DIR] [--work DIR]
 
 Objects land in <out>/<target>/<variant_key>.<hsaco|cubin> (default out:
@@ -11,8 +11,10 @@ so a wheel never carries them. Incremental: an
 object is rebuilt only when its source_hash, flags or compiler changed or the
 file is missing / differs from its recorded sha256. --check compiles nothing:
 it verifies the manifest against the objects and the sources and exits 1
-naming every stale kernel. The work lives in hxbuild/ (its __init__ maps the
-modules). Stdlib only, plus msgpack for the AMDGPU metadata.
+naming every stale kernel. --emu-only builds only the emulated twins, over the
+gfx950 objects already in <out> (tools/support/mutate.py's planted trees,
+whose gfx950 objects are never run). The work lives in hxbuild/ (its __init__
+maps the modules). Stdlib only, plus msgpack for the AMDGPU metadata.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ if str(ROOT) not in sys.path:  # `hipindexer build` and the tests load this file
 
 from hxbuild import emu as emubuild  # noqa: E402
 from hxbuild import manifest  # noqa: E402
-from hxbuild.builder import build  # noqa: E402
+from hxbuild.builder import build, write_params_header  # noqa: E402
 from hxbuild.process import BuildError, ToolchainError  # noqa: E402,F401
 from hxbuild.toolchains import TARGETS, find_toolchain  # noqa: E402,F401
 from hxbuild.trees import trees  # noqa: E402
@@ -53,6 +55,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", action="append", choices=TARGETS + (EMU,),
                     help=f"repeatable; default: all ({EMU} only where a host compiler is found; it needs gfx950)")
     ap.add_argument("--no-emu", action="store_true", help=f"leave {EMU} out of the default targets (wheel builds)")
+    ap.add_argument("--emu-only", action="store_true",
+                    help=f"build only {EMU}, from --src, over the gfx950 objects already in --out (planted trees)")
     ap.add_argument("--check", action="store_true", help="verify manifest vs objects and sources; compile nothing")
     ap.add_argument("--force", action="store_true", help="rebuild everything")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
@@ -61,10 +65,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "hipindexer" / "kernels")
     ap.add_argument("--work", type=Path, default=ROOT / "build", help="generated header, lld shim, temporaries")
     a = ap.parse_args(argv)
-    emu = EMU in a.target if a.target else not a.no_emu and emubuild.available()
-    targets = tuple(t for t in TARGETS if t in (a.target or TARGETS) or (emu and t == "gfx950"))
+    emu = a.emu_only or (EMU in a.target if a.target else not a.no_emu and emubuild.available())
+    targets = () if a.emu_only else tuple(t for t in TARGETS if t in (a.target or TARGETS) or (emu and t == "gfx950"))
     src, out, work = a.src.resolve(), a.out.resolve(), a.work.resolve()
     log = lambda msg: _log(a.quiet, msg)  # noqa: E731
+    if a.emu_only and not (out / manifest.NAME).is_file():
+        ap.error(f"--emu-only builds over the gfx950 objects of a build, and {out} has none")
 
     try:
         if a.check:
@@ -76,7 +82,10 @@ def main(argv=None) -> int:
             if not problems:
                 log(f"every manifest under {out} is current")
             return 1 if problems else 0
-        build(targets, src, out, work, force=a.force, jobs=a.jobs, log=log)
+        if targets:
+            build(targets, src, out, work, force=a.force, jobs=a.jobs, log=log)
+        else:  # --emu-only: the twins still include the generated params header
+            write_params_header(work)
         if emu:
             emubuild.build_target(out, src, work, _gfx950_entries(out), a.jobs, log, a.force)
         return 0

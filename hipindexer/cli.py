@@ -120,6 +120,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 # numpy's default_rng refuses negative seeds.
 SEED = click.IntRange(min=0)
 verbose_option = click.option("--verbose", "-v", is_flag=True, help="List every case that does not apply.")
+fail_fast_option = click.option("--fail-fast", "-x", is_flag=True,
+                                 help="Stop at the first failed case; the report lists the cases run.")
 reruns_option = click.option("--reruns", type=click.IntRange(min=0), default=20, show_default=True,
                              help="Bitwise-identical reruns of one large case (0: skip).")
 
@@ -166,9 +168,9 @@ def _report(outcomes, as_json: bool, verbose: bool = False) -> None:
         sys.exit(1)
 
 
-def _run_cases(cases, run) -> list:
-    """Run every case; failures are printed as they happen, progress goes to stderr: a bar on a terminal,
-    a plain counter otherwise (logs)."""
+def _run_cases(cases, run, fail_fast=False) -> list:
+    """Run every case (fail_fast: up to the first that fails); failures are printed as they happen, progress
+    goes to stderr: a bar on a terminal, a plain counter otherwise (logs)."""
     from .check.sweep import FAIL
     outcomes = []
     tty = sys.stderr.isatty()
@@ -178,10 +180,17 @@ def _run_cases(cases, run) -> list:
             outcomes.append(o)
             if o.status == FAIL:
                 _progress(f"\nFAIL {o.op} {o.case}: {o.message}" if tty else f"FAIL {o.op} {o.case}: {o.message}")
+                if fail_fast:
+                    break
             elif not tty and ((i + 1) % 20 == 0 or i + 1 == len(cases)):
                 _progress(f"[{i + 1}/{len(cases)}]")
             bar.update(1)
     return outcomes
+
+
+def _failed(outcomes) -> bool:
+    from .check.sweep import FAIL
+    return any(o.status == FAIL for o in outcomes)
 
 
 class _NoBar:
@@ -252,9 +261,10 @@ def _check_kernel(kernel, dev, heads, dims, accumulation) -> dict:
 @reruns_option
 @kernel_option
 @accumulation_option
+@fail_fast_option
 @json_option
 @verbose_option
-def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, as_json,
+def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel, accumulation, fail_fast, as_json,
                   verbose) -> None:
     """fp8_mqa_logits on a device against the reference, every window mode, both clean_logits."""
     from .check.sweep import bitwise_reruns, prefill_device_case, prefill_device_cases
@@ -263,8 +273,8 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
     _progress(f"device {dev!r}")
     rng = np.random.default_rng(seed)
     cases = list(prefill_device_cases(quick, heads, dims, shapes))
-    outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced))
-    if reruns and not quick:
+    outcomes = _run_cases(cases, lambda c: prefill_device_case(rng, dev, *c, **forced), fail_fast)
+    if reruns and not quick and not (fail_fast and _failed(outcomes)):
         _progress(f"bitwise reruns of one large case: {reruns}")
         outcomes.append(bitwise_reruns(rng, dev, runs=reruns, **forced))
     _report(outcomes, as_json, verbose)
@@ -288,10 +298,11 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 @reruns_option
 @kernel_option
 @accumulation_option
+@fail_fast_option
 @json_option
 @verbose_option
 def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, block_sizes, reruns, kernel,
-                 accumulation, as_json, verbose) -> None:
+                 accumulation, fail_fast, as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
     first), the two cache layouts, untrusted device values, [B, next_n] lengths; without --quick also bitwise
     reruns and caches past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
@@ -339,8 +350,11 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
     names = list(sweep.DECODE_AXES)
     _progress(_table([[c[a] for a in names] for c in design.cases], names))
     cases = [sweep.decode_case_of(c) for c in design.cases]
-    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced))
+    outcomes = _run_cases(cases, lambda c: sweep.decode_device_case(rng, dev, c[0], c[1], accumulation, **forced),
+                          fail_fast)
     for i, (name, check) in enumerate(extra):
+        if fail_fast and _failed(outcomes):
+            break
         _progress(f"fixed case {i + 1}/{len(extra)}: {name}")
         outcomes.append(check())
     _report(outcomes, as_json, verbose)
@@ -356,9 +370,10 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
 @click.option("--op", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True,
               help="decode: fp8_paged_mqa_topk; prefill: fp8_mqa_topk.")
 @accumulation_option
+@fail_fast_option
 @json_option
 @verbose_option
-def check_topk(device_spec, quick, seed, max_cases, op, accumulation, as_json, verbose) -> None:
+def check_topk(device_spec, quick, seed, max_cases, op, accumulation, fail_fast, as_json, verbose) -> None:
     """A top-k op on a device against the reference under the top-k gate: a seeded sample of its matrix (printed
     first). Decode (fp8_paged_mqa_topk): each case with rows of at least 4 top_k keys, fewer than top_k and none,
     in one key chunk or several. Prefill (fp8_mqa_topk): every window mode, rows of at least 4 top_k keys (and of
@@ -379,16 +394,17 @@ def check_topk(device_spec, quick, seed, max_cases, op, accumulation, as_json, v
     names = list(axes)
     _progress(_table([[c[a] for a in names] for c in design.cases], names))
     rng = np.random.default_rng(seed)
-    _report(_run_cases(design.cases, lambda c: run(rng, dev, c, accumulation)), as_json, verbose)
+    _report(_run_cases(design.cases, lambda c: run(rng, dev, c, accumulation), fail_fast), as_json, verbose)
 
 
 @check.command("cache")
 @device_option
 @click.option("--quick", is_flag=True, help="Small sizes (CI size, the emulator).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
+@fail_fast_option
 @json_option
 @verbose_option
-def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
+def check_cache(device_spec, quick, seed, fail_fast, as_json, verbose) -> None:
     """quantize_and_cache_keys, gather_cached_keys and packed_prefill_windows on a device against the numpy
     helpers of hipindexer.cache, bit for bit: every input type, both layouts, block sizes 1, 16 and 64, the
     rounding boundaries, and untrusted device values."""
@@ -396,7 +412,7 @@ def check_cache(device_spec, quick, seed, as_json, verbose) -> None:
     dev = _device_or_exit(device_spec)
     _progress(f"device {dev!r}")
     rng = np.random.default_rng(seed)
-    _report(_run_cases(list(cache_cases(quick)), lambda c: c(rng, dev)), as_json, verbose)
+    _report(_run_cases(list(cache_cases(quick)), lambda c: c(rng, dev), fail_fast), as_json, verbose)
 
 
 def _decode_filters(kernel, heads, dims, block_sizes):

@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .jobs import include_closure
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "hsaco_src"
 EMU_SRC = SRC / "emu"
@@ -109,7 +111,8 @@ def _c_library(sources, out: Path, link=(), force=False, src: Path = SRC) -> Pat
     emu_src = Path(src) / "emu"
     srcs = [emu_src / s for s in sources]
     headers = sorted(emu_src.glob("*.h"))
-    digest = _digest(srcs + headers, " ".join(map(str, link)).encode())
+    # the library's own folder (a -L of the link) is hashed as a placeholder: a moved build stays current
+    digest = _digest(srcs + headers, " ".join(map(str, link)).replace(str(out.parent), "<lib>").encode())
     if not force and _stamped(out, digest):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -169,9 +172,14 @@ def build_kernel(source: Path, kernels, out: Path, lib_dir: Path, defines=(), in
     core = build_core(lib_dir, force, src)
     includes = [src / "common", src / "emu", src / "gfx950", source.parent, *map(Path, include_dirs)]
     text = wrapper_text(source, kernels)
-    deps = [source, *(p for d in ("common", "emu", "gfx950") for p in sorted((src / d).glob("*.h")))]
+    # The digest covers what the compile reads, not where it sits: the files the source and hx_emu.h reach
+    # (so a header edit rebuilds only the kernels that include it) and the wrapper as if it named the source
+    # by name alone (its bytes are among the deps), so a moved copy of the sources -- a planted tree of
+    # tools/support/mutate.py, built on the clean build's objects -- rebuilds only what it changed.
+    deps = [f for s in (source, src / "emu" / "hx_emu.h") for f in include_closure(s, src, includes)]
     deps += [p for d in include_dirs for p in sorted(Path(d).glob("*.h"))]
-    digest = _digest(deps, (text + "\0".join(defines) + str(rpath) + core.with_name(core.name + ".sha256").read_text()).encode())
+    digest = _digest(deps, (wrapper_text(Path(source.name), kernels) + "\0".join(defines) + str(rpath)
+                            + core.with_name(core.name + ".sha256").read_text()).encode())
     if not force and _stamped(out, digest):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -60,8 +60,10 @@ def expand(flags: list[str], src: Path, work: Path) -> list[str]:
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
-def include_closure(source: Path, src_root: Path) -> list[Path]:
-    """The source and every quoted include it reaches (the params header is hashed as text instead)."""
+def include_closure(source: Path, src_root: Path, dirs=None) -> list[Path]:
+    """The source and every quoted include it reaches (the params header is hashed as text instead), each
+    looked for beside the file that includes it, then in `dirs` (default: <src>/common, <src>/emu)."""
+    dirs = (src_root / "common", src_root / "emu") if dirs is None else tuple(dirs)
     seen, todo = [], [source.resolve()]
     while todo:
         f = todo.pop()
@@ -71,7 +73,7 @@ def include_closure(source: Path, src_root: Path) -> list[Path]:
         for name in _INCLUDE.findall(f.read_text()):
             if name == PARAMS_HEADER:
                 continue
-            for d in (f.parent, src_root / "common", src_root / "emu"):
+            for d in (f.parent, *dirs):
                 if (d / name).is_file():
                     todo.append((d / name).resolve())
                     break

@@ -274,3 +274,40 @@ def test_a_serialised_wgmma_fails_the_build_naming_ptxas_note():
     assert resources.serialised_wgmma("ptxas info    : Used 96 registers, used 1 barriers\n") is None
     with pytest.raises(build.BuildError, match="C7514"):
         resources.cuda_resources(b"", note, "hx_k")
+
+
+def test_an_emulated_kernel_is_rebuilt_for_what_it_reads_not_where_it_sits(tmp_path):
+    """hxbuild.emu's digest: a moved copy of the sources and the build stays current (a planted tree of
+    tools/support/mutate.py starts from the clean build's objects), a header the kernel does not include
+    rebuilds nothing, one it includes rebuilds it."""
+    from hxbuild import emu
+    if not emu.available():
+        pytest.skip("no host compiler for the emulator")
+
+    def build_fill(d):
+        inc = d / "work" / "include"
+        inc.mkdir(parents=True, exist_ok=True)
+        (inc / "hx_params.h").write_text(catalog.header_text())
+        k = catalog.KERNEL["fill_u32"]
+        so = emu.build_kernel(d / "src" / k.source, [(k.symbol, k.params, k.block)], d / "out" / "fill.so",
+                              d / "out" / "lib", [f"HX_BLOCK={k.block}"], [inc], rpath="$ORIGIN/lib", src=d / "src")
+        emu.build_runtime(d / "out" / "lib", src=d / "src")
+        return {p.name: p.stat().st_mtime_ns for p in (d / "out").rglob("*.so")}
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(ROOT / "hsaco_src", a / "src")
+    built_a = build_fill(a)
+    shutil.copytree(a, b)
+    assert build_fill(b) == built_a, "a moved build was rebuilt"
+    (b / "src" / "common" / "topk_select.h").write_text((b / "src" / "common" / "topk_select.h").read_text() + "//\n")
+    assert build_fill(b) == built_a, "a header fill.hip does not include rebuilt it"
+    (b / "src" / "common" / "platform.h").write_text((b / "src" / "common" / "platform.h").read_text() + "//\n")
+    assert build_fill(b)["fill.so"] != built_a["fill.so"]
+
+
+def test_emu_only_needs_a_gfx950_build_to_go_over(tmp_path, capsys):
+    """build.py --emu-only (mutate.py's planted trees) builds the emulated twins over the gfx950 objects of a
+    build; with none in --out it says so."""
+    with pytest.raises(SystemExit) as e:
+        build.main(["--emu-only", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--quiet"])
+    assert e.value.code == 2 and "has none" in capsys.readouterr().err

@@ -107,6 +107,19 @@ def test_every_device_option_has_help():
     assert opts and all(p.help and "emu:gfx950" in p.help for p in opts)
 
 
+def test_fail_fast_stops_a_device_check_at_its_first_failed_case():
+    """tools/support/mutate.py runs a planted build's suite with --fail-fast: one failed case catches a plant."""
+    from hipindexer import cli
+    from hipindexer.check.sweep import FAIL, PASS, Outcome
+    statuses = [PASS, FAIL, PASS, FAIL]
+    run = lambda s: Outcome("prefill", "case", s, "")  # noqa: E731
+    assert [o.status for o in cli._run_cases(statuses, run, fail_fast=True)] == [PASS, FAIL]
+    assert [o.status for o in cli._run_cases(statuses, run)] == statuses
+    checks = [c for c in _commands(cli.main.commands["check"]) if any(p.name == "device_spec" for p in c.params)]
+    assert {c.name for c in checks} == {"prefill", "decode", "topk", "cache"}
+    assert all(any(p.name == "fail_fast" for p in c.params) for c in checks)
+
+
 def test_no_gpu_says_how_to_use_the_emulator_when_it_is_built(monkeypatch, tmp_path):
     from hipindexer import cli
     from hipindexer.runtime import NoDeviceError, device, emu

@@ -137,11 +137,11 @@ def _package_copy(kernels: Path):
 
 
 def build_emu_package() -> Path:
-    """gfx950 objects + their emulated twins, built (incrementally) by build.py into the kernels/ folder of a
-    package copy under BUILD/pkg, which it returns: the children below import that copy, so its runtime and
-    its emulator run this build."""
+    """gfx950 objects + their emulated twins, built (incrementally, the first time from the checkout's own
+    build) by build.py into the kernels/ folder of a package copy under BUILD/pkg, which it returns: the
+    children below import that copy, so its runtime and its emulator run this build."""
     from hxbuild.toolchains import find_toolchain
-    pkg = _package_copy(BUILD / "pkg" / "hipindexer" / "kernels").refresh()
+    pkg = _package_copy(BUILD / "pkg" / "hipindexer" / "kernels").seed().refresh()
     find_toolchain("gfx950", pkg.root / "work")  # raises ToolchainError when missing
     p = pkg.build(["gfx950", "emu-gfx950"], extra=["-j", "2"])
     assert p.returncode == 0, p.stderr[-3000:]

@@ -17,10 +17,13 @@
 Each plant is a text substitution on a copy of hsaco_src/ (the shipped sources
 carry no plant hooks); the copy is built into the kernels/ folder of a copy of
 the hipindexer package (tools/support/package_copy.py), starting from the unplanted
-build's objects so only the kernels whose sources the plant touched recompile,
+build's objects (which start from the checkout's own build, where there is one)
+so only the kernels whose sources the plant touched recompile (for the emulated
+suite, only their emulated twins: build.py --emu-only),
 and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file run
 by pytest) runs on that package copy. A plant is caught when the suite fails or
-crashes; an unmodified build must pass first.
+crashes; an unmodified build must pass the whole suite first. A planted run
+stops at its first failed case (check --fail-fast, pytest -x): one is enough.
 """
 from __future__ import annotations
 
@@ -455,18 +458,22 @@ def apply(src: Path, plant: Plant) -> None:
 
 def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str]) -> subprocess.CompletedProcess:
     """A copy of hsaco_src/ with `plants` applied, built into the package copy d/pkg. A planted build starts from
-    the clean build's objects (clean/pkg), so build.py recompiles only the kernels whose sources changed."""
+    the clean build's objects (clean/pkg), the clean build from the checkout's own where there is one, so
+    build.py recompiles only the kernels whose sources differ from what it starts from."""
     if d.exists():
         shutil.rmtree(d)
     shutil.copytree(ROOT / "hsaco_src", d / "src")
-    pkg = PackageCopy(d / "pkg")
     for plant in plants:
         apply(d / "src", plant)
+    pkg = PackageCopy(d / "pkg")
     if plants:
-        clean_pkg = PackageCopy(clean / "pkg")
-        for have, want in ((clean_pkg.kernels, pkg.kernels), (clean_pkg.root / "work", pkg.root / "work")):
-            if have.is_dir():
-                shutil.copytree(have, want)
+        pkg.seed(PackageCopy(clean / "pkg").kernels)
+    else:
+        pkg.seed()
+    if plants and "emu-gfx950" in targets:
+        # The emulated suite runs the emulated twins alone: a planted tree rebuilds only those (their gfx950
+        # ISA compiles were most of a plant's build), over the clean gfx950 objects, which nothing runs.
+        return pkg.refresh().build([], src=d / "src", extra=["--emu-only"])
     return pkg.refresh().build(targets, src=d / "src")
 
 
@@ -506,7 +513,8 @@ def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
 @click.option("--plants", default=None, help="Comma-separated plant names (default: the whole set).")
 @click.option("--cmd", default=None,
-              help="The hipindexer command that is the suite (default: the set's own in SET_CMDS).")
+              help="The hipindexer command that is the suite, a device check (default: the set's own in SET_CMDS; "
+                   "planted runs add --fail-fast).")
 @click.option("--timeout", default=900, show_default=True)
 @click.option("--builds", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep each plant's build in DIR/<plant>/ (default: a temporary folder).")
@@ -540,8 +548,9 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
             elif not (pkg.kernels / "manifest.json").is_file():
                 raise SystemExit(f"--prebuilt: no build of {name} in {d}")
             else:
+                argv = cmd.split() + (["--fail-fast"] if plant else [])  # one failed case catches a plant
                 ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout) if plant_set in SET_TESTS
-                           else run_suite(pkg.refresh(), spec, cmd.split(), timeout))
+                           else run_suite(pkg.refresh(), spec, argv, timeout))
                 results.append({"plant": name, "caught": not ok, "how": how})
             results[-1]["seconds"] = round(time.time() - t0, 1)
             verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]

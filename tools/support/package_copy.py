@@ -39,6 +39,14 @@ class PackageCopy:
         shutil.copytree(PACKAGE, dst, ignore=top, dirs_exist_ok=True)
         return self
 
+    def seed(self, kernels: Path = PACKAGE / "kernels") -> "PackageCopy":
+        """A copy with no build yet starts from the build in `kernels` (default: the checkout's own), if there
+        is one: build.py then recompiles only what is not current there. A cache of objects, never a source:
+        whatever build.py finds stale it rebuilds."""
+        if not self.kernels.is_dir() and (Path(kernels) / "manifest.json").is_file():
+            shutil.copytree(kernels, self.kernels)
+        return self
+
     def build(self, targets, src: Path = ROOT / "hsaco_src", extra=()) -> subprocess.CompletedProcess:
         """build.py for `targets` from `src` into this copy's kernels/."""
         argv = [sys.executable, str(ROOT / "build.py"), "--quiet", "--src", str(src), "--out", str(self.kernels),
