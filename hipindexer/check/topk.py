@@ -39,11 +39,17 @@ def topk_work(cfg: dict) -> int:
     return 3 * (4 * cfg["top_k"] + 2 * cfg["block_size"]) * cfg["next_n"] * H * D
 
 
+def _design(axes: dict, work, full_cases: int, quick: bool, seed: int, max_cases: int | None):
+    """A pairwise covering design of `axes` (quick: each case's work(cfg) within QUICK_TOPK_FMAS; else capped at
+    full_cases)."""
+    fits = (lambda cfg: work(cfg) <= QUICK_TOPK_FMAS) if quick else (lambda cfg: True)
+    return covering_design(axes, strength=2, seed=seed, feasible=fits,
+                           max_cases=max_cases or (None if quick else full_cases))
+
+
 def topk_design(quick: bool, seed: int = 0, max_cases: int | None = None):
-    """The sampled top-k matrix, a pairwise covering design (quick: each case within QUICK_TOPK_FMAS)."""
-    fits = (lambda cfg: topk_work(cfg) <= QUICK_TOPK_FMAS) if quick else (lambda cfg: True)
-    return covering_design(TOPK_AXES, strength=2, seed=seed, feasible=fits,
-                           max_cases=max_cases or (None if quick else FULL_TOPK_CASES))
+    """The sampled decode top-k matrix, a pairwise covering design (quick: each case within QUICK_TOPK_FMAS)."""
+    return _design(TOPK_AXES, topk_work, FULL_TOPK_CASES, quick, seed, max_cases)
 
 
 def topk_case_name(cfg: dict) -> str:
@@ -141,9 +147,7 @@ def prefill_topk_work(cfg: dict) -> int:
 
 def prefill_topk_design(quick: bool, seed: int = 0, max_cases: int | None = None):
     """The sampled prefill top-k matrix, a pairwise covering design (quick: each case within QUICK_TOPK_FMAS)."""
-    fits = (lambda cfg: prefill_topk_work(cfg) <= QUICK_TOPK_FMAS) if quick else (lambda cfg: True)
-    return covering_design(PREFILL_TOPK_AXES, strength=2, seed=seed, feasible=fits,
-                           max_cases=max_cases or (None if quick else FULL_PREFILL_TOPK_CASES))
+    return _design(PREFILL_TOPK_AXES, prefill_topk_work, FULL_PREFILL_TOPK_CASES, quick, seed, max_cases)
 
 
 def prefill_topk_case_name(cfg: dict) -> str:

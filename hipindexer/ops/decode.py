@@ -21,7 +21,7 @@ from ..runtime import DeviceArray
 from ..runtime.device import as_stream
 from .kv_map import kv_map_finder
 from .launch import (INT32_MAX, adopt, check_errors, check_out, check_resident, check_tunables, kernel_for, prepared,
-                     remember, resident_key, resolve_device, target_of, upload)
+                     remember, resident_key, resolve_device, target_of, upload_fields)
 
 # The per-call pointers of DecodeParams, in struct order (absent optional arrays pass 0).
 DECODE_POINTERS = ("q", "kv_cache", "weights", "context_lens", "next_n_lens", "block_tables", "out", "errors")
@@ -116,10 +116,7 @@ class DecodeCall:
 
     def upload(self) -> None:
         """Copy the host arrays to the device (on the call's stream), once every check has passed."""
-        for name in ("q", "kv_cache", "weights", "context_lens", "block_tables", "next_n_lens"):
-            a = getattr(self, name)
-            if a is not None:
-                setattr(self, name, upload(a, self.dev, self.st))
+        upload_fields(self, ("q", "kv_cache", "weights", "context_lens", "block_tables", "next_n_lens"))
 
 
 def check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
@@ -181,7 +178,6 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
                           preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row))
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) if tma else None
     remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), map_of))
-    qa, ca, wa, cl, bt = (upload(a, dev, st) for a in (qa, ca, wa, cl, bt))
-    nl = None if nl is None else upload(nl, dev, st)
-    _launch(launch, map_of, st, qa, ca, wa, cl, nl, bt, o, ea)
+    c.upload()
+    _launch(launch, map_of, st, c.q, c.kv_cache, c.weights, c.context_lens, c.next_n_lens, c.block_tables, o, ea)
     return o

@@ -97,6 +97,14 @@ def adopt(name: str, x, device: Device, stream, fp8: bool = False):
     return a.view(FP8) if fp8 and a.dtype == U8 else a
 
 
+def upload_fields(call, names) -> None:
+    """Copy a checked call's host arrays (its attributes `names`, None skipped) to its device, on its stream."""
+    for name in names:
+        a = getattr(call, name)
+        if a is not None:
+            setattr(call, name, upload(a, call.dev, call.st))
+
+
 def upload(x, device: Device, stream) -> DeviceArray:
     """What adopt() returned, on the device: numpy arrays are copied (on `stream`), DeviceArrays pass."""
     return x if isinstance(x, DeviceArray) else DeviceArray.from_numpy(x, device, stream)

@@ -11,7 +11,7 @@ from ..plan.prefill import TUNABLES
 from ..runtime import DeviceArray
 from ..runtime.device import as_stream
 from .launch import (adopt, check_out, check_resident, check_tunables, kernel_for, prepared, remember, resident_key,
-                     resolve_device, target_of, upload)
+                     resolve_device, target_of, upload_fields)
 
 PREFILL_POINTERS = ("q", "k", "kv_scale", "weights", "ks", "ke", "out")
 
@@ -97,8 +97,7 @@ class PrefillCall:
 
     def upload(self) -> None:
         """Copy the host arrays to the device (on the call's stream), once every check has passed."""
-        for name in ("q", "k", "kv_scale", "weights", "ks", "ke"):
-            setattr(self, name, upload(getattr(self, name), self.dev, self.st))
+        upload_fields(self, ("q", "k", "kv_scale", "weights", "ks", "ke"))
 
 
 def check_prefill_call(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, accumulation, stream, device, tunables,

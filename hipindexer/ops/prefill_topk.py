@@ -262,14 +262,13 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     q, k, kv_scale, weights, ks, ke = arrays[:6]
-    shape_kw = {n: tunables[n] for n in SHAPE_TUNABLES if n in tunables}
+    shape_kw = {n: tunables[n] for n in SHAPE_TUNABLES if tunables.get(n) is not None}  # None: the planner decides
     step_block = tunables.get("step_block")
     if step_block not in (None, 256, 512):
         raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
     logits_kw = {n: v for n, v in tunables.items() if n not in SHAPE_TUNABLES + ("step_block",)}
     c = check_prefill_call(q, k, kv_scale, weights, ks, ke, accumulation, stream, device, logits_kw,
                            PREFILL_TUNABLES, op="prefill top-k", others=outs)
-    shape_kw = {n: v for n, v in shape_kw.items() if v is not None}  # None: the shape planner decides
     dev, st, s = c.dev, c.st, c.s
     asked = 1 + bool(return_values)
     if _has_out(outs) and len(outs) != asked:
