@@ -85,11 +85,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     st = dev.default_stream if stream is None else as_stream(stream, dev)
     if out is None:
         out = DeviceArray.empty(shape, np.float32, dev, st)
-    _launch(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
+    launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
     return out
 
 
-def _launch(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
+def launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
     """A prepared decode launch on device arrays; a tensor-copy kernel also takes the cache's map (map_of)."""
     ptrs = (q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
             block_tables.ptr, out.ptr, 0 if errors is None else errors.ptr)
@@ -170,14 +170,24 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
         o = DeviceArray.empty((s.B * s.next_n, s.max_model_len), np.float32, dev, st)
     if plan is None:  # an empty batch
         return o
-    tma = DECODE.by_key[plan.kernel].kv_map
-    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_TMA_POINTERS if tma else DECODE_POINTERS,
-                          out_stride=o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
-                          num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size,
-                          max_blocks=s.max_blocks, max_model_len=s.max_model_len, clean=int(bool(clean_logits)),
-                          preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row))
-    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) if tma else None
+    launch, map_of = prepare_decode(dev, kern, plan, s, o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
+                                    clean_logits, preshuffle)
     remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), map_of))
     c.upload()
-    _launch(launch, map_of, st, c.q, c.kv_cache, c.weights, c.context_lens, c.next_n_lens, c.block_tables, o, ea)
+    launch_decode(launch, map_of, st, c.q, c.kv_cache, c.weights, c.context_lens, c.next_n_lens, c.block_tables, o,
+                  ea)
     return o
+
+
+def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logits: bool, preshuffle: bool):
+    """(launch, map_of) of a planned decode kernel for shape s: the launch, a function of (stream,
+    DECODE_POINTERS' pointers[, the cache's tensor map]), and for a kernel that reads the cache through a tensor
+    map, the finder of that map (launch_decode passes it), else None."""
+    tma = DECODE.by_key[plan.kernel].kv_map
+    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_TMA_POINTERS if tma else DECODE_POINTERS,
+                          out_stride=out_stride, num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D,
+                          block_size=s.block_size, max_blocks=s.max_blocks, max_model_len=s.max_model_len,
+                          clean=int(bool(clean_logits)), preshuffle=int(bool(preshuffle)),
+                          lens_per_row=int(s.lens_per_row))
+    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) if tma else None
+    return launch, map_of

@@ -16,7 +16,7 @@ is captured) or, without one, by each call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ..plan import plan_decode
 from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
-from .decode import check_decode_call, fp8_paged_mqa_logits
+from .decode import check_decode_call, launch_decode, prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
 from .topk import MAX_BLOCKS, _written
@@ -124,10 +124,12 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
 
 @dataclass
 class _Step:
-    """One key chunk [c0, c0 + width): where the logits op writes it, and its step, prepared."""
+    """One key chunk [c0, c0 + width): where its logits go (W past the candidates), its logits launch ((launch,
+    map_of) of ops.decode.prepare_decode) and its step, both prepared."""
     c0: int
     width: int
     logits_out: DeviceArray
+    logits: tuple
     step: object
 
 
@@ -138,7 +140,6 @@ class _Plan:
     R: int
     top_k: int
     steps: list
-    logits_kw: dict
     workspace: PagedTopkWorkspace | None
     lens: DeviceArray | None = None   # a chunk's [B, next_n] lengths, written by the step before it
     table: DeviceArray | None = None  # a chunk's [B, C / block_size] block table, likewise
@@ -168,8 +169,8 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     and at least B sequences; None makes one for the call. Its bytes stay within workspace_bound, whatever
     max_model_len. Tunable chunk: the key-chunk width of the call's own workspace (a multiple of the block size).
 
-    Composed today: the logits op on one key chunk at a time, never on the whole row, and topk_logits over the
-    running candidates with that chunk. Returns without waiting. Raises before anything is copied or launched:
+    Composed today: the logits kernel on one key chunk at a time, never on the whole row, then a step kernel that
+    selects over the running candidates and that chunk. Returns without waiting. Raises before anything is copied or launched:
     what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a workspace that does not fit the
     call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError for wrong dtypes or options.
 
@@ -189,7 +190,7 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
         arrays, max_model_len, top_k, preshuffle, split_kv, accumulation, sorted, return_values, return_slots,
         device, id(workspace), len(outs), *tunables.items())
     plan = prepared(key)
-    if plan is None or plan.workspace is not workspace:
+    if plan is None or plan.workspace is not workspace or (q.ptr | kv_cache.ptr) % 16:  # misaligned: _full says so
         return _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv, accumulation, sorted,
                      return_values, return_slots, workspace, stream, device, tunables, key)
     st = plan.dev.default_stream if stream is None else as_stream(stream, plan.dev)
@@ -285,29 +286,39 @@ def _stride(a, R: int, width: int) -> int:
 
 
 def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
-    """The chunks of a call: their widths, views of the workspace, and the prepared step launches. step_block: the
-    step's threads (None: 512 for batches of up to STEP_WIDE_ROWS rows per CU, else 256). outs: the caller's
-    (indices, values, slots) arrays (None: new ones, contiguous), whose strides it fixes."""
+    """The chunks of a call: their widths and every launch prepared, the logits kernel's for each chunk (the first
+    on the caller's lengths and table, the others on the workspace's [B, next_n] lengths and [B, C / block_size]
+    table) and the step's. step_block: the step's threads (None: 512 for batches of up to STEP_WIDE_ROWS rows per
+    CU, else 256). outs: the caller's (indices, values, slots) arrays (None: new ones, contiguous), whose strides
+    it fixes. logits_kw: the logits op's options (preshuffle, split_kv, accumulation, kernel)."""
     R, mml = s.B * s.next_n, s.max_model_len
     if s.B == 0:
-        return _Plan(dev, 0, top_k, [], logits_kw, ws)
+        return _Plan(dev, 0, top_k, [], ws)
     idx, vals, slots = outs
     C = ws.chunk
     if step_block is None:
         step_block = 512 if R <= STEP_WIDE_ROWS * target_of(dev).num_cus else 256
     step_key = "paged_topk_step_wide" if step_block == 512 else "paged_topk_step"
     kern = kernel_for(dev, step_key)
-    fixed = dict(w_stride=_stride(ws.w, R, top_k + C), ws_stride=top_k, indices_stride=_stride(idx, R, top_k),
+    w_stride = _stride(ws.w, R, top_k + C)
+    fixed = dict(w_stride=w_stride, ws_stride=top_k, indices_stride=_stride(idx, R, top_k),
                  values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), rows=R, top_k=top_k,
                  next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size, chunk_blocks=C // s.block_size,
                  lens_per_row=int(s.lens_per_row), sorted=int(bool(sorted)))
-    plan = _Plan(dev, R, top_k, [], logits_kw, ws, ws.lens[:s.B], ws.table[:s.B])
+    plan = _Plan(dev, R, top_k, [], ws, ws.lens[:s.B], ws.table[:s.B])
+    later = replace(s, max_blocks=C // s.block_size, lens_per_row=True)  # the workspace's lengths and table
+    made = {}
     for c0 in range(0, mml, C):
         width = min(C, mml - c0)
         last = c0 + width == mml
+        if (c0 == 0, width) not in made:
+            shape = replace(s if c0 == 0 else later, max_model_len=width)
+            lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, width, target_of(dev), **logits_kw)
+            made[c0 == 0, width] = prepare_decode(dev, kernel_for(dev, lp.kernel, lp.variant), lp, shape,
+                                                  w_stride if R > 1 else width, True, logits_kw["preshuffle"])
         step = kern.prepare(_grid(R), KERNEL[step_key].block, pointers=STEP_POINTERS, base=c0,
                             next_key=-1 if last else c0 + C, width=width, last=int(last), **fixed)
-        plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], step))
+        plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], made[c0 == 0, width], step))
     return plan
 
 
@@ -318,16 +329,17 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     result = (idx,) + ((vals,) if return_values else ()) + ((slots,) if return_slots else ())
     if plan.R == 0:
         return result if len(result) > 1 else idx
-    kw, dev, ws = plan.logits_kw, plan.dev, plan.workspace
+    ws = plan.workspace
     ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,
             ws.table.ptr)
     for step in plan.steps:
-        if step.c0 == 0:  # the caller's own lengths and table, cut at the chunk by max_model_len
-            fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, step.width, next_n_lens,
-                                 clean_logits=True, errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
+        launch, map_of = step.logits
+        if step.c0 == 0:  # the caller's own lengths and table, cut at the chunk by its max_model_len
+            launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
+                          step.logits_out, errors)
         else:
-            fp8_paged_mqa_logits(q, kv_cache, weights, plan.lens, plan.table, step.width, clean_logits=True,
-                                 errors=errors, out=step.logits_out, stream=st, device=dev, **kw)
+            launch_decode(launch, map_of, st, q, kv_cache, weights, plan.lens, None, plan.table, step.logits_out,
+                          errors)
         step.step(st.handle, *ptrs)
     return result if len(result) > 1 else idx

@@ -1,10 +1,14 @@
-"""Python microseconds per fp8_mqa_logits call, without a GPU: a null backend whose launch does nothing.
+"""Python microseconds per op call, without a GPU: a null backend whose launch does nothing.
 
 What an inference stack pays per layer per step on the host, less the driver's own launch cost:
 device-resident inputs (DeviceArrays), out= given, the arrays rotated between a few sets as the
 benchmark does. Timeit-style: the median over repeats of the mean over a batch of calls.
 
     python -m tools.measure.host_overhead --arch sm_90a --shapes 128x1024,4096x32768 --heads 64
+    python -m tools.measure.host_overhead --op topk          # fp8_mqa_topk, top_k 2048, a workspace made once
+    python -m tools.measure.host_overhead --op paged_topk    # fp8_paged_mqa_topk: --shapes BxCONTEXT, next_n 1
+
+The composed top-k ops launch two kernels per key chunk, so their cost is reported with the launches per call.
 """
 import ctypes
 import statistics
@@ -13,6 +17,7 @@ import time
 import click
 import numpy as np
 
+import hipindexer  # noqa: E402
 from hipindexer import fp8_mqa_logits  # noqa: E402
 from hipindexer.runtime import Device, DeviceArray, register_backend  # noqa: E402
 from hipindexer.runtime import cuda as rcuda  # noqa: E402
@@ -54,6 +59,7 @@ class NullBackend:
     module_load = lambda self, image: image  # noqa: E731
     module_function = lambda self, module, symbol: symbol  # noqa: E731
     func_set_max_dynamic_shared = lambda self, fn, n: None  # noqa: E731
+    tensor_map_u8 = lambda self, *a: bytes(128)  # noqa: E731  (the decode TMA kernel's key map)
     launch_args = rcuda.CudaBackend.launch_args
 
     def launch(self, fn, grid, block, shared_mem, stream, args):
@@ -74,33 +80,71 @@ def us_per_call(fn, calls=2000, repeats=15) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
+def _prefill_call(dev, op, M, N, H, sets):
+    fp8, f32, i32 = np.dtype("float8_e4m3fn"), np.float32, np.int32
+    args = [(DeviceArray.empty((M, H, 128), fp8, dev), DeviceArray.empty((N, 128), fp8, dev),
+             DeviceArray.empty(N, f32, dev), DeviceArray.empty((M, H), f32, dev),
+             DeviceArray.empty(M, i32, dev), DeviceArray.empty(M, i32, dev)) for _ in range(sets)]
+    if op == "logits":
+        outs = [DeviceArray.empty((M, N), f32, dev) for _ in range(sets)]
+
+        def call(i):
+            j = i % sets
+            fp8_mqa_logits(*args[j], out=outs[j])
+        return call
+    ws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
+    outs = [DeviceArray.empty((M, TOP_K), i32, dev) for _ in range(sets)]
+
+    def call(i):
+        j = i % sets
+        hipindexer.fp8_mqa_topk(*args[j], TOP_K, workspace=ws, out=outs[j])
+    return call
+
+
+def _paged_topk_call(dev, B, ctx, H, sets, block=64, next_n=1):
+    u8, f32, i32 = np.uint8, np.float32, np.int32
+    blocks = -(-ctx // block)
+    args = [(DeviceArray.empty((B, next_n, H, 128), np.dtype("float8_e4m3fn"), dev),
+             DeviceArray.empty((B * blocks, block, 132), u8, dev), DeviceArray.empty((B * next_n, H), f32, dev),
+             DeviceArray.empty(B, i32, dev), DeviceArray.empty((B, blocks), i32, dev)) for _ in range(sets)]
+    ws = hipindexer.paged_topk_workspace(B, next_n, TOP_K, blocks * block, block, device=dev)
+    outs = [DeviceArray.empty((B * next_n, TOP_K), i32, dev) for _ in range(sets)]
+
+    def call(i):
+        j = i % sets
+        hipindexer.fp8_paged_mqa_topk(*args[j], blocks * block, TOP_K, workspace=ws, out=outs[j])
+    return call
+
+
+TOP_K = 2048
+
+
 @click.command()
 @click.option("--arch", type=click.Choice(sorted(WAVE)), default="sm_90a")
-@click.option("--shapes", default="128x1024,4096x32768", help="MxN,MxN,...")
+@click.option("--op", type=click.Choice(["logits", "topk", "paged_topk"]), default="logits")
+@click.option("--shapes", default=None, help="MxN,... (paged_topk: BxCONTEXT,...); default by op")
 @click.option("--heads", default="64,32")
 @click.option("--sets", default=4, help="input sets the calls rotate between")
-def main(arch, shapes, heads, sets):
+def main(arch, op, shapes, heads, sets):
     load_manifest()  # fail early when the kernels are not built
     backend = NullBackend(arch)
     register_backend("null", lambda: backend)
     dev = Device("null:0")
-    fp8, f32, i32 = np.dtype("float8_e4m3fn"), np.float32, np.int32
+    shapes = shapes or {"logits": "128x1024,4096x32768", "topk": "4096x32768,1024x131072",
+                        "paged_topk": "64x131072,16x32768"}[op]
     for shape in shapes.split(","):
-        M, N = (int(x) for x in shape.split("x"))
+        a, b = (int(x) for x in shape.split("x"))
         for H in (int(h) for h in heads.split(",")):
-            args = [(DeviceArray.empty((M, H, 128), fp8, dev), DeviceArray.empty((N, 128), fp8, dev),
-                     DeviceArray.empty(N, f32, dev), DeviceArray.empty((M, H), f32, dev),
-                     DeviceArray.empty(M, i32, dev), DeviceArray.empty(M, i32, dev)) for _ in range(sets)]
-            outs = [DeviceArray.empty((M, N), f32, dev) for _ in range(sets)]
-
-            def call(i, args=args, outs=outs):
-                j = i % sets
-                fp8_mqa_logits(*args[j], out=outs[j])
+            call = _paged_topk_call(dev, a, b, H, sets) if op == "paged_topk" else _prefill_call(dev, op, a, b, H, sets)
+            call(0)
             n0 = backend.launches
-            wall, cpu = us_per_call(call)
-            assert backend.launches > n0
-            print(f"{arch} M={M} N={N} H={H}: {wall:.2f} us per call, {cpu:.2f} us of CPU "
-                  "(medians of 15 batches of 2000 calls)")
+            call(1)
+            per = backend.launches - n0
+            assert per > 0
+            wall, cpu = us_per_call(call, calls=2000 if op == "logits" else 200)
+            name = f"B={a} context={b}" if op == "paged_topk" else f"M={a} N={b}"
+            print(f"{arch} {op} {name} H={H}: {wall:.2f} us per call, {cpu:.2f} us of CPU, {per} launches "
+                  f"(medians of 15 batches)")
 
 
 if __name__ == "__main__":
