@@ -23,6 +23,7 @@ import numpy as np
 from ..arguments import F32, I32, check_top_k
 from ..catalog import KERNEL
 from ..plan import plan_decode
+from ..plan.bounds import workspace_bound
 from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
@@ -34,14 +35,7 @@ from .topk import MAX_BLOCKS, _written
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
-SLACK = 1 << 20  # the bound's constant: room for a chunk of useful width when the batch is small
 STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
-
-
-def workspace_bound(B: int, next_n: int, top_k: int, units: int) -> int:
-    """The most bytes fp8_paged_mqa_topk's workspace may take: 8 * top_k * next_n * (2B + units) + 1 MiB, for a
-    batch of B sequences of next_n rows on a device of `units` CUs (SMs)."""
-    return 8 * top_k * next_n * (2 * B + units) + SLACK
 
 
 def workspace_bytes(B: int, next_n: int, top_k: int, chunk: int, block_size: int) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 from ..arguments import F32, I32, PrefillShape, check_top_k
 from ..catalog import KERNEL
 from ..plan import plan_prefill
+from ..plan.bounds import prefill_workspace_bound
 from ..plan.prefill import TUNABLES as PREFILL_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
@@ -34,19 +35,12 @@ from .topk import MAX_BLOCKS, _written
 PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered", "step_block")
 SHAPE_TUNABLES = ("rows", "chunk", "filtered")
 STEP_POINTERS = ("w", "cols", "ws", "indices", "values", "rel", "ks", "ke", "chunk_ks", "chunk_ke")
-SLACK = 1 << 20      # the bound's constant: room for a useful chunk when M is small
 CHUNK_GOAL = 32768   # keys per chunk the planner reaches before it cuts the rows into groups
 CHUNK_ALIGN = 256    # a chunk short of the whole row is a multiple of this (whole tiles of every logits kernel)
 ROWS_MIN = 256       # a group has at least this many rows (or all of them), however narrow its chunks get
 FIRST_CHUNK = 4      # filtered: the first chunk's keys, in top_k (its selection is the filter of every later one)
 FILTER_CHUNKS = 8    # rows cut into more chunks than this are filtered
 STEP_WIDE_ROWS = 4   # groups of up to this many rows per CU (SM) take the step's 512-thread build
-
-
-def prefill_workspace_bound(M: int, top_k: int, parts: int = 1) -> int:
-    """The most bytes fp8_mqa_topk's workspace may take for M query rows: 8 * top_k * M * (1 + parts) + 1 MiB
-    (parts: key-split parts whose candidates are kept apart; the composed path keeps one chunk, parts = 1)."""
-    return 8 * top_k * M * (1 + parts) + SLACK
 
 
 def workspace_bytes(rows: int, top_k: int, chunk: int, filtered: bool) -> int:

@@ -2,7 +2,7 @@
 
 target.py: ``Target``, ``TARGETS`` and the accumulation choices; menu.py: the kernels an op can run and the one
 rule both planners pick by; prefill.py: ``plan_prefill``; decode.py: ``plan_decode``; chunks.py:
-``plan_prefill_chunks``; topk.py: ``plan_topk``.
+``plan_prefill_chunks``; topk.py: ``plan_topk``; bounds.py: the top-k ops' workspace bounds.
 """
 from .chunks import plan_prefill_chunks
 from .decode import DecodePlan, plan_decode

@@ -1,7 +1,7 @@
 """Chunking a long prefill so each chunk's memory fits a budget."""
 from __future__ import annotations
 
-SLACK = 1 << 20  # the top-k workspace bound's constant (hipindexer.ops.prefill_topk.prefill_workspace_bound)
+from .bounds import SLACK, prefill_workspace_bound
 
 
 def plan_prefill_chunks(query_lens, key_lens, budget_bytes: int = 512 << 20, top_k: int | None = None,
@@ -34,8 +34,9 @@ def plan_prefill_chunks(query_lens, key_lens, budget_bytes: int = 512 << 20, top
         cost = lambda m, n: 4 * m * n  # noqa: E731
         rows_beside = lambda n: budget_bytes // (4 * max(n, 1))  # noqa: E731
     else:
-        cost = lambda m, n: n * key_bytes + 24 * top_k * m + SLACK  # noqa: E731
-        rows_beside = lambda n: (budget_bytes - n * key_bytes - SLACK) // (24 * top_k)  # noqa: E731
+        per_row = 8 * top_k + prefill_workspace_bound(1, top_k) - SLACK  # outputs and workspace, per query row
+        cost = lambda m, n: n * key_bytes + 8 * top_k * m + prefill_workspace_bound(m, top_k)  # noqa: E731
+        rows_beside = lambda n: (budget_bytes - n * key_bytes - SLACK) // per_row  # noqa: E731
     chunks, cur, cur_m, cur_n = [], [], 0, 0
     for r, (q, k) in enumerate(zip(query_lens, key_lens)):
         if q < 0 or k < 0:
