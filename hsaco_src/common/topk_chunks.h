@@ -84,6 +84,26 @@ HX_INLINE HX_DEV void hx_merge_gather(const hx_i32* sel, const hx_i32* idx, cons
   }
 }
 
+// A step's row begins: on the first chunk (base 0) its candidates are all invalid (-inf).
+HX_INLINE HX_DEV void hx_step_begin(float* w, hx_i32 top_k, hx_i64 base) {
+  if (base != 0) return;
+  for (hx_i32 i = (hx_i32)hx_thread_x(); i < top_k; i += HX_BLOCK) w[i] = hx_bits_to_f32(0xFF800000u);
+  hx_barrier();
+}
+
+// The top_k of W-space [0, n) (the candidates, then the chunk's columns or, with cols, those kept), into sel,
+// and what this thread's slots of it name (hx_merge_gather): on return every read of the old candidates is
+// done, so the new ones may be written over them. sorted: sel in descending value. The shared arrays are
+// hx_topk_select's.
+HX_INLINE HX_DEV void hx_step_select(const float* w, const hx_i32* idx, hx_i32* sel, const hx_i32* cols, hx_i32 top_k,
+                                     hx_i32 n, hx_i64 base, bool sorted, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                     hx_u64* entries, hx_i32 (&key)[HX_MERGE_SLOTS], float (&val)[HX_MERGE_SLOTS]) {
+  hx_topk_select(w, n, false, (hx_u32)top_k, sorted, sel, 0, hist, scan, found, entries);
+  hx_barrier();  // the selection's slots are written
+  hx_merge_gather(sel, idx, w, cols, top_k, base, top_k, key, val);
+  hx_barrier();  // every read of the old candidates is done
+}
+
 // The key a slot is written as: n, or with rel n - rel (a key's position in its own
 // request: a valid key n >= rel, so >= 0; one int32 cannot hold is written -1).
 HX_INLINE HX_HD hx_i32 hx_merge_index(hx_i64 n, const hx_i32* rel) {

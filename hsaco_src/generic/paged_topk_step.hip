@@ -43,22 +43,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_paged_to
   HX_SHARED(hx_u32, found, 2);
   HX_SHARED(hx_u64, entries, MAX_TOP_K);
   const hx_i32 tid = (hx_i32)hx_thread_x();
-  const float neg_inf = hx_bits_to_f32(0xFF800000u);
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     float* const w = p.w + row * p.w_stride;
     hx_i32* const idx = p.indices + row * p.indices_stride;
-    hx_i32* const sel = p.ws + row * p.ws_stride;
-    if (p.base == 0) {
-      for (hx_i32 i = tid; i < p.top_k; i += HX_BLOCK) w[i] = neg_inf;
-      hx_barrier();
-    }
-    hx_topk_select(w, p.top_k + p.width, false, (hx_u32)p.top_k, p.last && p.sorted, sel, 0, hist, scan, found,
-                   entries);
-    hx_barrier();  // the selection's slots are written
+    hx_step_begin(w, p.top_k, p.base);
     hx_i32 key[HX_MERGE_SLOTS];
     float val[HX_MERGE_SLOTS];
-    hx_merge_gather(sel, idx, w, 0, p.top_k, p.base, p.top_k, key, val);
-    hx_barrier();  // every read of the old candidates is done
+    hx_step_select(w, idx, p.ws + row * p.ws_stride, 0, p.top_k, p.top_k + p.width, p.base, p.last && p.sorted, hist,
+                   scan, found, entries, key, val);
     const hx_i64 b = row / p.next_n;
     HX_UNROLL
     for (int k = 0; k < HX_MERGE_SLOTS; ++k) {
