@@ -95,6 +95,16 @@ for _k, _bs in ((7, 16), (64, 64), (512, 16), (300, 64)):
 
 
 @case
+def chunks_too_wide_to_stage(dev):
+    """A chunk whose columns with the candidates pass the staged selection's 4096 entries (every column of a
+    first chunk passes): the step selects from W itself, in one chunk and in a wide chunk before a narrow one."""
+    inp = case_inputs(27, B=2, next_n=1, block_size=64, ctx=4000, spread="equal")
+    for chunk in (None, 3712):
+        idx, _, _ = check(dev, inp, 512, **({} if chunk is None else {"chunk": chunk}))
+        assert ((idx >= 0).sum(axis=1) == 512).all()
+
+
+@case
 def short_empty_and_dead_rows(dev):
     """V < top_k (short contexts), V = 0 (a context of 0, dead ragged rows), next to rows with V >> top_k, in
     both forms of the lengths and with a max_model_len below some contexts."""

@@ -109,6 +109,16 @@ def fast_path_heads(dev):
 
 
 @case
+def chunks_too_wide_to_stage(dev):
+    """A chunk whose columns with the candidates pass the staged selection's 4096 entries (every column of a
+    first chunk passes): the step selects from W itself, in one chunk and in a wide chunk before a narrow one."""
+    inp = inputs(26, M=6, N=4000)
+    for kw in ({}, {"chunk": 3840}):
+        idx, _ = check(dev, inp, 512, **kw)
+        assert (counts(idx) == 512).all()
+
+
+@case
 def ties_across_chunks_go_to_the_lower_key(dev):
     """Every key the same: each row's logits tie, so its top_k are its lowest keys, whichever chunk holds
     them."""

@@ -301,8 +301,12 @@ PLANTS = {
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
     # reversed), a chunk's table columns one block late, its lengths not shifted to the chunk, or blind to
-    # next_n_lens. Run with --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
+    # next_n_lens; the staged selection's indices left in staged space, or a staged column named one late. Run with
+    # --set paged_topk (its suite is tests/emu/paged_topk_cases.py, SET_TESTS).
     "paged_topk": [
+        Plant("staged_selection_unmapped", "common/topk_chunks.h", "sel[s] = sel[s] >= 0 ? ix_s[sel[s]] : -1;",
+              "sel[s] = sel[s];"),
+        Plant("staged_column_one_late", "common/topk_chunks.h", "ix_s[at] = i0 + t;", "ix_s[at] = i0 + t + 1;"),
         Plant("merge_chunk_base_one_block_late", "common/topk_chunks.h", ": base + (cols ? (hx_i64)cols[col]",
               ": base + 16 + (cols ? (hx_i64)cols[col]"),
         Plant("candidates_reversed", "common/topk_chunks.h", "i < lead ? (hx_i64)idx[i]",
@@ -318,9 +322,14 @@ PLANTS = {
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
     # the next row, the filter's threshold the largest candidate rather than the smallest, its kept columns' chunk
-    # columns one late, the selection blind to the last kept column. Run with --set prefill_topk (its suite is
+    # columns one late, the selection blind to the last kept column, the first staged column over the last
+    # candidate, a chunk too wide to stage selected one column short. Run with --set prefill_topk (its suite is
     # tests/emu/prefill_topk_cases.py, SET_TESTS).
     "prefill_topk": [
+        Plant("staged_over_the_last_candidate", "common/topk_chunks.h", "hx_u32 staged = (hx_u32)lead;",
+              "hx_u32 staged = (hx_u32)lead - 1u;"),
+        Plant("unstaged_selection_one_short", "common/topk_chunks.h", "hx_topk_select(w, n, false",
+              "hx_topk_select(w, n - 1, false"),
         Plant("prefill_chunk_windows_not_shifted", "generic/topk_chunk_step.hip",
               "const hx_i64 local = (hx_i64)end - first_key;", "const hx_i64 local = (hx_i64)end;"),
         Plant("prefill_chunk_window_starts_a_key_late", "generic/topk_chunk_step.hip",
