@@ -67,6 +67,10 @@ class HostBackend:
     module_function = lambda self, mod, sym: sym  # noqa: E731
     func_set_max_dynamic_shared = lambda self, fn, n: None  # noqa: E731
 
+    def tensor_map_u8(self, address, dims, strides, box, swizzle128):
+        """A stand-in for a CUDA tensor map: 128 bytes naming its address, so a test can tell maps apart."""
+        return int(address).to_bytes(8, "little") * 16
+
     def launch_args(self, buf_addr, size):
         kp, kp_data = rcuda.CudaBackend.launch_args(self, buf_addr, size)
         return kp, kp_data, size

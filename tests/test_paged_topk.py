@@ -57,8 +57,8 @@ def test_the_widest_chunk_keeps_the_workspace_within_the_bound(B, next_n, top_k,
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
 
 
-def _inputs(dev, B=2, ctx=3000, device_resident=True):
-    inp = testing.decode_inputs(np.random.default_rng(0), testing.DecodeCase(B, 2, 16, 64, 64, mean_context=ctx,
+def _inputs(dev, B=2, ctx=3000, device_resident=True, H=16, D=64):
+    inp = testing.decode_inputs(np.random.default_rng(0), testing.DecodeCase(B, 2, H, D, 64, mean_context=ctx,
                                                                              key_codes=True))
     if not device_resident:
         return inp
@@ -84,12 +84,13 @@ def test_every_check_runs_before_anything_is_copied(hopper):
     assert hb.htod == 0 and not hb.launches
 
 
-def test_chunks_and_what_each_launch_is_sent(hopper):
+@pytest.mark.parametrize("H, D", [(16, 64), (64, 128)])  # the generic logits kernel; the tensor-map one
+def test_chunks_and_what_each_launch_is_sent(hopper, H, D):
     """A row wider than the workspace: per chunk the logits op (the first on the caller's inputs, the others on
     the lengths and table the previous step wrote) and the step, the last step writing values and slots; a row
-    that fits is one logits call and one step."""
+    that fits is one logits call and one step; a prepared call sends what the first sent."""
     hb, dev = hopper
-    inp = _inputs(dev)
+    inp = _inputs(dev, H=H, D=D)
     mml = inp.max_model_len
     ws = paged_topk_workspace(2, 2, 64, mml, 64, device=dev, chunk=1024)
     n0 = len(hb.launches)
@@ -105,8 +106,19 @@ def test_chunks_and_what_each_launch_is_sent(hopper):
     first = step.ctype().from_buffer_copy(hb.launches[n0 + 1][4])
     assert (first.base, first.next_key, first.last, first.chunk_blocks) == (0, 1024, 0, 16)
     assert first.chunk_lens == ws.lens.ptr and first.chunk_table == ws.table.ptr
-    second = catalog.STRUCT["DecodeParams"].ctype().from_buffer_copy(hb.launches[n0 + 2][4])
+    tma = logits.endswith("_tma")
+    assert tma == (H == 64)
+    struct = catalog.STRUCT["DecodeTmaParams" if tma else "DecodeParams"]
+    second = struct.ctype().from_buffer_copy(hb.launches[n0 + 2][4])
     assert second.context_lens == ws.lens.ptr and second.block_tables == ws.table.ptr and second.max_blocks == 16
+    # every logits launch writes W's first chunk column; a later call, on the prepared path, sends the same
+    sent = [struct.ctype().from_buffer_copy(hb.launches[i][4]) for i in range(n0, n0 + 2 * chunks, 2)]
+    assert all(p.out == ws.w.ptr + 4 * 64 for p in sent)
+    assert not tma or len({p.kv_map for p in sent} - {0}) == 1, "one tensor map of the cache for every chunk"
+    n_again = len(hb.launches)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=ws, return_values=True, return_slots=True)
+    assert [hb.launches[i][4] for i in range(n_again, len(hb.launches))] == \
+        [hb.launches[i][4] for i in range(n0, n0 + 2 * chunks)]
     n1 = len(hb.launches)
     whole = paged_topk_workspace(2, 2, 64, mml, 64, device=dev)
     fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=whole)

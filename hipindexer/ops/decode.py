@@ -91,12 +91,16 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
 
 def launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
     """A prepared decode launch on device arrays; a tensor-copy kernel also takes the cache's map (map_of)."""
+    launch(st.handle, *decode_pointers(map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
+                                       out, errors))
+
+
+def decode_pointers(map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors) -> tuple:
+    """The per-call pointers of a prepared decode launch (DECODE_POINTERS' order; with map_of, the cache's
+    tensor map after them), from device arrays (next_n_lens and errors may be None)."""
     ptrs = (q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
             block_tables.ptr, out.ptr, 0 if errors is None else errors.ptr)
-    if map_of is None:
-        launch(st.handle, *ptrs)
-    else:
-        launch(st.handle, *ptrs, map_of(st, kv_cache.ptr))
+    return ptrs if map_of is None else (*ptrs, map_of(st, kv_cache.ptr))
 
 
 @dataclass
@@ -179,15 +183,18 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
     return o
 
 
-def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logits: bool, preshuffle: bool):
+def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logits: bool, preshuffle: bool,
+                   map_of=None):
     """(launch, map_of) of a planned decode kernel for shape s: the launch, a function of (stream,
     DECODE_POINTERS' pointers[, the cache's tensor map]), and for a kernel that reads the cache through a tensor
-    map, the finder of that map (launch_decode passes it), else None."""
+    map, the finder of that map (launch_decode passes it; `map_of` reuses one made for the same cache shape),
+    else None."""
     tma = DECODE.by_key[plan.kernel].kv_map
     launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_TMA_POINTERS if tma else DECODE_POINTERS,
                           out_stride=out_stride, num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D,
                           block_size=s.block_size, max_blocks=s.max_blocks, max_model_len=s.max_model_len,
                           clean=int(bool(clean_logits)), preshuffle=int(bool(preshuffle)),
                           lens_per_row=int(s.lens_per_row))
-    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) if tma else None
-    return launch, map_of
+    if not tma:
+        return launch, None
+    return launch, map_of or kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))

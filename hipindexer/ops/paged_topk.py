@@ -16,7 +16,7 @@ is captured) or, without one, by each call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from ..plan.bounds import workspace_bound
 from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
-from .decode import check_decode_call, launch_decode, prepare_decode
+from .decode import check_decode_call, decode_pointers, prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
 from .topk import MAX_BLOCKS, _written
@@ -118,12 +118,14 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
 
 @dataclass
 class _Step:
-    """One key chunk [c0, c0 + width): where its logits go (W past the candidates), its logits launch ((launch,
-    map_of) of ops.decode.prepare_decode) and its step, both prepared."""
+    """One key chunk [c0, c0 + width): where its logits go (W past the candidates), its logits launch (of
+    ops.decode.prepare_decode) with the index of its pointer set in the plan's `pointer_sets`, and its step,
+    both prepared."""
     c0: int
     width: int
     logits_out: DeviceArray
-    logits: tuple
+    logits: object
+    pointer_set: int
     step: object
 
 
@@ -137,6 +139,10 @@ class _Plan:
     workspace: PagedTopkWorkspace | None
     lens: DeviceArray | None = None   # a chunk's [B, next_n] lengths, written by the step before it
     table: DeviceArray | None = None  # a chunk's [B, C / block_size] block table, likewise
+    # The logits launches' pointer sets, (first chunk?, the cache's tensor-map finder or None): every chunk's
+    # logits land at W's first chunk column, so a call fills in each set once (a chunk's width may plan another
+    # kernel, whence more than two).
+    pointer_sets: list = field(default_factory=list)
 
 
 def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_model_len, top_k, next_n_lens=None,
@@ -301,7 +307,7 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
                  lens_per_row=int(s.lens_per_row), sorted=int(bool(sorted)))
     plan = _Plan(dev, R, top_k, [], ws, ws.lens[:s.B], ws.table[:s.B])
     later = replace(s, max_blocks=C // s.block_size, lens_per_row=True)  # the workspace's lengths and table
-    made = {}
+    made, map_of = {}, None  # one finder of the cache's tensor map for every chunk's launch
     for c0 in range(0, mml, C):
         width = min(C, mml - c0)
         last = c0 + width == mml
@@ -309,10 +315,16 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
             shape = replace(s if c0 == 0 else later, max_model_len=width)
             lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, width, target_of(dev), **logits_kw)
             made[c0 == 0, width] = prepare_decode(dev, kernel_for(dev, lp.kernel, lp.variant), lp, shape,
-                                                  w_stride if R > 1 else width, True, logits_kw["preshuffle"])
+                                                  w_stride if R > 1 else width, True, logits_kw["preshuffle"],
+                                                  map_of)
+            map_of = map_of or made[c0 == 0, width][1]
         step = kern.prepare(_grid(R), KERNEL[step_key].block, pointers=STEP_POINTERS, base=c0,
                             next_key=-1 if last else c0 + C, width=width, last=int(last), **fixed)
-        plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], made[c0 == 0, width], step))
+        launch, finder = made[c0 == 0, width]
+        if (c0 == 0, finder) not in plan.pointer_sets:
+            plan.pointer_sets.append((c0 == 0, finder))
+        plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], launch,
+                                plan.pointer_sets.index((c0 == 0, finder)), step))
     return plan
 
 
@@ -327,13 +339,12 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,
             ws.table.ptr)
-    for step in plan.steps:
-        launch, map_of = step.logits
-        if step.c0 == 0:  # the caller's own lengths and table, cut at the chunk by its max_model_len
-            launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
-                          step.logits_out, errors)
-        else:
-            launch_decode(launch, map_of, st, q, kv_cache, weights, plan.lens, None, plan.table, step.logits_out,
-                          errors)
-        step.step(st.handle, *ptrs)
+    out = plan.steps[0].logits_out
+    sets = [decode_pointers(map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
+            if first else decode_pointers(map_of, st, q, kv_cache, weights, plan.lens, None, plan.table, out, errors)
+            for first, map_of in plan.pointer_sets]
+    h = st.handle
+    for step in plan.steps:  # the first chunk on the caller's own lengths and table, cut by its max_model_len
+        step.logits(h, *sets[step.pointer_set])
+        step.step(h, *ptrs)
     return result if len(result) > 1 else idx
