@@ -125,6 +125,24 @@ def test_chunks_and_what_each_launch_is_sent(hopper, H, D):
     assert _symbols(hb, n1) == [logits, "hx_paged_topk_step"]
 
 
+def test_a_prepared_call_still_refuses_a_misaligned_pointer(hopper):
+    hb, dev = hopper
+    inp = _inputs(dev)
+    ws = paged_topk_workspace(2, 2, 64, inp.max_model_len, 64, device=dev)
+    idx = DeviceArray.empty((4, 64), np.int32, dev)
+    args = list(inp.args()[:6])
+    fp8_paged_mqa_topk(*args, 64, workspace=ws, out=idx)
+    cache = inp.kv_cache.numpy()
+    padded = DeviceArray.from_numpy(np.concatenate([cache.ravel(), np.zeros(16, np.uint8)]), dev)
+    for offset in (16, 8):
+        args[1] = DeviceArray(padded.ptr + offset, cache.shape, cache.dtype, dev, owner=padded)
+        if offset == 16:
+            fp8_paged_mqa_topk(*args, 64, workspace=ws, out=idx)
+        else:
+            with pytest.raises(ValueError, match="kv_cache: .* must be 16-byte aligned"):
+                fp8_paged_mqa_topk(*args, 64, workspace=ws, out=idx)
+
+
 def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
     hb, dev = hopper
     inp = _inputs(dev)

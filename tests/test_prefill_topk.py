@@ -133,6 +133,24 @@ def test_a_prepared_call_allocates_and_copies_nothing(hopper, monkeypatch):
     assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 3 * 4 * 2
 
 
+def test_a_prepared_call_still_refuses_a_misaligned_pointer(hopper):
+    hb, dev = hopper
+    inp = _inputs(dev)
+    ws = prefill_topk_workspace(40, 3000, 64, device=dev)
+    idx = DeviceArray.empty((40, 64), np.int32, dev)
+    fp8_mqa_topk(*inp.args(), 64, workspace=ws, out=idx)
+    k = inp.k.numpy()
+    padded = DeviceArray.from_numpy(np.concatenate([k.view(np.uint8).ravel(), np.zeros(16, np.uint8)]), dev)
+    for offset in (16, 8):
+        moved = DeviceArray(padded.ptr + offset, k.shape, k.dtype, dev, owner=padded)
+        args = (inp.q, moved, *inp.args()[2:])
+        if offset == 16:
+            fp8_mqa_topk(*args, 64, workspace=ws, out=idx)
+        else:
+            with pytest.raises(ValueError, match="k: .* must be 16-byte aligned"):
+                fp8_mqa_topk(*args, 64, workspace=ws, out=idx)
+
+
 @pytest.mark.toolchain
 def test_quick_prefill_topk_sweep_passes_on_the_emulator(emu_kernels):
     p = H.run_cli(emu_kernels, "check", "topk", "--op", "prefill", "--device", "emu:gfx950", "--quick", "--json",

@@ -118,12 +118,8 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
 
 @dataclass
 class _Step:
-    """One key chunk [c0, c0 + width): where its logits go (W past the candidates), its logits launch (of
-    ops.decode.prepare_decode) with the index of its pointer set in the plan's `pointer_sets`, and its step,
-    both prepared."""
-    c0: int
-    width: int
-    logits_out: DeviceArray
+    """One key chunk: its logits launch (of ops.decode.prepare_decode) with the index of its pointer set in the
+    plan's `pointer_sets`, and its step, both prepared."""
     logits: object
     pointer_set: int
     step: object
@@ -139,6 +135,7 @@ class _Plan:
     workspace: PagedTopkWorkspace | None
     lens: DeviceArray | None = None   # a chunk's [B, next_n] lengths, written by the step before it
     table: DeviceArray | None = None  # a chunk's [B, C / block_size] block table, likewise
+    logits_out: DeviceArray | None = None  # where every chunk's logits go: W past the candidates
     # The logits launches' pointer sets, (first chunk?, the cache's tensor-map finder or None): every chunk's
     # logits land at W's first chunk column, so a call fills in each set once (a chunk's width may plan another
     # kernel, whence more than two).
@@ -305,7 +302,7 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
                  values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), rows=R, top_k=top_k,
                  next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size, chunk_blocks=C // s.block_size,
                  lens_per_row=int(s.lens_per_row), sorted=int(bool(sorted)))
-    plan = _Plan(dev, R, top_k, [], ws, ws.lens[:s.B], ws.table[:s.B])
+    plan = _Plan(dev, R, top_k, [], ws, ws.lens[:s.B], ws.table[:s.B], ws.w[:R, top_k:])
     later = replace(s, max_blocks=C // s.block_size, lens_per_row=True)  # the workspace's lengths and table
     made, map_of = {}, None  # one finder of the cache's tensor map for every chunk's launch
     for c0 in range(0, mml, C):
@@ -323,8 +320,7 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
         launch, finder = made[c0 == 0, width]
         if (c0 == 0, finder) not in plan.pointer_sets:
             plan.pointer_sets.append((c0 == 0, finder))
-        plan.steps.append(_Step(c0, width, ws.w[:R, top_k:top_k + width], launch,
-                                plan.pointer_sets.index((c0 == 0, finder)), step))
+        plan.steps.append(_Step(launch, plan.pointer_sets.index((c0 == 0, finder)), step))
     return plan
 
 
@@ -339,7 +335,7 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,
             ws.table.ptr)
-    out = plan.steps[0].logits_out
+    out = plan.logits_out
     sets = [decode_pointers(map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
             if first else decode_pointers(map_of, st, q, kv_cache, weights, plan.lens, None, plan.table, out, errors)
             for first, map_of in plan.pointer_sets]

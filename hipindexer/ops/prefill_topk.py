@@ -5,9 +5,10 @@ The query rows are taken in groups of `rows`, and each group's keys in chunks: a
 float32 holds the group's running candidates' values in its first top_k columns (their keys in the caller's
 indices output, ascending) and a chunk's logits after them. Per chunk two launches: the logits kernel on the
 chunk's keys into W (the first chunk on the caller's windows, the others on windows the previous step wrote), and
-the step (hsaco_src/generic/topk_chunk_step.hip), which filters the chunk by the smallest candidate, selects over
-the candidates and what it kept, merges the selection into the new candidates (on the last chunk: the values and,
-with relative=True, n - cu_seqlen_ks[m]) and writes the next chunk's windows. Candidates come first in W in key
+the step (hsaco_src/generic/topk_chunk_step.hip), which (on filtered rows first dropping the chunk's columns at or
+below the smallest candidate) selects over the candidates and the chunk, merges the selection into the new
+candidates (on the last chunk: the values and, with relative=True, n - cu_seqlen_ks[m]) and writes the next
+chunk's windows. Candidates come first in W in key
 order, so ties across chunks go to the lower key, as within one.
 
 The workspace stays within prefill_workspace_bound(M, top_k) whatever N: rows and C are chosen so that
@@ -192,8 +193,8 @@ def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, rel
     rows; None makes one for the call. Its bytes stay within prefill_workspace_bound(M, top_k) whatever N.
     Tunables rows and chunk: the call's own workspace's group of rows and key-chunk width.
 
-    Composed today: the logits kernel on one key chunk of one group of rows at a time, and topk_logits' kernel
-    over the running candidates with that chunk. Returns without waiting. Raises before anything is copied or
+    Composed today: the logits kernel on one key chunk of one group of rows at a time, then a step kernel that
+    selects over the running candidates and that chunk. Returns without waiting. Raises before anything is copied or
     launched: what fp8_mqa_logits raises, ValueError for a top_k outside 1..4096, a workspace that does not fit
     the call, or (relative=True, host windows) a relative index int32 cannot hold; TypeError for wrong dtypes or
     options. With device-resident windows such an index is written as -1.
@@ -212,7 +213,7 @@ def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, rel
         arrays, top_k, relative, sorted, return_values, accumulation, device, id(workspace), len(outs),
         *tunables.items())
     plan = prepared(key)
-    if plan is None or plan.workspace is not workspace:
+    if plan is None or plan.workspace is not workspace or (q.ptr | k.ptr) % 16:  # misaligned: _full says which
         return _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, workspace, stream, device,
                      tunables, key)
     st = plan.dev.default_stream if stream is None else as_stream(stream, plan.dev)
