@@ -155,7 +155,9 @@ HX_INLINE HX_DEV void hx_step_select(const float* w, const hx_i32* idx, hx_i32* 
                                      hx_u64* entries, hx_i32 (&key)[HX_MERGE_SLOTS], float (&val)[HX_MERGE_SLOTS]) {
   float* const x_s = (float*)entries;
   hx_i32* const ix_s = (hx_i32*)(x_s + HX_STAGE_CAP);
-  const hx_u32 staged = sorted ? HX_STAGE_CAP + 1u : hx_stage_row(w, top_k, n, x_s, ix_s, scan);
+  // A first chunk wider than the stage overflows it: its candidates are all invalid, so every valid column passes.
+  const bool stage = !sorted && (base != 0 || n <= (hx_i32)HX_STAGE_CAP);
+  const hx_u32 staged = stage ? hx_stage_row(w, top_k, n, x_s, ix_s, scan) : HX_STAGE_CAP + 1u;
   if (staged <= HX_STAGE_CAP) {
     hx_topk_select(x_s, (hx_i32)staged, false, (hx_u32)top_k, false, sel, 0, hist, scan, found, entries);
     // its closing barrier: sel is written; each thread maps its own slots to W-space
