@@ -228,6 +228,13 @@ STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
 # The same for a kernel that copies keys through a tensor map of the cache, held in global memory
 # (hipindexer/ops/kv_map.py): its address is one more per-call pointer.
 STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_SHAPE))
+# The same unit selecting each row's top_k instead of writing logits (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip;
+# out is 0): the workspace of hipindexer.ops.paged_topk, parts [(units + B) x next_n x top_k] entries (a unit u's
+# piece of sequence b at slot u + b), their counts, and per sequence the slots its pieces were written to.
+_DECODE_TOPK_POINTERS = [("parts", "ptr:u64"), ("part_counts", "ptr:i32"), ("seq_parts", "ptr:i32"),
+                         ("seq_nparts", "ptr:i32")]
+STRUCTS.append(Struct("DecodeTopkParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_TOPK_POINTERS +
+                      _DECODE_SHAPE + [("top_k", "i32")]))
 # The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.ops.cache). Optional
 # errors is 0 (no flags).
 STRUCTS.append(Struct("CacheWriteParams", [
@@ -272,6 +279,15 @@ STRUCTS.append(Struct("PagedTopkStepParams", [
     ("next_n", "i32"), ("max_blocks", "i32"), ("block_size", "i32"),
     ("chunk_blocks", "i32"),  # columns of chunk_table
     ("lens_per_row", "i32"), ("sorted", "i32"), ("last", "i32"),
+]))
+# The last launch of the fused decode top-k (hsaco_src/generic/paged_topk_merge.hip): each row's pieces merged into
+# its outputs, and each sequence's list emptied for the next call. Optional arrays are 0: values, slots.
+STRUCTS.append(Struct("PagedTopkMergeParams", _DECODE_TOPK_POINTERS + [
+    ("seq_done", "ptr:i32"),  # per sequence, its rows merged so far: the last one empties the sequence's list
+    ("indices", "ptr:i32"), ("values", "ptr:f32"), ("slots", "ptr:i32"), ("block_tables", "ptr:i32"),
+    ("indices_stride", "i64"), ("values_stride", "i64"), ("slots_stride", "i64"),  # elements between rows
+    ("B", "i32"), ("next_n", "i32"), ("top_k", "i32"), ("units", "i32"), ("max_blocks", "i32"),
+    ("block_size", "i32"), ("max_model_len", "i32"), ("sorted", "i32"),
 ]))
 STRUCTS.append(Struct("TopkStepParams", [
     ("w", "ptr:f32"), ("cols", "ptr:i32"), ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
@@ -332,6 +348,8 @@ KERNELS.append(Kernel("paged_topk_step", "generic/paged_topk_step.hip", "hx_page
                       block=256))
 KERNELS.append(Kernel("paged_topk_step_wide", "generic/paged_topk_step.hip", "hx_paged_topk_step",
                       "PagedTopkStepParams", block=512))
+KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge",
+                      "PagedTopkMergeParams", block=512))
 KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=256))
 KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
@@ -385,6 +403,12 @@ KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hi
 # planner's default at those shapes; the bulk-copy kernel above is chosen by name.
 KERNELS.append(Kernel("paged_mqa_logits_wgmma_tma", "sm90a/paged_mqa_logits_wgmma_tma.hip",
                       "hx_paged_mqa_logits_wgmma_tma", "DecodeTmaParams", block=512, targets=("sm_90a",),
+                      variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc",
+                      fits=_H32_H64, block_sizes=(16, 64)))
+# The decode top-k fused into that kernel (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip): next_n <= 2, top_k <= 2048,
+# the candidates on chip; hipindexer.ops.paged_topk runs it, then paged_topk_merge.
+KERNELS.append(Kernel("paged_mqa_topk_wgmma_tma", "sm90a/paged_mqa_topk_wgmma_tma.hip",
+                      "hx_paged_mqa_topk_wgmma_tma", "DecodeTopkParams", block=512, targets=("sm_90a",),
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc",
                       fits=_H32_H64, block_sizes=(16, 64)))
 KERNELS.append(Kernel("wgmma_peak", "sm90a/wgmma_peak.hip", "hx_wgmma_peak", "PeakParams", block=384,

@@ -69,7 +69,8 @@ def test_a_graph_replays_the_prefill_top_k_with_new_inputs_and_windows(gpu_devic
     _replayed(gpu_device, ops, write, judge)
 
 
-def test_a_graph_replays_the_decode_top_k_with_new_lengths(gpu_device):
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_graph_replays_the_decode_top_k_with_new_lengths(gpu_device, fused):
     _cuda(gpu_device)
     B, n, H, D, bs, top_k = 6, 2, 64, 128, 64, 512
     rng = np.random.default_rng(1)
@@ -85,7 +86,8 @@ def test_a_graph_replays_the_decode_top_k_with_new_lengths(gpu_device):
                                           first.block_tables, mml, nl, False))
     dev = [DeviceArray.from_numpy(a, gpu_device) for a in first.args()[:5]]
     nl_dev = DeviceArray.from_numpy(first.next_n_lens, gpu_device)
-    ws = paged_topk_workspace(B, n, top_k, mml, bs, device=gpu_device, chunk=1024)
+    ws = paged_topk_workspace(B, n, top_k, mml, bs, device=gpu_device, **(dict(heads=H) if fused else dict(chunk=1024)))
+    assert ws.fused == fused
     outs = tuple(DeviceArray.empty((B * n, top_k), dt, gpu_device) for dt in (np.int32, np.float32, np.int32))
     errors = DeviceArray.from_numpy(np.zeros(1, np.int32), gpu_device)
 

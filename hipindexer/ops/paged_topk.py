@@ -1,7 +1,14 @@
-"""The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"), composed from the decode logits op
-and a step kernel of its own, so that it is correct on every target today; fused kernels are planned.
+"""The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"). Two paths, neither of which holds a
+row's logits in memory:
 
-It never holds a row's logits: the keys are taken in chunks of C columns (a multiple of the block size), and a
+- fused (sm_90a, where the tensor-copy decode kernel serves the shape, next_n <= 2, top_k <= 2048): one launch of
+  that kernel's unit selecting on chip (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip), each unit writing the top_k
+  of its piece of every row, then one merge launch (hsaco_src/generic/paged_topk_merge.hip). Its workspace holds
+  the pieces: (units + B) x next_n x top_k entries of 8 bytes, their counts, and per sequence the list of its
+  pieces' slots, which the merge empties (its last row to finish, counted in seq_done).
+- composed (every target and shape), below.
+
+The composed path takes the keys in chunks of C columns (a multiple of the block size), and a
 workspace W of [rows, top_k + C] float32 holds the running candidates' values in its first top_k columns (their
 global keys in the indices output, in ascending order) and the chunk's logits after them. Per chunk two launches:
 the logits op on that chunk into W (the first chunk on the caller's lengths and table, the others on those the
@@ -24,15 +31,22 @@ from ..arguments import F32, I32, check_top_k
 from ..catalog import KERNEL
 from ..plan import plan_decode
 from ..plan.bounds import workspace_bound
-from ..plan.decode import DECODE_TUNABLES
+from ..plan.decode import DECODE, DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
-from .decode import check_decode_call, decode_pointers, prepare_decode
+from .decode import DECODE_TMA_POINTERS, check_decode_call, decode_pointers, prepare_decode
+from .kv_map import kv_map_finder
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
 from .topk import MAX_BLOCKS, _written
 
-PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block")
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused")
+FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the logits kernel FUSED_LOGITS
+FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
+FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
+FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
+MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
+MERGE_POINTERS = FUSED_POINTERS + ("seq_done", "indices", "values", "slots", "block_tables")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
 STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
@@ -59,21 +73,33 @@ class PagedTopkWorkspace:
     workspace= to every call. `chunk` is its key-chunk width C, `nbytes` what it holds, `bound` the formula's
     bytes (workspace_bound) for its batch."""
 
-    def __init__(self, device: Device, B: int, next_n: int, top_k: int, block_size: int, chunk: int, units: int,
-                 stream=None):
+    def __init__(self, device: Device, B: int, next_n: int, top_k: int, block_size: int, chunk: int | None,
+                 units: int, stream=None, fused_units: int = 0):
         self.device, self.B, self.next_n, self.top_k, self.block_size, self.chunk = \
             device, B, next_n, top_k, block_size, chunk
+        self.fused, self.units = fused_units > 0, fused_units
         R = B * next_n
-        self.w = DeviceArray.empty((R, top_k + chunk), np.float32, device, stream)
-        self.ws = DeviceArray.empty((R, top_k), np.int32, device, stream)
-        self.lens = DeviceArray.empty((B, next_n), np.int32, device, stream)
-        self.table = DeviceArray.empty((B, chunk // block_size), np.int32, device, stream)
-        self.nbytes = sum(a.nbytes for a in (self.w, self.ws, self.lens, self.table))
+        if self.fused:  # the fused kernel's pieces; the sequences' lists start empty and the merge empties them
+            slots = fused_units + B
+            self.parts = DeviceArray.empty((slots * next_n * top_k,), np.uint64, device, stream)
+            self.part_counts = DeviceArray.empty((slots * next_n,), np.int32, device, stream)
+            self.seq_parts = DeviceArray.empty((B * fused_units,), np.int32, device, stream)
+            self.seq_nparts = DeviceArray.empty((B,), np.int32, device, stream).fill(0, stream)
+            self.seq_done = DeviceArray.empty((B,), np.int32, device, stream).fill(0, stream)
+            arrays = (self.parts, self.part_counts, self.seq_parts, self.seq_nparts, self.seq_done)
+        else:
+            self.w = DeviceArray.empty((R, top_k + chunk), np.float32, device, stream)
+            self.ws = DeviceArray.empty((R, top_k), np.int32, device, stream)
+            self.lens = DeviceArray.empty((B, next_n), np.int32, device, stream)
+            self.table = DeviceArray.empty((B, chunk // block_size), np.int32, device, stream)
+            arrays = (self.w, self.ws, self.lens, self.table)
+        self.nbytes = sum(a.nbytes for a in arrays)
         self.bound = workspace_bound(B, next_n, top_k, units)
 
     def __repr__(self):
+        form = f"fused, units={self.units}" if self.fused else f"chunk={self.chunk}"
         return (f"PagedTopkWorkspace(B={self.B}, next_n={self.next_n}, top_k={self.top_k}, "
-                f"block_size={self.block_size}, chunk={self.chunk}, nbytes={self.nbytes}, device={self.device!r})")
+                f"block_size={self.block_size}, {form}, nbytes={self.nbytes}, device={self.device!r})")
 
 
 def _chunk_of(B, next_n, top_k, block_size, max_model_len, units, chunk) -> int:
@@ -93,27 +119,69 @@ def _chunk_of(B, next_n, top_k, block_size, max_model_len, units, chunk) -> int:
     return min(widest, need)
 
 
+def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: int, preshuffle=False,
+                  accumulation="fast", split_kv=None, kernel=None) -> str | None:
+    """Why the fused decode top-k cannot serve a call of this shape on `target` (None: it can): it runs on the
+    targets its kernel is built for, where the logits planner would pick FUSED_LOGITS for the same call, with
+    next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K."""
+    if target.arch not in KERNEL[FUSED].targets:
+        return f"has no fused kernel on {target.arch}"
+    if next_n > FUSED_MAX_NEXT_N:
+        return f"takes next_n <= {FUSED_MAX_NEXT_N}, got {next_n}"
+    if top_k > FUSED_MAX_TOP_K:
+        return f"takes top_k <= {FUSED_MAX_TOP_K}, got {top_k}"
+    try:
+        lp = plan_decode(1, next_n, H, D, block_size, block_size, target, preshuffle=preshuffle,
+                         accumulation=accumulation, kernel=kernel)
+    except ValueError as e:
+        return str(e)
+    if lp.kernel != FUSED_LOGITS:
+        return (f"is the unit of {FUSED_LOGITS}, and the logits planner picks {lp.kernel} for H={H}, D={D}, "
+                f"block_size={block_size}, accumulation={accumulation!r}")
+    if split_kv is not None:
+        return "balances its units on the device: split_kv must be None"
+    return None
+
+
+def fused_units(target) -> int:
+    """The most units a fused launch has on `target` (its logits kernel's persistent grid)."""
+    return DECODE.by_key[FUSED_LOGITS].units_per_cu * target.num_cus
+
+
 def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, block_size: int, device=None,
-                         stream=None, chunk=None) -> PagedTopkWorkspace:
+                         stream=None, chunk=None, heads=None, head_dim=128) -> PagedTopkWorkspace:
     """The workspace of fp8_paged_mqa_topk calls of up to B sequences of next_n rows with this top_k and
-    block_size, on `device` (None: Device()). Its chunk is the widest the bound allows (workspace_bound, with
-    the device's CU or SM count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple
-    of block_size). Allocated on `stream`; make it before capturing a graph.
+    block_size, on `device` (None: Device()). Allocated on `stream`; make it before capturing a graph.
+
+    heads (and head_dim): the queries' H (and D). Given them, where the fused kernel serves that shape
+    (fused_refusal: sm_90a, H in {32, 64}, D = 128, block_size 16 or 64, next_n <= 2, top_k <= 2048) the workspace
+    is the fused path's, which only calls of that shape (accumulation="fast", no split_kv) may use; else it is the
+    composed path's, whose chunk is the widest the bound allows (workspace_bound, with the device's CU or SM
+    count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). `fused`
+    says which it is.
 
     >>> import hipindexer
     >>> ws = hipindexer.paged_topk_workspace(4, 2, 64, 100_000, 16, device="emu:gfx950")
-    >>> ws.nbytes <= ws.bound, ws.chunk % 16
-    (True, 0)
+    >>> ws.nbytes <= ws.bound, ws.chunk % 16, ws.fused
+    (True, 0, False)
     """
     top_k = check_top_k(top_k)
     for name, v, lo in (("B", B, 0), ("next_n", next_n, 1), ("max_model_len", max_model_len, 1),
                         ("block_size", block_size, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+    for name, v in (("heads", heads), ("head_dim", head_dim)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise ValueError(f"{name}: expected None or an int >= 1, got {v!r}")
     dev = device if isinstance(device, Device) else Device(device)
-    units = target_of(dev).num_cus
-    C = _chunk_of(int(B), int(next_n), top_k, int(block_size), int(max_model_len), units, chunk)
-    return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), C, units, as_stream(stream, dev))
+    t = target_of(dev)
+    st = as_stream(stream, dev)
+    if heads is not None and chunk is None and \
+            fused_refusal(t, int(next_n), top_k, int(heads), int(head_dim), int(block_size)) is None:
+        return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), None, t.num_cus, st,
+                                  fused_units(t))
+    C = _chunk_of(int(B), int(next_n), top_k, int(block_size), int(max_model_len), t.num_cus, chunk)
+    return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), C, t.num_cus, st)
 
 
 @dataclass
@@ -222,10 +290,12 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
     q, kv_cache, weights, context_lens, block_tables, _, errors = arrays[:7]
     check_tunables("paged top-k", tunables, PAGED_TOPK_TUNABLES)
-    chunk, step_block = tunables.get("chunk"), tunables.get("step_block")
+    chunk, step_block, fused = tunables.get("chunk"), tunables.get("step_block"), tunables.get("fused")
     if step_block not in (None, 256, 512):
         raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
-    logits_tunables = {k: v for k, v in tunables.items() if k not in ("chunk", "step_block")}
+    if fused not in (None, True, False):
+        raise ValueError(f"fused: expected None (where it serves), True or False, got {fused!r}")
+    logits_tunables = {k: v for k, v in tunables.items() if k not in ("chunk", "step_block", "fused")}
     c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
                           split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
                           others=outs)
@@ -242,22 +312,45 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if _has_out(outs):
         for (name, dtype, what), a in zip(named, outs):
             _written(name, a, dtype, R, top_k, what, dev, st)
-    units = target_of(dev).num_cus
-    if workspace is None:
-        if s.B == 0:
-            workspace = None
-        else:
-            C = _chunk_of(s.B, s.next_n, top_k, s.block_size, s.max_model_len, units, chunk)
-            workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, C, units, st)
-    else:
+    t = target_of(dev)
+    units = t.num_cus
+    why = fused_refusal(t, s.next_n, top_k, s.H, s.D, s.block_size, preshuffle, accumulation, split_kv,
+                        logits_tunables.get("kernel"))
+    if workspace is not None:
         check_workspace(workspace, PagedTopkWorkspace, "paged_topk_workspace", dev)
         made = (workspace.top_k, workspace.next_n, workspace.block_size)
         if made != (top_k, s.next_n, s.block_size) or workspace.B < s.B:
             raise ValueError(f"workspace: made for top_k={made[0]}, next_n={made[1]}, block_size={made[2]} and "
                              f"B <= {workspace.B}; the call has top_k={top_k}, next_n={s.next_n}, "
                              f"block_size={s.block_size}, B={s.B}")
+        if workspace.fused and (why or fused is False or chunk is not None):
+            raise ValueError("workspace: made for the fused kernel (paged_topk_workspace with heads=), which this "
+                             "call cannot use: " + (f"the fused kernel {why}" if why else
+                                                    "it asks for the composed path (fused=False or chunk=)"))
+        if not workspace.fused and fused:
+            raise ValueError("fused: True needs a fused workspace (paged_topk_workspace with heads=) or none")
         if chunk is not None and chunk != workspace.chunk:
             raise ValueError(f"chunk: the workspace's chunk is {workspace.chunk}, got {chunk!r}")
+        use_fused = workspace.fused
+    else:
+        if fused and why:
+            raise ValueError(f"fused: True, but the fused kernel {why}")
+        use_fused = why is None and fused is not False and chunk is None
+        if s.B == 0:
+            workspace = None
+        elif use_fused:
+            workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, None, units, st, fused_units(t))
+        else:
+            C = _chunk_of(s.B, s.next_n, top_k, s.block_size, s.max_model_len, units, chunk)
+            workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, C, units, st)
+    if s.B and use_fused:
+        given = list(outs) if _has_out(outs) else [None] * asked
+        fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
+        plan = _plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle)
+        remember(key, plan)
+        c.upload()
+        return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
+                    _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
     if s.B:  # the logits op's kernel choice is refused here, before anything moves
         plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, workspace.chunk),
                     target_of(dev), preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
@@ -324,6 +417,42 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
     return plan
 
 
+@dataclass
+class _FusedPlan:
+    """A fused call: the fused launch (the cache's tensor-map finder beside it) and the merge, prepared but their
+    per-call pointers."""
+    dev: object
+    R: int
+    top_k: int
+    workspace: PagedTopkWorkspace
+    select: object
+    map_of: object
+    merge: object
+
+
+def _plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle) -> _FusedPlan:
+    """The fused kernel on the logits kernel's plan for the whole call (its grid of units), and the merge."""
+    R = s.B * s.next_n
+    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
+                     preshuffle=preshuffle, kernel=FUSED_LOGITS)
+    grid = lp.grid[0]
+    if grid > min(ws.units, MAX_PIECES):
+        raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
+    select = kernel_for(dev, FUSED, lp.variant).prepare(
+        grid, lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
+        B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
+        max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
+        top_k=top_k)
+    idx, vals, slots = outs
+    merge = kernel_for(dev, "paged_topk_merge").prepare(
+        _grid(R), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS, indices_stride=_stride(idx, R, top_k),
+        values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n,
+        top_k=top_k, units=grid, max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len,
+        sorted=int(bool(sorted)))
+    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
+    return _FusedPlan(dev, R, top_k, ws, select, map_of, merge)
+
+
 def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, outs, return_values,
          return_slots):
     """The call's launches, in order, on `st`: device arrays only."""
@@ -332,6 +461,15 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     if plan.R == 0:
         return result if len(result) > 1 else idx
     ws = plan.workspace
+    if isinstance(plan, _FusedPlan):
+        pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
+        h = st.handle
+        plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr,
+                    0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, 0,
+                    0 if errors is None else errors.ptr, plan.map_of(st, kv_cache.ptr), *pieces)
+        plan.merge(h, *pieces, ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
+                   block_tables.ptr)
+        return result if len(result) > 1 else idx
     ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,
             ws.table.ptr)

@@ -60,6 +60,7 @@ static_assert(sizeof(hx_u64) == 8 && sizeof(void*) == 8, "LP64 expected");
 #define HX_KERNEL extern "C" __global__
 #define HX_RESTRICT __restrict__
 #define HX_INLINE static inline __attribute__((always_inline))
+#define HX_MEMBER inline __attribute__((always_inline))  // HX_INLINE for a member function
 
 #if defined(HX_AMDGPU) || defined(HX_NVIDIA)
 #if defined(HX_AMDGPU)
@@ -148,6 +149,31 @@ HX_INLINE __device__ hx_u32 hx_wave_shfl_u32(hx_u32 v, hx_u32 src_lane) { return
 HX_INLINE __device__ void hx_atomic_or(hx_i32* p, hx_i32 v) { atomicOr(p, v); }
 #else
 HX_INLINE HX_HD void hx_atomic_or(hx_i32* p, hx_i32 v) { __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
+#endif
+
+// *p += v in global memory, returning the old value, ordered after every access this thread made before it and
+// before every one after it (acquire-release, device scope): the last of several blocks to count in sees all that
+// the others did before they counted.
+#if defined(HX_NVIDIA)
+HX_INLINE __device__ hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) {
+  __threadfence();
+  const hx_i32 old = atomicAdd(p, v);
+  __threadfence();
+  return old;
+}
+#elif defined(HX_AMDGPU)
+HX_INLINE __device__ hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+}
+#else
+HX_INLINE HX_HD hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+#endif
+
+// Set bits of v.
+#if defined(HX_NVIDIA)
+HX_INLINE __device__ hx_u32 hx_popc(hx_u32 v) { return (hx_u32)__popc(v); }
+#else
+HX_INLINE HX_HD hx_u32 hx_popc(hx_u32 v) { return (hx_u32)__builtin_popcount(v); }
 #endif
 
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };

@@ -63,6 +63,138 @@ HX_INLINE __device__ hx_u32 hx_atomic_add_u32(hx_u32* p, hx_u32 v) { return atom
 HX_INLINE HX_HD hx_u32 hx_atomic_add_u32(hx_u32* p, hx_u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 #endif
 
+// ---------------------------------------------------------------- a group's selection
+// Pieces run by a group of G threads (thread t of 0..G-1, whole waves) that meet at bar(): a whole block, or the
+// math warpgroups of a kernel at a named barrier.
+
+// Exclusive prefix sum of v over the group's threads in order; *total is the sum over all of them. Within each wave
+// by shuffles, then across waves through buf (a word a wave): two meetings. buf is free again on return.
+template <hx_u32 G, class Bar>
+HX_INLINE HX_DEV hx_u32 hx_group_exclusive_sum(hx_u32 t, Bar& bar, hx_u32 v, hx_u32* buf, hx_u32* total) {
+  static_assert(G % HX_WAVE_SIZE == 0, "whole waves");
+  const hx_u32 lane = t % HX_WAVE_SIZE, wave = t / HX_WAVE_SIZE;
+  hx_u32 inclusive = v;
+  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
+    const hx_u32 y = hx_wave_shfl_u32(inclusive, lane >= d ? lane - d : lane);
+    if (lane >= d) inclusive += y;
+  }
+  if (lane == HX_WAVE_SIZE - 1) buf[wave] = inclusive;
+  bar();
+  hx_u32 before = 0, all = 0;
+  for (hx_u32 w = 0; w < G / HX_WAVE_SIZE; ++w) {
+    const hx_u32 x = buf[w];
+    before += w < wave ? x : 0u;
+    all += x;
+  }
+  *total = all;
+  bar();
+  return before + inclusive - v;
+}
+
+// The bin of hist[0, bins) that holds the want-th largest of the counted keys: found[0] = the bin, found[1] = how
+// many of its keys the top `want` take (1..hist[bin]); returns the count over every bin, and writes found only
+// when that is >= want. Thread t owns ceil(bins / G) bins counted down from the top, so the exclusive sum of the
+// owners' counts is the number of keys in higher bins. found is read after the closing meeting and must not be
+// rewritten before the next.
+template <hx_u32 G, class Bar>
+HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist, hx_u32 bins, hx_u32 want,
+                                          hx_u32* scan, hx_u32* found) {
+  const hx_u32 per = (bins + G - 1) / G;
+  const hx_i32 top = (hx_i32)bins - 1 - (hx_i32)(t * per);
+  hx_u32 mine = 0;
+  for (hx_i32 j = 0; j < (hx_i32)per && top - j >= 0; ++j) mine += hist[top - j];
+  hx_u32 total;
+  hx_u32 above = hx_group_exclusive_sum<G>(t, bar, mine, scan, &total);
+  if (above < want && above + mine >= want) {
+    for (hx_i32 j = 0; j < (hx_i32)per && top - j >= 0; ++j) {
+      const hx_u32 c = hist[top - j];
+      if (above + c >= want) {
+        found[0] = (hx_u32)(top - j);
+        found[1] = want - above;
+        break;
+      }
+      above += c;
+    }
+  }
+  bar();
+  return total;
+}
+
+// The top `want` of the entries e[0, count) (hx_topk_entry: by key, equal keys by lower index; no two equal),
+// kept in e[0, min(count, want)) in no particular order; returns that count, and in cut the smallest entry an
+// entry must reach to be kept (when count > want; kept: e >= cut). A radix select over the 64-bit entries, most
+// significant digit first, up to 11 bits a pass: first the key bits below the prefix every key shares (found from
+// the smallest and largest key, so that the first pass spreads the keys over its bins instead of piling them into
+// a few, whose increments would queue on one shared word), then, only while equal keys straddle the cut, the
+// complemented index's; it stops at the first digit whose bin is taken whole. Then every entry at or above the cut
+// is moved down, a tile of HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes
+// past the tile). Shared: hist (2048 words), scan (a word a wave), found (2), fill (1); all free again on return.
+#define HX_CUT_ITEMS 8
+template <hx_u32 G, class Bar>
+HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want, hx_u32* hist,
+                                     hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut) {
+  cut = 0;
+  if (count <= want) return count;
+  // the keys' range: the bits above its highest differing bit are every entry's
+  hx_u32 lo = 0xFFFFFFFFu, hi = 0u;
+  for (hx_u32 i = t; i < count; i += G) {
+    const hx_u32 k = (hx_u32)(e[i] >> 32);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
+  }
+  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
+    const hx_u32 l2 = hx_wave_shfl_u32(lo, (t % HX_WAVE_SIZE) ^ d), h2 = hx_wave_shfl_u32(hi, (t % HX_WAVE_SIZE) ^ d);
+    lo = l2 < lo ? l2 : lo;
+    hi = h2 > hi ? h2 : hi;
+  }
+  if (t % HX_WAVE_SIZE == 0) {
+    hist[2 * (t / HX_WAVE_SIZE)] = lo;
+    hist[2 * (t / HX_WAVE_SIZE) + 1] = hi;
+  }
+  bar();
+  for (hx_u32 w = 0; w < G / HX_WAVE_SIZE; ++w) {
+    lo = hist[2 * w] < lo ? hist[2 * w] : lo;
+    hi = hist[2 * w + 1] > hi ? hist[2 * w + 1] : hi;
+  }
+  bar();  // hist is cleared next
+  int top = 32 + (lo == hi ? -1 : 31 - __builtin_clz(lo ^ hi));  // the highest bit left to resolve
+  cut = top >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top + 1) << (top + 1);
+  hx_u32 need = want;
+  while (top >= 0) {
+    const int shift = top >= 10 ? top - 10 : 0;
+    const hx_u32 bins = 1u << (top - shift + 1), high = (hx_u32)top + 1u;
+    for (hx_u32 b = t; b < bins; b += G) hist[b] = 0u;
+    bar();
+    for (hx_u32 i = t; i < count; i += G) {
+      const hx_u64 x = e[i];
+      if (high >= 64 || (x >> high) == (cut >> high)) hx_atomic_add_u32(&hist[(hx_u32)(x >> shift) & (bins - 1u)], 1u);
+    }
+    bar();
+    hx_group_find_bin<G>(t, bar, hist, bins, need, scan, found);
+    const hx_u32 bin = found[0], take = found[1], whole = take == hist[bin];
+    cut |= (hx_u64)bin << shift;
+    need = take;
+    top = shift - 1;
+    bar();  // found and hist are rewritten by the next pass
+    if (whole) break;  // uniform: every thread read the same found and hist
+  }
+  if (t == 0) *fill = 0u;
+  for (hx_u32 base = 0; base < count; base += G * HX_CUT_ITEMS) {
+    hx_u64 mine[HX_CUT_ITEMS];
+    HX_UNROLL
+    for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+      const hx_u32 i = base + t + (hx_u32)k * G;
+      mine[k] = i < count ? e[i] : 0ull;
+    }
+    bar();  // the tile is read before any of it is overwritten; fill stays within it
+    HX_UNROLL
+    for (int k = 0; k < HX_CUT_ITEMS; ++k)
+      if (mine[k] >= cut && mine[k] != 0ull) e[hx_atomic_add_u32(fill, 1u)] = mine[k];
+  }
+  bar();
+  return want;
+}
+
 #if defined(HX_BLOCK)
 #include "hx_params.h"
 
@@ -72,60 +204,18 @@ HX_INLINE HX_HD hx_u32 hx_atomic_add_u32(hx_u32* p, hx_u32 v) { return __atomic_
 static_assert(HX_BLOCK * ITEMS < 65536, "tile counts are packed as two 16-bit halves");
 static_assert(HX_TOPK_MAX_BINS % HX_BLOCK == 0 && 1024 % HX_BLOCK == 0, "every thread owns whole bins");
 
-// Exclusive prefix sum of v over the block's threads in order; *total is the
-// sum over all threads. A scan within each wave by shuffles, then each wave adds
-// the totals of the waves before it: two barriers, where a shared-memory
-// Hillis-Steele scan takes two a doubling step. buf (at least one word per wave)
-// is free again on return.
+// The group pieces above run by the whole block (HX_BLOCK threads at hx_barrier).
+struct hx_block_bar {
+  HX_MEMBER HX_DEV void operator()() const { hx_barrier(); }
+};
 HX_INLINE HX_DEV hx_u32 hx_block_exclusive_sum(hx_u32 v, hx_u32* buf, hx_u32* total) {
-  static_assert(HX_BLOCK % HX_WAVE_SIZE == 0, "whole waves");
-  const hx_u32 tid = hx_thread_x(), lane = tid % HX_WAVE_SIZE, wave = tid / HX_WAVE_SIZE;
-  hx_u32 inclusive = v;
-  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
-    const hx_u32 y = hx_wave_shfl_u32(inclusive, lane >= d ? lane - d : lane);
-    if (lane >= d) inclusive += y;
-  }
-  if (lane == HX_WAVE_SIZE - 1) buf[wave] = inclusive;
-  hx_barrier();
-  hx_u32 before = 0, all = 0;
-  for (hx_u32 w = 0; w < HX_BLOCK / HX_WAVE_SIZE; ++w) {
-    const hx_u32 s = buf[w];
-    before += w < wave ? s : 0u;
-    all += s;
-  }
-  *total = all;
-  hx_barrier();
-  return before + inclusive - v;
+  hx_block_bar bar;
+  return hx_group_exclusive_sum<HX_BLOCK>(hx_thread_x(), bar, v, buf, total);
 }
 
-// The bin of hist[0, bins) that holds the want-th largest of the counted keys,
-// by the whole block: found[0] = the bin, found[1] = how many of its keys the
-// top `want` take (1..hist[bin]); returns the count over every bin, and writes
-// found only when that is >= want. hist may be shared or global memory; found
-// is read after the closing barrier and must not be rewritten before the next
-// barrier.
 HX_INLINE HX_DEV hx_u32 hx_topk_find_bin(const hx_u32* hist, hx_u32 bins, hx_u32 want, hx_u32* scan, hx_u32* found) {
-  // Thread t owns `per` bins counted down from the top, so the exclusive sum of
-  // the owners' counts is the number of keys in higher bins.
-  const hx_u32 tid = hx_thread_x();
-  const hx_u32 per = bins / HX_BLOCK, top = bins - 1u - tid * per;
-  hx_u32 mine = 0;
-  for (hx_u32 j = 0; j < per; ++j) mine += hist[top - j];
-  hx_u32 total;
-  hx_u32 above = hx_block_exclusive_sum(mine, scan, &total);
-  if (above < want && above + mine >= want) {
-    for (hx_u32 j = 0; j < per; ++j) {
-      const hx_u32 c = hist[top - j];
-      if (above + c >= want) {
-        found[0] = top - j;
-        found[1] = want - above;
-        break;
-      }
-      above += c;
-    }
-  }
-  hx_barrier();
-  return total;
+  hx_block_bar bar;
+  return hx_group_find_bin<HX_BLOCK>(hx_thread_x(), bar, hist, bins, want, scan, found);
 }
 
 // entries[0, count) sorted descending in place, by the whole block (bitonic, over

@@ -157,10 +157,18 @@ HX_INLINE __device__ void load_row_weights(hx_u32 wt, float (&w)[R][2 * JQ]) {
 // 8i + l/4 of the warp's 16 and row jr. Accumulator column 8J + 2(l%4) + c (J = jr JQ + jj) is head 8 jj + 2(l%4) + c
 // of row jr, in register 4J + 2i + c; relu(x) x w as (x + |x|) x w, one FADD and one FFMA (the 2 leaves with the
 // scale). The quad then reduces: lane bit 0 keeps key row b1, bit 1 keeps rows [b2 RP/2, b2 RP/2 + RP/2) (R padded
-// to even with a zero row), and each lane stores its RP/2 sums, predicated. w2: this lane's weights of the R rows
-// (load_row_weights).
-template <int R>
-HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const float (&w2)[R][2 * JQ]) {
+// to even with a zero row), and each lane hands its RP/2 sums to emit (StoreLogits: stores them, predicated). w2:
+// this lane's weights of the R rows (load_row_weights).
+struct StoreLogits {
+  // Row jr of the pass (row: it exists), this lane's sum z before kv_scale, and whether the row's bound holds the key.
+  HX_MEMBER __device__ void operator()(const Pass& c, hx_i32 jr, bool row, bool valid, float z) const {
+    const float ninf = hx_bits_to_f32(0xFF800000u);
+    hx_store_f32_if(row && c.in && (valid || c.clean), c.out + jr * c.stride, valid && !c.bad ? z * c.scale : ninf);
+  }
+};
+template <int R, class Emit = StoreLogits>
+HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const float (&w2)[R][2 * JQ],
+                               const Emit& emit = Emit()) {
   constexpr int NACC = R * H / 2, RP = R + (R & 1);
   float acc[NACC];
   hx_fence_regs(acc);
@@ -194,7 +202,6 @@ HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const float 
     h1[jr] = keep + hx_shfl_xor(send, 1);
   }
   if (R & 1) h1[RP - 1] = 0.f;
-  const float ninf = hx_bits_to_f32(0xFF800000u);
 #pragma unroll
   for (int k = 0; k < RP / 2; ++k) {
     const float send = b2 ? h1[k] : h1[RP / 2 + k];
@@ -203,16 +210,15 @@ HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const float 
     const hx_i32 jr = b2 * (RP / 2) + k;
     const bool row = jr < R;
     const hx_i32 bound = row ? lds_i32(c.bounds + 4 * jr) : 0;
-    const bool valid = c.n < bound;
-    hx_store_f32_if(row && c.in && (valid || c.clean), c.out + jr * c.stride, valid && !c.bad ? z * c.scale : ninf);
+    emit(c, jr, row, c.n < bound, z);
   }
 }
 // The same, the weights read from the pass's rows' weight groups first.
-template <int R>
-HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2) {
+template <int R, class Emit = StoreLogits>
+HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const Emit& emit = Emit()) {
   float w2[R][2 * JQ];
   load_row_weights<R>(c.wt, w2);
-  pass<R>(c, b1, b2, w2);
+  pass<R>(c, b1, b2, w2, emit);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ struct Smem {
   hx_u32 qslot;     // bytes of a Q slot: next_n x H x 128
   hx_u32 keys;      // offset of the key ring
   hx_u32 S;         // stages
+  hx_u32 tail;      // offset of what the ring leaves (setup's extra bytes)
   bool whole;       // one tensor copy brings a block's keys and scales (block-flat, pages of whole 128-byte rows)
 };
 
@@ -63,20 +64,22 @@ struct StagePos {
   }
 };
 
-// The layout over the dynamic shared memory for this launch's next_n; thread 0 initialises the barriers and the
-// CTA meets.
-HX_INLINE __device__ Smem setup(hx_u8* raw, const DecodeTmaParams& p) {
+// The layout over the dynamic shared memory for this launch's next_n, the ring leaving `extra` bytes after it (at
+// offset `tail`); thread 0 initialises the barriers and the CTA meets.
+template <class P>
+HX_INLINE __device__ Smem setup(hx_u8* raw, const P& p, hx_u32 extra = 0) {
   const hx_u32 r = hx_smem_u32(raw), base = (r + 1023u) & ~1023u;
   Smem s;
   s.ptr = raw + (base - r);
   s.base = base;
   s.qslot = (hx_u32)(p.next_n * H * D);
   s.keys = Q_OFF + 2 * s.qslot;
-  const hx_u32 fit = (HX_SMEM - 1024u - s.keys) / K_STRIDE;
+  const hx_u32 fit = (HX_SMEM - 1024u - s.keys - extra) / K_STRIDE;
   // A multiple of 6: slot i is always filled by page warp i % 2 and read by math warpgroup i % 3, so each slot's
   // one consumer meets its rounds in order and never waits on a round while the one before is still landing (an
   // mbarrier's parity names a phase only while it is at most one phase ahead).
   s.S = (fit < SRMAX ? fit : SRMAX) / 6 * 6;
+  s.tail = s.keys + s.S * K_STRIDE;
   s.whole = !p.preshuffle && hx_block_bytes(p.block_size, D) % 128 == 0;
   if (hx_thread_x() == 0) {
     for (hx_u32 i = 0; i < SRMAX; ++i) {

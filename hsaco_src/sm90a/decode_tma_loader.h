@@ -16,7 +16,8 @@ namespace {
 // unswizzled operand layout; one box a group, [h][chunk][8 tokens][16 bytes], so 8-token group g8 = 2 g + h lands
 // at g8 x 1024 and chunk c at c x 128 within it (the map's 128-byte row index 16 g + h names the group and half).
 // Either way the MMA sees the same keys (the math's descriptor follows the layout).
-HX_INLINE __device__ void copy_keys(const DecodeTmaParams& p, hx_u32 dst, hx_i32 id, hx_u32 bar) {
+template <class P>
+HX_INLINE __device__ void copy_keys(const P& p, hx_u32 dst, hx_i32 id, hx_u32 bar) {
   if (!p.preshuffle) {
     hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);
     return;
@@ -26,7 +27,8 @@ HX_INLINE __device__ void copy_keys(const DecodeTmaParams& p, hx_u32 dst, hx_i32
 
 // Page warp `parity` (0, 1): of every segment's blocks, 64 keys a stage, the stages of its parity into the stage
 // ring (the other page warp takes the rest: a warp issues one copy at a time, and two keep more in flight).
-HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx_range64 own, hx_i32 lane,
+template <class P>
+HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, hx_range64 own, hx_i32 lane,
                                     hx_u32 parity) {
   const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
   const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
@@ -74,7 +76,8 @@ HX_INLINE __device__ void page_warp(const DecodeTmaParams& p, const Smem& sm, hx
   });
 }
 
-HX_INLINE __device__ void producer_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 tid) {
+template <class P>
+HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 tid) {
   hx_setmaxnreg_dec<LOAD_REGS>();
   const hx_i32 warp = tid >> 5, lane = tid & 31;
   hx_i64 total_work, total_fill;

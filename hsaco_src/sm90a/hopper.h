@@ -302,6 +302,13 @@ HX_INLINE __device__ void hx_bar_sync(hx_u32 id, hx_u32 count) {
 HX_INLINE __device__ void hx_bar_arrive(hx_u32 id, hx_u32 count) {
   asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(count) : "memory");
 }
+// sync that also tells every participant whether any of them passed pred true.
+HX_INLINE __device__ bool hx_bar_any(hx_u32 id, hx_u32 count, bool pred) {
+  hx_u32 r;
+  asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tbar.red.or.pred q, %2, %3, p;\n\t"
+               "selp.u32 %0, 1, 0, q;\n\t}" : "=r"(r) : "r"((hx_u32)pred), "r"(id), "r"(count) : "memory");
+  return r != 0u;
+}
 
 // ---------------------------------------------------------------- register reallocation (warpgroup)
 // The warpgroup's registers per thread become N (a multiple of 8 in [24, 256]), moved within the CTA's launch

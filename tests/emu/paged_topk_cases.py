@@ -289,6 +289,70 @@ def bad_arguments_raise_naming_them(dev):
         hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 8, workspace=small, device=dev)
 
 
+def _keys_of(values):
+    """hx_topk_key of float32 values (finite, not -0)."""
+    u = np.asarray(values, np.float32).view(np.uint32)
+    return np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32)
+
+
+@case
+def merge_of_written_pieces(dev):
+    """The fused path's merge kernel (hsaco_src/generic/paged_topk_merge.hip) over pieces written here, listed in
+    any order: each row gets the top_k of the union of its pieces, ties to the lower position, in ascending
+    position or sorted, -1 past the union, values and slots; and every sequence's list is emptied. Unions wider
+    than its buffer, all keys tied, a sequence with no pieces, a row with none, rows too wide for its bitmap."""
+    from hipindexer.ops.launch import kernel_for
+    from hipindexer.ops.paged_topk import MERGE_POINTERS
+    rng = np.random.default_rng(5)
+    # The units each sequence's keys were split over: contiguous pieces of the batch, in order (so slot u + b is
+    # one piece's), a unit on a boundary holding two; sequence 2 has no keys.
+    B, n, units, bs = 4, 2, 13, 16
+    cover = {0: list(range(9)), 1: [8, 9, 10], 2: [], 3: [10, 11, 12]}
+    for top_k, mml, by_value, tied in ((5, 1000, False, False), (600, 6000, True, False), (600, 6000, False, True),
+                                     (64, 300_000, False, False), (64, 300_000, True, True)):
+        slots = units + B
+        parts = np.zeros((slots, n, top_k), np.uint64)
+        counts = np.full((slots, n), -3, np.int32)  # never read: no list names those slots
+        seq_parts = np.full((B, units), -7, np.int32)
+        nparts = np.zeros(B, np.int32)
+        union = {}
+        for b, us in cover.items():
+            w = mml // max(1, len(us))
+            for q, i in enumerate(rng.permutation(len(us))):
+                slot = us[i] + b
+                seq_parts[b, q], nparts[b] = slot, q + 1
+                for j in range(n):
+                    c = 0 if (b, j) == (3, 1) else int(rng.integers(3 * top_k // 4, top_k + 1))
+                    pos = i * w + rng.choice(w, size=min(c, w), replace=False)
+                    vals = np.full(len(pos), 1.5, np.float32) if tied else rng.standard_normal(len(pos)).astype(np.float32)
+                    key = _keys_of(vals)
+                    parts[slot, j, :len(pos)] = (key.astype(np.uint64) << 32) | (~pos.astype(np.uint32)).astype(np.uint64)
+                    counts[slot, j] = len(pos)
+                    union.setdefault((b, j), []).extend(zip(key.tolist(), pos.tolist(), vals.tolist()))
+        tables = rng.integers(0, 1000, size=(B, -(-mml // bs)), dtype=np.int32)
+        d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
+        ws = [d(parts.ravel()), d(counts.ravel()), d(seq_parts.ravel()), d(nparts), d(np.zeros(B, np.int32))]
+        outs = poisoned(dev, B * n, top_k)
+        bt = d(tables)
+        kernel_for(dev, "paged_topk_merge").prepare(
+            3, None, pointers=MERGE_POINTERS, indices_stride=top_k, values_stride=top_k, slots_stride=top_k, B=B,
+            next_n=n, top_k=top_k, units=units, max_blocks=tables.shape[1], block_size=bs, max_model_len=mml,
+            sorted=int(by_value))(dev.default_stream.handle, *(a.ptr for a in ws), *(o.ptr for o in outs), bt.ptr)
+        idx, val, slot = (o.numpy() for o in outs)
+        for r in range(B * n):
+            got = sorted(union.get(divmod(r, n), []), key=lambda e: (-e[0], e[1]))[:top_k]
+            if not by_value:
+                got = sorted(got, key=lambda e: e[1])
+            m = len(got)
+            want_idx = np.array([e[1] for e in got] + [-1] * (top_k - m), np.int64)
+            assert (idx[r] == want_idx).all(), f"top_k {top_k}, sorted {by_value}, tied {tied}, row {r}"
+            assert (val[r, :m] == np.array([e[2] for e in got], np.float32)).all() and np.isneginf(val[r, m:]).all()
+            b = r // n
+            want_slot = [int(tables[b, p // bs]) * bs + p % bs for p in want_idx[:m]] + [-1] * (top_k - m)
+            assert (slot[r] == want_slot).all()
+        assert (ws[3].numpy() == 0).all() and (ws[4].numpy() == 0).all(), "the lists are emptied"
+
+
 # ------------------------------------------------------------------ on this process's device
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,153 @@
+// The last launch of the fused decode top-k (hipindexer.fp8_paged_mqa_topk on a fused kernel,
+// hipindexer/ops/paged_topk.py): one block per row merges the pieces the units wrote for it (each the row's top_k
+// of one unit's keys, as entries hx_topk_entry) into the row's top_k, orders them (ascending key position, or
+// sorted: descending value, ties to the lower position) and writes the indices and, when asked, the values and
+// cache slots, -1 (-inf) past the row's valid keys. The last of a sequence's rows to finish empties the
+// sequence's list of pieces for the next call. Every target.
+//
+// The lists live in the op's workspace, written by the fused kernel just before: counts and slots are still
+// checked against their ranges, so a workspace in a bad state can only give a wrong selection, never a read or
+// write outside it. The pieces' slots and counts are read at once and their entries gathered as one list, as much
+// at a time as MAX_TOP_K entries of shared memory hold, cut to top_k between gathers (the fused kernels take
+// top_k <= MAX_TOP_K / 2), so a row waits on a few rounds of loads, not on one per piece.
+//
+// Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
+// of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
+#include "topk_select.h"
+
+#define HX_MAX_PIECES 512                     // units of a fused launch (the op holds them to it)
+#define HX_RANK_BITS (MAX_TOP_K * 64)         // the entries' buffer as a bitmap
+#define HX_MERGE_PER (MAX_TOP_K / 2 / HX_BLOCK)  // a thread's entries of a selection
+static_assert(HX_MAX_PIECES <= 2 * HX_BLOCK, "two pieces a thread in the scan");
+
+// A key's float value: hx_topk_key inverted (key 0 never reaches here).
+HX_INLINE HX_DEV float hx_topk_value(hx_u32 key) {
+  return hx_bits_to_f32((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+
+// Output slot s of the row: position n (-1: none) with its key.
+HX_INLINE HX_DEV void hx_merge_write(const PagedTopkMergeParams& p, hx_i64 row, hx_i64 b, hx_u32 s, hx_i32 n,
+                                     hx_u32 key) {
+  p.indices[row * p.indices_stride + s] = n;
+  if (p.values) p.values[row * p.values_stride + s] = n >= 0 ? hx_topk_value(key) : hx_bits_to_f32(0xFF800000u);
+  if (p.slots) {
+    // a selected key had a finite logit, so its table column exists and named a block; checked anyway
+    const hx_i64 col = n >= 0 ? n / p.block_size : 0;
+    const hx_i64 id = n >= 0 && col < p.max_blocks ? (hx_i64)p.block_tables[b * p.max_blocks + col] : -1;
+    p.slots[row * p.slots_stride + s] = id >= 0 ? (hx_i32)(id * p.block_size + n % p.block_size) : -1;
+  }
+}
+
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRID_CONSTANT PagedTopkMergeParams p) {
+  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
+  HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
+  HX_SHARED(hx_u32, found, 3);
+  HX_SHARED(hx_u64, e, MAX_TOP_K);
+  HX_SHARED(hx_i32, piece_slot, HX_MAX_PIECES);
+  HX_SHARED(hx_u32, piece_at, HX_MAX_PIECES + 1);  // each piece's first entry in the row's list; then the total
+  hx_block_bar bar;
+  const hx_u32 tid = hx_thread_x();
+  const hx_u32 top_k = (hx_u32)p.top_k;
+  const hx_i64 slots = (hx_i64)p.units + p.B;
+  if (top_k > MAX_TOP_K / 2 || p.units > HX_MAX_PIECES) return;  // the op never launches it so
+  for (hx_i64 row = hx_block_x(); row < (hx_i64)p.B * p.next_n; row += hx_grid_dim_x()) {
+    const hx_i64 b = row / p.next_n, j = row % p.next_n;
+    const hx_i32 listed = p.seq_nparts[b];
+    const hx_u32 np = listed < 0 ? 0u : listed > p.units ? (hx_u32)p.units : (hx_u32)listed;
+    // 1. the pieces' slots and entry counts, and where each starts in the row's list
+    hx_u32 count[2];
+    for (hx_u32 k = 0; k < 2; ++k) {
+      const hx_u32 q = 2 * tid + k;
+      hx_i64 slot = q < np ? p.seq_parts[b * p.units + q] : -1;
+      slot = slot >= 0 && slot < slots ? slot : -1;
+      const hx_i32 c = slot >= 0 ? p.part_counts[slot * p.next_n + j] : 0;
+      count[k] = c < 0 ? 0u : (hx_u32)c > top_k ? top_k : (hx_u32)c;
+      if (q < HX_MAX_PIECES) piece_slot[q] = (hx_i32)slot;
+    }
+    hx_u32 total;
+    const hx_u32 at = hx_block_exclusive_sum(count[0] + count[1], scan, &total);
+    if (2 * tid < HX_MAX_PIECES) piece_at[2 * tid] = at;
+    if (2 * tid + 1 < HX_MAX_PIECES) piece_at[2 * tid + 1] = at + count[0];
+    if (tid == 0) piece_at[HX_MAX_PIECES] = total;
+    bar();
+    // 2. the list gathered as the buffer allows, cut to top_k between gathers
+    hx_u32 have = 0;
+    hx_u64 cut;
+    for (hx_u32 done = 0; done < total;) {
+      if (have + (total - done) > MAX_TOP_K && have > top_k)  // uniform
+        have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found,
+                                                             found + 2, cut);
+      const hx_u32 take = total - done < MAX_TOP_K - have ? total - done : MAX_TOP_K - have;
+      for (hx_u32 i = tid; i < take; i += HX_BLOCK) {
+        const hx_u32 f = done + i;
+        hx_u32 lo = 0, hi = np;  // the last piece starting at or before f
+        while (hi - lo > 1) {
+          const hx_u32 mid = (lo + hi) / 2;
+          if (piece_at[mid] <= f) lo = mid;
+          else hi = mid;
+        }
+        const hx_i64 slot = piece_slot[lo];
+        e[have + i] = p.parts[(slot * p.next_n + j) * (hx_i64)top_k + (f - piece_at[lo])];
+      }
+      have += take;
+      done += take;
+      bar();
+    }
+    have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found, found + 2, cut);
+    // 3. the outputs in order
+    if (p.sorted || p.max_model_len > HX_RANK_BITS) {
+      if (!p.sorted)  // ascending position: the complemented position above the key sorts descending
+        for (hx_u32 i = tid; i < have; i += HX_BLOCK) {
+          const hx_u64 x = e[i];
+          e[i] = ((hx_u64)(0xFFFFFFFFu - (hx_u32)hx_topk_entry_index(x)) << 32) | (x >> 32);
+        }
+      bar();
+      hx_topk_sort_desc(e, have);
+      for (hx_u32 s = tid; s < have; s += HX_BLOCK) {
+        const hx_u64 x = e[s];
+        if (p.sorted) hx_merge_write(p, row, b, s, hx_topk_entry_index(x), (hx_u32)(x >> 32));
+        else hx_merge_write(p, row, b, s, (hx_i32)(0xFFFFFFFFu - (hx_u32)(x >> 32)), (hx_u32)x);
+      }
+    } else {
+      hx_u64 mine[HX_MERGE_PER];
+      HX_UNROLL
+      for (int k = 0; k < HX_MERGE_PER; ++k) {
+        const hx_u32 i = tid + (hx_u32)k * HX_BLOCK;
+        mine[k] = i < have ? e[i] : 0ull;
+      }
+      bar();  // the buffer becomes the bitmap
+      hx_u32* const bits = (hx_u32*)e;
+      const hx_u32 words = ((hx_u32)p.max_model_len + 31u) / 32u, per = (words + HX_BLOCK - 1) / HX_BLOCK;
+      for (hx_u32 w = tid * per; w < (tid + 1) * per && w < words; ++w) bits[w] = 0u;
+      bar();
+      HX_UNROLL
+      for (int k = 0; k < HX_MERGE_PER; ++k) {
+        if ((hx_u32)hx_topk_entry_index(mine[k]) / 32 >= words) mine[k] = 0ull;  // only a bad workspace
+        if (mine[k]) {
+          const hx_u32 n = (hx_u32)hx_topk_entry_index(mine[k]);
+          hx_atomic_or((hx_i32*)&bits[n / 32], (hx_i32)(1u << (n % 32)));
+        }
+      }
+      bar();
+      hx_u32 mine_bits = 0;
+      for (hx_u32 w = tid * per; w < (tid + 1) * per && w < words; ++w) mine_bits += hx_popc(bits[w]);
+      hx_u32 all;
+      hist[tid] = hx_block_exclusive_sum(mine_bits, scan, &all);
+      bar();
+      HX_UNROLL
+      for (int k = 0; k < HX_MERGE_PER; ++k)
+        if (mine[k]) {
+          const hx_u32 n = (hx_u32)hx_topk_entry_index(mine[k]), w = n / 32, t = w / per;
+          hx_u32 rank = hist[t] + hx_popc(bits[w] & ((1u << (n % 32)) - 1u));
+          for (hx_u32 v = t * per; v < w; ++v) rank += hx_popc(bits[v]);
+          hx_merge_write(p, row, b, rank, (hx_i32)n, (hx_u32)(mine[k] >> 32));
+        }
+    }
+    for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) hx_merge_write(p, row, b, s, -1, 0u);
+    bar();  // the shared arrays are the next row's; every thread's reads of the sequence's list are done
+    if (tid == 0 && hx_atomic_add_acq_rel(p.seq_done + b, 1) == p.next_n - 1) {
+      p.seq_nparts[b] = 0;
+      p.seq_done[b] = 0;
+    }
+  }
+}

@@ -1,0 +1,191 @@
+// sm_90a paged decode top-k on fp8 wgmma: the unit of paged_mqa_logits_wgmma_tma.hip (the same producer warpgroup,
+// stage ring and MMA pass, on decode_tma_loader.h and decode_common.h) keeping each row's best keys on chip instead
+// of writing its logits. next_n <= 2 (a segment's live rows are one MMA pass at either head count), top_k <= 2048;
+// hipindexer.ops.paged_topk runs it, then generic/paged_topk_merge.hip.
+//
+// Per live row of the segment in hand, a buffer of CAP entries in shared memory (hx_topk_entry: the key above the
+// complemented column, so entries order as the selection does, ties to the lower column) and a floor: a lane whose
+// logit's key is above the row's floor appends it. The math warpgroups take stages i % 3 and meet once a round of
+// three stages (named barrier BAR_MATH, with an OR of "a row of mine is past HIGH"): when any row might be, they
+// cut every such row to its top_k together (hx_group_cut) and raise its floor to the cut's key. A later column
+// equal to that key loses the tie to every kept entry (all have lower columns: a segment's stages come in column
+// order), so the floor filters exactly. The slack: a round's check sees every entry appended before the last
+// meeting, and two rounds add at most 2 x 3 x 64 entries a row, so a row that no thread saw past HIGH = CAP - 384
+// stays within CAP until the next meeting.
+//
+// At a segment's end the warpgroups meet, cut each live row to top_k, and write it to the workspace at slot u + b
+// (unit u's piece of sequence b: units own contiguous pieces of the batch's work, so no two pieces share a slot),
+// its count (0 for dead rows), and append the slot to sequence b's list, which the merge kernel reads and empties.
+// Nothing is written for columns no key reaches: the merge pads with -1. Block ids and lengths are read, checked
+// and flagged exactly as by the logits kernel (its producer warpgroup); keys behind a bad block never enter.
+#include "decode_tma_loader.h"
+#include "topk_select.h"
+
+namespace {
+
+constexpr hx_u32 TOPK_ROWS = 2;              // live rows of a segment: next_n <= 2
+constexpr hx_u32 CAP = 4096;                 // a row's entries on chip
+constexpr hx_u32 GROUP = 128 * MATH_WG;      // the math warpgroups' threads
+constexpr hx_u32 BAR_MATH = 2;               // their named barrier (1: the producer warpgroup's)
+constexpr hx_u32 HIGH = CAP - 2 * MATH_WG * SK;
+static_assert(TOPK_ROWS <= (hx_u32)RMAX, "a segment's rows are one pass");
+
+// The selection's shared memory after the ring: next_n rows of CAP entries, then the cut's scratch and each row's
+// count and floor.
+constexpr hx_u32 T_HIST = 0;                         // 2048 words
+constexpr hx_u32 T_SCAN = T_HIST + 4 * HX_TOPK_MAX_BINS;  // a word a wave
+constexpr hx_u32 T_FOUND = T_SCAN + 4 * (GROUP / 32);     // 2 words, then fill
+constexpr hx_u32 T_COUNT = T_FOUND + 16;             // TOPK_ROWS words
+constexpr hx_u32 T_FLOOR = T_COUNT + 4 * TOPK_ROWS;  // TOPK_ROWS words
+constexpr hx_u32 T_ENTRIES = (T_FLOOR + 4 * TOPK_ROWS + 15u) & ~15u;
+HX_INLINE __device__ hx_u32 topk_bytes(hx_i32 next_n) { return T_ENTRIES + (hx_u32)next_n * CAP * 8u; }
+
+struct Cands {
+  hx_u64* e;     // row jr's entries at e + jr * CAP
+  hx_u32* hist;
+  hx_u32* scan;
+  hx_u32* found;  // found[0..1], fill at found[2]
+  hx_u32* count;
+  hx_u32* floor;  // a key enters row jr only above floor[jr]
+};
+
+HX_INLINE __device__ Cands cands(const Smem& sm) {
+  hx_u8* t = sm.ptr + sm.tail;
+  return {(hx_u64*)(t + T_ENTRIES), (hx_u32*)(t + T_HIST), (hx_u32*)(t + T_SCAN), (hx_u32*)(t + T_FOUND),
+          (hx_u32*)(t + T_COUNT), (hx_u32*)(t + T_FLOOR)};
+}
+
+// The pass's emit: a valid key's logit, if its key is above the row's floor, appended to the row's buffer.
+struct Append {
+  Cands k;
+  HX_MEMBER __device__ void operator()(const Pass& c, hx_i32 jr, bool row, bool valid, float z) const {
+    if (!(row && c.in && valid && !c.bad)) return;
+    const hx_u32 key = hx_topk_key(z * c.scale, false);
+    volatile hx_u32* floor = k.floor;
+    if (key <= floor[jr]) return;
+    const hx_u32 at = hx_atomic_add_u32(&k.count[jr], 1u);
+    k.e[jr * CAP + at] = hx_topk_entry(key, c.n);
+  }
+};
+
+struct MathBar {
+  HX_MEMBER __device__ void operator()() const { hx_bar_sync(BAR_MATH, GROUP); }
+};
+
+// Rows [0, live) with more than top_k entries cut to their top_k, floors raised; by every math thread (gt), after
+// a meeting that made every append visible.
+HX_INLINE __device__ void cut_rows(const Cands& k, hx_u32 gt, hx_i32 live, hx_u32 top_k) {
+  MathBar bar;
+  for (hx_i32 jr = 0; jr < live; ++jr) {
+    const hx_u32 n = ((volatile hx_u32*)k.count)[jr];
+    if (n <= top_k) continue;  // uniform: read by all between two meetings
+    hx_u64 cut;
+    hx_group_cut<GROUP>(gt, bar, k.e + jr * CAP, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
+    if (gt == 0) {
+      k.count[jr] = top_k;
+      k.floor[jr] = (hx_u32)(cut >> 32);
+    }
+    bar();
+  }
+}
+
+template <class P>
+HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
+  hx_setmaxnreg_inc<MATH_REGS>();
+  const hx_i32 w = mt >> 5, l = mt & 31;
+  const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
+  const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the stage after the quad reduce
+  const hx_i32 kblock = key / p.block_size;
+  const hx_u32 sc_whole = K_BYTES + (key / 32) * 128 + ((((key % 32) / 4) ^ (key / 32)) << 4) + (key & 3) * 4;
+  const hx_ring<2> q = q_ring(sm);
+  const hx_u32 gt = (hx_u32)(128 * m + mt);
+  const hx_u32 top_k = (hx_u32)p.top_k;
+  const hx_i64 u = hx_block_x();
+  const Cands k = cands(sm);
+  MathBar bar;
+  if (gt < TOPK_ROWS) {
+    k.count[gt] = 0u;
+    k.floor[gt] = 0u;
+  }
+  bar();
+  StagePos at;
+  hx_i32 turn = 0;  // this stage's warpgroup, it % 3
+  for (hx_u32 qit = 0;; ++qit) {
+    q.wait_full(qit);
+    const hx_u32 qb = qit & 1, rec = sm.base + QREC_OFF + qb * QREC_BYTES;
+    const hx_i32 ns = hx_uniform_i32(lds_i32(rec));
+    if (ns == 0) break;
+    const hx_i32 b = hx_uniform_i32(lds_i32(rec + 4));
+    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));
+    const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
+    const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (l & 3) * WGROUP;
+    hx_static_for<TOPK_ROWS>([&](auto i) {
+      constexpr int R = i + 1;
+      if (live != R) return;
+      float w2[R][2 * JQ];
+      load_row_weights<R>(wt, w2);
+      for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
+        if (turn == m) {
+          hx_mbar_wait(stage_full(sm, at.slot), at.phase);
+          const hx_u32 stage = sm.base + sm.keys + at.slot * K_STRIDE;
+          const hx_u32 srec = sm.base + REC_OFF + at.slot * 16;
+          Pass c;
+          const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
+          const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
+          const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
+          c.n = cs + key;
+          c.in = c.n < ce;
+          c.bad = (badmask >> kblock) & 1;
+          c.clean = false;
+          c.scale = 0.5f * lds_f32(sm.whole ? stage + sc_whole : sm.base + SC_OFF + at.slot * SC_BYTES + 4 * key);
+          c.stride = 0;
+          c.out = nullptr;
+          c.astep = p.preshuffle ? 16u : 2u;
+          c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
+          c.bdesc = hx_wgmma_desc_sw128(qtile);
+          c.bounds = rec + 32;
+          pass<R>(c, b1, b2, w2, Append{k});
+          hx_mbar_arrive(stage_empty(sm, at.slot));
+        }
+        if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
+          bool hot = false;
+          for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > HIGH;
+          if (hx_bar_any(BAR_MATH, GROUP, hot)) cut_rows(k, gt, R, top_k);
+        }
+      }
+    });
+    // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.
+    bar();
+    cut_rows(k, gt, live, top_k);
+    const hx_i64 slot = u + b;
+    for (hx_i32 jr = 0; jr < p.next_n; ++jr) {
+      const hx_u32 n = jr < live ? ((volatile hx_u32*)k.count)[jr] : 0u;
+      hx_u64* dst = p.parts + (slot * p.next_n + jr) * (hx_i64)top_k;
+      for (hx_u32 i = gt; i < n; i += GROUP) dst[i] = k.e[jr * CAP + i];
+      if (gt == 0) p.part_counts[slot * p.next_n + jr] = (hx_i32)n;
+    }
+    if (gt == 0) {
+      const hx_i32 pos = atomicAdd(p.seq_nparts + b, 1);
+      p.seq_parts[(hx_i64)b * hx_grid_dim_x() + pos] = (hx_i32)slot;
+    }
+    bar();  // every entry is read before the rows start again
+    if (gt < TOPK_ROWS) {
+      k.count[gt] = 0u;
+      k.floor[gt] = 0u;
+    }
+    bar();
+    q.arrive_empty(qit);
+  }
+}
+
+}  // namespace
+
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_topk_wgmma_tma(const HX_GRID_CONSTANT DecodeTopkParams p) {
+  extern __shared__ __align__(1024) hx_u8 smem_raw[];
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  const hx_i32 wg = hx_uniform_i32(tid / 128);
+  const Smem sm = setup(smem_raw, p, topk_bytes(p.next_n));
+  if (wg == 0) producer_warpgroup(p, sm, tid);
+  else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
+  hx_barrier();
+}

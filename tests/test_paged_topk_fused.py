@@ -1,0 +1,204 @@
+"""The fused decode top-k (sm_90a: hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip, then generic/paged_topk_merge.hip).
+
+On a real GPU (marked gpu, skipped without one): the top-k gate on rows of every kind in both forms of the lengths,
+both layouts, both block sizes and both head counts, exactly the composed path's selection (the same logits); key
+orders that make every key enter the on-chip candidates (rising), none after the first (falling) and every logit
+tie (the lowest keys win); untrusted device values; the same bits twice. Over a backend that runs no kernel:
+which workspace and which launches a call gets, what it refuses, and a prepared call that allocates nothing."""
+import numpy as np
+import pytest
+
+import hipindexer
+import paged_topk_cases as C
+from hipindexer import cache, reference, testing
+from hipindexer.ops import ERROR_BLOCK_ID, ERROR_LENGTH, paged_topk
+from hipindexer.runtime import DeviceArray
+
+D = 128
+
+
+def fused_inputs(seed, B=5, next_n=1, H=64, bs=64, ctx=20000, preshuffle=False, rows=False, ragged=False,
+                 top_k=2048):
+    """B sequences: wide ones (ctx keys), one of a third of that, one shorter than top_k, one of none."""
+    rng = np.random.default_rng(seed)
+    case = testing.DecodeCase(B, next_n, H, D, bs, preshuffle, mean_context=ctx, spread="equal", ragged=ragged,
+                              live_min=1, key_codes=True)
+    inp = testing.decode_inputs(rng, case)
+    lens = inp.context_lens.copy()
+    lens[1], lens[2], lens[3] = ctx // 3, max(1, top_k // 2), 0
+    nl = inp.next_n_lens
+    if rows:
+        lens, nl = reference.per_row_lengths(lens, next_n, nl), None
+    return testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, lens, inp.block_tables, inp.max_model_len, nl,
+                                preshuffle)
+
+
+def fused_workspace(dev, inp, top_k):
+    B, next_n, H, _ = inp.q.shape
+    ws = hipindexer.paged_topk_workspace(B, next_n, top_k, inp.max_model_len, inp.kv_cache.shape[1], device=dev,
+                                         heads=H, head_dim=D)
+    assert ws.fused and ws.nbytes <= ws.bound, ws
+    return ws
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H,bs,preshuffle,next_n,rows,ragged,top_k,sorted", [
+    (64, 64, False, 1, False, False, 2048, False),
+    (64, 64, False, 2, False, True, 2048, True),
+    (64, 16, True, 2, True, True, 512, False),
+    (32, 64, True, 1, True, False, 1024, True),
+    (32, 16, False, 2, False, False, 2048, False),
+    (64, 64, True, 1, False, False, 7, False),
+    (64, 16, False, 2, True, False, 300, True),
+])
+def test_the_fused_top_k_passes_the_gate_and_selects_as_the_composed_path(gpu_device, H, bs, preshuffle, next_n,
+                                                                          rows, ragged, top_k, sorted):
+    inp = fused_inputs(H + bs + next_n + top_k, next_n=next_n, H=H, bs=bs, preshuffle=preshuffle, rows=rows,
+                       ragged=ragged, top_k=top_k)
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), gpu_device)
+    got = C.check(gpu_device, inp, top_k, sorted, workspace=fused_workspace(gpu_device, inp, top_k), errors=errors)
+    assert int(errors.numpy()[0]) == 0
+    count = (got[0] >= 0).sum(axis=1)
+    assert (count == top_k).any() and (count == 0).any() and ((count > 0) & (count < top_k)).any(), count
+    composed = C.run(gpu_device, inp, top_k, sorted, fused=False)
+    for a, b in zip(got, composed):  # the same kernel's logits: the same selection, bit for bit
+        assert (a.view(np.uint32) == b.view(np.uint32)).all()
+
+
+def ordered_inputs(order, next_n, B=16, ctx=65536, H=64, bs=64):
+    """Every key the same positive code vector, its scale rising, falling or the same along the sequence, and
+    positive queries and weights: each row's logits rise, fall or tie along its keys. Enough keys per unit
+    (B x ctx over the SMs) that a unit's candidates overflow the on-chip buffer when every key enters."""
+    rng = np.random.default_rng({"rising": 1, "falling": 2, "tied": 3}[order])
+    lens = np.full(B, ctx, np.int32)
+    tables, num_blocks = cache.make_block_tables(lens, bs, rng, max_model_len=ctx, max_blocks=ctx // bs + 1)
+    kv = cache.new_cache(num_blocks, bs, D)
+    code = np.full((ctx, D), 0x38, np.uint8).view(testing.random_fp8(rng, (1,)).dtype)  # 1.0
+    n = np.arange(ctx)
+    scale = {"rising": 1 + n / ctx, "falling": 2 - n / ctx, "tied": np.ones(ctx)}[order]
+    scale = (scale * 2.0 ** -6).astype(np.float32)
+    for b in range(B):
+        slots = tables[b, n // bs].astype(np.int64) * bs + n % bs
+        cache.write_cache(kv, code, scale, slots)
+    q = (testing.random_fp8(rng, (B, next_n, H, D)).view(np.uint8) & 0x3F).view(code.dtype)
+    w = np.abs(rng.standard_normal((B * next_n, H), dtype=np.float32)) + 0.1
+    return testing.DecodeInputs(q, kv, w, lens, tables, ctx, None, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("next_n", [1, 2])
+@pytest.mark.parametrize("order", ["rising", "falling", "tied"])
+def test_key_orders_that_fill_and_starve_the_on_chip_candidates(gpu_device, order, next_n):
+    top_k = 2048
+    inp = ordered_inputs(order, next_n)
+    ws = fused_workspace(gpu_device, inp, top_k)
+    bound = reference.decode_bounds(inp.context_lens, next_n, inp.max_model_len, None)
+    first = np.maximum(bound - top_k, 0) if order == "rising" else np.zeros_like(bound)
+    want = first[:, None] + np.arange(top_k)[None, :]
+    for sorted in (False, True):  # exact expectations: no reference logits needed
+        idx, val, slots = C.run(gpu_device, inp, top_k, sorted, workspace=ws)
+        expect = want[:, ::-1] if sorted and order == "rising" else want
+        assert (idx == expect).all(), f"{order}, sorted {sorted}"
+        assert (val > 0).all() and (slots >= 0).all()
+        if order == "tied":
+            assert (val == val[:, :1]).all()
+
+
+@pytest.mark.gpu
+def test_untrusted_device_values_are_skipped_and_flagged(gpu_device):
+    """Block ids outside the cache and malformed lengths in device memory: bits 0 and 2 in errors=, and the
+    selection the composed path makes on the same values (which the emulated cases pin to the logits op's)."""
+    for rows in (False, True):
+        inp = fused_inputs(71 + rows, B=6, next_n=2, ctx=9000, rows=rows, ragged=True)
+        bt, lens = inp.block_tables.copy(), inp.context_lens.copy()
+        bt[0, 2], bt[4, 20] = inp.kv_cache.shape[0], -5
+        nl = None if rows else inp.next_n_lens.copy()
+        if rows:
+            lens[5, 1] = -7
+        else:
+            lens[5] = -7
+        d = lambda a: None if a is None else DeviceArray.from_numpy(a, gpu_device)  # noqa: E731
+        bad = testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, d(lens), d(bt), inp.max_model_len, d(nl), False)
+        got = []
+        for fused in (True, False):
+            errors = DeviceArray.from_numpy(np.zeros(1, np.int32), gpu_device)
+            got.append(hipindexer.fp8_paged_mqa_topk(*bad.args()[:6], 100, next_n_lens=bad.next_n_lens, sorted=True,
+                                                     errors=errors, device=gpu_device, fused=fused).numpy())
+            assert int(errors.numpy()[0]) == ERROR_BLOCK_ID | ERROR_LENGTH, fused
+        assert (got[0] == got[1]).all()
+        assert not np.isin(np.arange(128, 192), got[0][0:2]).any()  # the keys of sequence 0's bad block
+
+
+@pytest.mark.gpu
+def test_the_fused_top_k_gives_the_same_bits_twice(gpu_device):
+    inp = fused_inputs(5, next_n=2, ragged=True)
+    ws = fused_workspace(gpu_device, inp, 2048)
+    for sorted in (False, True):
+        a, b = (C.run(gpu_device, inp, 2048, sorted, workspace=ws) for _ in range(2))
+        assert all((x.view(np.uint32) == y.view(np.uint32)).all() for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------------ the host side, over a backend that runs no kernel
+
+def _resident(dev, inp):
+    return testing.DecodeInputs(*[DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a
+                                  for a in inp.args()])
+
+
+def test_which_workspace_and_launches_a_call_gets(hopper):
+    hb, dev = hopper
+    inp = _resident(dev, fused_inputs(1, B=4, next_n=2, ctx=3000, top_k=256))
+    for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64)):
+        ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
+        assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
+    for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict()):
+        args = dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
+        assert not hipindexer.paged_topk_workspace(**args).fused, kw
+    n0 = len(hb.launches)
+    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, return_values=True, return_slots=True)
+    assert [fn for fn, *_ in hb.launches[n0:]] == ["hx_paged_mqa_topk_wgmma_tma", "hx_paged_topk_merge"]
+    sel = hipindexer.catalog.STRUCT["DecodeTopkParams"].ctype().from_buffer_copy(hb.launches[n0][4])
+    assert (sel.top_k, sel.next_n, sel.out, sel.clean) == (256, 2, 0, 0) and sel.kv_map != 0
+    merge = hipindexer.catalog.STRUCT["PagedTopkMergeParams"].ctype().from_buffer_copy(hb.launches[n0 + 1][4])
+    assert merge.parts == sel.parts and merge.seq_nparts == sel.seq_nparts and merge.units == hb.launches[n0][1][0]
+    assert merge.values != 0 and merge.slots != 0
+    n1 = len(hb.launches)
+    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=False)
+    assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n1:]]
+
+
+def test_a_fused_workspace_refuses_what_it_cannot_serve(hopper):
+    hb, dev = hopper
+    inp = _resident(dev, fused_inputs(2, B=4, next_n=2, ctx=3000, top_k=256))
+    ws = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64)
+    composed = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev)
+    n0 = len(hb.launches)
+    for kw, name in ((dict(workspace=ws, accumulation="fp32"), "workspace"), (dict(workspace=ws, fused=False),
+                                                                             "workspace"),
+                     (dict(workspace=ws, chunk=64), "workspace"), (dict(workspace=ws, split_kv=2), "workspace"),
+                     (dict(workspace=composed, fused=True), "fused"), (dict(fused=True, accumulation="fp32"),
+                                                                       "fused"),
+                     (dict(fused="yes"), "fused")):
+        with pytest.raises(ValueError, match=f"^{name}"):
+            hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, **kw)
+    small = _resident(dev, fused_inputs(3, B=4, next_n=2, ctx=3000, H=16, top_k=256))
+    with pytest.raises(ValueError, match="^fused: True, but the fused kernel is the unit of"):
+        hipindexer.fp8_paged_mqa_topk(*small.args()[:6], 256, fused=True)
+    assert len(hb.launches) == n0
+
+
+def test_a_prepared_fused_call_allocates_and_copies_nothing(hopper, monkeypatch):
+    hb, dev = hopper
+    inp = _resident(dev, fused_inputs(4, B=4, next_n=2, ctx=3000, top_k=256))
+    ws = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64)
+    outs = tuple(DeviceArray.empty((8, 256), dt, dev) for dt in (np.int32, np.float32, np.int32))
+    kw = dict(workspace=ws, out=outs, return_values=True, return_slots=True)
+    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, **kw)
+    mallocs = []
+    real = hb.malloc
+    monkeypatch.setattr(hb, "malloc", lambda n, s: mallocs.append(n) or real(n, s))
+    copies, n0 = hb.htod, len(hb.launches)
+    for _ in range(3):
+        assert hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, **kw) == outs
+    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 6
+    assert paged_topk.FUSED_MAX_TOP_K == 2048 and paged_topk.FUSED_MAX_NEXT_N == 2
