@@ -234,7 +234,8 @@ STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8"
 _DECODE_TOPK_POINTERS = [("parts", "ptr:u64"), ("part_counts", "ptr:i32"), ("seq_parts", "ptr:i32"),
                          ("seq_nparts", "ptr:i32")]
 STRUCTS.append(Struct("DecodeTopkParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_TOPK_POINTERS +
-                      _DECODE_SHAPE + [("top_k", "i32")]))
+                      _DECODE_SHAPE + [("top_k", "i32"),
+                                       ("stages", "i32")]))  # the ring's depth at most: the buffers take the rest
 # The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.ops.cache). Optional
 # errors is 0 (no flags).
 STRUCTS.append(Struct("CacheWriteParams", [

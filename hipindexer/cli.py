@@ -797,7 +797,8 @@ def bench_topk_cmd(device_spec, op, shapes, heads, next_ns, top_k, repeats, as_j
             bench_topk_prefill(dev, a, b, H, top_k, repeats)
         r["topk_logits_of_read"] = r["topk_logits_read_GBps"] * 1e9 / bw if r["topk_logits_read_GBps"] else None
         rows.append(r)
-    shape = (lambda r: [r["B"], r["ctx"], r["H"], r["next_n"]]) if decode else (lambda r: [r["M"], r["N"], r["H"]])
+    shape = (lambda r: [r["B"], r["ctx"], r["H"], r["next_n"], r["path"]]) if decode else \
+        (lambda r: [r["M"], r["N"], r["H"]])
     _bench_report(f"topk_{op}", dev, {"read_GBps": bw / 1e9},
                   [f"read ceiling (our streaming read kernel): {figure(bw / 1e9)} GB/s"], rows,
                   [shape(r) + [f"{r['us']:.1f}", f"{r['us_logits']:.1f}", f"{r['us_logits_then_topk_logits']:.1f}",
@@ -805,7 +806,7 @@ def bench_topk_cmd(device_spec, op, shapes, heads, next_ns, top_k, repeats, as_j
                                figure(r["tflops"], ".1f"), _pct(r["topk_logits_of_read"]),
                                f"{r['workspace_bytes']} / {r['workspace_bound']}", f"{r['host_us']:.1f}"]
                    for r in rows],
-                  (["B", "ctx", "H", "next_n"] if decode else ["M", "N", "H"]) +
+                  (["B", "ctx", "H", "next_n", "path"] if decode else ["M", "N", "H"]) +
                   ["top-k us", "logits us", "logits + topk_logits us", "/ logits", "/ (logits + topk_logits)",
                    "TFLOP/s", "topk_logits of read", "workspace / bound B", "host us/call"], as_json)
 

@@ -36,7 +36,7 @@ def fused_inputs(seed, B=5, next_n=1, H=64, bs=64, ctx=20000, preshuffle=False, 
 def fused_workspace(dev, inp, top_k):
     B, next_n, H, _ = inp.q.shape
     ws = hipindexer.paged_topk_workspace(B, next_n, top_k, inp.max_model_len, inp.kv_cache.shape[1], device=dev,
-                                         heads=H, head_dim=D)
+                                         heads=H, head_dim=D, fused=True)
     assert ws.fused and ws.nbytes <= ws.bound, ws
     return ws
 
@@ -151,11 +151,16 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64)):
         ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
         assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
-    for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict()):
+    for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict(),
+               dict(heads=64), dict(heads=64, B=64, max_model_len=1 << 17, fused=False)):
         args = dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
-        assert not hipindexer.paged_topk_workspace(**args).fused, kw
+        assert not hipindexer.paged_topk_workspace(**args).fused, kw  # the fused kernel cannot serve, or not pay
+    assert hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64, fused=True).fused
     n0 = len(hb.launches)
-    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, return_values=True, return_slots=True)
+    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256)  # thin pieces (fused_pays): the composed path
+    assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n0:]]
+    n0 = len(hb.launches)
+    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, return_values=True, return_slots=True, fused=True)
     assert [fn for fn, *_ in hb.launches[n0:]] == ["hx_paged_mqa_topk_wgmma_tma", "hx_paged_topk_merge"]
     sel = hipindexer.catalog.STRUCT["DecodeTopkParams"].ctype().from_buffer_copy(hb.launches[n0][4])
     assert (sel.top_k, sel.next_n, sel.out, sel.clean) == (256, 2, 0, 0) and sel.kv_map != 0
@@ -170,8 +175,12 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
 def test_a_fused_workspace_refuses_what_it_cannot_serve(hopper):
     hb, dev = hopper
     inp = _resident(dev, fused_inputs(2, B=4, next_n=2, ctx=3000, top_k=256))
-    ws = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64)
+    ws = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64, fused=True)
     composed = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev)
+    for kw in (dict(heads=16, head_dim=64), dict(heads=64, chunk=64), dict(), dict(heads=64, next_n=3)):
+        with pytest.raises(ValueError, match="^fused: True, but"):
+            hipindexer.paged_topk_workspace(**(dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64,
+                                                    device=dev, fused=True) | kw))
     n0 = len(hb.launches)
     for kw, name in ((dict(workspace=ws, accumulation="fp32"), "workspace"), (dict(workspace=ws, fused=False),
                                                                              "workspace"),
@@ -190,7 +199,7 @@ def test_a_fused_workspace_refuses_what_it_cannot_serve(hopper):
 def test_a_prepared_fused_call_allocates_and_copies_nothing(hopper, monkeypatch):
     hb, dev = hopper
     inp = _resident(dev, fused_inputs(4, B=4, next_n=2, ctx=3000, top_k=256))
-    ws = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64)
+    ws = hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64, fused=True)
     outs = tuple(DeviceArray.empty((8, 256), dt, dev) for dt in (np.int32, np.float32, np.int32))
     kw = dict(workspace=ws, out=outs, return_values=True, return_slots=True)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, **kw)

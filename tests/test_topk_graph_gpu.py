@@ -86,7 +86,7 @@ def test_a_graph_replays_the_decode_top_k_with_new_lengths(gpu_device, fused):
                                           first.block_tables, mml, nl, False))
     dev = [DeviceArray.from_numpy(a, gpu_device) for a in first.args()[:5]]
     nl_dev = DeviceArray.from_numpy(first.next_n_lens, gpu_device)
-    ws = paged_topk_workspace(B, n, top_k, mml, bs, device=gpu_device, **(dict(heads=H) if fused else dict(chunk=1024)))
+    ws = paged_topk_workspace(B, n, top_k, mml, bs, device=gpu_device, **(dict(heads=H, fused=True) if fused else dict(chunk=1024)))
     assert ws.fused == fused
     outs = tuple(DeviceArray.empty((B * n, top_k), dt, gpu_device) for dt in (np.int32, np.float32, np.int32))
     errors = DeviceArray.from_numpy(np.zeros(1, np.int32), gpu_device)

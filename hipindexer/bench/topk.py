@@ -52,7 +52,7 @@ def bench_topk_decode(device, B: int, ctx: int, H: int, next_n: int, top_k: int,
     inp = testing.decode_inputs(rng, case)
     args = [DeviceArray.from_numpy(a, device) if isinstance(a, np.ndarray) else a for a in inp.args()[:5]]
     mml, R = inp.max_model_len, B * next_n
-    ws = paged_topk_workspace(B, next_n, top_k, mml, BLOCK_SIZE, device=device)
+    ws = paged_topk_workspace(B, next_n, top_k, mml, BLOCK_SIZE, device=device, heads=H, head_dim=D)
     idx = DeviceArray.empty((R, top_k), np.int32, device)
     logits = DeviceArray.empty((R, mml), np.float32, device)
 
@@ -64,7 +64,8 @@ def bench_topk_decode(device, B: int, ctx: int, H: int, next_n: int, top_k: int,
     row = _three(device, fused, alone, logits, top_k, repeats, R, mml)
     keys = float(np.minimum(inp.context_lens, mml).sum()) * next_n
     return {"op": "decode", "B": B, "ctx": ctx, "H": H, "next_n": next_n, "top_k": top_k,
-            "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound, "chunk": ws.chunk,
+            "path": "fused" if ws.fused else "composed", "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound,
+            "chunk": ws.chunk,
             "tflops": 2 * H * D * keys / (row["us"] * 1e-6) / 1e12, **row}
 
 

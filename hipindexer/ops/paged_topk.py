@@ -40,10 +40,12 @@ from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, pre
                      target_of)
 from .topk import MAX_BLOCKS, _written
 
-PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused")
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units")
 FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the logits kernel FUSED_LOGITS
 FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
 FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
+FUSED_STAGES = 12  # the fused kernel's ring depth (a multiple of 6): its candidate buffers take the rest
+FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
 MERGE_POINTERS = FUSED_POINTERS + ("seq_done", "indices", "values", "slots", "block_tables")
@@ -148,17 +150,27 @@ def fused_units(target) -> int:
     return DECODE.by_key[FUSED_LOGITS].units_per_cu * target.num_cus
 
 
+def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
+    """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
+    FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units). Each unit hands the merge up to
+    top_k entries a row, so thinner pieces leave the merge (one block a row) more entries than the composed path's
+    steps cost: on the H200 (2026-12-02, docs/benchmarks.md) the fused path was the faster at B = 64 and at
+    (16, 131072), and the slower at (16, 32768) next_n 2, (4, 8192) and (1, 131072)."""
+    return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target)
+
+
 def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, block_size: int, device=None,
-                         stream=None, chunk=None, heads=None, head_dim=128) -> PagedTopkWorkspace:
+                         stream=None, chunk=None, heads=None, head_dim=128, fused=None) -> PagedTopkWorkspace:
     """The workspace of fp8_paged_mqa_topk calls of up to B sequences of next_n rows with this top_k and
     block_size, on `device` (None: Device()). Allocated on `stream`; make it before capturing a graph.
 
     heads (and head_dim): the queries' H (and D). Given them, where the fused kernel serves that shape
-    (fused_refusal: sm_90a, H in {32, 64}, D = 128, block_size 16 or 64, next_n <= 2, top_k <= 2048) the workspace
-    is the fused path's, which only calls of that shape (accumulation="fast", no split_kv) may use; else it is the
+    (fused_refusal: sm_90a, H in {32, 64}, D = 128, block_size 16 or 64, next_n <= 2, top_k <= 2048) and pays
+    (fused_pays, from B and max_model_len; fused=True: wherever it serves, fused=False: never) the workspace is the
+    fused path's, which only calls of that shape (accumulation="fast", no split_kv) may use; else it is the
     composed path's, whose chunk is the widest the bound allows (workspace_bound, with the device's CU or SM
-    count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). `fused`
-    says which it is.
+    count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). The
+    workspace's `fused` says which it is.
 
     >>> import hipindexer
     >>> ws = hipindexer.paged_topk_workspace(4, 2, 64, 100_000, 16, device="emu:gfx950")
@@ -176,8 +188,14 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     dev = device if isinstance(device, Device) else Device(device)
     t = target_of(dev)
     st = as_stream(stream, dev)
-    if heads is not None and chunk is None and \
-            fused_refusal(t, int(next_n), top_k, int(heads), int(head_dim), int(block_size)) is None:
+    if fused not in (None, True, False):
+        raise ValueError(f"fused: expected None, True or False, got {fused!r}")
+    why = "needs heads=" if heads is None else \
+        fused_refusal(t, int(next_n), top_k, int(heads), int(head_dim), int(block_size))
+    if fused and (why or chunk is not None):
+        raise ValueError(f"fused: True, but the fused kernel {why or 'takes no chunk='}")
+    if why is None and chunk is None and fused is not False and \
+            (fused or fused_pays(t, int(B), int(max_model_len), top_k)):
         return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), None, t.num_cus, st,
                                   fused_units(t))
     C = _chunk_of(int(B), int(next_n), top_k, int(block_size), int(max_model_len), t.num_cus, chunk)
@@ -295,7 +313,15 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
         raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
     if fused not in (None, True, False):
         raise ValueError(f"fused: expected None (where it serves), True or False, got {fused!r}")
-    logits_tunables = {k: v for k, v in tunables.items() if k not in ("chunk", "step_block", "fused")}
+    stages = tunables.get("stages")
+    if stages is not None and (isinstance(stages, bool) or stages not in range(6, 25, 6)):
+        raise ValueError(f"stages: expected None or one of 6, 12, 18, 24 (the fused kernel's ring depth), got {stages!r}")
+    units_asked = tunables.get("units")
+    if units_asked is not None and (isinstance(units_asked, bool) or not isinstance(units_asked, (int, np.integer))
+                                    or units_asked < 1):
+        raise ValueError(f"units: expected None or an int >= 1 (the fused kernel's units at most), got {units_asked!r}")
+    logits_tunables = {k: v for k, v in tunables.items()
+                       if k not in ("chunk", "step_block", "fused", "stages", "units")}
     c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
                           split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
                           others=outs)
@@ -335,7 +361,8 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     else:
         if fused and why:
             raise ValueError(f"fused: True, but the fused kernel {why}")
-        use_fused = why is None and fused is not False and chunk is None
+        use_fused = why is None and chunk is None and (fused or (fused is None and
+                                                                 fused_pays(t, s.B, s.max_model_len, top_k)))
         if s.B == 0:
             workspace = None
         elif use_fused:
@@ -346,7 +373,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if s.B and use_fused:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-        plan = _plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle)
+        plan = _plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES, units_asked)
         remember(key, plan)
         c.upload()
         return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
@@ -430,19 +457,19 @@ class _FusedPlan:
     merge: object
 
 
-def _plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle) -> _FusedPlan:
+def _plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None) -> _FusedPlan:
     """The fused kernel on the logits kernel's plan for the whole call (its grid of units), and the merge."""
     R = s.B * s.next_n
     lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
                      preshuffle=preshuffle, kernel=FUSED_LOGITS)
-    grid = lp.grid[0]
+    grid = lp.grid[0] if units is None else min(lp.grid[0], int(units))
     if grid > min(ws.units, MAX_PIECES):
         raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
     select = kernel_for(dev, FUSED, lp.variant).prepare(
-        grid, lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
+        (grid, 1, 1), lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
         B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
-        top_k=top_k)
+        top_k=top_k, stages=stages)
     idx, vals, slots = outs
     merge = kernel_for(dev, "paged_topk_merge").prepare(
         _grid(R), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS, indices_stride=_stride(idx, R, top_k),

@@ -7,9 +7,9 @@
 //
 // The lists live in the op's workspace, written by the fused kernel just before: counts and slots are still
 // checked against their ranges, so a workspace in a bad state can only give a wrong selection, never a read or
-// write outside it. The pieces' slots and counts are read at once and their entries gathered as one list, as much
-// at a time as MAX_TOP_K entries of shared memory hold, cut to top_k between gathers (the fused kernels take
-// top_k <= MAX_TOP_K / 2), so a row waits on a few rounds of loads, not on one per piece.
+// write outside it. The pieces' slots and counts are read at once and their entries taken as one list: into shared
+// memory and cut there when it fits MAX_TOP_K entries, else selected by a radix select over the list where it lies
+// and only the top_k gathered. Either way a row waits on a few rounds of loads, not on one per piece.
 //
 // Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
 // of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
@@ -70,30 +70,67 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     if (2 * tid + 1 < HX_MAX_PIECES) piece_at[2 * tid + 1] = at + count[0];
     if (tid == 0) piece_at[HX_MAX_PIECES] = total;
     bar();
-    // 2. the list gathered as the buffer allows, cut to top_k between gathers
+    // 2. the row's top_k of the list: cut in shared memory when the list fits there; else found over the list in
+    //    global memory by its digits (a tile of loads at a time, as the cut does in shared memory) and gathered
     hx_u32 have = 0;
-    hx_u64 cut;
-    for (hx_u32 done = 0; done < total;) {
-      if (have + (total - done) > MAX_TOP_K && have > top_k)  // uniform
-        have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found,
-                                                             found + 2, cut);
-      const hx_u32 take = total - done < MAX_TOP_K - have ? total - done : MAX_TOP_K - have;
-      for (hx_u32 i = tid; i < take; i += HX_BLOCK) {
-        const hx_u32 f = done + i;
-        hx_u32 lo = 0, hi = np;  // the last piece starting at or before f
-        while (hi - lo > 1) {
-          const hx_u32 mid = (lo + hi) / 2;
-          if (piece_at[mid] <= f) lo = mid;
-          else hi = mid;
-        }
-        const hx_i64 slot = piece_slot[lo];
-        e[have + i] = p.parts[(slot * p.next_n + j) * (hx_i64)top_k + (f - piece_at[lo])];
+    hx_u64 cut = 0;
+    auto entry = [&](hx_u32 f) {  // entry f of the list
+      hx_u32 lo = 0, hi = np;     // the last piece starting at or before f
+      while (hi - lo > 1) {
+        const hx_u32 mid = (lo + hi) / 2;
+        if (piece_at[mid] <= f) lo = mid;
+        else hi = mid;
       }
-      have += take;
-      done += take;
+      return p.parts[((hx_i64)piece_slot[lo] * p.next_n + j) * (hx_i64)top_k + (f - piece_at[lo])];
+    };
+    if (total <= MAX_TOP_K) {
+      for (hx_u32 f = tid; f < total; f += HX_BLOCK) e[f] = entry(f);
       bar();
+      have = hx_group_cut<HX_BLOCK>(tid, bar, e, total, top_k, hist, scan, found, found + 2, cut);
+    } else {
+      hx_u32 need = top_k;
+      for (int top = 63; top >= 0;) {
+        const int shift = top >= 10 ? top - 10 : 0;
+        const hx_u32 bins = 1u << (top - shift + 1), high = (hx_u32)top + 1u;
+        for (hx_u32 i = tid; i < bins; i += HX_BLOCK) hist[i] = 0u;
+        bar();
+        for (hx_u32 base = 0; base < total; base += HX_BLOCK * HX_CUT_ITEMS) {
+          hx_u64 x[HX_CUT_ITEMS];
+          HX_UNROLL
+          for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+            const hx_u32 f = base + tid + (hx_u32)k * HX_BLOCK;
+            x[k] = f < total ? entry(f) : 0ull;
+          }
+          HX_UNROLL
+          for (int k = 0; k < HX_CUT_ITEMS; ++k)
+            if (x[k] && (high >= 64 || (x[k] >> high) == (cut >> high)))
+              hx_atomic_add_u32(&hist[(hx_u32)(x[k] >> shift) & (bins - 1u)], 1u);
+        }
+        bar();
+        hx_topk_find_bin(hist, bins, need, scan, found);
+        const hx_u32 bin = found[0], take = found[1], whole = take == hist[bin];
+        cut |= (hx_u64)bin << shift;
+        need = take;
+        top = shift - 1;
+        bar();  // found and hist are rewritten next
+        if (whole) break;  // uniform
+      }
+      if (tid == 0) found[2] = 0u;
+      bar();
+      for (hx_u32 base = 0; base < total; base += HX_BLOCK * HX_CUT_ITEMS) {
+        hx_u64 x[HX_CUT_ITEMS];
+        HX_UNROLL
+        for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+          const hx_u32 f = base + tid + (hx_u32)k * HX_BLOCK;
+          x[k] = f < total ? entry(f) : 0ull;
+        }
+        HX_UNROLL
+        for (int k = 0; k < HX_CUT_ITEMS; ++k)
+          if (x[k] && x[k] >= cut) e[hx_atomic_add_u32(&found[2], 1u)] = x[k];
+      }
+      bar();
+      have = top_k;
     }
-    have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found, found + 2, cut);
     // 3. the outputs in order
     if (p.sorted || p.max_model_len > HX_RANK_BITS) {
       if (!p.sorted)  // ascending position: the complemented position above the key sorts descending

@@ -64,10 +64,10 @@ struct StagePos {
   }
 };
 
-// The layout over the dynamic shared memory for this launch's next_n, the ring leaving `extra` bytes after it (at
-// offset `tail`); thread 0 initialises the barriers and the CTA meets.
+// The layout over the dynamic shared memory for this launch's next_n, the ring (at most `stages` deep, when not 0)
+// leaving at least `extra` bytes after it (at offset `tail`); thread 0 initialises the barriers and the CTA meets.
 template <class P>
-HX_INLINE __device__ Smem setup(hx_u8* raw, const P& p, hx_u32 extra = 0) {
+HX_INLINE __device__ Smem setup(hx_u8* raw, const P& p, hx_u32 extra = 0, hx_u32 stages = 0) {
   const hx_u32 r = hx_smem_u32(raw), base = (r + 1023u) & ~1023u;
   Smem s;
   s.ptr = raw + (base - r);
@@ -78,7 +78,8 @@ HX_INLINE __device__ Smem setup(hx_u8* raw, const P& p, hx_u32 extra = 0) {
   // A multiple of 6: slot i is always filled by page warp i % 2 and read by math warpgroup i % 3, so each slot's
   // one consumer meets its rounds in order and never waits on a round while the one before is still landing (an
   // mbarrier's parity names a phase only while it is at most one phase ahead).
-  s.S = (fit < SRMAX ? fit : SRMAX) / 6 * 6;
+  const hx_u32 most = stages && stages < SRMAX ? stages : SRMAX;
+  s.S = (fit < most ? fit : most) / 6 * 6;
   s.tail = s.keys + s.S * K_STRIDE;
   s.whole = !p.preshuffle && hx_block_bytes(p.block_size, D) % 128 == 0;
   if (hx_thread_x() == 0) {

@@ -3,15 +3,16 @@
 // of writing its logits. next_n <= 2 (a segment's live rows are one MMA pass at either head count), top_k <= 2048;
 // hipindexer.ops.paged_topk runs it, then generic/paged_topk_merge.hip.
 //
-// Per live row of the segment in hand, a buffer of CAP entries in shared memory (hx_topk_entry: the key above the
+// Per live row of the segment in hand, a buffer of cap entries in shared memory (hx_topk_entry: the key above the
 // complemented column, so entries order as the selection does, ties to the lower column) and a floor: a lane whose
 // logit's key is above the row's floor appends it. The math warpgroups take stages i % 3 and meet once a round of
 // three stages (named barrier BAR_MATH, with an OR of "a row of mine is past HIGH"): when any row might be, they
 // cut every such row to its top_k together (hx_group_cut) and raise its floor to the cut's key. A later column
 // equal to that key loses the tie to every kept entry (all have lower columns: a segment's stages come in column
 // order), so the floor filters exactly. The slack: a round's check sees every entry appended before the last
-// meeting, and two rounds add at most 2 x 3 x 64 entries a row, so a row that no thread saw past HIGH = CAP - 384
-// stays within CAP until the next meeting.
+// meeting, and two rounds add at most SLACK = 2 x 3 x 64 entries a row, so a row that no thread saw past
+// cap - SLACK stays within cap until the next meeting. The ring is p.stages deep (fewer where they do not fit) and
+// the buffers take what shared memory it leaves: fewer stages, fewer cuts.
 //
 // At a segment's end the warpgroups meet, cut each live row to top_k, and write it to the workspace at slot u + b
 // (unit u's piece of sequence b: units own contiguous pieces of the batch's work, so no two pieces share a slot),
@@ -24,24 +25,29 @@
 namespace {
 
 constexpr hx_u32 TOPK_ROWS = 2;              // live rows of a segment: next_n <= 2
-constexpr hx_u32 CAP = 4096;                 // a row's entries on chip
 constexpr hx_u32 GROUP = 128 * MATH_WG;      // the math warpgroups' threads
 constexpr hx_u32 BAR_MATH = 2;               // their named barrier (1: the producer warpgroup's)
-constexpr hx_u32 HIGH = CAP - 2 * MATH_WG * SK;
+constexpr hx_u32 SLACK = 2 * MATH_WG * SK;
+constexpr hx_u32 CAP_MAX = 16384;            // a row's entries on chip, at most
 static_assert(TOPK_ROWS <= (hx_u32)RMAX, "a segment's rows are one pass");
 
-// The selection's shared memory after the ring: next_n rows of CAP entries, then the cut's scratch and each row's
-// count and floor.
+// The selection's shared memory after the ring: the cut's scratch and each row's count and floor, then next_n
+// rows of cap entries.
 constexpr hx_u32 T_HIST = 0;                         // 2048 words
 constexpr hx_u32 T_SCAN = T_HIST + 4 * HX_TOPK_MAX_BINS;  // a word a wave
 constexpr hx_u32 T_FOUND = T_SCAN + 4 * (GROUP / 32);     // 2 words, then fill
 constexpr hx_u32 T_COUNT = T_FOUND + 16;             // TOPK_ROWS words
 constexpr hx_u32 T_FLOOR = T_COUNT + 4 * TOPK_ROWS;  // TOPK_ROWS words
 constexpr hx_u32 T_ENTRIES = (T_FLOOR + 4 * TOPK_ROWS + 15u) & ~15u;
-HX_INLINE __device__ hx_u32 topk_bytes(hx_i32 next_n) { return T_ENTRIES + (hx_u32)next_n * CAP * 8u; }
+// The ring leaves room for at least the scratch and, a row, top_k entries and twice the slack: a cut always frees
+// what two rounds can add.
+HX_INLINE __device__ hx_u32 topk_bytes(hx_i32 next_n, hx_i32 top_k) {
+  return T_ENTRIES + (hx_u32)next_n * (((hx_u32)top_k + 2 * SLACK + 63u) / 64u * 64u) * 8u;
+}
 
 struct Cands {
-  hx_u64* e;     // row jr's entries at e + jr * CAP
+  hx_u64* e;     // row jr's entries at e + jr * cap
+  hx_u32 cap;
   hx_u32* hist;
   hx_u32* scan;
   hx_u32* found;  // found[0..1], fill at found[2]
@@ -49,10 +55,11 @@ struct Cands {
   hx_u32* floor;  // a key enters row jr only above floor[jr]
 };
 
-HX_INLINE __device__ Cands cands(const Smem& sm) {
+HX_INLINE __device__ Cands cands(const Smem& sm, hx_i32 next_n) {
   hx_u8* t = sm.ptr + sm.tail;
-  return {(hx_u64*)(t + T_ENTRIES), (hx_u32*)(t + T_HIST), (hx_u32*)(t + T_SCAN), (hx_u32*)(t + T_FOUND),
-          (hx_u32*)(t + T_COUNT), (hx_u32*)(t + T_FLOOR)};
+  const hx_u32 room = (HX_SMEM - 1024u - sm.tail - T_ENTRIES) / (8u * (hx_u32)next_n) / 64u * 64u;
+  return {(hx_u64*)(t + T_ENTRIES), room < CAP_MAX ? room : CAP_MAX, (hx_u32*)(t + T_HIST), (hx_u32*)(t + T_SCAN),
+          (hx_u32*)(t + T_FOUND), (hx_u32*)(t + T_COUNT), (hx_u32*)(t + T_FLOOR)};
 }
 
 // The pass's emit: a valid key's logit, if its key is above the row's floor, appended to the row's buffer.
@@ -64,7 +71,7 @@ struct Append {
     volatile hx_u32* floor = k.floor;
     if (key <= floor[jr]) return;
     const hx_u32 at = hx_atomic_add_u32(&k.count[jr], 1u);
-    k.e[jr * CAP + at] = hx_topk_entry(key, c.n);
+    k.e[jr * k.cap + at] = hx_topk_entry(key, c.n);
   }
 };
 
@@ -80,7 +87,7 @@ HX_INLINE __device__ void cut_rows(const Cands& k, hx_u32 gt, hx_i32 live, hx_u3
     const hx_u32 n = ((volatile hx_u32*)k.count)[jr];
     if (n <= top_k) continue;  // uniform: read by all between two meetings
     hx_u64 cut;
-    hx_group_cut<GROUP>(gt, bar, k.e + jr * CAP, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
+    hx_group_cut<GROUP>(gt, bar, k.e + jr * k.cap, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
     if (gt == 0) {
       k.count[jr] = top_k;
       k.floor[jr] = (hx_u32)(cut >> 32);
@@ -101,7 +108,8 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
   const hx_u32 gt = (hx_u32)(128 * m + mt);
   const hx_u32 top_k = (hx_u32)p.top_k;
   const hx_i64 u = hx_block_x();
-  const Cands k = cands(sm);
+  const Cands k = cands(sm, p.next_n);
+  const hx_u32 high = k.cap - SLACK;
   MathBar bar;
   if (gt < TOPK_ROWS) {
     k.count[gt] = 0u;
@@ -149,7 +157,7 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
         }
         if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
           bool hot = false;
-          for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > HIGH;
+          for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
           if (hx_bar_any(BAR_MATH, GROUP, hot)) cut_rows(k, gt, R, top_k);
         }
       }
@@ -161,7 +169,7 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
     for (hx_i32 jr = 0; jr < p.next_n; ++jr) {
       const hx_u32 n = jr < live ? ((volatile hx_u32*)k.count)[jr] : 0u;
       hx_u64* dst = p.parts + (slot * p.next_n + jr) * (hx_i64)top_k;
-      for (hx_u32 i = gt; i < n; i += GROUP) dst[i] = k.e[jr * CAP + i];
+      for (hx_u32 i = gt; i < n; i += GROUP) dst[i] = k.e[jr * k.cap + i];
       if (gt == 0) p.part_counts[slot * p.next_n + jr] = (hx_i32)n;
     }
     if (gt == 0) {
@@ -184,7 +192,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_topk_wgmma_tma(const 
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);
-  const Smem sm = setup(smem_raw, p, topk_bytes(p.next_n));
+  const Smem sm = setup(smem_raw, p, topk_bytes(p.next_n, p.top_k), (hx_u32)p.stages);
   if (wg == 0) producer_warpgroup(p, sm, tid);
   else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
   hx_barrier();

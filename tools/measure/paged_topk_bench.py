@@ -5,8 +5,8 @@ back-to-back calls, median of repeats; one input set):
     python -m tools.measure.paged_topk_bench [--rows 64x131072,64x32768,16x32768,4x8192] [--next-n 1,2] [--json]
 
 H = 64, D = 128, block 64, equal lengths, top_k 2048, clean logits; the top-k op with a workspace made once
-(hipindexer.paged_topk_workspace, given the heads: the fused kernel's where it serves) and out= given, as a serving
-loop calls it, and the composed path (a workspace made without the heads) beside it. The workspace's bytes are reported
+(hipindexer.paged_topk_workspace, given the heads: the fused kernel's where it serves and pays) and out= given, as
+a serving loop calls it, and beside it each path forced (fused=True, fused=False). The workspace's bytes are reported
 beside the bound of docs/ops.md.
 """
 from __future__ import annotations
@@ -50,7 +50,12 @@ def main(device_name, rows, next_ns, repeats, as_json):
             logits = DeviceArray.empty((B * n, mml), np.float32, dev)
             idx = DeviceArray.empty((B * n, TOP_K), np.int32, dev)
             ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D)
-            cws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev)
+            try:  # the fused path forced, where it serves
+                fws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
+                                                      fused=True)
+            except ValueError:
+                fws = None
+            cws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, fused=False)
 
             def alone(i):
                 hipindexer.fp8_paged_mqa_logits(q, cache, w, lens, table, mml, None, False, clean_logits=True,
@@ -63,12 +68,16 @@ def main(device_name, rows, next_ns, repeats, as_json):
             def topk(i):
                 hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx, device=dev)
 
+            def fused(i):
+                hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws, out=idx,
+                                              device=dev)
+
             def composed(i):
                 hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=cws, out=idx,
                                               device=dev)
-            us = {k: statistics.median(time_batches(dev, f, repeats)[0])
+            us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
                   for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
-                               ("composed", composed))}
+                               ("fused", fused if fws else None), ("composed", composed))}
             case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
                     **{f"us_{k}": v for k, v in us.items()},
                     "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
@@ -77,8 +86,9 @@ def main(device_name, rows, next_ns, repeats, as_json):
             if not as_json:
                 print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, logits + topk_logits "
                       f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
-                      f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits), "
-                      f"composed path {us['composed']:.1f} us; workspace {ws.nbytes} B (bound {case['workspace_bound']} B)",
+                      f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits); "
+                      f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
+                      f"{ws.nbytes} B (bound {case['workspace_bound']} B)",
                       flush=True)
     if as_json:
         click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))

@@ -9,6 +9,7 @@
     python -m tools.support.mutate --suite emu --set cache                       # the paged-cache kernels' plants
     python -m tools.support.mutate --suite emu --set topk                        # the top-k kernel's plants
     python -m tools.support.mutate --suite emu --set paged_topk                  # the decode top-k's own kernels
+    python -m tools.support.mutate --suite cuda --set paged_topk_fused           # the fused decode top-k kernel
     python -m tools.support.mutate --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
     python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
@@ -318,6 +319,31 @@ PLANTS = {
         Plant("chunk_lengths_blind_to_next_n_lens", "generic/paged_topk_step.hip",
               "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
               "const hx_i64 live = (hx_i64)p.next_n;"),
+        # The fused path's merge (generic/paged_topk_merge.hip; merge_of_written_pieces runs it on the emulator):
+        # a sequence's last listed piece left out, the entry at the cut dropped when the union is selected where
+        # it lies, a bitmap place one late, a sequence's list never emptied.
+        Plant("merge_last_piece_left_out", "generic/paged_topk_merge.hip",
+              "listed > p.units ? (hx_u32)p.units : (hx_u32)listed;",
+              "listed > p.units ? (hx_u32)p.units : (hx_u32)listed - 1u;"),
+        Plant("merge_drops_the_cut_entry", "generic/paged_topk_merge.hip", "if (x[k] && x[k] >= cut) e[",
+              "if (x[k] && x[k] > cut) e["),
+        Plant("merge_place_one_late", "generic/paged_topk_merge.hip",
+              "hx_u32 rank = hist[t] + hx_popc(", "hx_u32 rank = 1u + hist[t] + hx_popc("),
+        Plant("merge_list_not_emptied", "generic/paged_topk_merge.hip", "      p.seq_nparts[b] = 0;\n", ""),
+    ],
+    # The fused decode top-k kernel (sm90a/paged_mqa_topk_wgmma_tma.hip), on the GPU (its suite is
+    # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, a cut that keeps
+    # one entry too few (the buffer's count still top_k), a piece's slot the unit's alone (a unit's two pieces
+    # on a sequence boundary then share it), each stage's last key never offered.
+    "paged_topk_fused": [
+        Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip", "if (key <= floor[jr]) return;",
+              "if (key <= floor[0]) return;"),
+        Plant("fused_cut_one_short", "sm90a/paged_mqa_topk_wgmma_tma.hip", "k.e + jr * k.cap, n, top_k,",
+              "k.e + jr * k.cap, n, top_k - 1,"),
+        Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "const hx_i64 slot = u + b;",
+              "const hx_i64 slot = u;"),
+        Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "c.in = c.n < ce;",
+              "c.in = c.n < ce - 1;"),
     ],
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
@@ -448,6 +474,7 @@ SET_CMDS = {
 # Sets whose suite is a test file, run by pytest on the package copy (on the emulator for --suite emu, through
 # tests/emu/emu_session.py; on the GPU for --suite cuda) and stopped at its first failure.
 SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_topk_cases.py",
+             "paged_topk_fused": "tests/test_paged_topk_fused.py",
              "prefill_topk": "tests/emu/prefill_topk_cases.py"}
 
 SUITES = {
