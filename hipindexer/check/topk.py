@@ -17,7 +17,8 @@ from .covering import covering_design
 from .sweep import FAIL, NA, PASS, Outcome
 
 # Cheapest value first on each axis (the covering design completes hard items with them). "chunks": the
-# workspace's widest chunk (a row in one) or chunks of a few blocks (several per row).
+# workspace's widest chunk (a row in one; the fused path instead, where it serves) or chunks of a few blocks
+# (several per row).
 TOPK_AXES = {
     "top_k": (7, 512, 2048, 300),
     "next_n": (1, 2, 4),
@@ -87,6 +88,7 @@ def topk_device_case(rng, device, cfg: dict, accumulation: str = "fast", **tunab
 
 def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     from ..ops import fp8_paged_mqa_topk, target_of
+    from ..ops.paged_topk import FUSED, fused_refusal
     from ..plan import plan_decode
     from ..runtime import DeviceArray
     name = topk_case_name(cfg)
@@ -95,8 +97,13 @@ def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     top_k, bs = cfg["top_k"], cfg["block_size"]
     plan = plan_decode(B, n, H, D, bs, inp.max_model_len, target_of(device), preshuffle=inp.preshuffle,
                        accumulation=accumulation, **tunables)
+    kernel = plan.kernel
     if cfg["chunks"] == "several":  # about three chunks per wide row
         tunables = dict(tunables, chunk=max(bs, -(-inp.max_model_len // (3 * bs)) * bs))
+    elif fused_refusal(target_of(device), n, top_k, H, D, bs, inp.preshuffle, accumulation,
+                       kernel=tunables.get("kernel")) is None:  # one chunk: the fused path, where it serves
+        tunables = dict(tunables, fused=True)
+        kernel = FUSED
     R = B * n
     outs = (DeviceArray.from_numpy(np.full((R, top_k), np.iinfo(np.int32).min, np.int32), device),
             DeviceArray.empty((R, top_k), np.float32, device).fill(np.nan),
@@ -108,13 +115,13 @@ def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     idx, val, slots = (a.numpy() for a in outs)
     flags = int(errors.numpy()[0])
     if flags:
-        return Outcome("topk", name, FAIL, f"error flags {flags:#x} on valid inputs", kernel=plan.kernel)
+        return Outcome("topk", name, FAIL, f"error flags {flags:#x} on valid inputs", kernel=kernel)
     g = gate_paged_topk(idx, val, inp, top_k, plan.accumulation, sorted=cfg["sorted"], slots=slots)
     counts = (idx >= 0).sum(axis=1)
     if g and not ((counts == top_k).any() and (counts == 0).any() and ((counts > 0) & (counts < top_k)).any()):
         return Outcome("topk", name, FAIL, f"rows of every kind expected (V >= top_k, 0 < V < top_k, V = 0), "
-                                           f"got counts {sorted(set(counts.tolist()))}", kernel=plan.kernel)
-    return Outcome("topk", name, PASS if g else FAIL, g.message, kernel=plan.kernel)
+                                           f"got counts {sorted(set(counts.tolist()))}", kernel=kernel)
+    return Outcome("topk", name, PASS if g else FAIL, g.message, kernel=kernel)
 
 
 # ------------------------------------------------------------------ the prefill top-k (fp8_mqa_topk)

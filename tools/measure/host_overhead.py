@@ -107,7 +107,7 @@ def _paged_topk_call(dev, B, ctx, H, sets, block=64, next_n=1):
     args = [(DeviceArray.empty((B, next_n, H, 128), np.dtype("float8_e4m3fn"), dev),
              DeviceArray.empty((B * blocks, block, 132), u8, dev), DeviceArray.empty((B * next_n, H), f32, dev),
              DeviceArray.empty(B, i32, dev), DeviceArray.empty((B, blocks), i32, dev)) for _ in range(sets)]
-    ws = hipindexer.paged_topk_workspace(B, next_n, TOP_K, blocks * block, block, device=dev)
+    ws = hipindexer.paged_topk_workspace(B, next_n, TOP_K, blocks * block, block, device=dev, heads=H)
     outs = [DeviceArray.empty((B * next_n, TOP_K), i32, dev) for _ in range(sets)]
 
     def call(i):
