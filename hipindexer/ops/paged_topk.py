@@ -44,7 +44,9 @@ PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages
 FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the logits kernel FUSED_LOGITS
 FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
 FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
-FUSED_STAGES = 12  # the fused kernel's ring depth (a multiple of 6): its candidate buffers take the rest
+# The fused kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
+# mean fewer cuts; the faster depth of 6, 12 and 18 on the H200 (2026-12-02, docs/benchmarks.md).
+FUSED_STAGES = {1: 12, 2: 6}
 FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
@@ -373,7 +375,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if s.B and use_fused:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-        plan = _plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES, units_asked)
+        plan = _plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n], units_asked)
         remember(key, plan)
         c.upload()
         return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
