@@ -251,13 +251,20 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     out: None (new arrays) or device arrays to write: the indices array, or a tuple shaped as the result;
     each [B * next_n, top_k] with rows that may be padded.
     workspace: a PagedTopkWorkspace (paged_topk_workspace) made for this device, top_k, next_n and block size
-    and at least B sequences; None makes one for the call. Its bytes stay within workspace_bound, whatever
-    max_model_len. Tunable chunk: the key-chunk width of the call's own workspace (a multiple of the block size).
+    and at least B sequences, of the path the call takes; None makes one for the call. Its bytes stay within
+    workspace_bound, whatever max_model_len.
 
-    Composed today: the logits kernel on one key chunk at a time, never on the whole row, then a step kernel that
-    selects over the running candidates and that chunk. Returns without waiting. Raises before anything is copied or launched:
-    what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a workspace that does not fit the
-    call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError for wrong dtypes or options.
+    Two paths (docs/ops.md, "Top-k"). Fused (sm_90a, where fused_refusal finds nothing against the call's shape:
+    H in {32, 64}, D = 128, block size 16 or 64, next_n <= 2, top_k <= 2048, accumulation="fast", no split_kv):
+    the decode kernel's unit selects on chip and a merge kernel joins the units' pieces; the op takes it where
+    fused_pays. Composed (everywhere else): the logits kernel on one key chunk at a time, never on the whole row,
+    then a step kernel that selects over the running candidates and that chunk. Tunables: fused (None: the op's
+    choice; True: the fused path or ValueError; False: the composed path), stages and units (the fused kernel's
+    ring depth, 6 to 24 in sixes, and its units at most), chunk and step_block (the composed path's chunk width,
+    a multiple of the block size, and its step's threads, 256 or 512). Returns without waiting. Raises before
+    anything is copied or launched: what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a
+    workspace that does not fit the call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError
+    for wrong dtypes or options.
 
     >>> import numpy as np
     >>> import hipindexer
