@@ -275,8 +275,9 @@ PLANTS = {
               "if (u == 0xFF800000u && !minus_inf_selectable) return 0u;", "if (u == 0xFF800000u) return 0u;"),
         Plant("tile_carry_lost", "common/topk_select.h", "    gt_before += tile_total >> 16;\n", ""),
         # the block scan's shuffle steps stop one short: lanes past the wave's middle miss the first half's counts
-        Plant("wave_scan_stops_a_step_short", "common/topk_select.h", "for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {",
-              "for (hx_u32 d = 1; d < HX_WAVE_SIZE / 2; d *= 2) {"),
+        Plant("wave_scan_stops_a_step_short", "common/topk_select.h",
+              "for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(inclusive",
+              "for (hx_u32 d = 1; d < HX_WAVE_SIZE / 2; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(inclusive"),
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
         # The split path (common/topk_split.h, generic/topk_split_*.hip): a part's last float4 never read, a tile's
