@@ -148,9 +148,15 @@ def _resident(dev, inp):
 def test_which_workspace_and_launches_a_call_gets(hopper):
     hb, dev = hopper
     inp = _resident(dev, fused_inputs(1, B=4, next_n=2, ctx=3000, top_k=256))
-    for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64)):
+    for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64), (2048, 1, 64, 64, 64)):
         ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
         assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
+        assert ws.nbytes == paged_topk.fused_workspace_bytes(B, n, k, 132)
+    # thousands of sequences at a tiny top_k: the per-sequence lists would pass the bound, so the composed path
+    big = hipindexer.paged_topk_workspace(16384, 1, 1, 1 << 17, 64, device=dev, heads=64)
+    assert not big.fused and big.nbytes <= big.bound
+    with pytest.raises(ValueError, match="^fused: True, but the fused kernel needs a workspace past the bound"):
+        hipindexer.paged_topk_workspace(16384, 1, 1, 1 << 17, 64, device=dev, heads=64, fused=True)
     for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict(),
                dict(heads=64), dict(heads=64, B=64, max_model_len=1 << 17, fused=False)):
         args = dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw

@@ -123,11 +123,20 @@ def _chunk_of(B, next_n, top_k, block_size, max_model_len, units, chunk) -> int:
     return min(widest, need)
 
 
+def fused_workspace_bytes(B: int, next_n: int, top_k: int, units: int) -> int:
+    """What a fused workspace takes: the pieces ((units + B) x next_n x top_k entries of 8 bytes) and their
+    counts, and per sequence its list of units slots and two counters."""
+    slots = units + B
+    return 8 * slots * next_n * top_k + 4 * slots * next_n + 4 * B * units + 8 * B
+
+
 def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: int, preshuffle=False,
-                  accumulation="fast", split_kv=None, kernel=None) -> str | None:
+                  accumulation="fast", split_kv=None, kernel=None, B=None) -> str | None:
     """Why the fused decode top-k cannot serve a call of this shape on `target` (None: it can): it runs on the
     targets its kernel is built for, where the logits planner would pick FUSED_LOGITS for the same call, with
-    next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K."""
+    next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K, and (given B) with its workspace within
+    workspace_bound (its per-sequence lists outgrow the bound's slack only for batches of thousands of sequences
+    at a small top_k)."""
     if target.arch not in KERNEL[FUSED].targets:
         return f"has no fused kernel on {target.arch}"
     if next_n > FUSED_MAX_NEXT_N:
@@ -144,6 +153,9 @@ def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: i
                 f"block_size={block_size}, accumulation={accumulation!r}")
     if split_kv is not None:
         return "balances its units on the device: split_kv must be None"
+    if B is not None and fused_workspace_bytes(B, next_n, top_k, fused_units(target)) > \
+            workspace_bound(B, next_n, top_k, target.num_cus):
+        return f"needs a workspace past the bound for B={B}, next_n={next_n}, top_k={top_k}"
     return None
 
 
@@ -193,7 +205,7 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     if fused not in (None, True, False):
         raise ValueError(f"fused: expected None, True or False, got {fused!r}")
     why = "needs heads=" if heads is None else \
-        fused_refusal(t, int(next_n), top_k, int(heads), int(head_dim), int(block_size))
+        fused_refusal(t, int(next_n), top_k, int(heads), int(head_dim), int(block_size), B=int(B))
     if fused and (why or chunk is not None):
         raise ValueError(f"fused: True, but the fused kernel {why or 'takes no chunk='}")
     if why is None and chunk is None and fused is not False and \
@@ -350,7 +362,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     t = target_of(dev)
     units = t.num_cus
     why = fused_refusal(t, s.next_n, top_k, s.H, s.D, s.block_size, preshuffle, accumulation, split_kv,
-                        logits_tunables.get("kernel"))
+                        logits_tunables.get("kernel"), B=s.B if workspace is None else workspace.B)
     if workspace is not None:
         check_workspace(workspace, PagedTopkWorkspace, "paged_topk_workspace", dev)
         made = (workspace.top_k, workspace.next_n, workspace.block_size)
