@@ -153,10 +153,11 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
         assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
         assert ws.nbytes == paged_topk.fused_workspace_bytes(B, n, k, 132)
     # thousands of sequences at a tiny top_k: the per-sequence lists would pass the bound, so the composed path
-    big = hipindexer.paged_topk_workspace(16384, 1, 1, 1 << 17, 64, device=dev, heads=64)
+    big = hipindexer.paged_topk_workspace(4096, 1, 16, 1 << 17, 64, device=dev, heads=64)
     assert not big.fused and big.nbytes <= big.bound
+    assert paged_topk.fused_workspace_bytes(4096, 1, 16, 132) > big.bound
     with pytest.raises(ValueError, match="^fused: True, but the fused kernel needs a workspace past the bound"):
-        hipindexer.paged_topk_workspace(16384, 1, 1, 1 << 17, 64, device=dev, heads=64, fused=True)
+        hipindexer.paged_topk_workspace(4096, 1, 16, 1 << 17, 64, device=dev, heads=64, fused=True)
     for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict(),
                dict(heads=64), dict(heads=64, B=64, max_model_len=1 << 17, fused=False)):
         args = dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
