@@ -11,7 +11,7 @@ import pytest
 import hipindexer
 import paged_topk_cases as C
 from hipindexer import cache, reference, testing
-from hipindexer.ops import ERROR_BLOCK_ID, ERROR_LENGTH, paged_topk
+from hipindexer.ops import ERROR_BLOCK_ID, ERROR_LENGTH, paged_topk_fused
 from hipindexer.runtime import DeviceArray
 
 D = 128
@@ -151,11 +151,11 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64), (2048, 1, 64, 64, 64)):
         ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
         assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
-        assert ws.nbytes == paged_topk.fused_workspace_bytes(B, n, k, 132)
+        assert ws.nbytes == paged_topk_fused.fused_workspace_bytes(B, n, k, 132)
     # thousands of sequences at a tiny top_k: the per-sequence lists would pass the bound, so the composed path
     big = hipindexer.paged_topk_workspace(4096, 1, 16, 1 << 17, 64, device=dev, heads=64)
     assert not big.fused and big.nbytes <= big.bound
-    assert paged_topk.fused_workspace_bytes(4096, 1, 16, 132) > big.bound
+    assert paged_topk_fused.fused_workspace_bytes(4096, 1, 16, 132) > big.bound
     with pytest.raises(ValueError, match="^fused: True, but the fused kernel needs a workspace past the bound"):
         hipindexer.paged_topk_workspace(4096, 1, 16, 1 << 17, 64, device=dev, heads=64, fused=True)
     for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict(),
@@ -217,4 +217,4 @@ def test_a_prepared_fused_call_allocates_and_copies_nothing(hopper, monkeypatch)
     for _ in range(3):
         assert hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, **kw) == outs
     assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 6
-    assert paged_topk.FUSED_MAX_TOP_K == 2048 and paged_topk.FUSED_MAX_NEXT_N == 2
+    assert paged_topk_fused.FUSED_MAX_TOP_K == 2048 and paged_topk_fused.FUSED_MAX_NEXT_N == 2

@@ -88,7 +88,7 @@ def topk_device_case(rng, device, cfg: dict, accumulation: str = "fast", **tunab
 
 def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     from ..ops import fp8_paged_mqa_topk, target_of
-    from ..ops.paged_topk import FUSED, fused_refusal
+    from ..ops.paged_topk_fused import FUSED, fused_refusal
     from ..plan import plan_decode
     from ..runtime import DeviceArray
     name = topk_case_name(cfg)

@@ -6,6 +6,7 @@ row's logits in memory:
   of its piece of every row, then one merge launch (hsaco_src/generic/paged_topk_merge.hip). Its workspace holds
   the pieces: (units + B) x next_n x top_k entries of 8 bytes, their counts, and per sequence the list of its
   pieces' slots, which the merge empties (its last row to finish, counted in seq_done).
+  hipindexer/ops/paged_topk_fused.py has its kernels' plan and launches.
 - composed (every target and shape), below.
 
 The composed path takes the keys in chunks of C columns (a multiple of the block size), and a
@@ -31,26 +32,17 @@ from ..arguments import F32, I32, check_top_k
 from ..catalog import KERNEL
 from ..plan import plan_decode
 from ..plan.bounds import workspace_bound
-from ..plan.decode import DECODE, DECODE_TUNABLES
+from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
-from .decode import DECODE_TMA_POINTERS, check_decode_call, decode_pointers, prepare_decode
-from .kv_map import kv_map_finder
+from .decode import check_decode_call, decode_pointers, prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
-from .topk import MAX_BLOCKS, _written
+from .paged_topk_fused import (FUSED_POINTERS, FUSED_STAGES, FusedPlan, fused_arrays, fused_pays, fused_refusal,
+                               fused_units, plan_fused, run_fused)
+from .topk import _grid, _stride, _written
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units")
-FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the logits kernel FUSED_LOGITS
-FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
-FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
-# The fused kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
-# mean fewer cuts; the faster depth of 6, 12 and 18 on the H200 (2026-12-02, docs/benchmarks.md).
-FUSED_STAGES = {1: 12, 2: 6}
-FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
-FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
-MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
-MERGE_POINTERS = FUSED_POINTERS + ("seq_done", "indices", "values", "slots", "block_tables")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
 STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
@@ -83,14 +75,10 @@ class PagedTopkWorkspace:
             device, B, next_n, top_k, block_size, chunk
         self.fused, self.units = fused_units > 0, fused_units
         R = B * next_n
-        if self.fused:  # the fused kernel's pieces; the sequences' lists start empty and the merge empties them
-            slots = fused_units + B
-            self.parts = DeviceArray.empty((slots * next_n * top_k,), np.uint64, device, stream)
-            self.part_counts = DeviceArray.empty((slots * next_n,), np.int32, device, stream)
-            self.seq_parts = DeviceArray.empty((B * fused_units,), np.int32, device, stream)
-            self.seq_nparts = DeviceArray.empty((B,), np.int32, device, stream).fill(0, stream)
-            self.seq_done = DeviceArray.empty((B,), np.int32, device, stream).fill(0, stream)
-            arrays = (self.parts, self.part_counts, self.seq_parts, self.seq_nparts, self.seq_done)
+        if self.fused:  # the fused kernel's pieces and the sequences' lists (paged_topk_fused.fused_arrays)
+            arrays = fused_arrays(device, B, next_n, top_k, fused_units, stream)
+            for name, a in zip(FUSED_POINTERS + ("seq_done",), arrays):
+                setattr(self, name, a)
         else:
             self.w = DeviceArray.empty((R, top_k + chunk), np.float32, device, stream)
             self.ws = DeviceArray.empty((R, top_k), np.int32, device, stream)
@@ -121,56 +109,6 @@ def _chunk_of(B, next_n, top_k, block_size, max_model_len, units, chunk) -> int:
         raise ValueError(f"block_size: {block_size} keys per block do not fit the top-k workspace's bound for "
                          f"B={B}, next_n={next_n}, top_k={top_k} (at most {widest} keys per chunk)")
     return min(widest, need)
-
-
-def fused_workspace_bytes(B: int, next_n: int, top_k: int, units: int) -> int:
-    """What a fused workspace takes: the pieces ((units + B) x next_n x top_k entries of 8 bytes) and their
-    counts, and per sequence its list of units slots and two counters."""
-    slots = units + B
-    return 8 * slots * next_n * top_k + 4 * slots * next_n + 4 * B * units + 8 * B
-
-
-def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: int, preshuffle=False,
-                  accumulation="fast", split_kv=None, kernel=None, B=None) -> str | None:
-    """Why the fused decode top-k cannot serve a call of this shape on `target` (None: it can): it runs on the
-    targets its kernel is built for, where the logits planner would pick FUSED_LOGITS for the same call, with
-    next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K, and (given B) with its workspace within
-    workspace_bound (its per-sequence lists outgrow the bound's slack only for batches of thousands of sequences
-    at a small top_k)."""
-    if target.arch not in KERNEL[FUSED].targets:
-        return f"has no fused kernel on {target.arch}"
-    if next_n > FUSED_MAX_NEXT_N:
-        return f"takes next_n <= {FUSED_MAX_NEXT_N}, got {next_n}"
-    if top_k > FUSED_MAX_TOP_K:
-        return f"takes top_k <= {FUSED_MAX_TOP_K}, got {top_k}"
-    try:
-        lp = plan_decode(1, next_n, H, D, block_size, block_size, target, preshuffle=preshuffle,
-                         accumulation=accumulation, kernel=kernel)
-    except ValueError as e:
-        return str(e)
-    if lp.kernel != FUSED_LOGITS:
-        return (f"is the unit of {FUSED_LOGITS}, and the logits planner picks {lp.kernel} for H={H}, D={D}, "
-                f"block_size={block_size}, accumulation={accumulation!r}")
-    if split_kv is not None:
-        return "balances its units on the device: split_kv must be None"
-    if B is not None and fused_workspace_bytes(B, next_n, top_k, fused_units(target)) > \
-            workspace_bound(B, next_n, top_k, target.num_cus):
-        return f"needs a workspace past the bound for B={B}, next_n={next_n}, top_k={top_k}"
-    return None
-
-
-def fused_units(target) -> int:
-    """The most units a fused launch has on `target` (its logits kernel's persistent grid)."""
-    return DECODE.by_key[FUSED_LOGITS].units_per_cu * target.num_cus
-
-
-def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
-    """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
-    FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units). Each unit hands the merge up to
-    top_k entries a row, so thinner pieces leave the merge (one block a row) more entries than the composed path's
-    steps cost: on the H200 (2026-12-02, docs/benchmarks.md) the fused path was the faster at B = 64 and at
-    (16, 131072), and the slower at (16, 32768) next_n 2, (4, 8192) and (1, 131072)."""
-    return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target)
 
 
 def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, block_size: int, device=None,
@@ -361,10 +299,11 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             _written(name, a, dtype, R, top_k, what, dev, st)
     t = target_of(dev)
     units = t.num_cus
+    if workspace is not None:
+        check_workspace(workspace, PagedTopkWorkspace, "paged_topk_workspace", dev)
     why = fused_refusal(t, s.next_n, top_k, s.H, s.D, s.block_size, preshuffle, accumulation, split_kv,
                         logits_tunables.get("kernel"), B=s.B if workspace is None else workspace.B)
     if workspace is not None:
-        check_workspace(workspace, PagedTopkWorkspace, "paged_topk_workspace", dev)
         made = (workspace.top_k, workspace.next_n, workspace.block_size)
         if made != (top_k, s.next_n, s.block_size) or workspace.B < s.B:
             raise ValueError(f"workspace: made for top_k={made[0]}, next_n={made[1]}, block_size={made[2]} and "
@@ -394,7 +333,8 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if s.B and use_fused:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-        plan = _plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n], units_asked)
+        plan = plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n],
+                          units_asked)
         remember(key, plan)
         c.upload()
         return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
@@ -412,15 +352,6 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     result = _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
                   _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
     return result
-
-
-def _grid(n: int) -> int:
-    return max(1, min(MAX_BLOCKS, n))
-
-
-def _stride(a, R: int, width: int) -> int:
-    """Elements between rows of a [R, width] array (any value for one row)."""
-    return a.strides[0] // a.itemsize if a is not None and R > 1 else width
 
 
 def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
@@ -465,42 +396,6 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
     return plan
 
 
-@dataclass
-class _FusedPlan:
-    """A fused call: the fused launch (the cache's tensor-map finder beside it) and the merge, prepared but their
-    per-call pointers."""
-    dev: object
-    R: int
-    top_k: int
-    workspace: PagedTopkWorkspace
-    select: object
-    map_of: object
-    merge: object
-
-
-def _plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None) -> _FusedPlan:
-    """The fused kernel on the logits kernel's plan for the whole call (its grid of units), and the merge."""
-    R = s.B * s.next_n
-    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
-                     preshuffle=preshuffle, kernel=FUSED_LOGITS)
-    grid = lp.grid[0] if units is None else min(lp.grid[0], int(units))
-    if grid > min(ws.units, MAX_PIECES):
-        raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
-    select = kernel_for(dev, FUSED, lp.variant).prepare(
-        (grid, 1, 1), lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
-        B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
-        max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
-        top_k=top_k, stages=stages)
-    idx, vals, slots = outs
-    merge = kernel_for(dev, "paged_topk_merge").prepare(
-        _grid(R), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS, indices_stride=_stride(idx, R, top_k),
-        values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n,
-        top_k=top_k, units=grid, max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len,
-        sorted=int(bool(sorted)))
-    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
-    return _FusedPlan(dev, R, top_k, ws, select, map_of, merge)
-
-
 def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, outs, return_values,
          return_slots):
     """The call's launches, in order, on `st`: device arrays only."""
@@ -509,14 +404,8 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     if plan.R == 0:
         return result if len(result) > 1 else idx
     ws = plan.workspace
-    if isinstance(plan, _FusedPlan):
-        pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
-        h = st.handle
-        plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr,
-                    0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, 0,
-                    0 if errors is None else errors.ptr, plan.map_of(st, kv_cache.ptr), *pieces)
-        plan.merge(h, *pieces, ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
-                   block_tables.ptr)
+    if isinstance(plan, FusedPlan):
+        run_fused(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals, slots)
         return result if len(result) > 1 else idx
     ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,

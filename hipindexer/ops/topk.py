@@ -234,3 +234,12 @@ def _launch(launch, dev, st, split, workspace, logits, lengths, out, values) -> 
         launch(st.handle, *ptrs)
     else:
         launch(st.handle, *ptrs, (workspace if workspace is not None else _own_workspace(dev, st, *split)).ptr)
+
+
+def _grid(n: int) -> int:
+    return max(1, min(MAX_BLOCKS, n))
+
+
+def _stride(a, R: int, width: int) -> int:
+    """Elements between rows of a [R, width] array (any value for one row)."""
+    return a.strides[0] // a.itemsize if a is not None and R > 1 else width

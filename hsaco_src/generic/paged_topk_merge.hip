@@ -1,5 +1,5 @@
 // The last launch of the fused decode top-k (hipindexer.fp8_paged_mqa_topk on a fused kernel,
-// hipindexer/ops/paged_topk.py): one block per row merges the pieces the units wrote for it (each the row's top_k
+// hipindexer/ops/paged_topk_fused.py): one block per row merges the pieces the units wrote for it (each the row's top_k
 // of one unit's keys, as entries hx_topk_entry) into the row's top_k, orders them (ascending key position, or
 // sorted: descending value, ties to the lower position) and writes the indices and, when asked, the values and
 // cache slots, -1 (-inf) past the row's valid keys. The last of a sequence's rows to finish empties the

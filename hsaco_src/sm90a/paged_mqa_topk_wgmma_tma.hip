@@ -1,7 +1,7 @@
 // sm_90a paged decode top-k on fp8 wgmma: the unit of paged_mqa_logits_wgmma_tma.hip (the same producer warpgroup,
 // stage ring and MMA pass, on decode_tma_loader.h and decode_common.h) keeping each row's best keys on chip instead
 // of writing its logits. next_n <= 2 (a segment's live rows are one MMA pass at either head count), top_k <= 2048;
-// hipindexer.ops.paged_topk runs it, then generic/paged_topk_merge.hip.
+// hipindexer/ops/paged_topk_fused.py runs it, then generic/paged_topk_merge.hip.
 //
 // Per live row of the segment in hand, a buffer of cap entries in shared memory (hx_topk_entry: the key above the
 // complemented column, so entries order as the selection does, ties to the lower column) and a floor: a lane whose

@@ -302,7 +302,7 @@ def merge_of_written_pieces(dev):
     position or sorted, -1 past the union, values and slots; and every sequence's list is emptied. Unions wider
     than its buffer, all keys tied, a sequence with no pieces, a row with none, rows too wide for its bitmap."""
     from hipindexer.ops.launch import kernel_for
-    from hipindexer.ops.paged_topk import MERGE_POINTERS
+    from hipindexer.ops.paged_topk_fused import MERGE_POINTERS
     rng = np.random.default_rng(5)
     # The units each sequence's keys were split over: contiguous pieces of the batch, in order (so slot u + b is
     # one piece's), a unit on a boundary holding two; sequence 2 has no keys.

@@ -1,0 +1,141 @@
+"""The fused path of the decode top-k (hipindexer.ops.paged_topk; docs/ops.md, "the fused path"): which calls it
+serves and where it pays, the workspace arrays it needs, and its two launches, prepared once per call shape: the
+decode kernel's unit selecting on chip (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip), each unit writing the top_k
+of its piece of every row to slot u + b, then the merge (hsaco_src/generic/paged_topk_merge.hip), one block a row,
+which empties each sequence's list of slots (its last row to finish, counted in seq_done) for the next call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..catalog import KERNEL
+from ..plan import plan_decode
+from ..plan.bounds import workspace_bound
+from ..plan.decode import DECODE
+from ..runtime import DeviceArray
+from .decode import DECODE_TMA_POINTERS
+from .kv_map import kv_map_finder
+from .launch import kernel_for, target_of
+from .topk import _grid, _stride
+
+FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the logits kernel FUSED_LOGITS
+FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
+FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
+# The fused kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
+# mean fewer cuts; the faster depth of 6, 12 and 18 on the H200 (2026-12-02, docs/benchmarks.md).
+FUSED_STAGES = {1: 12, 2: 6}
+FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
+FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
+MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
+MERGE_POINTERS = FUSED_POINTERS + ("seq_done", "indices", "values", "slots", "block_tables")
+
+
+def fused_workspace_bytes(B: int, next_n: int, top_k: int, units: int) -> int:
+    """What a fused workspace takes: the pieces ((units + B) x next_n x top_k entries of 8 bytes) and their
+    counts, and per sequence its list of units slots and two counters."""
+    slots = units + B
+    return 8 * slots * next_n * top_k + 4 * slots * next_n + 4 * B * units + 8 * B
+
+
+def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: int, preshuffle=False,
+                  accumulation="fast", split_kv=None, kernel=None, B=None) -> str | None:
+    """Why the fused decode top-k cannot serve a call of this shape on `target` (None: it can): it runs on the
+    targets its kernel is built for, where the logits planner would pick FUSED_LOGITS for the same call, with
+    next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K, and (given B) with its workspace within
+    workspace_bound (its per-sequence lists outgrow the bound's slack only for batches of thousands of sequences
+    at a small top_k)."""
+    if target.arch not in KERNEL[FUSED].targets:
+        return f"has no fused kernel on {target.arch}"
+    if next_n > FUSED_MAX_NEXT_N:
+        return f"takes next_n <= {FUSED_MAX_NEXT_N}, got {next_n}"
+    if top_k > FUSED_MAX_TOP_K:
+        return f"takes top_k <= {FUSED_MAX_TOP_K}, got {top_k}"
+    try:
+        lp = plan_decode(1, next_n, H, D, block_size, block_size, target, preshuffle=preshuffle,
+                         accumulation=accumulation, kernel=kernel)
+    except ValueError as e:
+        return str(e)
+    if lp.kernel != FUSED_LOGITS:
+        return (f"is the unit of {FUSED_LOGITS}, and the logits planner picks {lp.kernel} for H={H}, D={D}, "
+                f"block_size={block_size}, accumulation={accumulation!r}")
+    if split_kv is not None:
+        return "balances its units on the device: split_kv must be None"
+    if B is not None and fused_workspace_bytes(B, next_n, top_k, fused_units(target)) > \
+            workspace_bound(B, next_n, top_k, target.num_cus):
+        return f"needs a workspace past the bound for B={B}, next_n={next_n}, top_k={top_k}"
+    return None
+
+
+def fused_units(target) -> int:
+    """The most units a fused launch has on `target` (its logits kernel's persistent grid)."""
+    return DECODE.by_key[FUSED_LOGITS].units_per_cu * target.num_cus
+
+
+def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
+    """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
+    FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units). Each unit hands the merge up to
+    top_k entries a row, so thinner pieces leave the merge (one block a row) more entries than the composed path's
+    steps cost: on the H200 (2026-12-02, docs/benchmarks.md) the fused path was the faster at B = 64 and at
+    (16, 131072), and the slower at (16, 32768) next_n 2, (4, 8192) and (1, 131072)."""
+    return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target)
+
+
+def fused_arrays(device, B: int, next_n: int, top_k: int, units: int, stream=None) -> tuple:
+    """A fused workspace's arrays, in FUSED_POINTERS order then seq_done: the pieces, their counts, the sequences'
+    lists of slots and their lengths (zero: empty) and rows merged (zero)."""
+    slots = units + B
+    return (DeviceArray.empty((slots * next_n * top_k,), np.uint64, device, stream),
+            DeviceArray.empty((slots * next_n,), np.int32, device, stream),
+            DeviceArray.empty((B * units,), np.int32, device, stream),
+            DeviceArray.empty((B,), np.int32, device, stream).fill(0, stream),
+            DeviceArray.empty((B,), np.int32, device, stream).fill(0, stream))
+
+
+@dataclass
+class FusedPlan:
+    """A fused call: the fused launch (the cache's tensor-map finder beside it) and the merge, prepared but their
+    per-call pointers."""
+    dev: object
+    R: int
+    top_k: int
+    workspace: object  # a fused PagedTopkWorkspace
+    select: object
+    map_of: object
+    merge: object
+
+
+def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None) -> FusedPlan:
+    """The fused kernel on the logits kernel's plan for the whole call (its grid of units), and the merge."""
+    R = s.B * s.next_n
+    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
+                     preshuffle=preshuffle, kernel=FUSED_LOGITS)
+    grid = lp.grid[0] if units is None else min(lp.grid[0], int(units))
+    if grid > min(ws.units, MAX_PIECES):
+        raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
+    select = kernel_for(dev, FUSED, lp.variant).prepare(
+        (grid, 1, 1), lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
+        B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
+        max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
+        top_k=top_k, stages=stages)
+    idx, vals, slots = outs
+    merge = kernel_for(dev, "paged_topk_merge").prepare(
+        _grid(R), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS, indices_stride=_stride(idx, R, top_k),
+        values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n,
+        top_k=top_k, units=grid, max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len,
+        sorted=int(bool(sorted)))
+    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
+    return FusedPlan(dev, R, top_k, ws, select, map_of, merge)
+
+
+def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,
+              slots) -> None:
+    """The fused call's two launches on `st`: device arrays only (next_n_lens, errors, vals and slots may be None)."""
+    ws = plan.workspace
+    pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
+    h = st.handle
+    plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
+                block_tables.ptr, 0, 0 if errors is None else errors.ptr, plan.map_of(st, kv_cache.ptr), *pieces)
+    plan.merge(h, *pieces, ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr,
+               0 if slots is None else slots.ptr, block_tables.ptr)
