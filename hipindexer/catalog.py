@@ -407,7 +407,7 @@ KERNELS.append(Kernel("paged_mqa_logits_wgmma_tma", "sm90a/paged_mqa_logits_wgmm
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc",
                       fits=_H32_H64, block_sizes=(16, 64)))
 # The decode top-k fused into that kernel (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip): next_n <= 2, top_k <= 2048,
-# the candidates on chip; hipindexer.ops.paged_topk runs it, then paged_topk_merge.
+# the candidates on chip; hipindexer.ops.paged_topk_fused runs it, then paged_topk_merge.
 KERNELS.append(Kernel("paged_mqa_topk_wgmma_tma", "sm90a/paged_mqa_topk_wgmma_tma.hip",
                       "hx_paged_mqa_topk_wgmma_tma", "DecodeTopkParams", block=512, targets=("sm_90a",),
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc",
