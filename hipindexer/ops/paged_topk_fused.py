@@ -24,7 +24,7 @@ FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the l
 FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
 FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
 # The fused kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
-# mean fewer cuts; the faster depth of 6, 12 and 18 on the H200 (2026-12-02, docs/benchmarks.md).
+# mean fewer cuts, and more keep the copies ahead; docs/benchmarks.md ("The fused path") has the depths measured.
 FUSED_STAGES = {1: 12, 2: 6}
 FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
@@ -77,8 +77,7 @@ def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
     """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
     FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units). Each unit hands the merge up to
     top_k entries a row, so thinner pieces leave the merge (one block a row) more entries than the composed path's
-    steps cost: on the H200 (2026-12-02, docs/benchmarks.md) the fused path was the faster at B = 64 and at
-    (16, 131072), and the slower at (16, 32768) next_n 2, (4, 8192) and (1, 131072)."""
+    steps cost (docs/ops.md, "Which path by default"; the rows measured: docs/benchmarks.md, "The fused path")."""
     return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target)
 
 
