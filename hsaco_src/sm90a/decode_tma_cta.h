@@ -94,4 +94,44 @@ HX_INLINE __device__ Smem setup(hx_u8* raw, const P& p, hx_u32 extra = 0, hx_u32
   return s;
 }
 
+// A math thread's place in a stage (mt: its thread in the warpgroup): after the MMA pass's quad reduce it holds key
+// `key` of the stage for rows of parity b2 (b1: which key of its pair).
+struct MathLane {
+  hx_i32 l, b1, b2, key, kblock;
+  hx_u32 sc_whole;  // the key's scale in a whole page: byte 4 key past the keys, in 128-byte rows 64 and 65 under
+                    // the swizzle
+};
+template <class P>
+HX_INLINE __device__ MathLane math_lane(const P& p, hx_i32 mt) {
+  MathLane ml;
+  const hx_i32 w = mt >> 5;
+  ml.l = mt & 31;
+  ml.b1 = ml.l & 1;
+  ml.b2 = (ml.l >> 1) & 1;
+  ml.key = 16 * w + (ml.l >> 2) + 8 * ml.b1;
+  ml.kblock = ml.key / p.block_size;
+  ml.sc_whole = K_BYTES + (ml.key / 32) * 128 + ((((ml.key % 32) / 4) ^ (ml.key / 32)) << 4) + (ml.key & 3) * 4;
+  return ml;
+}
+
+// The pass of stage `slot` for this lane, once the stage has landed: its key's column, whether it exists and its
+// block was in range, its scale, and the A operand. The caller sets the rows' side (bdesc, bounds, out, stride,
+// clean).
+template <class P>
+HX_INLINE __device__ Pass stage_pass(const P& p, const Smem& sm, const MathLane& ml, hx_u32 slot) {
+  const hx_u32 stage = sm.base + sm.keys + slot * K_STRIDE;
+  const hx_u32 srec = sm.base + REC_OFF + slot * 16;
+  Pass c;
+  const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
+  const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
+  const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
+  c.n = cs + ml.key;
+  c.in = c.n < ce;
+  c.bad = (badmask >> ml.kblock) & 1;
+  c.scale = 0.5f * lds_f32(sm.whole ? stage + ml.sc_whole : sm.base + SC_OFF + slot * SC_BYTES + 4 * ml.key);
+  c.astep = p.preshuffle ? 16u : 2u;
+  c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
+  return c;
+}
+
 }  // namespace

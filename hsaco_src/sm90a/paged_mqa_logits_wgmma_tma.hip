@@ -47,12 +47,8 @@ namespace {
 // then have the shared-memory pipe to themselves. Longer segments read each pass's weights afresh.
 HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
   hx_setmaxnreg_inc<MATH_REGS>();
-  const hx_i32 w = mt >> 5, l = mt & 31;
-  const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
-  const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the stage after the quad reduce
-  const hx_i32 kblock = key / p.block_size;
-  // A whole page's scale of this key: byte 4 key past the keys, in 128-byte rows 64 and 65 under the swizzle.
-  const hx_u32 sc_whole = K_BYTES + (key / 32) * 128 + ((((key % 32) / 4) ^ (key / 32)) << 4) + (key & 3) * 4;
+  const MathLane ml = math_lane(p, mt);
+  const hx_i32 l = ml.l, b1 = ml.b1, b2 = ml.b2;
   const hx_ring<2> q = q_ring(sm);
   const float ninf = hx_bits_to_f32(0xFF800000u);
   StagePos at;
@@ -73,20 +69,9 @@ HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& s
       for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
         if (turn != m) continue;
         hx_mbar_wait(stage_full(sm, at.slot), at.phase);
-        const hx_u32 stage = sm.base + sm.keys + at.slot * K_STRIDE;
-        const hx_u32 srec = sm.base + REC_OFF + at.slot * 16;
-        Pass c;
-        const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
-        const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
-        const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
-        c.n = cs + key;
-        c.in = c.n < ce;
-        c.bad = (badmask >> kblock) & 1;
+        Pass c = stage_pass(p, sm, ml, at.slot);
         c.clean = p.clean != 0;
-        c.scale = 0.5f * lds_f32(sm.whole ? stage + sc_whole : sm.base + SC_OFF + at.slot * SC_BYTES + 4 * key);
         c.stride = p.out_stride;
-        c.astep = p.preshuffle ? 16u : 2u;
-        c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
         rows(c);
         hx_mbar_arrive(stage_empty(sm, at.slot));
         // Dead rows: nothing computed, -inf where a row's bound (0) leaves the column, when clean.

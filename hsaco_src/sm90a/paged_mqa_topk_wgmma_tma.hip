@@ -75,6 +75,14 @@ struct Append {
   }
 };
 
+// The rows' buffers empty and their floors 0 (by the first math threads; a meeting follows before they are used).
+HX_INLINE __device__ void reset_rows(const Cands& k, hx_u32 gt) {
+  if (gt < TOPK_ROWS) {
+    k.count[gt] = 0u;
+    k.floor[gt] = 0u;
+  }
+}
+
 struct MathBar {
   HX_MEMBER __device__ void operator()() const { hx_bar_sync(BAR_MATH, GROUP); }
 };
@@ -99,11 +107,7 @@ HX_INLINE __device__ void cut_rows(const Cands& k, hx_u32 gt, hx_i32 live, hx_u3
 template <class P>
 HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
   hx_setmaxnreg_inc<MATH_REGS>();
-  const hx_i32 w = mt >> 5, l = mt & 31;
-  const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
-  const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the stage after the quad reduce
-  const hx_i32 kblock = key / p.block_size;
-  const hx_u32 sc_whole = K_BYTES + (key / 32) * 128 + ((((key % 32) / 4) ^ (key / 32)) << 4) + (key & 3) * 4;
+  const MathLane ml = math_lane(p, mt);
   const hx_ring<2> q = q_ring(sm);
   const hx_u32 gt = (hx_u32)(128 * m + mt);
   const hx_u32 top_k = (hx_u32)p.top_k;
@@ -111,10 +115,7 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
   const Cands k = cands(sm, p.next_n);
   const hx_u32 high = k.cap - SLACK;
   MathBar bar;
-  if (gt < TOPK_ROWS) {
-    k.count[gt] = 0u;
-    k.floor[gt] = 0u;
-  }
+  reset_rows(k, gt);
   bar();
   StagePos at;
   hx_i32 turn = 0;  // this stage's warpgroup, it % 3
@@ -126,7 +127,7 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
     const hx_i32 b = hx_uniform_i32(lds_i32(rec + 4));
     const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));
     const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
-    const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (l & 3) * WGROUP;
+    const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (ml.l & 3) * WGROUP;
     hx_static_for<TOPK_ROWS>([&](auto i) {
       constexpr int R = i + 1;
       if (live != R) return;
@@ -135,24 +136,13 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
       for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
         if (turn == m) {
           hx_mbar_wait(stage_full(sm, at.slot), at.phase);
-          const hx_u32 stage = sm.base + sm.keys + at.slot * K_STRIDE;
-          const hx_u32 srec = sm.base + REC_OFF + at.slot * 16;
-          Pass c;
-          const hx_i32 cs = hx_uniform_i32(lds_i32(srec));
-          const hx_i32 ce = hx_uniform_i32(lds_i32(srec + 4));
-          const hx_i32 badmask = hx_uniform_i32(lds_i32(srec + 8));
-          c.n = cs + key;
-          c.in = c.n < ce;
-          c.bad = (badmask >> kblock) & 1;
+          Pass c = stage_pass(p, sm, ml, at.slot);
           c.clean = false;
-          c.scale = 0.5f * lds_f32(sm.whole ? stage + sc_whole : sm.base + SC_OFF + at.slot * SC_BYTES + 4 * key);
           c.stride = 0;
           c.out = nullptr;
-          c.astep = p.preshuffle ? 16u : 2u;
-          c.adesc = p.preshuffle ? hx_wgmma_desc_plain(stage, 128, 1024) : hx_wgmma_desc_sw128(stage);
           c.bdesc = hx_wgmma_desc_sw128(qtile);
           c.bounds = rec + 32;
-          pass<R>(c, b1, b2, w2, Append{k});
+          pass<R>(c, ml.b1, ml.b2, w2, Append{k});
           hx_mbar_arrive(stage_empty(sm, at.slot));
         }
         if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
@@ -177,10 +167,7 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
       p.seq_parts[(hx_i64)b * hx_grid_dim_x() + pos] = (hx_i32)slot;
     }
     bar();  // every entry is read before the rows start again
-    if (gt < TOPK_ROWS) {
-      k.count[gt] = 0u;
-      k.floor[gt] = 0u;
-    }
+    reset_rows(k, gt);
     bar();
     q.arrive_empty(qit);
   }

@@ -343,8 +343,9 @@ PLANTS = {
               "k.e + jr * k.cap, n, top_k - 1,"),
         Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "const hx_i64 slot = u + b;",
               "const hx_i64 slot = u;"),
-        Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "c.in = c.n < ce;",
-              "c.in = c.n < ce - 1;"),
+        Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
+              "          c.clean = false;\n"
+              "          c.in = c.in && c.n + 1 < lds_i32(sm.base + REC_OFF + at.slot * 16 + 4);\n"),
     ],
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
@@ -432,16 +433,17 @@ PLANTS["sm90a_decode"] = _sm90a_decode_plants(SM90A_DEC, SM90A_DEC_LOADER) + [
 # unswizzled and the preshuffled keys' core matrices read along the wrong axes.
 SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
+SM90A_TMA_CTA = "sm90a/decode_tma_cta.h"  # its layout and a math lane's stage (shared with the fused top-k kernel)
 PLANTS["sm90a_decode_tma"] = _sm90a_decode_plants(SM90A_TMA, SM90A_TMA_LOADER) + [
     Plant("keys_of_the_next_block", SM90A_TMA_LOADER, "copy_keys(p, keys + lane * kbytes, id, full);",
           "copy_keys(p, keys + lane * kbytes, id + (id + 1 < p.num_blocks), full);"),
-    Plant("whole_page_scale_read_unswizzled", SM90A_TMA, "((((key % 32) / 4) ^ (key / 32)) << 4)",
-          "(((key % 32) / 4) << 4)"),
+    Plant("whole_page_scale_read_unswizzled", SM90A_TMA_CTA, "((((ml.key % 32) / 4) ^ (ml.key / 32)) << 4)",
+          "(((ml.key % 32) / 4) << 4)"),
     Plant("scales_of_the_next_token", SM90A_TMA_LOADER, "p.kv_cache + (hx_i64)id * page + kbytes,",
           "p.kv_cache + (hx_i64)id * page + kbytes + 16,"),
-    Plant("keys_read_unswizzled", SM90A_TMA, ": hx_wgmma_desc_sw128(stage);",
+    Plant("keys_read_unswizzled", SM90A_TMA_CTA, ": hx_wgmma_desc_sw128(stage);",
           ": hx_wgmma_desc_sw128(stage) & ~((hx_u64)3 << 62);"),
-    Plant("preshuffled_core_matrix_strides_swapped", SM90A_TMA, "hx_wgmma_desc_plain(stage, 128, 1024)",
+    Plant("preshuffled_core_matrix_strides_swapped", SM90A_TMA_CTA, "hx_wgmma_desc_plain(stage, 128, 1024)",
           "hx_wgmma_desc_plain(stage, 1024, 128)"),
     # a one-pass segment's weights held in registers: every row given row 0's
     Plant("one_pass_rows_share_row_zero_weights", SM90A_TMA, "        load_row_weights<R>(wt, w2);\n",
