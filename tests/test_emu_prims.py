@@ -141,6 +141,18 @@ def test_readlane_broadcasts_one_lane(emu):
     assert (out == v[37]).all()
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ballot_is_every_lanes_bit_and_lanes_below_counts_them(emu, seed):
+    pred = (np.random.default_rng(seed).random(64) < 0.4).astype(np.uint32)
+    pred[63] = 1  # the high word's top bit
+    out, below = np.zeros(128, np.uint32), np.zeros(64, np.uint32)
+    emu.launch("hx_t_ballot", _params(in0=pred, out0=out, out1=below))
+    mask = sum(int(b) << i for i, b in enumerate(pred))
+    got = out.reshape(64, 2).astype(np.uint64)
+    assert ((got[:, 0] | (got[:, 1] << np.uint64(32))) == np.uint64(mask)).all()
+    assert (below == np.concatenate([[0], np.cumsum(pred)[:-1]])).all()
+
+
 @pytest.mark.parametrize("size", [4, 16])
 def test_gather_reads_each_lanes_own_address(emu, size):
     mem = np.random.default_rng(size).integers(0, 256, 8192, dtype=np.uint8)

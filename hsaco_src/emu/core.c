@@ -17,7 +17,7 @@ hx_emu_lane_info* hx_emu_cur;
 const char* const hx_prim_names[PRIM_COUNT] = {
     "(none)",         "hx_mfma_32x32x64_fp8", "hx_mfma_16x16x128_fp8", "hx_permlane32_swap", "hx_shfl",
     "hx_readfirstlane", "hx_wave_sync",       "hx_lds_load",           "hx_lds_load_wait",   "hx_workgroup_barrier",
-    "hx_permlane16_swap", "hx_scalar_load_b32",
+    "hx_permlane16_swap", "hx_scalar_load_b32", "hx_ballot",
 };
 
 #define STACK_BYTES (256 * 1024)

@@ -27,6 +27,7 @@ enum hx_prim_kind {
   PRIM_BARRIER,
   PRIM_PERMLANE16_SWAP,
   PRIM_SCALAR_LOAD,
+  PRIM_BALLOT,
   PRIM_COUNT
 };
 

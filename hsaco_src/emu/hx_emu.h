@@ -40,6 +40,8 @@ void hx_emu_permlane32_swap(unsigned* x, unsigned* y, const char* file, int line
 void hx_emu_permlane16_swap(unsigned* x, unsigned* y, const char* file, int line);
 unsigned hx_emu_bpermute(unsigned value, unsigned src_lane, const char* file, int line);
 unsigned hx_emu_readfirstlane(unsigned value, const char* file, int line);
+// Bit l of the result: lane l's pred was nonzero (every lane gets the whole mask).
+unsigned long long hx_emu_ballot(unsigned pred, const char* file, int line);
 void hx_emu_wave_sync(const char* file, int line);
 // Global -> LDS: lane l's `bytes` land at lds + l * bytes (lds is wave-uniform).
 // The source is read now; LDS is written only at hx_emu_lds_wait.

@@ -157,6 +157,18 @@ static int bpermute(hx_wave* w) {
   }
   return 0;
 }
+typedef struct { unsigned pred; unsigned long long out; } ballot_args;
+unsigned long long hx_emu_ballot(unsigned pred, const char* file, int line) {
+  ballot_args a = {pred != 0, 0};
+  hx_rendezvous(PRIM_BALLOT, &a, file, line);
+  return a.out;
+}
+static int ballot(hx_wave* w) {
+  unsigned long long m = 0;
+  for (unsigned l = 0; l < w->nlanes; l++) m |= (unsigned long long)((ballot_args*)w->lanes[l]->args)->pred << l;
+  for (unsigned l = 0; l < w->nlanes; l++) ((ballot_args*)w->lanes[l]->args)->out = m;
+  return 0;
+}
 static int readfirstlane(hx_wave* w) {
   unsigned v = ((lane_args*)w->lanes[0]->args)->value;  // every lane is active: the first is lane 0
   for (int l = 0; l < 64; l++) ((lane_args*)w->lanes[l]->args)->out = v;
@@ -338,6 +350,7 @@ int hx_collective(int kind, hx_wave* w) {
     case PRIM_SCALAR_LOAD: return scalar_load(w);
     case PRIM_BPERMUTE: return bpermute(w);
     case PRIM_READFIRSTLANE: return readfirstlane(w);
+    case PRIM_BALLOT: return ballot(w);
     case PRIM_WAVE_SYNC: return 0;
     case PRIM_LDS_LOAD: return lds_load(w);
     case PRIM_LDS_WAIT: return lds_wait(w);

@@ -211,6 +211,24 @@ HX_WAVE_FN bool hx_first_lane_true(bool p HX_SITE) {
 #endif
 }
 
+// The lanes whose p holds: bit l for lane l, the same mask in every lane (an SGPR pair on the device).
+HX_WAVE_FN hx_u64 hx_ballot(bool p HX_SITE) {
+#if defined(HX_EMU)
+  return hx_emu_ballot((hx_u32)p HX_AT);
+#else
+  return __builtin_amdgcn_ballot_w64(p);
+#endif
+}
+
+// The set bits of mask below this lane's (v_mbcnt): the lane's place among the lanes of a ballot.
+HX_WAVE_FN hx_u32 hx_lanes_below(hx_u64 mask) {
+#if defined(HX_EMU)
+  return (hx_u32)__builtin_popcountll(mask & ((1ull << hx_lane_id()) - 1ull));
+#else
+  return __builtin_amdgcn_mbcnt_hi((hx_u32)(mask >> 32), __builtin_amdgcn_mbcnt_lo((hx_u32)mask, 0u));
+#endif
+}
+
 // Lane `lane`'s value (a wave-uniform lane index), in an SGPR on the device
 // (v_readlane): what makes a value loaded by the lanes usable as a buffer base.
 HX_WAVE_FN hx_u32 hx_readlane(hx_u32 v, hx_u32 lane HX_SITE) {

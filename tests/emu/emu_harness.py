@@ -53,7 +53,8 @@ def ptr(a: np.ndarray) -> int:
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "emu-test"  # git-ignored; every build below is incremental
-PRIM_KERNELS = ["hx_t_mfma32", "hx_t_mfma16", "hx_t_permlane", "hx_t_permlane16", "hx_t_readlane", "hx_t_gather", "hx_t_scalar",
+PRIM_KERNELS = ["hx_t_mfma32", "hx_t_mfma16", "hx_t_permlane", "hx_t_permlane16", "hx_t_readlane", "hx_t_ballot",
+                "hx_t_gather", "hx_t_scalar",
                 "hx_t_shfl", "hx_t_buffer", "hx_t_fp8", "hx_t_lds", "hx_t_lds_count", "hx_t_pk_clamp", "hx_t_misuse",
                 "hx_t_stray", "hx_t_order", "hx_t_uninit"]
 

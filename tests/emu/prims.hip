@@ -53,6 +53,15 @@ KERNEL(hx_t_readlane) {
   ((hx_u32*)p.out0)[l] = hx_readlane(((const hx_u32*)p.in0)[l], p.x);
 }
 
+// out0[2 lane, 2 lane + 1] = the ballot of in0[lane] != 0 (low, high word); out1[lane] = the lane's place in it.
+KERNEL(hx_t_ballot) {
+  const hx_u32 l = hx_lane_id();
+  const hx_u64 m = hx_ballot(((const hx_u32*)p.in0)[l] != 0u);
+  ((hx_u32*)p.out0)[2 * l] = (hx_u32)m;
+  ((hx_u32*)p.out0)[2 * l + 1] = (hx_u32)(m >> 32);
+  ((hx_u32*)p.out1)[l] = hx_lanes_below(m);
+}
+
 // Lane l gathers x bytes (4 or 16) from in0 + in1[l] (a byte offset; lanes whose offset is ~0 load nothing)
 // into out0[16 l ..].
 KERNEL(hx_t_gather) {
