@@ -235,7 +235,8 @@ _DECODE_TOPK_POINTERS = [("parts", "ptr:u64"), ("part_counts", "ptr:i32"), ("seq
                          ("seq_nparts", "ptr:i32")]
 STRUCTS.append(Struct("DecodeTopkParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_TOPK_POINTERS +
                       _DECODE_SHAPE + [("top_k", "i32"),
-                                       ("stages", "i32")]))  # the ring's depth at most: the buffers take the rest
+                                       ("stages", "i32"),  # sm_90a: the ring's depth at most (the buffers take the rest)
+                                       ("cap", "i32")]))  # a row's candidates on chip at most (0: what fits)
 # The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.ops.cache). Optional
 # errors is 0 (no flags).
 STRUCTS.append(Struct("CacheWriteParams", [
@@ -380,6 +381,11 @@ KERNELS.append(Kernel("paged_mqa_logits_mfma_bs1", "gfx950/paged_mqa_logits_mfma
                       "hx_paged_mqa_logits_mfma_bs1", "DecodeParams", block=256, targets=("gfx950",),
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), defines=(("HX_GATHER", 1),),
                       accumulation="fp32", fits=_H32_H64, block_sizes=(1,), layouts=(False,)))
+# The decode top-k fused into that kernel's unit (hsaco_src/gfx950/paged_mqa_topk_mfma.hip): next_n <= 2, top_k <=
+# 2048, the candidates in LDS (two units a CU); hipindexer.ops.paged_topk_fused runs it, then paged_topk_merge.
+KERNELS.append(Kernel("paged_mqa_topk_mfma", "gfx950/paged_mqa_topk_mfma.hip", "hx_paged_mqa_topk_mfma",
+                      "DecodeTopkParams", block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
+                      accumulation="fp32", fits=_H32_H64, block_sizes=(16, 32, 64, 128, 256, 512, 1024)))
 # sm_90a fast prefill path (H in {32, 64}, D = 128) and the fp8 matrix-rate ceiling of the benchmark: four math
 # warpgroups, m64n128 each (hsaco_src/sm90a/mqa_logits_wgmma.hip on prefill_cta.h and hopper.h).
 KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_logits_wgmma", "PrefillParams",

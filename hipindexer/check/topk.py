@@ -88,7 +88,7 @@ def topk_device_case(rng, device, cfg: dict, accumulation: str = "fast", **tunab
 
 def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     from ..ops import fp8_paged_mqa_topk, target_of
-    from ..ops.paged_topk_fused import FUSED, fused_refusal
+    from ..ops.paged_topk_fused import FUSED_KERNELS, fused_refusal
     from ..plan import plan_decode
     from ..runtime import DeviceArray
     name = topk_case_name(cfg)
@@ -103,7 +103,7 @@ def _topk_device_case(rng, device, cfg, accumulation, **tunables) -> Outcome:
     elif fused_refusal(target_of(device), n, top_k, H, D, bs, inp.preshuffle, accumulation,
                        kernel=tunables.get("kernel")) is None:  # one chunk: the fused path, where it serves
         tunables = dict(tunables, fused=True)
-        kernel = FUSED
+        kernel = FUSED_KERNELS[target_of(device).arch].key
     R = B * n
     outs = (DeviceArray.from_numpy(np.full((R, top_k), np.iinfo(np.int32).min, np.int32), device),
             DeviceArray.empty((R, top_k), np.float32, device).fill(np.nan),

@@ -1,9 +1,10 @@
 """The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"). Two paths, neither of which holds a
 row's logits in memory:
 
-- fused (sm_90a, where the tensor-copy decode kernel serves the shape, next_n <= 2, top_k <= 2048): one launch of
-  that kernel's unit selecting on chip (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip), each unit writing the top_k
-  of its piece of every row, then one merge launch (hsaco_src/generic/paged_topk_merge.hip). Its workspace holds
+- fused (sm_90a and gfx950, where the target's fast decode kernel serves the shape, next_n <= 2, top_k <= 2048):
+  one launch of that kernel's unit selecting on chip (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip,
+  hsaco_src/gfx950/paged_mqa_topk_mfma.hip), each unit writing the top_k of its piece of every row, then one merge
+  launch (hsaco_src/generic/paged_topk_merge.hip). Its workspace holds
   the pieces: (units + B) x next_n x top_k entries of 8 bytes, their counts, and per sequence the list of its
   pieces' slots, which the merge empties (its last row to finish, counted in seq_done).
   hipindexer/ops/paged_topk_fused.py has its kernels' plan and launches.
@@ -38,11 +39,11 @@ from ..runtime.device import as_stream
 from .decode import check_decode_call, decode_pointers, prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
-from .paged_topk_fused import (FUSED_POINTERS, FUSED_STAGES, FusedPlan, fused_arrays, fused_pays, fused_refusal,
-                               fused_units, plan_fused, run_fused)
+from .paged_topk_fused import (FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap, fused_arrays, fused_pays,
+                               fused_refusal, fused_units, plan_fused, run_fused)
 from .topk import _grid, _stride, _written
 
-PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units")
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units", "cap")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
 STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
@@ -86,7 +87,7 @@ class PagedTopkWorkspace:
             self.table = DeviceArray.empty((B, chunk // block_size), np.int32, device, stream)
             arrays = (self.w, self.ws, self.lens, self.table)
         self.nbytes = sum(a.nbytes for a in arrays)
-        self.bound = workspace_bound(B, next_n, top_k, units)
+        self.bound = workspace_bound(B, next_n, top_k, fused_units if self.fused else units)
 
     def __repr__(self):
         form = f"fused, units={self.units}" if self.fused else f"chunk={self.chunk}"
@@ -117,7 +118,8 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     block_size, on `device` (None: Device()). Allocated on `stream`; make it before capturing a graph.
 
     heads (and head_dim): the queries' H (and D). Given them, where the fused kernel serves that shape
-    (fused_refusal: sm_90a, H in {32, 64}, D = 128, block_size 16 or 64, next_n <= 2, top_k <= 2048) and pays
+    (fused_refusal: sm_90a or gfx950, H in {32, 64}, D = 128, block_size 16 or 64 on sm_90a and a power of two
+    >= 16 on gfx950, next_n <= 2, top_k <= 2048) and pays
     (fused_pays, from B and max_model_len; fused=True: wherever it serves, fused=False: never) the workspace is the
     fused path's, which only calls of that shape (accumulation="fast", no split_kv) may use; else it is the
     composed path's, whose chunk is the widest the bound allows (workspace_bound, with the device's CU or SM
@@ -204,13 +206,15 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     and at least B sequences, of the path the call takes; None makes one for the call. Its bytes stay within
     workspace_bound, whatever max_model_len.
 
-    Two paths (docs/ops.md, "Top-k"). Fused (sm_90a, where fused_refusal finds nothing against the call's shape:
-    H in {32, 64}, D = 128, block size 16 or 64, next_n <= 2, top_k <= 2048, accumulation="fast", no split_kv):
+    Two paths (docs/ops.md, "Top-k"). Fused (sm_90a and gfx950, where fused_refusal finds nothing against the
+    call's shape: H in {32, 64}, D = 128, the target's fast block sizes, next_n <= 2, top_k <= 2048,
+    accumulation="fast", no split_kv):
     the decode kernel's unit selects on chip and a merge kernel joins the units' pieces; the op takes it where
     fused_pays. Composed (everywhere else): the logits kernel on one key chunk at a time, never on the whole row,
     then a step kernel that selects over the running candidates and that chunk. Tunables: fused (None: the op's
-    choice; True: the fused path or ValueError; False: the composed path), stages and units (the fused kernel's
-    ring depth, 6 to 24 in sixes, and its units at most), chunk and step_block (the composed path's chunk width,
+    choice; True: the fused path or ValueError; False: the composed path), stages (the sm_90a fused kernel's ring
+    depth, 6 to 24 in sixes), units and cap (the fused kernel's units at most, and its candidates a row on chip at
+    most: top_k and two rounds' worth or more), chunk and step_block (the composed path's chunk width,
     a multiple of the block size, and its step's threads, 256 or 512). Returns without waiting. Raises before
     anything is copied or launched: what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a
     workspace that does not fit the call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError
@@ -280,7 +284,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
                                     or units_asked < 1):
         raise ValueError(f"units: expected None or an int >= 1 (the fused kernel's units at most), got {units_asked!r}")
     logits_tunables = {k: v for k, v in tunables.items()
-                       if k not in ("chunk", "step_block", "fused", "stages", "units")}
+                       if k not in ("chunk", "step_block", "fused", "stages", "units", "cap")}
     c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
                           split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
                           others=outs)
@@ -333,8 +337,10 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if s.B and use_fused:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
+        if stages is not None and t.arch != "sm_90a":
+            raise ValueError(f"stages: the ring depth of the sm_90a fused kernel; {t.arch}'s has none")
         plan = plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n],
-                          units_asked)
+                          units_asked, check_cap(t, top_k, tunables.get("cap")))
         remember(key, plan)
         c.upload()
         return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,

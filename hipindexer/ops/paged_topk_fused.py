@@ -1,8 +1,9 @@
 """The fused path of the decode top-k (hipindexer.ops.paged_topk; docs/ops.md, "the fused path"): which calls it
 serves and where it pays, the workspace arrays it needs, and its two launches, prepared once per call shape: the
-decode kernel's unit selecting on chip (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip), each unit writing the top_k
-of its piece of every row to slot u + b, then the merge (hsaco_src/generic/paged_topk_merge.hip), one block a row,
-which empties each sequence's list of slots (its last row to finish, counted in seq_done) for the next call.
+decode kernel's unit selecting on chip (sm_90a: hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip, gfx950:
+hsaco_src/gfx950/paged_mqa_topk_mfma.hip), each unit writing the top_k of its piece of every row to slot u + b, then
+the merge (hsaco_src/generic/paged_topk_merge.hip), one block a row, which empties each sequence's list of slots (its
+last row to finish, counted in seq_done) for the next call.
 """
 from __future__ import annotations
 
@@ -20,10 +21,20 @@ from .kv_map import kv_map_finder
 from .launch import kernel_for, target_of
 from .topk import _grid, _stride
 
-FUSED = "paged_mqa_topk_wgmma_tma"         # the fused kernel: the unit of the logits kernel FUSED_LOGITS
-FUSED_LOGITS = "paged_mqa_logits_wgmma_tma"
+
+@dataclass(frozen=True)
+class FusedKernel:
+    """A target's fused kernel: the logits kernel whose unit it is (the logits planner must pick that one for the
+    call), and the most entries one round of its math adds to a row between two meetings (its SLACK)."""
+    key: str
+    logits: str
+    slack: int
+
+
+FUSED_KERNELS = {"sm_90a": FusedKernel("paged_mqa_topk_wgmma_tma", "paged_mqa_logits_wgmma_tma", 2 * 3 * 64),
+                 "gfx950": FusedKernel("paged_mqa_topk_mfma", "paged_mqa_logits_mfma", 4 * 64)}
 FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
-# The fused kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
+# The sm_90a kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
 # mean fewer cuts, and more keep the copies ahead; docs/benchmarks.md ("The fused path") has the depths measured.
 FUSED_STAGES = {1: 12, 2: 6}
 FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
@@ -42,11 +53,12 @@ def fused_workspace_bytes(B: int, next_n: int, top_k: int, units: int) -> int:
 def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: int, preshuffle=False,
                   accumulation="fast", split_kv=None, kernel=None, B=None) -> str | None:
     """Why the fused decode top-k cannot serve a call of this shape on `target` (None: it can): it runs on the
-    targets its kernel is built for, where the logits planner would pick FUSED_LOGITS for the same call, with
-    next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K, and (given B) with its workspace within
-    workspace_bound (its per-sequence lists outgrow the bound's slack only for batches of thousands of sequences
-    at a small top_k)."""
-    if target.arch not in KERNEL[FUSED].targets:
+    targets of FUSED_KERNELS, where the logits planner would pick that target's logits kernel for the same call,
+    with next_n <= FUSED_MAX_NEXT_N and top_k <= FUSED_MAX_TOP_K, and (given B) with its workspace within
+    workspace_bound for the launch's units (its per-sequence lists outgrow the bound's slack only for batches of
+    thousands of sequences at a small top_k)."""
+    fk = FUSED_KERNELS.get(target.arch)
+    if fk is None:
         return f"has no fused kernel on {target.arch}"
     if next_n > FUSED_MAX_NEXT_N:
         return f"takes next_n <= {FUSED_MAX_NEXT_N}, got {next_n}"
@@ -57,20 +69,36 @@ def fused_refusal(target, next_n: int, top_k: int, H: int, D: int, block_size: i
                          accumulation=accumulation, kernel=kernel)
     except ValueError as e:
         return str(e)
-    if lp.kernel != FUSED_LOGITS:
-        return (f"is the unit of {FUSED_LOGITS}, and the logits planner picks {lp.kernel} for H={H}, D={D}, "
+    if lp.kernel != fk.logits:
+        return (f"is the unit of {fk.logits}, and the logits planner picks {lp.kernel} for H={H}, D={D}, "
                 f"block_size={block_size}, accumulation={accumulation!r}")
     if split_kv is not None:
         return "balances its units on the device: split_kv must be None"
-    if B is not None and fused_workspace_bytes(B, next_n, top_k, fused_units(target)) > \
-            workspace_bound(B, next_n, top_k, target.num_cus):
+    units = fused_units(target)
+    if B is not None and fused_workspace_bytes(B, next_n, top_k, units) > \
+            workspace_bound(B, next_n, top_k, units):
         return f"needs a workspace past the bound for B={B}, next_n={next_n}, top_k={top_k}"
     return None
 
 
 def fused_units(target) -> int:
-    """The most units a fused launch has on `target` (its logits kernel's persistent grid)."""
-    return DECODE.by_key[FUSED_LOGITS].units_per_cu * target.num_cus
+    """The most units a fused launch has on `target`: as many as its logits kernel keeps resident (one an SM on
+    sm_90a, two a CU on gfx950), at most MAX_PIECES."""
+    spec = DECODE.by_key[FUSED_KERNELS[target.arch].logits]
+    per_cu = spec.units_per_cu if spec.persistent else max(n for _, n in spec.resident)
+    return min(MAX_PIECES, per_cu * target.num_cus)
+
+
+def check_cap(target, top_k: int, cap) -> int:
+    """The `cap` tunable (a row's candidates on chip at most; None: all the kernel's buffer holds) as the kernel
+    takes it (0: all), or ValueError: a cap must leave room for top_k and two rounds' entries."""
+    if cap is None:
+        return 0
+    least = top_k + 2 * FUSED_KERNELS[target.arch].slack
+    if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < least:
+        raise ValueError(f"cap: expected None or an int >= top_k + {2 * FUSED_KERNELS[target.arch].slack} = "
+                         f"{least} (the fused kernel's entries a row on chip), got {cap!r}")
+    return int(cap)
 
 
 def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
@@ -94,8 +122,8 @@ def fused_arrays(device, B: int, next_n: int, top_k: int, units: int, stream=Non
 
 @dataclass
 class FusedPlan:
-    """A fused call: the fused launch (the cache's tensor-map finder beside it) and the merge, prepared but their
-    per-call pointers."""
+    """A fused call: the fused launch (on sm_90a the cache's tensor-map finder beside it) and the merge, prepared but
+    their per-call pointers."""
     dev: object
     R: int
     top_k: int
@@ -105,26 +133,29 @@ class FusedPlan:
     merge: object
 
 
-def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None) -> FusedPlan:
-    """The fused kernel on the logits kernel's plan for the whole call (its grid of units), and the merge."""
-    R = s.B * s.next_n
-    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev),
-                     preshuffle=preshuffle, kernel=FUSED_LOGITS)
-    grid = lp.grid[0] if units is None else min(lp.grid[0], int(units))
-    if grid > min(ws.units, MAX_PIECES):
+def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, cap=0) -> FusedPlan:
+    """The fused kernel on its logits kernel's plan for the whole call (a grid of at most fused_units), and the
+    merge."""
+    R, t = s.B * s.next_n, target_of(dev)
+    fk = FUSED_KERNELS[t.arch]
+    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, t, preshuffle=preshuffle,
+                     kernel=fk.logits)
+    grid = min(lp.grid[0], fused_units(t), MAX_PIECES if units is None else int(units))
+    if grid > ws.units:
         raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
-    select = kernel_for(dev, FUSED, lp.variant).prepare(
+    select = kernel_for(dev, fk.key, lp.variant).prepare(
         (grid, 1, 1), lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
         B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
-        top_k=top_k, stages=stages)
+        top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs
     merge = kernel_for(dev, "paged_topk_merge").prepare(
         _grid(R), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS, indices_stride=_stride(idx, R, top_k),
         values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n,
         top_k=top_k, units=grid, max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len,
         sorted=int(bool(sorted)))
-    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
+    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) \
+        if DECODE.by_key[fk.logits].kv_map else None
     return FusedPlan(dev, R, top_k, ws, select, map_of, merge)
 
 
@@ -135,6 +166,7 @@ def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tab
     pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
     h = st.handle
     plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
-                block_tables.ptr, 0, 0 if errors is None else errors.ptr, plan.map_of(st, kv_cache.ptr), *pieces)
+                block_tables.ptr, 0, 0 if errors is None else errors.ptr,
+                plan.map_of(st, kv_cache.ptr) if plan.map_of else 0, *pieces)
     plan.merge(h, *pieces, ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr,
                0 if slots is None else slots.ptr, block_tables.ptr)

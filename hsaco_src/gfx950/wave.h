@@ -260,6 +260,28 @@ HX_WAVE_FN void hx_workgroup_barrier(HX_SITE0) {
 #endif
 }
 
+// The same for LDS alone: loads from memory still in flight stay so (no vmcnt wait), for waves that meet while
+// their next keys are on the way.
+HX_WAVE_FN void hx_workgroup_lds_barrier(HX_SITE0) {
+#if defined(HX_EMU)
+  hx_emu_barrier(HX_AT0);
+#else
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+#endif
+}
+
+// Marks for tools/support/isa_report.py, assembly comments (nothing on the emulator) at the start of a branch whose
+// blocks the report classes by what dominates them: HX_ASM_MARK("row") one live row's work on a page (its share of
+// a page's figures grows with the live rows), HX_ASM_MARK("rare-path") a branch the hot loop rarely takes (a fused
+// kernel's cut: left out of the per-page figures).
+#if defined(HX_EMU)
+#define HX_ASM_MARK(name) ((void)0)
+#else
+#define HX_ASM_MARK(name) asm volatile(";hx-" name)
+#endif
+
 // ------------------------------------------------------------ shared memory
 // HX_SHARED(type, name, count) comes from platform.h (every target uses it).
 
@@ -389,6 +411,26 @@ HX_WAVE_FN void hx_lds_load_wait() { asm volatile("s_waitcnt vmcnt(0)" ::: "memo
 template <unsigned N> HX_WAVE_FN void hx_lds_load_wait_count() {
   static_assert(N < 64, "vmcnt is 6 bits");
   __builtin_amdgcn_s_waitcnt((N & 15) | (N >> 4) << 14 | 0x7 << 4 | 0xF << 8);  // expcnt, lgkmcnt: no wait
+}
+#endif
+
+// *p += n once for the wave (n wave-uniform, p in LDS), every lane getting the old value: lane 0 alone adds, in
+// asm so that neither a lane-0 mask nor the compiler's atomic combining costs registers in a hot loop.
+#if defined(HX_EMU)
+HX_WAVE_FN hx_u32 hx_lds_add_once(hx_u32* p, hx_u32 n HX_SITE) {
+  hx_u32 old = 0;
+  if (hx_lane_id() == 0) old = __atomic_fetch_add(p, n, __ATOMIC_RELAXED);
+  return hx_readfirstlane(old HX_AT);
+}
+#else
+HX_WAVE_FN hx_u32 hx_lds_add_once(hx_u32* p, hx_u32 n) {
+  const hx_u32 a = (hx_u32)(hx_u64)(__attribute__((address_space(3))) hx_u32*)p;
+  hx_u32 old_v, old_s;
+  hx_u64 saved;
+  asm volatile("s_mov_b64 %2, exec\n\ts_mov_b64 exec, 1\n\tds_add_rtn_u32 %0, %3, %4\n\ts_waitcnt lgkmcnt(0)\n\t"
+               "s_mov_b64 exec, %2\n\tv_readfirstlane_b32 %1, %0"
+               : "=&v"(old_v), "=s"(old_s), "=&s"(saved) : "v"(a), "v"(n) : "memory");
+  return old_s;
 }
 #endif
 

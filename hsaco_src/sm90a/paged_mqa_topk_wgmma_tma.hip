@@ -1,26 +1,20 @@
 // sm_90a paged decode top-k on fp8 wgmma: the unit of paged_mqa_logits_wgmma_tma.hip (the same producer warpgroup,
 // stage ring and MMA pass, on decode_tma_loader.h and decode_common.h) keeping each row's best keys on chip instead
-// of writing its logits. next_n <= 2 (a segment's live rows are one MMA pass at either head count), top_k <= 2048;
-// hipindexer/ops/paged_topk_fused.py runs it, then generic/paged_topk_merge.hip.
+// of writing its logits, in the candidate rows of common/topk_rows.h. next_n <= 2 (a segment's live rows are one MMA
+// pass at either head count), top_k <= 2048; hipindexer/ops/paged_topk_fused.py runs it, then
+// generic/paged_topk_merge.hip.
 //
-// Per live row of the segment in hand, a buffer of cap entries in shared memory (hx_topk_entry: the key above the
-// complemented column, so entries order as the selection does, ties to the lower column) and a floor: a lane whose
-// logit's key is above the row's floor appends it. The math warpgroups take stages i % 3 and meet once a round of
-// three stages (named barrier BAR_MATH, with an OR of "a row of mine is past HIGH"): when any row might be, they
-// cut every such row to its top_k together (hx_group_cut) and raise its floor to the cut's key. A later column
-// equal to that key loses the tie to every kept entry (all have lower columns: a segment's stages come in column
-// order), so the floor filters exactly. The slack: a round's check sees every entry appended before the last
-// meeting, and two rounds add at most SLACK = 2 x 3 x 64 entries a row, so a row that no thread saw past
-// cap - SLACK stays within cap until the next meeting. The ring is p.stages deep (fewer where they do not fit) and
-// the buffers take what shared memory it leaves: fewer stages, fewer cuts.
-//
-// At a segment's end the warpgroups meet, cut each live row to top_k, and write it to the workspace at slot u + b
-// (unit u's piece of sequence b: units own contiguous pieces of the batch's work, so no two pieces share a slot),
-// its count (0 for dead rows), and append the slot to sequence b's list, which the merge kernel reads and empties.
+// A lane whose logit's key is above its row's floor appends it to the row's buffer. The math warpgroups take stages
+// i % 3 and meet once a round of three stages (named barrier BAR_MATH, with an OR of "a row of mine is past HIGH"):
+// when any row might be, they cut every such row to its top_k together. The slack: a round's check sees every entry
+// appended before the last meeting, and two rounds add at most SLACK = 2 x 3 x 64 entries a row, so a row that no
+// thread saw past cap - SLACK stays within cap until the next meeting. The ring is p.stages deep (fewer where they
+// do not fit) and the buffers take what shared memory it leaves (p.cap entries a row at most, when set): fewer
+// stages, fewer cuts. At a segment's end the warpgroups meet, cut each live row to top_k and write it out.
 // Nothing is written for columns no key reaches: the merge pads with -1. Block ids and lengths are read, checked
 // and flagged exactly as by the logits kernel (its producer warpgroup); keys behind a bad block never enter.
 #include "decode_tma_loader.h"
-#include "topk_select.h"
+#include "topk_rows.h"
 
 namespace {
 
@@ -45,64 +39,31 @@ HX_INLINE __device__ hx_u32 topk_bytes(hx_i32 next_n, hx_i32 top_k) {
   return T_ENTRIES + (hx_u32)next_n * (((hx_u32)top_k + 2 * SLACK + 63u) / 64u * 64u) * 8u;
 }
 
-struct Cands {
-  hx_u64* e;     // row jr's entries at e + jr * cap
-  hx_u32 cap;
-  hx_u32* hist;
-  hx_u32* scan;
-  hx_u32* found;  // found[0..1], fill at found[2]
-  hx_u32* count;
-  hx_u32* floor;  // a key enters row jr only above floor[jr]
-};
-
-HX_INLINE __device__ Cands cands(const Smem& sm, hx_i32 next_n) {
+HX_INLINE __device__ hx_cand_rows cands(const Smem& sm, hx_i32 next_n, hx_i32 cap) {
   hx_u8* t = sm.ptr + sm.tail;
-  const hx_u32 room = (HX_SMEM - 1024u - sm.tail - T_ENTRIES) / (8u * (hx_u32)next_n) / 64u * 64u;
-  return {(hx_u64*)(t + T_ENTRIES), room < CAP_MAX ? room : CAP_MAX, (hx_u32*)(t + T_HIST), (hx_u32*)(t + T_SCAN),
-          (hx_u32*)(t + T_FOUND), (hx_u32*)(t + T_COUNT), (hx_u32*)(t + T_FLOOR)};
+  hx_u32 room = (HX_SMEM - 1024u - sm.tail - T_ENTRIES) / (8u * (hx_u32)next_n) / 64u * 64u;
+  room = room < CAP_MAX ? room : CAP_MAX;
+  const hx_u32 rows = cap > 0 && (hx_u32)cap < room ? (hx_u32)cap : room;
+  return {(hx_u64*)(t + T_ENTRIES), rows, rows, (hx_u32*)(t + T_HIST), (hx_u32*)(t + T_SCAN), (hx_u32*)(t + T_FOUND),
+          (hx_u32*)(t + T_COUNT), (hx_u32*)(t + T_FLOOR)};
 }
 
 // The pass's emit: a valid key's logit, if its key is above the row's floor, appended to the row's buffer.
 struct Append {
-  Cands k;
+  hx_cand_rows k;
   HX_MEMBER __device__ void operator()(const Pass& c, hx_i32 jr, bool row, bool valid, float z) const {
     if (!(row && c.in && valid && !c.bad)) return;
     const hx_u32 key = hx_topk_key(z * c.scale, false);
     volatile hx_u32* floor = k.floor;
     if (key <= floor[jr]) return;
     const hx_u32 at = hx_atomic_add_u32(&k.count[jr], 1u);
-    k.e[jr * k.cap + at] = hx_topk_entry(key, c.n);
+    k.e[jr * k.stride + at] = hx_topk_entry(key, c.n);
   }
 };
-
-// The rows' buffers empty and their floors 0 (by the first math threads; a meeting follows before they are used).
-HX_INLINE __device__ void reset_rows(const Cands& k, hx_u32 gt) {
-  if (gt < TOPK_ROWS) {
-    k.count[gt] = 0u;
-    k.floor[gt] = 0u;
-  }
-}
 
 struct MathBar {
   HX_MEMBER __device__ void operator()() const { hx_bar_sync(BAR_MATH, GROUP); }
 };
-
-// Rows [0, live) with more than top_k entries cut to their top_k, floors raised; by every math thread (gt), after
-// a meeting that made every append visible.
-HX_INLINE __device__ void cut_rows(const Cands& k, hx_u32 gt, hx_i32 live, hx_u32 top_k) {
-  MathBar bar;
-  for (hx_i32 jr = 0; jr < live; ++jr) {
-    const hx_u32 n = ((volatile hx_u32*)k.count)[jr];
-    if (n <= top_k) continue;  // uniform: read by all between two meetings
-    hx_u64 cut;
-    hx_group_cut<GROUP>(gt, bar, k.e + jr * k.cap, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
-    if (gt == 0) {
-      k.count[jr] = top_k;
-      k.floor[jr] = (hx_u32)(cut >> 32);
-    }
-    bar();
-  }
-}
 
 template <class P>
 HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
@@ -112,10 +73,10 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
   const hx_u32 gt = (hx_u32)(128 * m + mt);
   const hx_u32 top_k = (hx_u32)p.top_k;
   const hx_i64 u = hx_block_x();
-  const Cands k = cands(sm, p.next_n);
+  const hx_cand_rows k = cands(sm, p.next_n, p.cap);
   const hx_u32 high = k.cap - SLACK;
   MathBar bar;
-  reset_rows(k, gt);
+  hx_cand_reset(k, gt, TOPK_ROWS);
   bar();
   StagePos at;
   hx_i32 turn = 0;  // this stage's warpgroup, it % 3
@@ -148,26 +109,17 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
         if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
           bool hot = false;
           for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
-          if (hx_bar_any(BAR_MATH, GROUP, hot)) cut_rows(k, gt, R, top_k);
+          if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_cut<GROUP>(k, gt, bar, R, top_k);
         }
       }
     });
     // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.
     bar();
-    cut_rows(k, gt, live, top_k);
-    const hx_i64 slot = u + b;
-    for (hx_i32 jr = 0; jr < p.next_n; ++jr) {
-      const hx_u32 n = jr < live ? ((volatile hx_u32*)k.count)[jr] : 0u;
-      hx_u64* dst = p.parts + (slot * p.next_n + jr) * (hx_i64)top_k;
-      for (hx_u32 i = gt; i < n; i += GROUP) dst[i] = k.e[jr * k.cap + i];
-      if (gt == 0) p.part_counts[slot * p.next_n + jr] = (hx_i32)n;
-    }
-    if (gt == 0) {
-      const hx_i32 pos = atomicAdd(p.seq_nparts + b, 1);
-      p.seq_parts[(hx_i64)b * hx_grid_dim_x() + pos] = (hx_i32)slot;
-    }
+    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);
+    hx_cand_write<GROUP>(k, gt, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, u + b, b, p.next_n, live, top_k,
+                         hx_grid_dim_x());
     bar();  // every entry is read before the rows start again
-    reset_rows(k, gt);
+    hx_cand_reset(k, gt, TOPK_ROWS);
     bar();
     q.arrive_empty(qit);
   }

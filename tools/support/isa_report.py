@@ -56,13 +56,15 @@ TILE_MFMAS = {
     "mqa_logits_mfma.HX_HEADS-32": (4, "32 keys x 2 rows (one wave's row pair)"),
     "mqa_logits_mfma.HX_HEADS-64": (8, "32 keys x 2 rows (one wave's row pair)"),
 }
-# Paged decode kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): a tile is one row x one 64-key page
-# (H / 16 MFMAs of 16x16x128); a page's rows are unrolled to DECODE_ROWS, each skipped past the live ones.
-DECODE_ROWS = 8
-for _key in ("paged_mqa_logits_mfma", "paged_mqa_logits_mfma_bs1"):
+# Paged decode kernels (hsaco_src/gfx950/decode_unit.h: the logits and the fused top-k): a tile is one row x one
+# 64-key page (H / 16 MFMAs of 16x16x128); a page's rows are unrolled to DECODE_ROWS[kernel] (the rows the kernel
+# stages), each skipped past the live ones. The fused kernel's offer of a row's keys to its buffer follows the row's
+# MFMA block, so it counts as the page's own work.
+DECODE_ROWS = {"paged_mqa_logits_mfma": 8, "paged_mqa_logits_mfma_bs1": 8, "paged_mqa_topk_mfma": 2}
+for _key in DECODE_ROWS:
     for _h in (32, 64):
         TILE_MFMAS[f"{_key}.HX_HEADS-{_h}"] = (_h // 16 * 4, "1 row x 64-key page")
-DECODE_KERNELS = {k for k in TILE_MFMAS if k.startswith("paged_mqa_logits_mfma")}
+DECODE_KERNELS = {k for k in TILE_MFMAS if k.split(".")[0] in DECODE_ROWS}
 PREFILL_KERNELS = {k for k in TILE_MFMAS if k.startswith("mqa_logits_mfma")}
 # gfx950 (docs/gfx950.md): what bounds the waves resident per SIMD besides VGPRs.
 LDS_PER_CU = 160 * 1024
@@ -109,6 +111,11 @@ class DecodeFigures:
     waves_per_simd_resident: float  # ... and by LDS, in whole workgroups
     waves_per_simd_planned: float  # what the planner's default grid puts on a SIMD (decode_plan)
     inflight_bytes_per_cu: float   # at the planned occupancy
+    rare_valu_cycles: float = 0    # the loop's rarely taken branches (HX_ASM_MARK), each block once, left out above
+
+    def page_valu_with(self, rows: int) -> float:
+        """VALU cycles of a page with `rows` live rows: its own work and each row's."""
+        return self.page_valu_cycles + rows * self.row_valu_cycles
 
     def valu_over_mfma(self, rows: int) -> float:
         """VALU cycles over MFMA cycles per page when `rows` rows of it are live."""
@@ -295,6 +302,21 @@ def dominators(blocks, preds) -> list[set]:
     return dom
 
 
+def marked_blocks(body: str, blocks, mark: str) -> set:
+    """The blocks dominated by one holding wave.h's HX_ASM_MARK(mark) (the branch it starts, up to where the
+    branch rejoins the common path)."""
+    lines = [i for i, raw in enumerate(body.splitlines()) if f";hx-{mark}" in raw]
+    if not lines:
+        return set()
+    preds = {i: set() for i in range(len(blocks))}
+    for i, b in enumerate(blocks):
+        for s_ in b["succ"]:
+            preds[s_].add(i)
+    dom = dominators(blocks, preds)
+    heads = {next(i for i, b in enumerate(blocks) if b["ins"] and b["ins"][-1][0] > ln) for ln in lines}
+    return {i for i in range(len(blocks)) if dom[i] & heads}
+
+
 def natural_loops(body: str) -> list[tuple[Loop, set]]:
     """Every natural loop (a back edge to an earlier header, plus every block that reaches the back edge
     without passing the header) with the line numbers of its instructions."""
@@ -363,17 +385,23 @@ def vm_inflight(instructions) -> int:
 
 
 def decode_figures(body: str, loop: Loop, tile_mfmas: int, resources: dict, block: int = 256,
-                   planned_waves_per_simd: float | None = None) -> DecodeFigures | None:
+                   planned_waves_per_simd: float | None = None, rows: int = 8) -> DecodeFigures | None:
     """The page loop's figures for a paged decode kernel (see DecodeFigures); None without an MFMA loop."""
     lines = list(_instructions(body))
     blocks = basic_blocks(lines)
-    members = [b for b in blocks if b["ins"] and loop.first_line <= b["ins"][0][0] <= loop.last_line]
+    rare = marked_blocks(body, blocks, "rare-path")
+    row_blocks = marked_blocks(body, blocks, "row") - rare  # without marks: the blocks holding MFMAs
+    in_loop = [i for i, b in enumerate(blocks) if b["ins"] and loop.first_line <= b["ins"][0][0] <= loop.last_line]
+    members = [i for i in in_loop if i not in rare]
     if not members or not loop.counts["mfma"]:
         return None
+    rare_valu = sum(valu_cycles(ins) for i in in_loop if i in rare for _, ins in blocks[i]["ins"]
+                    if classify(ins) == "valu")
     row = {"mfma": 0, "valu": 0, "nop": 0}
     page = {"valu": 0, "salu": 0, "load": 0, "key": 0}
-    for b in members:
-        is_row = any(classify(ins) == "mfma" for _, ins in b["ins"])
+    for i in members:
+        b = blocks[i]
+        is_row = i in row_blocks if row_blocks else any(classify(ins) == "mfma" for _, ins in b["ins"])
         for _, ins in b["ins"]:
             c = classify(ins)
             if is_row and c == "mfma":
@@ -391,17 +419,17 @@ def decode_figures(body: str, loop: Loop, tile_mfmas: int, resources: dict, bloc
                 page["load"] += 64 * _WIDTH_BYTES[m.group(1)]
                 page["key"] += 64 * 16 if _WIDTH_BYTES[m.group(1)] == 16 else 0
     row_pages = loop.counts["mfma"] / tile_mfmas
-    pages = row_pages / DECODE_ROWS
+    pages = row_pages / rows
     waves = block // 64
     vgpr_occ = resources.get("occupancy", 0)
     lds = resources.get("lds", 0)
     units_by_lds = LDS_PER_CU // lds if lds else 10 ** 6
     resident = min(vgpr_occ * SIMDS_PER_CU // waves, units_by_lds) * waves / SIMDS_PER_CU
     planned = min(resident, planned_waves_per_simd) if planned_waves_per_simd else resident
-    inflight = vm_inflight([ins for b in members for _, ins in b["ins"]])
-    return DecodeFigures(DECODE_ROWS, pages, row["mfma"] / row_pages, row["valu"] / row_pages, row["nop"] / row_pages,
+    inflight = vm_inflight([ins for i in members for _, ins in blocks[i]["ins"]])
+    return DecodeFigures(rows, pages, row["mfma"] / row_pages, row["valu"] / row_pages, row["nop"] / row_pages,
                          page["valu"] / pages, page["salu"] / pages, page["load"] / pages, page["key"] / pages,
-                         inflight, vgpr_occ, resident, planned, inflight * planned * SIMDS_PER_CU)
+                         inflight, vgpr_occ, resident, planned, inflight * planned * SIMDS_PER_CU, rare_valu)
 
 
 _LDS_READ = re.compile(r"^ds_read_?(b128|b96|b64|b32|u16|u8|i16|i8|2addr_b32|2addr_b64|2st64_b32|2st64_b64)")
@@ -538,7 +566,8 @@ def manifest_reports(manifest: Path | None = None, src_root: Path | None = None)
                     r.resources[k] = mres[k]
             if e["variant_key"] in DECODE_KERNELS and r.loop is not None:
                 r.decode = decode_figures(r.body, r.loop, tm, r.resources, e["block"],
-                                          _planned_waves_per_simd(e["name"], e.get("variant", {}).get("HX_HEADS")))
+                                          _planned_waves_per_simd(e["name"], e.get("variant", {}).get("HX_HEADS")),
+                                          DECODE_ROWS[e["name"]])
             if e["variant_key"] in PREFILL_KERNELS and r.loop is not None:
                 r.prefill = prefill_figures(r.body, r.loop, tm, r.resources, e["block"])
             reports.append(r)
@@ -571,7 +600,7 @@ def as_dict(r: KernelReport) -> dict:
 def format_decode_table(reports: list[KernelReport]) -> str:
     """The paged decode kernels' page loops: per row x page, per page, and loads in flight."""
     head = ["kernel", "occ vgpr/res/plan", "mfma cyc/row", "valu cyc/row", "nop ws/row", "page valu cyc",
-            "page salu", "valu/mfma n=1/6/8", "key B/page", "load B/page", "in flight B/wave", "KiB/CU (plan)"]
+            "page salu", "valu cyc/page n=1/2", "valu/mfma n=1/6/8", "key B/page", "load B/page", "in flight B/wave", "KiB/CU (plan)"]
     rows = []
     for r in reports:
         f = r.decode
@@ -580,6 +609,7 @@ def format_decode_table(reports: list[KernelReport]) -> str:
         rows.append([r.source, f"{f.waves_per_simd_vgpr}/{f.waves_per_simd_resident:g}/{f.waves_per_simd_planned:g}",
                      f"{f.row_mfma_cycles:.0f}", f"{f.row_valu_cycles:.0f}", f"{f.row_nop_wait_states:.1f}",
                      f"{f.page_valu_cycles:.0f}", f"{f.page_salu:.0f}",
+                     "/".join(f"{f.page_valu_with(n):.0f}" for n in (1, 2)),
                      "/".join(f"{f.valu_over_mfma(n):.2f}" for n in (1, 6, 8)), f"{f.key_bytes_per_page:.0f}",
                      f"{f.load_bytes_per_page:.0f}", f"{f.inflight_bytes_per_wave}",
                      f"{f.inflight_bytes_per_cu / 1024:.0f}"])
