@@ -1,6 +1,8 @@
-"""The fused decode top-k (sm_90a: hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip, then generic/paged_topk_merge.hip).
+"""The fused decode top-k (sm_90a: hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip, gfx950:
+hsaco_src/gfx950/paged_mqa_topk_mfma.hip, then generic/paged_topk_merge.hip).
 
-On a real GPU (marked gpu, skipped without one): the top-k gate on rows of every kind in both forms of the lengths,
+The cases of tests/emu/paged_topk_fused_cases.py (small inputs, a few units, the least candidate buffers) on the
+emulated MI355X and, marked gpu, on a real GPU. Then, at full size on a real GPU (marked gpu, skipped without one): the top-k gate on rows of every kind in both forms of the lengths,
 both layouts, both block sizes and both head counts, exactly the composed path's selection (the same logits); key
 orders that make every key enter the on-chip candidates (rising), none after the first (falling) and every logit
 tie (the lowest keys win); untrusted device values; the same bits twice. Over a backend that runs no kernel:
@@ -8,13 +10,48 @@ which workspace and which launches a call gets, what it refuses, and a prepared 
 import numpy as np
 import pytest
 
+import emu_harness as EH
 import hipindexer
 import paged_topk_cases as C
+import paged_topk_fused_cases as F
 from hipindexer import cache, reference, testing
 from hipindexer.ops import ERROR_BLOCK_ID, ERROR_LENGTH, paged_topk_fused
 from hipindexer.runtime import DeviceArray
 
 D = 128
+
+
+@pytest.mark.toolchain
+def test_fused_cases_on_the_emulator(emu_kernels):
+    p = EH.run_child_pytest(emu_kernels, "tests/emu/paged_topk_fused_cases.py")
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert f"{len(F.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(F.CASES))
+def test_fused_cases_on_the_gpu(gpu_device, name):
+    F.CASES[name](gpu_device)
+
+
+@pytest.mark.toolchain
+def test_the_gfx950_fused_kernel_keeps_the_logits_kernels_budget(emu_kernels):
+    """The ISA report of paged_mqa_topk_mfma against paged_mqa_logits_mfma's, at both head counts: no scratch
+    (spills), as many waves resident a SIMD, as many key bytes in flight, and VALU cycles a 64-key page with 1 or 2
+    live rows (the page's own work and each row's, the cut's rare branch left out) within 1.25x."""
+    from tools.support import isa_report
+    rep = {r.source: r for r in isa_report.manifest_reports(emu_kernels / "manifest.json",
+                                                             names=("paged_mqa_logits_mfma", "paged_mqa_topk_mfma"))}
+    for heads in (32, 64):
+        logits, fused = rep[f"paged_mqa_logits_mfma.HX_HEADS-{heads}"], rep[f"paged_mqa_topk_mfma.HX_HEADS-{heads}"]
+        f, g = fused.decode, logits.decode
+        assert fused.resources["scratch"] == 0 and f is not None, fused.resources
+        assert f.waves_per_simd_resident == g.waves_per_simd_resident >= 2, (f, g)
+        assert f.inflight_bytes_per_wave >= g.inflight_bytes_per_wave and f.key_bytes_per_page == 64 * 128, (f, g)
+        assert f.rows == 2 and f.rare_valu_cycles > 0, f  # the cut is in the loop, marked rare
+        for n in (1, 2):
+            assert f.page_valu_with(n) <= 1.25 * g.page_valu_with(n), (heads, n, f.page_valu_with(n),
+                                                                       g.page_valu_with(n))
 
 
 def fused_inputs(seed, B=5, next_n=1, H=64, bs=64, ctx=20000, preshuffle=False, rows=False, ragged=False,

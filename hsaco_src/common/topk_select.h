@@ -19,13 +19,16 @@
 //   -0.0 and +0.0: one key, since they compare equal and the tie then goes to
 //        the lower index, as the reference's float64 comparison does.
 // Positives get the sign bit set, negatives are complemented: unsigned order
-// is then float order, -inf < ... < -0 = +0 < ... < +inf.
+// is then float order, -inf < ... < -0 = +0 < ... < +inf. Every finite value
+// and +inf then lands in [0x00800000, 0xFF800000], -inf just below (0x007FFFFF)
+// and a NaN outside both ends, so one range test says what is selectable
+// (branch-free: the fused kernels key every logit they compute).
 HX_INLINE HX_HD hx_u32 hx_topk_key(float v, bool minus_inf_selectable) {
   hx_u32 u = hx_f32_to_bits(v);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0u;
-  if (u == 0xFF800000u && !minus_inf_selectable) return 0u;
-  if (u == 0x80000000u) u = 0u;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  u = u == 0x80000000u ? 0u : u;
+  const hx_u32 key = u ^ ((hx_u32)((hx_i32)u >> 31) | 0x80000000u);
+  const hx_u32 lowest = minus_inf_selectable ? 0x007FFFFFu : 0x00800000u;
+  return key - lowest <= 0xFF800000u - lowest ? key : 0u;
 }
 
 // The three digits of a key, most significant first: 11 + 11 + 10 bits, so a

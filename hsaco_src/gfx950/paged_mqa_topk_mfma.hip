@@ -40,7 +40,8 @@ HX_WAVE_FN void hx_offer_page(const DecodeTopkParams& p, const hx_lds& s, const 
   const hx_v4u b03 = s.bound[0];
   const hx_i32 bound[ROWS] = {(hx_i32)b03.x, (hx_i32)b03.y};
   const float scale = hx_bits_to_f32(kp.sc[0] | kp.sc[1] | kp.sc[2] | kp.sc[3]);
-  const bool ours = col < c.c_hi && hx_key_ok(kp, c.lane);
+  // a unit's range is whole blocks, so a 16-key group past it is one hx_issue_page read nothing for (not ok)
+  const bool ours = hx_key_ok(kp, c.lane);
   const hx_u32 floor[ROWS] = {k.floor[0], k.floor[1]};  // read before the MMAs hide their latency
   const hx_u32 low = (hx_u32)hx_topk_entry(0u, col);      // an entry's column half, the same in every row
 #pragma unroll

@@ -108,6 +108,52 @@ def lint(asm: str, source: str = "") -> list[str]:
     return problems
 
 
+def source_text(source: Path, defines=()) -> str:
+    """A source with the text of the headers it includes from hsaco_src/ (gfx950/, common/), each once: the
+    functions a kernel reaches, for _asks. A block under `#if NAME` or `#if !NAME` (with its #else) for a NAME
+    the defines give (NAME=value), or a plain #define before it, keeps only the branch the build takes; every other
+    conditional keeps both."""
+    values = dict(d.split("=", 1) for d in defines if "=" in d)
+    seen, out = set(), []
+
+    def active(text: str) -> str:
+        keep, stack = [], []  # stack: per open #if, (its branch taken or None when not ours, in #else)
+        for line in text.splitlines():
+            m = re.match(r"#if\s+(!?)(\w+)\s*$", line)
+            if m and m.group(2) in values:
+                stack.append([(values[m.group(2)] not in ("0", "")) != bool(m.group(1)), False])
+                continue
+            if line.startswith("#if"):
+                stack.append([None, False])
+            elif line.startswith("#else") and stack and stack[-1][0] is not None:
+                stack[-1][1] = True
+                continue
+            elif line.startswith("#endif") and stack:
+                if stack.pop()[0] is not None:
+                    continue
+            if all(t is None or t != e for t, e in stack):
+                keep.append(line)
+                d = re.match(r"#define\s+(\w+)\s+(\w+)\s*$", line)
+                if d and d.group(1) not in values:  # a default the source sets (#ifndef NAME / #define NAME v)
+                    values[d.group(1)] = d.group(2)
+        return "\n".join(keep)
+
+    def visit(path: Path):
+        if path in seen:
+            return
+        seen.add(path)
+        text = active(path.read_text())
+        for name in re.findall(r'^#include "([^"]+)"', text, re.M):
+            for d in (path.parent, ROOT / "hsaco_src" / "gfx950", ROOT / "hsaco_src" / "common"):
+                if (d / name).is_file():
+                    visit(d / name)
+                    break
+        out.append(text)
+
+    visit(Path(source).resolve())
+    return "\n".join(out)
+
+
 def compile_asm(source: Path, defines=(), flags=None) -> str:
     """clang -S of a gfx950 source with build.py's device flags (plus the generated params header)."""
     from hipindexer import catalog
@@ -140,7 +186,7 @@ def main(argv=None) -> int:
     bad = 0
     for src, defines in sources:
         name = " ".join([src.name] + defines[1:])
-        problems = lint(compile_asm(src, defines), src.read_text())
+        problems = lint(compile_asm(src, defines), source_text(src, defines))
         for p in problems:
             print(f"{name}: {p}")
         bad += bool(problems)

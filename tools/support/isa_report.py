@@ -549,13 +549,15 @@ def _manifest_asm(entry: dict, src_root: Path) -> str:
         return (work / "k.s").read_text()
 
 
-def manifest_reports(manifest: Path | None = None, src_root: Path | None = None) -> list[KernelReport]:
+def manifest_reports(manifest: Path | None = None, src_root: Path | None = None,
+                     names: tuple = ()) -> list[KernelReport]:
+    """Every gfx950 kernel of the manifest (those of the catalog keys `names`, when given), recompiled with -S."""
     manifest = manifest or ROOT / "hipindexer" / "kernels" / "manifest.json"
     src_root = src_root or ROOT / "hsaco_src"
     doc = json.loads(Path(manifest).read_text())
     reports = []
     for e in doc["kernels"]:
-        if e["target"] != "gfx950":
+        if e["target"] != "gfx950" or (names and e["name"] not in names):
             continue
         tm, what = TILE_MFMAS.get(e["variant_key"], (None, ""))
         for r in report_asm(_manifest_asm(e, src_root), e["variant_key"], tm, what):

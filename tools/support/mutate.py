@@ -10,6 +10,7 @@
     python -m tools.support.mutate --suite emu --set topk                        # the top-k kernel's plants
     python -m tools.support.mutate --suite emu --set paged_topk                  # the decode top-k's own kernels
     python -m tools.support.mutate --suite cuda --set paged_topk_fused           # the fused decode top-k kernel
+    python -m tools.support.mutate --suite emu --set paged_topk_fused_mfma       # the gfx950 fused decode top-k kernel
     python -m tools.support.mutate --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
     python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 MFMA_DECODE = "gfx950/paged_mqa_logits_mfma.hip"
+MFMA_UNIT = "gfx950/decode_unit.h"  # the unit both gfx950 decode kernels run
 
 
 @dataclass(frozen=True)
@@ -203,39 +205,38 @@ PLANTS = {
         Plant("tile_carry_lost", "generic/prefill_windows.hip",
               "    row0 += rows[HX_BLOCK - 1];\n", "\n"),
     ],
-    # The gfx950 MFMA decode kernels (both builds of paged_mqa_logits_mfma.hip) with the decode index math they
-    # share: the decode set's bugs at their place in this source or in the shared headers, and the kernel's own
+    # The gfx950 MFMA decode kernels (both builds of paged_mqa_logits_mfma.hip, on decode_unit.h) with the decode
+    # index math they share: the decode set's bugs at their place in this source or in the shared headers, and the kernel's own
     # (its head reduction's lane halves, its layouts' strides, its page pipeline). Run with --set gfx950_decode.
     "gfx950_decode": [
         DECODE_COMMON["next_n_blind_bound"],
         Plant("batch_blind_row", MFMA_DECODE,
               "p.out + (hx_i64)c.b * p.next_n * p.out_stride + n0", "p.out + (hx_i64)0 * p.next_n * p.out_stride + n0"),
         DECODE_COMMON["split_boundary_one_block_late"],
-        Plant("block_table_column_off_by_one", MFMA_DECODE,
+        Plant("block_table_column_off_by_one", MFMA_UNIT,
               "col = ng >> log2bs;", "col = (ng >> log2bs) + 1;"),
-        Plant("block_table_column_off_by_one_bs1", MFMA_DECODE,
+        Plant("block_table_column_off_by_one_bs1", MFMA_UNIT,
               "n < hi ? 4u * (hx_u32)n : OFF_NONE", "n < hi ? 4u * (hx_u32)(n + 1) : OFF_NONE"),
         DECODE_COMMON["preshuffle_16_and_D_swapped"],
         DECODE_COMMON["scale_of_the_next_token"],
         DECODE_COMMON["dead_ragged_row_computed"],
-        Plant("out_of_range_block_clamped", MFMA_DECODE,
+        Plant("out_of_range_block_clamped", MFMA_UNIT,
               "const hx_i32 id = e.id[tt];", "const hx_i32 id = hx_max_i32(0, hx_min_i32(e.id[tt], (hx_i32)p.num_blocks - 1));"),
-        Plant("out_of_range_block_clamped_bs1", MFMA_DECODE,
+        Plant("out_of_range_block_clamped_bs1", MFMA_UNIT,
               "const hx_i32 id = (hx_i32)en.e[tt];",
               "const hx_i32 id = hx_max_i32(0, hx_min_i32((hx_i32)en.e[tt], (hx_i32)p.num_blocks - 1));"),
-        Plant("wrong_lane_half_in_head_reduction", MFMA_DECODE,
+        Plant("wrong_lane_half_in_head_reduction", MFMA_UNIT,
               "hx_permlane32_swap(x0, x2);", "hx_permlane32_swap(x2, x0);"),
-        Plant("preshuffle_strides_swapped", MFMA_DECODE,
+        Plant("preshuffle_strides_swapped", MFMA_UNIT,
               "const bool shuffled = p.preshuffle != 0;", "const bool shuffled = p.preshuffle == 0;"),
-        Plant("permlane16_pair_swapped", MFMA_DECODE,
+        Plant("permlane16_pair_swapped", MFMA_UNIT,
               "hx_permlane16_swap(y02, y13);", "hx_permlane16_swap(y13, y02);"),
-        Plant("q_operand_half_misplaced", MFMA_DECODE,
+        Plant("q_operand_half_misplaced", MFMA_UNIT,
               "(j * H + 16 * ht) * D + 64 * h + qlane", "(j * H + 16 * ht) * D + 32 * h + qlane"),
-        Plant("prefetched_page_swapped", MFMA_DECODE,
-              "hx_compute_page(p, s, c, PG(i + 1), kb, unit);", "hx_compute_page(p, s, c, PG(i + 1), ka, unit);"),
-        Plant("scale_of_another_group", MFMA_DECODE,
+        Plant("prefetched_page_swapped", MFMA_UNIT, "page(PG(i + 1), kb);", "page(PG(i + 1), ka);"),
+        Plant("scale_of_another_group", MFMA_UNIT,
               "g == (hx_u32)tt && mine ? 4 * t : OFF_NONE", "g == (hx_u32)(tt ^ 1) && mine ? 4 * t : OFF_NONE"),
-        Plant("wrong_head_weight", MFMA_DECODE,
+        Plant("wrong_head_weight", MFMA_UNIT,
               "s.w[(j * H + 16 * ht + 4 * (lane / 16)) / 4]", "s.w[(j * H + 16 * ((ht + 1) % HT) + 4 * (lane / 16)) / 4]"),
         Plant("dead_rows_not_filled", MFMA_DECODE,
               "voff[j] = p.clean || valid ?", "voff[j] = (p.clean && bound[j] > 0) || valid ?"),
@@ -243,13 +244,13 @@ PLANTS = {
               "const bool valid = col <= bound[j];"),
         # [B, next_n] lengths: every row bounded by the affine rule of the longest row's length (the [B] form's),
         # and each row's length read from the mirror row; the [B] form is untouched by either
-        Plant("per_row_lengths_ignored", MFMA_DECODE,
+        Plant("per_row_lengths_ignored", MFMA_UNIT,
               "hx_decode_row_bound(seq, (hx_i32)lane, p.max_model_len)",
               "hx_decode_row_bound(hx_decode_sequence(seq.ctx, seq.live, p.next_n, p.max_model_len, p.block_size), "
               "(hx_i32)lane, p.max_model_len)"),
         Plant("row_length_of_another_row", "common/decode_work.h",
               "hx_max_i32(s.row_lens[j], 0)", "hx_max_i32(s.row_lens[s.live - 1 - j], 0)"),
-        Plant("bs1_second_key_piece_misplaced", MFMA_DECODE, "hx_global_load_b128(key + 64);",
+        Plant("bs1_second_key_piece_misplaced", MFMA_UNIT, "hx_global_load_b128(key + 64);",
               "hx_global_load_b128(key + 32);"),
         # One logit 1% off in a row of 32,768 keys: the per-element bound sees it, a row's calc_diff hardly moves.
         Plant("one_wrong_element", MFMA_DECODE,
@@ -334,18 +335,39 @@ PLANTS = {
     ],
     # The fused decode top-k kernel (sm90a/paged_mqa_topk_wgmma_tma.hip), on the GPU (its suite is
     # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, a cut that keeps
-    # one entry too few (the buffer's count still top_k), a piece's slot the unit's alone (a unit's two pieces
-    # on a sequence boundary then share it), each stage's last key never offered.
+    # one entry too few (the buffer's count still top_k; common/topk_rows.h), a piece's slot the unit's alone (a
+    # unit's two pieces on a sequence boundary then share it), each stage's last key never offered.
     "paged_topk_fused": [
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip", "if (key <= floor[jr]) return;",
               "if (key <= floor[0]) return;"),
-        Plant("fused_cut_one_short", "sm90a/paged_mqa_topk_wgmma_tma.hip", "k.e + jr * k.cap, n, top_k,",
-              "k.e + jr * k.cap, n, top_k - 1,"),
-        Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "const hx_i64 slot = u + b;",
-              "const hx_i64 slot = u;"),
+        Plant("fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
+              "k.e + jr * k.stride, n, top_k - 1,"),
+        Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + b, b,",
+              "p.seq_nparts, u, b,"),
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
               "          c.clean = false;\n"
               "          c.in = c.in && c.n + 1 < lds_i32(sm.base + REC_OFF + at.slot * 16 + 4);\n"),
+    ],
+    # The gfx950 fused decode top-k kernel (gfx950/paged_mqa_topk_mfma.hip) on the emulator (its suite is
+    # tests/emu/paged_topk_fused_cases.py, SET_TESTS): every row filtered by the first row's floor, keys the unit
+    # did not read (its last page's tail, a bad block's) offered as zeros, each page's last key never offered, a round's flag
+    # never raised (rows pass their buffers), the meeting reading the next round's flag, a cut one entry short,
+    # a piece's slot the unit's alone.
+    "paged_topk_fused_mfma": [
+        Plant("mfma_fused_floor_of_the_first_row", "gfx950/paged_mqa_topk_mfma.hip", "const bool take = key > floor[j];",
+              "const bool take = key > floor[0];"),
+        Plant("mfma_fused_unread_keys_offered", "gfx950/paged_mqa_topk_mfma.hip",
+              "const bool ours = hx_key_ok(kp, c.lane);", "const bool ours = true;"),
+        Plant("mfma_fused_page_last_key_not_offered", "gfx950/paged_mqa_topk_mfma.hip",
+              "const bool ours = hx_key_ok(kp, c.lane);", "const bool ours = hx_key_ok(kp, c.lane) && c.lane != 63u;"),
+        Plant("mfma_fused_flag_never_raised", "gfx950/paged_mqa_topk_mfma.hip", "if (base + n > high) {",
+              "if (base + n > high + 0x40000000u) {"),
+        Plant("mfma_fused_meeting_reads_the_next_flag", "gfx950/paged_mqa_topk_mfma.hip",
+              "hx_readfirstlane(flags[r % 3])", "hx_readfirstlane(flags[(r + 1) % 3])"),
+        Plant("mfma_fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
+              "k.e + jr * k.stride, n, top_k - 1,"),
+        Plant("mfma_fused_slot_of_the_unit_alone", "gfx950/paged_mqa_topk_mfma.hip", "hx_block_x() + b, b,",
+              "hx_block_x(), b,"),
     ],
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
@@ -478,6 +500,7 @@ SET_CMDS = {
 # tests/emu/emu_session.py; on the GPU for --suite cuda) and stopped at its first failure.
 SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_topk_cases.py",
              "paged_topk_fused": "tests/test_paged_topk_fused.py",
+             "paged_topk_fused_mfma": "tests/emu/paged_topk_fused_cases.py",
              "prefill_topk": "tests/emu/prefill_topk_cases.py"}
 
 SUITES = {
