@@ -32,6 +32,7 @@ COMMON = "sm90a/decode_common.h"  # the math pass both decode kernels share
 FOLD = "sm90a/mqa_logits_wgmma_fold.hip"
 PLAIN = "sm90a/mqa_logits_wgmma.hip"
 PEAK = "sm90a/wgmma_peak.hip"
+FUSED = "sm90a/paged_mqa_topk_wgmma_tma.hip"
 
 
 def _mma_only() -> Plant:
@@ -184,7 +185,31 @@ _RING_12 = Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr 
 _NO_SCALES = [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),
               Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")]
 
+# The fused decode top-k: each warp's appends to a row taken by one shared-memory add (a ballot of the lanes that
+# pass the floor) instead of one add a lane.
+_WARP_APPEND = Plant("warp_append", FUSED, """\
+    if (!(row && c.in && valid && !c.bad)) return;
+    const hx_u32 key = hx_topk_key(z * c.scale, false);
+    volatile hx_u32* floor = k.floor;
+    if (key <= floor[jr]) return;
+    const hx_u32 at = hx_atomic_add_u32(&k.count[jr], 1u);
+    k.e[jr * k.stride + at] = hx_topk_entry(key, c.n);
+""", """\
+    const hx_u32 key = row && c.in && valid && !c.bad ? hx_topk_key(z * c.scale, false) : 0u;
+    const bool take = key > ((volatile hx_u32*)k.floor)[row ? jr : 0];
+    const hx_u32 m = __ballot_sync(0xFFFFFFFFu, take);
+    if (m == 0u) return;
+    const hx_u32 lane = threadIdx.x & 31u;
+    const hx_u32 mine = m & ((lane & 2u) ? 0xCCCCCCCCu : 0x33333333u);  // the lanes of my row (lane bit 1)
+    const hx_u32 lead = mine ? (hx_u32)(__ffs(mine) - 1) : lane;
+    hx_u32 base = 0u;
+    if (take && lane == lead) base = hx_atomic_add_u32(&k.count[jr], (hx_u32)__popc(mine));
+    base = __shfl_sync(0xFFFFFFFFu, base, lead);
+    if (take) k.e[jr * k.stride + base + (hx_u32)__popc(mine & ((1u << lane) - 1u))] = hx_topk_entry(key, c.n);
+""")
+
 VARIANTS = {
+    "sm90a_fused": {"shipped": [], "warp_append": [_WARP_APPEND]},
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {

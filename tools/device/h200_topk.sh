@@ -1,0 +1,39 @@
+#!/bin/bash
+# One device call for the decode top-k on an H200, from the repository root with hipindexer/kernels and the plant
+# and variant builds carried (build/dev). Each step under `timeout`, its log in $OUT, the summary printed last.
+#   gpu       every GPU test (pytest -m gpu), stopped at the first failure
+#   plants    the fused kernel's plant set (tools/support/mutate.py --suite cuda --set paged_topk_fused) on the
+#             carried builds ($PLANTS, made with --build-only)
+#   bench     tools/measure/paged_topk_bench.py: the default path, each path forced, the logits op alone, at the
+#             issue's rows, next_n 1 and 2
+#   variants  tools/measure/stage_variants.py --set sm90a_fused ($VARIANTS, made with --build-only) timed by
+#             `bench topk` at (64, 131072) and (16, 131072)
+# Env: STEPS (default all), OUT (default /tmp/hx-out), PLANTS (build/dev/pf), VARIANTS (build/dev/var), BUDGET_S
+# (default 570: every timeout is cut to what is left of it).
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
+STEPS=${STEPS:-"gpu plants bench variants"}
+PLANTS=${PLANTS:-build/dev/pf}
+VARIANTS=${VARIANTS:-build/dev/var}
+PY=${PY:-python3}
+T0=$(date +%s); BUDGET_S=${BUDGET_S:-570}
+S=$OUT/summary.txt; : > "$S"
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+lim() { local l=$(( T0 + BUDGET_S - 10 - $(date +%s) )); [ $l -lt 5 ] && l=5; [ $l -lt $1 ] && echo $l || echo $1; }
+run() {  # name seconds log command...: exit status and time in the summary
+  local name=$1 secs=$(lim $2) log=$3 s rc; shift 3
+  s=$(date +%s)
+  timeout "$secs" "$@" >> "$log" 2>&1; rc=$?
+  echo "== $name: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo " (timed out at $secs s)")" >> "$S"
+  tail -n 3 "$log" >> "$S"
+  return $rc
+}
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> "$S" 2>&1
+has gpu && run gpu 260 "$OUT/gpu.log" $PY -m pytest -q -x -p no:cacheprovider -m gpu tests
+has plants && run plants 150 "$OUT/plants.log" $PY -m tools.support.mutate --suite cuda --set paged_topk_fused \
+  --builds "$PLANTS" --prebuilt
+has bench && run bench 150 "$OUT/bench.log" $PY -m tools.measure.paged_topk_bench \
+  --rows 64x131072,64x32768,16x131072,16x32768,4x8192 --next-n 1,2
+has variants && run variants 120 "$OUT/variants.log" $PY -m tools.measure.stage_variants --set sm90a_fused \
+  --builds "$VARIANTS" --prebuilt -- bench topk --device cuda:0 --shapes 64x131072,16x131072 --next-n 1,2
+cat "$S"
