@@ -123,28 +123,23 @@ HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist
   return total;
 }
 
-// The top `want` of the entries e[0, count) (hx_topk_entry: by key, equal keys by lower index; no two equal),
-// kept in e[0, min(count, want)) in no particular order; returns that count, and in cut the smallest entry an
-// entry must reach to be kept (when count > want; kept: e >= cut). A radix select over the 64-bit entries, most
-// significant digit first, up to 11 bits a pass: first the key bits below the prefix every key shares (found from
-// the smallest and largest key, so that the first pass spreads the keys over its bins instead of piling them into
-// a few, whose increments would queue on one shared word), then, only while equal keys straddle the cut, the
-// complemented index's; it stops at the first digit whose bin is taken whole. Then every entry at or above the cut
-// is moved down, a tile of HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes
-// past the tile). Shared: hist (2048 words), scan (a word a wave), found (2), fill (1); all free again on return.
-#define HX_CUT_ITEMS 8
-template <hx_u32 G, class Bar>
-HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want, hx_u32* hist,
-                                     hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut) {
-  cut = 0;
-  if (count <= want) return count;
+// The smallest entry of the top `want` of the entries each(f) visits (hx_topk_entry: by key, equal keys by lower
+// index; no two equal, none 0; more than want of them): each(f) calls f(x) for every entry thread t owns, every
+// thread calling it. A radix select over the 64-bit entries, most significant digit first, up to 11 bits a pass:
+// first the key bits below the prefix every key shares (found from the smallest and largest key, so that the first
+// pass spreads the keys over its bins instead of piling them into a few, whose increments would queue on one
+// shared word), then, only while equal keys straddle the cut, the complemented index's; it stops at the first
+// digit whose bin is taken whole. Shared: hist (2048 words), scan (a word a wave), found (2); free again on return.
+template <hx_u32 G, class Bar, class Each>
+HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx_u32 want, hx_u32* hist,
+                                        hx_u32* scan, hx_u32* found) {
   // the keys' range: the bits above its highest differing bit are every entry's
   hx_u32 lo = 0xFFFFFFFFu, hi = 0u;
-  for (hx_u32 i = t; i < count; i += G) {
-    const hx_u32 k = (hx_u32)(e[i] >> 32);
+  each([&](hx_u64 x) {
+    const hx_u32 k = (hx_u32)(x >> 32);
     lo = k < lo ? k : lo;
     hi = k > hi ? k : hi;
-  }
+  });
   for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
     const hx_u32 l2 = hx_wave_shfl_u32(lo, (t % HX_WAVE_SIZE) ^ d), h2 = hx_wave_shfl_u32(hi, (t % HX_WAVE_SIZE) ^ d);
     lo = l2 < lo ? l2 : lo;
@@ -161,17 +156,16 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
   }
   bar();  // hist is cleared next
   int top = 32 + (lo == hi ? -1 : 31 - __builtin_clz(lo ^ hi));  // the highest bit left to resolve
-  cut = top >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top + 1) << (top + 1);
+  hx_u64 cut = top >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top + 1) << (top + 1);
   hx_u32 need = want;
   while (top >= 0) {
     const int shift = top >= 10 ? top - 10 : 0;
     const hx_u32 bins = 1u << (top - shift + 1), high = (hx_u32)top + 1u;
     for (hx_u32 b = t; b < bins; b += G) hist[b] = 0u;
     bar();
-    for (hx_u32 i = t; i < count; i += G) {
-      const hx_u64 x = e[i];
+    each([&](hx_u64 x) {
       if (high >= 64 || (x >> high) == (cut >> high)) hx_atomic_add_u32(&hist[(hx_u32)(x >> shift) & (bins - 1u)], 1u);
-    }
+    });
     bar();
     hx_group_find_bin<G>(t, bar, hist, bins, need, scan, found);
     const hx_u32 bin = found[0], take = found[1], whole = take == hist[bin];
@@ -181,6 +175,23 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
     bar();  // found and hist are rewritten by the next pass
     if (whole) break;  // uniform: every thread read the same found and hist
   }
+  return cut;
+}
+
+// The top `want` of the entries e[0, count) (as hx_group_select takes them), kept in e[0, min(count, want)) in no
+// particular order; returns that count, and in cut the smallest entry an entry must reach to be kept (when count >
+// want; kept: e >= cut). hx_group_select finds the cut; then every entry at or above it is moved down, a tile of
+// HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes past the tile). Shared:
+// hist, scan and found as hx_group_select's, fill (1); all free again on return.
+#define HX_CUT_ITEMS 8
+template <hx_u32 G, class Bar>
+HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want, hx_u32* hist,
+                                     hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut) {
+  cut = 0;
+  if (count <= want) return count;
+  cut = hx_group_select<G>(t, bar, [&](auto&& f) {
+    for (hx_u32 i = t; i < count; i += G) f(e[i]);
+  }, want, hist, scan, found);
   if (t == 0) *fill = 0u;
   for (hx_u32 base = 0; base < count; base += G * HX_CUT_ITEMS) {
     hx_u64 mine[HX_CUT_ITEMS];

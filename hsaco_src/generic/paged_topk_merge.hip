@@ -8,8 +8,8 @@
 // The lists live in the op's workspace, written by the fused kernel just before: counts and slots are still
 // checked against their ranges, so a workspace in a bad state can only give a wrong selection, never a read or
 // write outside it. The pieces' slots and counts are read at once and their entries taken as one list: into shared
-// memory and cut there when it fits MAX_TOP_K entries, else selected by a radix select over the list where it lies
-// and only the top_k gathered. Either way a row waits on a few rounds of loads, not on one per piece.
+// memory and cut there when it fits MAX_TOP_K entries, else selected by a radix select over the pieces where they
+// lie (each thread a tile of loads of each piece at a time) and only the top_k gathered.
 //
 // Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
 // of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
@@ -68,66 +68,46 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     const hx_u32 at = hx_block_exclusive_sum(count[0] + count[1], scan, &total);
     if (2 * tid < HX_MAX_PIECES) piece_at[2 * tid] = at;
     if (2 * tid + 1 < HX_MAX_PIECES) piece_at[2 * tid + 1] = at + count[0];
-    if (tid == 0) piece_at[HX_MAX_PIECES] = total;
+    if (tid == 0) piece_at[HX_MAX_PIECES] = total;  // pieces past np count 0: piece_at[np] is the total too
     bar();
-    // 2. the row's top_k of the list: cut in shared memory when the list fits there; else found over the list in
-    //    global memory by its digits (a tile of loads at a time, as the cut does in shared memory) and gathered
+    // 2. the row's top_k of the list: cut in shared memory when the list fits there; else its cut found over the
+    //    pieces where they lie (hx_group_select, a tile of loads at a time) and the entries above it gathered
     hx_u32 have = 0;
     hx_u64 cut = 0;
-    auto entry = [&](hx_u32 f) {  // entry f of the list
-      hx_u32 lo = 0, hi = np;     // the last piece starting at or before f
-      while (hi - lo > 1) {
-        const hx_u32 mid = (lo + hi) / 2;
-        if (piece_at[mid] <= f) lo = mid;
-        else hi = mid;
-      }
-      return p.parts[((hx_i64)piece_slot[lo] * p.next_n + j) * (hx_i64)top_k + (f - piece_at[lo])];
-    };
-    if (total <= MAX_TOP_K) {
-      for (hx_u32 f = tid; f < total; f += HX_BLOCK) e[f] = entry(f);
-      bar();
-      have = hx_group_cut<HX_BLOCK>(tid, bar, e, total, top_k, hist, scan, found, found + 2, cut);
-    } else {
-      hx_u32 need = top_k;
-      for (int top = 63; top >= 0;) {
-        const int shift = top >= 10 ? top - 10 : 0;
-        const hx_u32 bins = 1u << (top - shift + 1), high = (hx_u32)top + 1u;
-        for (hx_u32 i = tid; i < bins; i += HX_BLOCK) hist[i] = 0u;
-        bar();
-        for (hx_u32 base = 0; base < total; base += HX_BLOCK * HX_CUT_ITEMS) {
+    auto pieces = [&](auto&& f) {  // f(x, place in the list) for each of this thread's entries, piece by piece
+      for (hx_u32 q = 0; q < np; ++q) {
+        const hx_u32 n = piece_at[q + 1] - piece_at[q];
+        const hx_u64* src = p.parts + ((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k;
+        for (hx_u32 i0 = tid; i0 < n; i0 += HX_BLOCK * HX_CUT_ITEMS) {
           hx_u64 x[HX_CUT_ITEMS];
           HX_UNROLL
           for (int k = 0; k < HX_CUT_ITEMS; ++k) {
-            const hx_u32 f = base + tid + (hx_u32)k * HX_BLOCK;
-            x[k] = f < total ? entry(f) : 0ull;
+            const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
+            x[k] = i < n ? src[i] : 0ull;
           }
           HX_UNROLL
-          for (int k = 0; k < HX_CUT_ITEMS; ++k)
-            if (x[k] && (high >= 64 || (x[k] >> high) == (cut >> high)))
-              hx_atomic_add_u32(&hist[(hx_u32)(x[k] >> shift) & (bins - 1u)], 1u);
+          for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+            const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
+            if (i < n) f(x[k], piece_at[q] + i);
+          }
         }
-        bar();
-        hx_topk_find_bin(hist, bins, need, scan, found);
-        const hx_u32 bin = found[0], take = found[1], whole = take == hist[bin];
-        cut |= (hx_u64)bin << shift;
-        need = take;
-        top = shift - 1;
-        bar();  // found and hist are rewritten next
-        if (whole) break;  // uniform
       }
+    };
+    if (total <= MAX_TOP_K) {
+      pieces([&](hx_u64 x, hx_u32 f) { e[f] = x; });
+      bar();
+      have = hx_group_cut<HX_BLOCK>(tid, bar, e, total, top_k, hist, scan, found, found + 2, cut);
+    } else {
+      cut = hx_group_select<HX_BLOCK>(tid, bar, [&](auto&& f) { pieces([&](hx_u64 x, hx_u32) { f(x); }); }, top_k,
+                                      hist, scan, found);
       if (tid == 0) found[2] = 0u;
       bar();
-      for (hx_u32 base = 0; base < total; base += HX_BLOCK * HX_CUT_ITEMS) {
-        hx_u64 x[HX_CUT_ITEMS];
-        HX_UNROLL
-        for (int k = 0; k < HX_CUT_ITEMS; ++k) {
-          const hx_u32 f = base + tid + (hx_u32)k * HX_BLOCK;
-          x[k] = f < total ? entry(f) : 0ull;
+      pieces([&](hx_u64 x, hx_u32) {
+        if (x >= cut) {
+          const hx_u32 at = hx_atomic_add_u32(&found[2], 1u);
+          if (at < MAX_TOP_K) e[at] = x;  // top_k of them from a sound workspace
         }
-        HX_UNROLL
-        for (int k = 0; k < HX_CUT_ITEMS; ++k)
-          if (x[k] && x[k] >= cut) e[hx_atomic_add_u32(&found[2], 1u)] = x[k];
-      }
+      });
       bar();
       have = top_k;
     }

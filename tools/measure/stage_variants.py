@@ -208,8 +208,15 @@ _WARP_APPEND = Plant("warp_append", FUSED, """\
     if (take) k.e[jr * k.stride + base + (hx_u32)__popc(mine & ((1u << lane) - 1u))] = hx_topk_entry(key, c.n);
 """)
 
+# ... and its math warpgroups meeting every other round (twice the slack a row).
+_MEET_TWO_ROUNDS = [Plant("slack_two_rounds", FUSED, "constexpr hx_u32 SLACK = 2 * MATH_WG * SK;",
+                          "constexpr hx_u32 SLACK = 4 * MATH_WG * SK;"),
+                    Plant("meet_two_rounds", FUSED, "        if (turn == MATH_WG - 1) {",
+                          "        if (turn == MATH_WG - 1 && (++rounds & 1u) == 0u) {"),
+                    Plant("round_count", FUSED, "  hx_i32 turn = 0;", "  hx_i32 turn = 0;\n  hx_u32 rounds = 0;")]
+
 VARIANTS = {
-    "sm90a_fused": {"shipped": [], "warp_append": [_WARP_APPEND]},
+    "sm90a_fused": {"shipped": [], "warp_append": [_WARP_APPEND], "meet_two_rounds": _MEET_TWO_ROUNDS},
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
