@@ -9,9 +9,7 @@
 // checked against their ranges, so a workspace in a bad state can only give a wrong selection, never a read or
 // write outside it. The pieces' slots and counts are read at once and their entries taken as one list: into shared
 // memory and cut there when it fits MAX_TOP_K entries, else selected by a radix select over the pieces where they
-// lie and only the top_k gathered. Each thread takes every HX_BLOCK-th entry of the list, a tile of loads at a
-// time, walking the pieces' starts forward (no search per entry), so many small pieces spread over the block as
-// well as a few large ones.
+// lie and only the top_k gathered, a tile of loads at a time per thread.
 //
 // Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
 // of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
@@ -76,8 +74,33 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     //    pieces where they lie (hx_group_select, a tile of loads at a time) and the entries above it gathered
     hx_u32 have = 0;
     hx_u64 cut = 0;
-    auto pieces = [&](auto&& f) {  // f(x, f) for this thread's entries x of the list, f its place there
-      hx_u32 q = 0;                 // the piece of the thread's last entry: its places only grow
+    // f(x, at) for each of this thread's entries x of the list, `at` its place there. Pieces of a block's width or
+    // more: piece by piece, a tile of loads of each at a time (back to back); else every HX_BLOCK-th entry of the
+    // whole list, walking the pieces' starts forward (no search per entry), so many small pieces spread over the
+    // block too.
+    const bool wide = total >= np * HX_BLOCK;  // uniform
+    auto pieces = [&](auto&& f) {
+      if (wide) {
+        for (hx_u32 q = 0; q < np; ++q) {
+          const hx_u32 n = piece_at[q + 1] - piece_at[q];
+          const hx_u64* src = p.parts + ((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k;
+          for (hx_u32 i0 = tid; i0 < n; i0 += HX_BLOCK * HX_CUT_ITEMS) {
+            hx_u64 x[HX_CUT_ITEMS];
+            HX_UNROLL
+            for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+              const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
+              x[k] = i < n ? src[i] : 0ull;
+            }
+            HX_UNROLL
+            for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+              const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
+              if (i < n) f(x[k], piece_at[q] + i);
+            }
+          }
+        }
+        return;
+      }
+      hx_u32 q = 0;  // the piece of the thread's last entry: its places only grow
       for (hx_u32 base = tid; base < total; base += HX_BLOCK * HX_CUT_ITEMS) {
         hx_u64 x[HX_CUT_ITEMS];
         HX_UNROLL

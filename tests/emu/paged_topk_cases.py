@@ -300,7 +300,8 @@ def merge_of_written_pieces(dev):
     """The fused path's merge kernel (hsaco_src/generic/paged_topk_merge.hip) over pieces written here, listed in
     any order: each row gets the top_k of the union of its pieces, ties to the lower position, in ascending
     position or sorted, -1 past the union, values and slots; and every sequence's list is emptied. Unions wider
-    than its buffer, all keys tied, a sequence with no pieces, a row with none, rows too wide for its bitmap."""
+    than its buffer (in pieces wider than the block and narrower), all keys tied, a sequence with no pieces, a row
+    with none, rows too wide for its bitmap."""
     from hipindexer.ops.launch import kernel_for
     from hipindexer.ops.paged_topk_fused import MERGE_POINTERS
     rng = np.random.default_rng(5)
@@ -308,8 +309,12 @@ def merge_of_written_pieces(dev):
     # one piece's), a unit on a boundary holding two; sequence 2 has no keys.
     B, n, units, bs = 4, 2, 13, 16
     cover = {0: list(range(9)), 1: [8, 9, 10], 2: [], 3: [10, 11, 12]}
-    for top_k, mml, by_value, tied in ((5, 1000, False, False), (600, 6000, True, False), (600, 6000, False, True),
-                                     (64, 300_000, False, False), (64, 300_000, True, True)):
+    # sequence 0 over all 13 units: a union past the buffer in pieces narrower than the block (its other walk)
+    thin = {0: list(range(13)), 1: [12], 2: [], 3: [12]}
+    for top_k, mml, by_value, tied, cover in ((5, 1000, False, False, cover), (600, 6000, True, False, cover),
+                                              (600, 6000, False, True, cover), (64, 300_000, False, False, cover),
+                                              (64, 300_000, True, True, cover), (420, 9000, False, False, thin),
+                                              (420, 9000, True, True, thin)):
         slots = units + B
         parts = np.zeros((slots, n, top_k), np.uint64)
         counts = np.full((slots, n), -3, np.int32)  # never read: no list names those slots

@@ -325,7 +325,8 @@ PLANTS = {
               "const hx_i64 live = (hx_i64)p.next_n;"),
         # The fused path's merge (generic/paged_topk_merge.hip; merge_of_written_pieces runs it on the emulator):
         # a sequence's last listed piece left out, the entry at the cut dropped when the union is selected where
-        # it lies, a bitmap place one late, a sequence's list never emptied.
+        # it lies, a bitmap place one late, a sequence's list never emptied, a piece's first entry read from the
+        # piece before (the walk over narrow pieces).
         Plant("merge_last_piece_left_out", "generic/paged_topk_merge.hip",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed;",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed - 1u;"),
@@ -334,6 +335,8 @@ PLANTS = {
         Plant("merge_place_one_late", "generic/paged_topk_merge.hip",
               "hx_u32 rank = hist[t] + hx_popc(", "hx_u32 rank = 1u + hist[t] + hx_popc("),
         Plant("merge_list_not_emptied", "generic/paged_topk_merge.hip", "      p.seq_nparts[b] = 0;\n", ""),
+        Plant("merge_walk_a_piece_short", "generic/paged_topk_merge.hip", "while (piece_at[q + 1] <= at) ++q;",
+              "while (piece_at[q + 1] < at) ++q;"),
     ],
     # The fused decode top-k kernel (sm90a/paged_mqa_topk_wgmma_tma.hip), on the GPU (its suite is
     # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, a cut that keeps
