@@ -216,6 +216,43 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n1:]]
 
 
+@pytest.fixture
+def mi355x():
+    """(backend, device): a gfx950 device of 256 CUs over host memory (tests/host_backend.py)."""
+    from hipindexer.runtime.module import load_manifest
+    from host_backend import HostBackend, registered
+    try:
+        load_manifest()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    hb = HostBackend(name="host_fused_gfx950", arch="gfx950", num_cus=256, wave_size=64)
+    with registered(hb) as dev:
+        yield hb, dev
+
+
+def test_gfx950_takes_its_own_fused_kernel_with_two_units_a_cu(mi355x):
+    hb, dev = mi355x
+    inp = _resident(dev, fused_inputs(6, B=4, next_n=2, ctx=3000, top_k=256, bs=16))
+    for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (64, 2, 512, 128, 64)):
+        ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
+        assert ws.fused and ws.units == 512 and ws.nbytes <= ws.bound, ws
+    n0 = len(hb.launches)
+    hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, return_values=True, fused=True, cap=256 + 512)
+    launches = hb.launches[n0:]
+    assert [fn for fn, *_ in launches] == ["hx_paged_mqa_topk_mfma", "hx_paged_topk_merge"]
+    assert launches[0][1][0] <= 512 and launches[0][2][0] == 256
+    sel = hipindexer.catalog.STRUCT["DecodeTopkParams"].ctype().from_buffer_copy(launches[0][4])
+    assert (sel.top_k, sel.next_n, sel.kv_map, sel.cap, sel.block_size) == (256, 2, 0, 768, 16)
+    n0 = len(hb.launches)
+    for kw, name in ((dict(stages=6), "stages"), (dict(cap=767), "cap"), (dict(cap=True), "cap")):
+        with pytest.raises(ValueError, match=f"^{name}"):
+            hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, **kw)
+    with pytest.raises(ValueError, match="^fused: True, but the fused kernel is the unit of paged_mqa_logits_mfma"):
+        bs1 = _resident(dev, fused_inputs(7, B=4, next_n=1, ctx=300, top_k=64, bs=1))
+        hipindexer.fp8_paged_mqa_topk(*bs1.args()[:6], 64, fused=True)
+    assert len(hb.launches) == n0
+
+
 def test_a_fused_workspace_refuses_what_it_cannot_serve(hopper):
     hb, dev = hopper
     inp = _resident(dev, fused_inputs(2, B=4, next_n=2, ctx=3000, top_k=256))
