@@ -45,6 +45,30 @@ HX_INLINE HX_DEV void hx_cand_cut(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_
   }
 }
 
+// The same at a meeting mid-segment, where the rows need only lose most of their entries: a row past `high` keeps
+// the entries at or above the lowest of the first radix digit's bin that holds its top_k-th (its top_k and the
+// rest of that bin: one pass over the entries where the exact cut takes two or more), its floor that bin's lowest
+// key. A later key equal to it comes after every kept entry, which all rank above it, so the floor still filters
+// exactly, and the segment's end cuts exactly. A row that keeps more than half the way from top_k to high is cut
+// exactly after all.
+template <hx_u32 G, class Bar>
+HX_INLINE HX_DEV void hx_cand_trim(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_i32 live, hx_u32 top_k, hx_u32 high) {
+  for (hx_i32 jr = 0; jr < live; ++jr) {
+    const hx_u32 n = k.count[jr];
+    if (n <= high) continue;  // uniform: read by all between two meetings (each a compiler fence)
+    hx_u64* e = k.e + jr * k.stride;
+    hx_u64 cut;
+    hx_u32 kept = hx_group_cut<G>(t, bar, e, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut, 1);
+    if (kept > top_k + (high - top_k) / 2)
+      kept = hx_group_cut<G>(t, bar, e, kept, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
+    if (t == 0) {
+      k.count[jr] = kept;
+      k.floor[jr] = (hx_u32)(cut >> 32);
+    }
+    bar();
+  }
+}
+
 // The segment's rows (cut to top_k) written to slot `slot` of parts / part_counts (next_n rows of top_k entries a
 // slot; rows past live get count 0), and the slot appended to sequence b's list (seq_parts: units words a sequence).
 template <hx_u32 G>

@@ -129,10 +129,12 @@ HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist
 // first the key bits below the prefix every key shares (found from the smallest and largest key, so that the first
 // pass spreads the keys over its bins instead of piling them into a few, whose increments would queue on one
 // shared word), then, only while equal keys straddle the cut, the complemented index's; it stops at the first
-// digit whose bin is taken whole. Shared: hist (2048 words), scan (a word a wave), found (2); free again on return.
+// digit whose bin is taken whole, or after `passes` digits: the cut is then the lowest entry of its bin, and the
+// entries at or above it the top `want` and the rest of that bin. Shared: hist (2048 words), scan (a word a wave),
+// found (2); free again on return.
 template <hx_u32 G, class Bar, class Each>
 HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx_u32 want, hx_u32* hist,
-                                        hx_u32* scan, hx_u32* found) {
+                                        hx_u32* scan, hx_u32* found, int passes = 64) {
   // the keys' range: the bits above its highest differing bit are every entry's
   hx_u32 lo = 0xFFFFFFFFu, hi = 0u;
   each([&](hx_u64 x) {
@@ -158,7 +160,7 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
   int top = 32 + (lo == hi ? -1 : 31 - __builtin_clz(lo ^ hi));  // the highest bit left to resolve
   hx_u64 cut = top >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top + 1) << (top + 1);
   hx_u32 need = want;
-  while (top >= 0) {
+  while (top >= 0 && passes-- > 0) {
     const int shift = top >= 10 ? top - 10 : 0;
     const hx_u32 bins = 1u << (top - shift + 1), high = (hx_u32)top + 1u;
     for (hx_u32 b = t; b < bins; b += G) hist[b] = 0u;
@@ -180,18 +182,19 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
 
 // The top `want` of the entries e[0, count) (as hx_group_select takes them), kept in e[0, min(count, want)) in no
 // particular order; returns that count, and in cut the smallest entry an entry must reach to be kept (when count >
-// want; kept: e >= cut). hx_group_select finds the cut; then every entry at or above it is moved down, a tile of
-// HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes past the tile). Shared:
-// hist, scan and found as hx_group_select's, fill (1); all free again on return.
+// want; kept: e >= cut). hx_group_select finds the cut (in `passes` digits at most: then the entries kept are the
+// top want and the rest of the cut's bin, and their count is what it returns); then every entry at or above it is
+// moved down, a tile of HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes
+// past the tile). Shared: hist, scan and found as hx_group_select's, fill (1); all free again on return.
 #define HX_CUT_ITEMS 8
 template <hx_u32 G, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want, hx_u32* hist,
-                                     hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut) {
+                                     hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut, int passes = 64) {
   cut = 0;
   if (count <= want) return count;
   cut = hx_group_select<G>(t, bar, [&](auto&& f) {
     for (hx_u32 i = t; i < count; i += G) f(e[i]);
-  }, want, hist, scan, found);
+  }, want, hist, scan, found, passes);
   if (t == 0) *fill = 0u;
   for (hx_u32 base = 0; base < count; base += G * HX_CUT_ITEMS) {
     hx_u64 mine[HX_CUT_ITEMS];
@@ -206,7 +209,9 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
       if (mine[k] >= cut && mine[k] != 0ull) e[hx_atomic_add_u32(fill, 1u)] = mine[k];
   }
   bar();
-  return want;
+  const hx_u32 kept = *fill;  // want, unless the passes stopped short
+  bar();                      // read by all before fill is reused
+  return kept;
 }
 
 #if defined(HX_BLOCK)

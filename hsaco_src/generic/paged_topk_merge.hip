@@ -121,6 +121,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
       pieces([&](hx_u64 x, hx_u32 f) { e[f] = x; });
       bar();
       have = hx_group_cut<HX_BLOCK>(tid, bar, e, total, top_k, hist, scan, found, found + 2, cut);
+      have = have < top_k ? have : top_k;  // more only from a workspace in a bad state (equal entries)
     } else {
       cut = hx_group_select<HX_BLOCK>(tid, bar, [&](auto&& f) { pieces([&](hx_u64 x, hx_u32) { f(x); }); }, top_k,
                                       hist, scan, found);

@@ -2,13 +2,13 @@
 // rows of common/topk_rows.h, instead of writing its logits. next_n <= 2, top_k <= 2048, block sizes that are
 // powers of two >= 16, both layouts; hipindexer/ops/paged_topk_fused.py runs it, then generic/paged_topk_merge.hip.
 //
-// A page's logits of a row land one key a lane (hx_row_logits); the lanes whose key passes the row's floor take
-// their places in the row's buffer from one ballot and one LDS add a wave. The waves meet after every round of NW
-// pages (one page a wave): an appender that takes a row past HIGH = cap - SLACK raises the round's flag, and after
-// the meeting every wave reads it, so all decide alike whether to cut. A round adds at most SLACK = NW x 64
-// entries a row, so a row at or below HIGH at one meeting stays within cap until the next. Three flags in turn:
-// the one read at round r's meeting is raised only by round r's appends, and the first thread clears round
-// r + 2's there (its last readers met at r - 1, its first writers start after meeting r + 1).
+// A page's logits of a row land one key a lane (hx_row_logits); the lanes whose key passes the row's floor take their
+// places in the row's buffer from one ballot and one LDS add a wave. The waves meet after every round of NW pages (one
+// page a wave): an appender that takes a row past HIGH = cap - SLACK raises the round's flag, and after the meeting
+// every wave reads it, so all decide alike whether to trim (hx_cand_trim). A round adds at most SLACK = NW x 64 entries
+// a row, so a row at or below HIGH at one meeting stays within cap until the next. Three flags in turn: the one read at
+// round r's meeting is raised only by round r's appends, and the first thread clears round r + 2's there (its last
+// readers met at r - 1, its first writers start after meeting r + 1).
 //
 // LDS: the candidates take what the unit's rows and scans leave of half a CU's 160 KiB (the VGPRs hold two units a
 // CU, as for the logits kernel), cap entries a row of next_n (p.cap at most, when set). A column past the unit's
@@ -90,14 +90,16 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_topk_mfma(const HX_GRID_C
         const hx_i32 row_bound = hx_stage_rows(p, s, seq, b, w, lane);
         hx_wave_pages(
             p, s, c, w, row_bound,
-            [&](hx_i32 pg, const hx_kpage& kp) { hx_offer_page(p, s, c, pg, kp, unit, k, high, flags + (pg / NW) % 3); },
+            [&](hx_i32 pg, const hx_kpage& kp) {
+              hx_offer_page(p, s, c, pg, kp, unit, k, high, flags + (pg / NW) % 3);  // page pg is of round pg / NW
+            },
             [&](hx_i32 r) {
               hx_workgroup_lds_barrier();
               const bool hot = hx_readfirstlane(flags[r % 3]) != 0u;
               if (t == 0) flags[(r + 2) % 3] = 0u;
               if (hot) {
                 HX_ASM_MARK("rare-path");
-                hx_cand_cut<HX_BLOCK>(k, t, bar, ROWS, (hx_u32)p.top_k);  // rows past the live ones hold none
+                hx_cand_trim<HX_BLOCK>(k, t, bar, ROWS, (hx_u32)p.top_k, high);  // rows past the live ones hold none
               }
             });
         // The sequence's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.

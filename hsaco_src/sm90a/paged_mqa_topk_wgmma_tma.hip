@@ -6,11 +6,13 @@
 //
 // A lane whose logit's key is above its row's floor appends it to the row's buffer. The math warpgroups take stages
 // i % 3 and meet once a round of three stages (named barrier BAR_MATH, with an OR of "a row of mine is past HIGH"):
-// when any row might be, they cut every such row to its top_k together. The slack: a round's check sees every entry
-// appended before the last meeting, and two rounds add at most SLACK = 2 x 3 x 64 entries a row, so a row that no
-// thread saw past cap - SLACK stays within cap until the next meeting. The ring is p.stages deep (fewer where they
-// do not fit) and the buffers take what shared memory it leaves (p.cap entries a row at most, when set): fewer
-// stages, fewer cuts. At a segment's end the warpgroups meet, cut each live row to top_k and write it out.
+// when any row might be, they trim every such row together (hx_cand_trim: its top_k and the rest of a radix bin).
+// The slack: a round's check sees every entry appended before the last meeting, and two rounds add at most SLACK = 2
+// x 3 x 64 entries a row, so a row that no thread saw past cap - SLACK stays within cap until the next meeting. The
+// ring is p.stages deep (fewer where they do not fit) and the buffers take what shared memory it leaves (p.cap
+// entries a row at most, when set): fewer stages, fewer trims. At a segment's end the warpgroups meet, cut each live
+// row to top_k and write it out.
+//
 // Nothing is written for columns no key reaches: the merge pads with -1. Block ids and lengths are read, checked
 // and flagged exactly as by the logits kernel (its producer warpgroup); keys behind a bad block never enter.
 #include "decode_tma_loader.h"
@@ -109,7 +111,7 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
         if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
           bool hot = false;
           for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
-          if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_cut<GROUP>(k, gt, bar, R, top_k);
+          if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim<GROUP>(k, gt, bar, R, top_k, high);
         }
       }
     });

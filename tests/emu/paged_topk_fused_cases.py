@@ -85,14 +85,16 @@ def negative_logits_at_unit_boundaries(dev):
 
 def ordered_inputs(order, next_n, B=3, ctx=6000, H=64, bs=64):
     """Every key the same positive code vector, its scale rising, falling or the same along the sequence, and
-    positive queries and weights: each row's logits rise, fall or tie along its keys."""
-    rng = np.random.default_rng({"rising": 1, "falling": 2, "tied": 3}[order])
+    positive queries and weights: each row's logits rise, fall or tie along its keys. "clustered": the first 8 keys
+    far above the rest, which rise within 1% of each other: one radix bin of the keys' range holds them all."""
+    rng = np.random.default_rng({"rising": 1, "falling": 2, "tied": 3, "clustered": 4}[order])
     lens = np.full(B, ctx, np.int32)
     tables, num_blocks = cache.make_block_tables(lens, bs, rng, max_model_len=ctx, max_blocks=ctx // bs + 1)
     kv = cache.new_cache(num_blocks, bs, D)
     code = np.full((ctx, D), 0x38, np.uint8).view(testing.random_fp8(rng, (1,)).dtype)  # 1.0
     n = np.arange(ctx)
-    scale = {"rising": 1 + n / ctx, "falling": 2 - n / ctx, "tied": np.ones(ctx)}[order]
+    scale = {"rising": 1 + n / ctx, "falling": 2 - n / ctx, "tied": np.ones(ctx),
+             "clustered": np.where(n < 8, 100.0, 1 + n / ctx / 100)}[order]
     scale = (scale * 2.0 ** -6).astype(np.float32)
     for b in range(B):
         cache.write_cache(kv, code, scale, tables[b, n // bs].astype(np.int64) * bs + n % bs)
@@ -104,8 +106,8 @@ def ordered_inputs(order, next_n, B=3, ctx=6000, H=64, bs=64):
 @case
 def key_orders_that_fill_and_starve_the_candidates(dev):
     """Rising logits make every key enter and the buffers cut at every chance, falling ones let none in after the
-    first, tied ones make every cut resolve by position (the lowest keys win): each against its exact selection,
-    one unit a sequence and two."""
+    first, tied ones make every cut resolve by position (the lowest keys win), clustered ones leave a trim nothing
+    to drop: each against its exact selection, at two grids."""
     top_k = 300
     for order in ("rising", "falling", "tied"):
         for n in (1, 2):
@@ -120,6 +122,15 @@ def key_orders_that_fill_and_starve_the_candidates(dev):
                 assert (val > 0).all() and (slots >= 0).all()
                 if order == "tied":
                     assert (val == val[:, :1]).all()
+    # A trim keeps the whole bin that holds the top_k-th key: here that is every clustered key, so the rows must be
+    # cut exactly instead, or they would never shrink (and pass their buffers).
+    for n in (1, 2):
+        inp = ordered_inputs("clustered", n)
+        bound = reference.decode_bounds(inp.context_lens, n, inp.max_model_len, None)
+        want = np.concatenate([np.broadcast_to(np.arange(8), (len(bound), 8)),
+                               bound[:, None] - (top_k - 8) + np.arange(top_k - 8)[None, :]], axis=1)
+        idx, _, _ = C.run(dev, inp, top_k, False, **tight(dev, top_k, 3))
+        assert (idx == want).all(), f"clustered, next_n {n}"
 
 
 @case

@@ -215,8 +215,13 @@ _MEET_TWO_ROUNDS = [Plant("slack_two_rounds", FUSED, "constexpr hx_u32 SLACK = 2
                           "        if (turn == MATH_WG - 1 && (++rounds & 1u) == 0u) {"),
                     Plant("round_count", FUSED, "  hx_i32 turn = 0;", "  hx_i32 turn = 0;\n  hx_u32 rounds = 0;")]
 
+# ... and its rows cut exactly at the meetings, as at a segment's end, instead of trimmed.
+_EXACT_AT_MEETINGS = Plant("exact_at_meetings", FUSED, "hx_cand_trim<GROUP>(k, gt, bar, R, top_k, high);",
+                           "hx_cand_cut<GROUP>(k, gt, bar, R, top_k);")
+
 VARIANTS = {
-    "sm90a_fused": {"shipped": [], "warp_append": [_WARP_APPEND], "meet_two_rounds": _MEET_TWO_ROUNDS},
+    "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
+                    "meet_two_rounds": _MEET_TWO_ROUNDS},
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {

@@ -341,7 +341,8 @@ PLANTS = {
     # The fused decode top-k kernel (sm90a/paged_mqa_topk_wgmma_tma.hip), on the GPU (its suite is
     # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, a cut that keeps
     # one entry too few (the buffer's count still top_k; common/topk_rows.h), a piece's slot the unit's alone (a
-    # unit's two pieces on a sequence boundary then share it), each stage's last key never offered.
+    # unit's two pieces on a sequence boundary then share it), a trim that never falls back to the exact cut, each
+    # stage's last key never offered.
     "paged_topk_fused": [
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip", "if (key <= floor[jr]) return;",
               "if (key <= floor[0]) return;"),
@@ -349,6 +350,8 @@ PLANTS = {
               "k.e + jr * k.stride, n, top_k - 1,"),
         Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + b, b,",
               "p.seq_nparts, u, b,"),
+        Plant("fused_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
+              "if (kept > 0xFFFFFFF0u)"),
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
               "          c.clean = false;\n"
               "          c.in = c.in && c.n + 1 < lds_i32(sm.base + REC_OFF + at.slot * 16 + 4);\n"),
@@ -356,8 +359,9 @@ PLANTS = {
     # The gfx950 fused decode top-k kernel (gfx950/paged_mqa_topk_mfma.hip) on the emulator (its suite is
     # tests/emu/paged_topk_fused_cases.py, SET_TESTS): every row filtered by the first row's floor, keys the unit
     # did not read (its last page's tail, a bad block's) offered as zeros, each page's last key never offered, a round's flag
-    # never raised (rows pass their buffers), the meeting reading the next round's flag, a cut one entry short,
-    # a piece's slot the unit's alone.
+    # never raised (rows pass their buffers), the meeting reading the next round's flag, a cut one entry short, a
+    # trim that never falls back to the exact cut (a row of equal keys then stays full), a piece's slot the unit's
+    # alone.
     "paged_topk_fused_mfma": [
         Plant("mfma_fused_floor_of_the_first_row", "gfx950/paged_mqa_topk_mfma.hip", "const bool take = key > floor[j];",
               "const bool take = key > floor[0];"),
@@ -371,6 +375,8 @@ PLANTS = {
               "hx_readfirstlane(flags[r % 3])", "hx_readfirstlane(flags[(r + 1) % 3])"),
         Plant("mfma_fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
               "k.e + jr * k.stride, n, top_k - 1,"),
+        Plant("mfma_fused_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
+              "if (kept > 0xFFFFFFF0u)"),
         Plant("mfma_fused_slot_of_the_unit_alone", "gfx950/paged_mqa_topk_mfma.hip", "hx_block_x() + b, b,",
               "hx_block_x(), b,"),
     ],
