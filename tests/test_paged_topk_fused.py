@@ -1,12 +1,14 @@
 """The fused decode top-k (sm_90a: hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip, gfx950:
 hsaco_src/gfx950/paged_mqa_topk_mfma.hip, then generic/paged_topk_merge.hip).
 
-The cases of tests/emu/paged_topk_fused_cases.py (small inputs, a few units, the least candidate buffers) on the
-emulated MI355X and, marked gpu, on a real GPU. Then, at full size on a real GPU (marked gpu, skipped without one): the top-k gate on rows of every kind in both forms of the lengths,
-both layouts, both block sizes and both head counts, exactly the composed path's selection (the same logits); key
-orders that make every key enter the on-chip candidates (rising), none after the first (falling) and every logit
-tie (the lowest keys win); untrusted device values; the same bits twice. Over a backend that runs no kernel:
-which workspace and which launches a call gets, what it refuses, and a prepared call that allocates nothing."""
+The cases of tests/emu/paged_topk_fused_cases.py (small inputs, a few units, the least candidate buffers: the gate
+and the composed path's bits, key orders, untrusted values, the same bits at any grid) on the emulated MI355X and,
+marked gpu, on a real GPU; the gfx950 kernel's ISA against the logits kernel's. At full size on a real GPU (marked
+gpu, skipped without one): the top-k gate on rows of every kind in both forms of the lengths, both layouts, both
+block sizes and both head counts, exactly the composed path's selection; key orders that make every key enter the
+candidates of the default grid's units (rising), none after the first (falling) and every logit tie; the same
+bits twice. Over a backend that runs no kernel (sm_90a and gfx950): which workspace and which launches a call gets,
+what it refuses, and a prepared call that allocates nothing."""
 import numpy as np
 import pytest
 
@@ -14,8 +16,8 @@ import emu_harness as EH
 import hipindexer
 import paged_topk_cases as C
 import paged_topk_fused_cases as F
-from hipindexer import cache, reference, testing
-from hipindexer.ops import ERROR_BLOCK_ID, ERROR_LENGTH, paged_topk_fused
+from hipindexer import reference, testing
+from hipindexer.ops import paged_topk_fused
 from hipindexer.runtime import DeviceArray
 
 D = 128
@@ -54,20 +56,9 @@ def test_the_gfx950_fused_kernel_keeps_the_logits_kernels_budget(emu_kernels):
                                                                        g.page_valu_with(n))
 
 
-def fused_inputs(seed, B=5, next_n=1, H=64, bs=64, ctx=20000, preshuffle=False, rows=False, ragged=False,
-                 top_k=2048):
-    """B sequences: wide ones (ctx keys), one of a third of that, one shorter than top_k, one of none."""
-    rng = np.random.default_rng(seed)
-    case = testing.DecodeCase(B, next_n, H, D, bs, preshuffle, mean_context=ctx, spread="equal", ragged=ragged,
-                              live_min=1, key_codes=True)
-    inp = testing.decode_inputs(rng, case)
-    lens = inp.context_lens.copy()
-    lens[1], lens[2], lens[3] = ctx // 3, max(1, top_k // 2), 0
-    nl = inp.next_n_lens
-    if rows:
-        lens, nl = reference.per_row_lengths(lens, next_n, nl), None
-    return testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, lens, inp.block_tables, inp.max_model_len, nl,
-                                preshuffle)
+def fused_inputs(seed, **kw):
+    """F.fused_inputs at full size: wide rows of 20,000 keys, top_k 2048 unless given."""
+    return F.fused_inputs(seed, **({"ctx": 20000, "top_k": 2048} | kw))
 
 
 def fused_workspace(dev, inp, top_k):
@@ -102,32 +93,12 @@ def test_the_fused_top_k_passes_the_gate_and_selects_as_the_composed_path(gpu_de
         assert (a.view(np.uint32) == b.view(np.uint32)).all()
 
 
-def ordered_inputs(order, next_n, B=16, ctx=65536, H=64, bs=64):
-    """Every key the same positive code vector, its scale rising, falling or the same along the sequence, and
-    positive queries and weights: each row's logits rise, fall or tie along its keys. Enough keys per unit
-    (B x ctx over the SMs) that a unit's candidates overflow the on-chip buffer when every key enters."""
-    rng = np.random.default_rng({"rising": 1, "falling": 2, "tied": 3}[order])
-    lens = np.full(B, ctx, np.int32)
-    tables, num_blocks = cache.make_block_tables(lens, bs, rng, max_model_len=ctx, max_blocks=ctx // bs + 1)
-    kv = cache.new_cache(num_blocks, bs, D)
-    code = np.full((ctx, D), 0x38, np.uint8).view(testing.random_fp8(rng, (1,)).dtype)  # 1.0
-    n = np.arange(ctx)
-    scale = {"rising": 1 + n / ctx, "falling": 2 - n / ctx, "tied": np.ones(ctx)}[order]
-    scale = (scale * 2.0 ** -6).astype(np.float32)
-    for b in range(B):
-        slots = tables[b, n // bs].astype(np.int64) * bs + n % bs
-        cache.write_cache(kv, code, scale, slots)
-    q = (testing.random_fp8(rng, (B, next_n, H, D)).view(np.uint8) & 0x3F).view(code.dtype)
-    w = np.abs(rng.standard_normal((B * next_n, H), dtype=np.float32)) + 0.1
-    return testing.DecodeInputs(q, kv, w, lens, tables, ctx, None, False)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("next_n", [1, 2])
 @pytest.mark.parametrize("order", ["rising", "falling", "tied"])
 def test_key_orders_that_fill_and_starve_the_on_chip_candidates(gpu_device, order, next_n):
     top_k = 2048
-    inp = ordered_inputs(order, next_n)
+    inp = F.ordered_inputs(order, next_n, B=16, ctx=65536)  # a unit's piece of a row: 7,900 keys
     ws = fused_workspace(gpu_device, inp, top_k)
     bound = reference.decode_bounds(inp.context_lens, next_n, inp.max_model_len, None)
     first = np.maximum(bound - top_k, 0) if order == "rising" else np.zeros_like(bound)
@@ -139,40 +110,6 @@ def test_key_orders_that_fill_and_starve_the_on_chip_candidates(gpu_device, orde
         assert (val > 0).all() and (slots >= 0).all()
         if order == "tied":
             assert (val == val[:, :1]).all()
-
-
-@pytest.mark.gpu
-def test_untrusted_device_values_are_skipped_and_flagged(gpu_device):
-    """Block ids outside the cache and malformed lengths in device memory: bits 0 and 2 in errors=, and the
-    selection the composed path makes on the same values (which the emulated cases pin to the logits op's)."""
-    for rows in (False, True):
-        inp = fused_inputs(71 + rows, B=6, next_n=2, ctx=9000, rows=rows, ragged=True)
-        bt, lens = inp.block_tables.copy(), inp.context_lens.copy()
-        bt[0, 2], bt[4, 20] = inp.kv_cache.shape[0], -5
-        nl = None if rows else inp.next_n_lens.copy()
-        if rows:
-            lens[5, 1] = -7
-        else:
-            lens[5] = -7
-        d = lambda a: None if a is None else DeviceArray.from_numpy(a, gpu_device)  # noqa: E731
-        bad = testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, d(lens), d(bt), inp.max_model_len, d(nl), False)
-        got = []
-        for fused in (True, False):
-            errors = DeviceArray.from_numpy(np.zeros(1, np.int32), gpu_device)
-            got.append(hipindexer.fp8_paged_mqa_topk(*bad.args()[:6], 100, next_n_lens=bad.next_n_lens, sorted=True,
-                                                     errors=errors, device=gpu_device, fused=fused).numpy())
-            assert int(errors.numpy()[0]) == ERROR_BLOCK_ID | ERROR_LENGTH, fused
-        assert (got[0] == got[1]).all()
-        assert not np.isin(np.arange(128, 192), got[0][0:2]).any()  # the keys of sequence 0's bad block
-
-
-@pytest.mark.gpu
-def test_the_fused_top_k_gives_the_same_bits_twice(gpu_device):
-    inp = fused_inputs(5, next_n=2, ragged=True)
-    ws = fused_workspace(gpu_device, inp, 2048)
-    for sorted in (False, True):
-        a, b = (C.run(gpu_device, inp, 2048, sorted, workspace=ws) for _ in range(2))
-        assert all((x.view(np.uint32) == y.view(np.uint32)).all() for x, y in zip(a, b))
 
 
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
