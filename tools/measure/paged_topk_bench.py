@@ -30,8 +30,10 @@ H, D, BLOCK, TOP_K = 64, 128, 64, 2048
 @click.option("--rows", default="64x131072,64x32768,16x32768,4x8192")
 @click.option("--next-n", "next_ns", default="1,2")
 @click.option("--repeats", default=5)
+@click.option("--stages", "stage_list", default="",
+              help="sm_90a: also time the fused path at these ring depths (comma-separated, each 6 to 24 in sixes).")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, rows, next_ns, repeats, as_json):
+def main(device_name, rows, next_ns, repeats, stage_list, as_json):
     dev = Device(device_name)
     if emulated(dev):
         rows = "2x256"
@@ -75,9 +77,14 @@ def main(device_name, rows, next_ns, repeats, as_json):
             def composed(i):
                 hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=cws, out=idx,
                                               device=dev)
+            def at_stages(st):
+                return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
+                                                               out=idx, device=dev, stages=st)
+            depths = [int(x) for x in stage_list.split(",") if x] if fws else []
             us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
                   for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
-                               ("fused", fused if fws else None), ("composed", composed))}
+                               ("fused", fused if fws else None), ("composed", composed),
+                               *((f"fused_stages_{d}", at_stages(d)) for d in depths))}
             case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
                     **{f"us_{k}": v for k, v in us.items()},
                     "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
@@ -88,7 +95,8 @@ def main(device_name, rows, next_ns, repeats, as_json):
                       f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
                       f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits); "
                       f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
-                      f"{ws.nbytes} B (bound {case['workspace_bound']} B)",
+                      f"{ws.nbytes} B (bound {case['workspace_bound']} B)" +
+                      "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths),
                       flush=True)
     if as_json:
         click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))
