@@ -17,9 +17,7 @@ from hipindexer.runtime import DeviceArray
 
 @pytest.mark.toolchain
 def test_paged_topk_cases_on_the_emulator(emu_kernels):
-    p = H.run_child_pytest(emu_kernels, "tests/emu/paged_topk_cases.py")
-    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
-    assert f"{len(C.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+    H.assert_child_cases_pass(emu_kernels, "tests/emu/paged_topk_cases.py", len(C.CASES))
 
 
 @pytest.mark.toolchain

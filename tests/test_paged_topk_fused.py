@@ -25,9 +25,7 @@ D = 128
 
 @pytest.mark.toolchain
 def test_fused_cases_on_the_emulator(emu_kernels):
-    p = EH.run_child_pytest(emu_kernels, "tests/emu/paged_topk_fused_cases.py")
-    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
-    assert f"{len(F.CASES)} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+    EH.assert_child_cases_pass(emu_kernels, "tests/emu/paged_topk_fused_cases.py", len(F.CASES))
 
 
 @pytest.mark.gpu

@@ -39,8 +39,8 @@ from ..runtime.device import as_stream
 from .decode import check_decode_call, decode_pointers, prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
-from .paged_topk_fused import (FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap, fused_arrays, fused_pays,
-                               fused_refusal, fused_units, plan_fused, run_fused)
+from .paged_topk_fused import (FUSED_KERNELS, FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap, fused_arrays,
+                               fused_pays, fused_refusal, fused_units, plan_fused, run_fused)
 from .topk import _grid, _stride, _written
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units", "cap")
@@ -337,8 +337,8 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if s.B and use_fused:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-        if stages is not None and t.arch != "sm_90a":
-            raise ValueError(f"stages: the ring depth of the sm_90a fused kernel; {t.arch}'s has none")
+        if stages is not None and not FUSED_KERNELS[t.arch].ring:
+            raise ValueError(f"stages: the depth of a fused kernel's stage ring; {t.arch}'s has none")
         plan = plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n],
                           units_asked, check_cap(t, top_k, tunables.get("cap")))
         remember(key, plan)

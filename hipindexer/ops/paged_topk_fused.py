@@ -25,14 +25,16 @@ from .topk import _grid, _stride
 @dataclass(frozen=True)
 class FusedKernel:
     """A target's fused kernel: the logits kernel whose unit it is (the logits planner must pick that one for the
-    call), and the most entries one round of its math adds to a row between two meetings (its SLACK)."""
+    call), the most entries one round of its math adds to a row between two meetings (its SLACK), and whether it
+    has a stage ring whose depth the `stages` tunable sets."""
     key: str
     logits: str
     slack: int
+    ring: bool
 
 
-FUSED_KERNELS = {"sm_90a": FusedKernel("paged_mqa_topk_wgmma_tma", "paged_mqa_logits_wgmma_tma", 2 * 3 * 64),
-                 "gfx950": FusedKernel("paged_mqa_topk_mfma", "paged_mqa_logits_mfma", 4 * 64)}
+FUSED_KERNELS = {"sm_90a": FusedKernel("paged_mqa_topk_wgmma_tma", "paged_mqa_logits_wgmma_tma", 2 * 3 * 64, True),
+                 "gfx950": FusedKernel("paged_mqa_topk_mfma", "paged_mqa_logits_mfma", 4 * 64, False)}
 FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
 # The sm_90a kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
 # mean fewer cuts, and more keep the copies ahead; docs/benchmarks.md ("The fused path") has the depths measured.

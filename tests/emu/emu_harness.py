@@ -166,3 +166,10 @@ def run_child_pytest(kernels: Path, *files):
         ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
          "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", *(ROOT / f for f in files)],
         ROOT / "tests" / "emu", timeout=900)
+
+
+def assert_child_cases_pass(kernels: Path, file: str, count: int) -> None:
+    """run_child_pytest on one cases file: every one of its `count` tests ran and passed, none skipped."""
+    p = run_child_pytest(kernels, file)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    assert f"{count} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]

@@ -302,19 +302,21 @@ def dominators(blocks, preds) -> list[set]:
     return dom
 
 
-def marked_blocks(body: str, blocks, mark: str) -> set:
-    """The blocks dominated by one holding wave.h's HX_ASM_MARK(mark) (the branch it starts, up to where the
-    branch rejoins the common path)."""
+def marked_blocks(body: str, blocks, dom, mark: str) -> set:
+    """The blocks dominated (dom: dominators' result) by one holding wave.h's HX_ASM_MARK(mark): the branch it
+    starts, up to where the branch rejoins the common path."""
     lines = [i for i, raw in enumerate(body.splitlines()) if f";hx-{mark}" in raw]
-    if not lines:
-        return set()
+    heads = {next(i for i, b in enumerate(blocks) if b["ins"] and b["ins"][-1][0] > ln) for ln in lines}
+    return {i for i in range(len(blocks)) if dom[i] & heads} if heads else set()
+
+
+def block_dominators(blocks) -> list[set]:
+    """Each block's dominators, from its predecessors as basic_blocks' successors give them."""
     preds = {i: set() for i in range(len(blocks))}
     for i, b in enumerate(blocks):
         for s_ in b["succ"]:
             preds[s_].add(i)
-    dom = dominators(blocks, preds)
-    heads = {next(i for i, b in enumerate(blocks) if b["ins"] and b["ins"][-1][0] > ln) for ln in lines}
-    return {i for i in range(len(blocks)) if dom[i] & heads}
+    return dominators(blocks, preds)
 
 
 def natural_loops(body: str) -> list[tuple[Loop, set]]:
@@ -389,8 +391,9 @@ def decode_figures(body: str, loop: Loop, tile_mfmas: int, resources: dict, bloc
     """The page loop's figures for a paged decode kernel (see DecodeFigures); None without an MFMA loop."""
     lines = list(_instructions(body))
     blocks = basic_blocks(lines)
-    rare = marked_blocks(body, blocks, "rare-path")
-    row_blocks = marked_blocks(body, blocks, "row") - rare  # without marks: the blocks holding MFMAs
+    dom = block_dominators(blocks)
+    rare = marked_blocks(body, blocks, dom, "rare-path")
+    row_blocks = marked_blocks(body, blocks, dom, "row") - rare  # without marks: the blocks holding MFMAs
     in_loop = [i for i, b in enumerate(blocks) if b["ins"] and loop.first_line <= b["ins"][0][0] <= loop.last_line]
     members = [i for i in in_loop if i not in rare]
     if not members or not loop.counts["mfma"]:

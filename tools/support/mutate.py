@@ -58,6 +58,15 @@ class Plant:
     new: str
 
 
+def _fused_rows_plants(prefix: str) -> list[Plant]:
+    """The candidate rows both fused decode kernels share (common/topk_rows.h): a cut that keeps one entry too few,
+    a trim that never falls back to the exact cut."""
+    return [Plant(f"{prefix}_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
+                  "k.e + jr * k.stride, n, top_k - 1,"),
+            Plant(f"{prefix}_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
+                  "if (kept > 0xFFFFFFF0u)")]
+
+
 # Bugs in the decode index math every decode kernel shares (common/decode_work.h, common/paged_cache.h): each
 # decode set plants them and runs its own kernel around them.
 DECODE_COMMON = {p.name: p for p in [
@@ -346,12 +355,9 @@ PLANTS = {
     "paged_topk_fused": [
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip", "if (key <= floor[jr]) return;",
               "if (key <= floor[0]) return;"),
-        Plant("fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
-              "k.e + jr * k.stride, n, top_k - 1,"),
+        *_fused_rows_plants("fused"),
         Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + b, b,",
               "p.seq_nparts, u, b,"),
-        Plant("fused_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
-              "if (kept > 0xFFFFFFF0u)"),
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
               "          c.clean = false;\n"
               "          c.in = c.in && c.n + 1 < lds_i32(sm.base + REC_OFF + at.slot * 16 + 4);\n"),
@@ -373,10 +379,7 @@ PLANTS = {
               "if (base + n > high + 0x40000000u) {"),
         Plant("mfma_fused_meeting_reads_the_next_flag", "gfx950/paged_mqa_topk_mfma.hip",
               "hx_readfirstlane(flags[r % 3])", "hx_readfirstlane(flags[(r + 1) % 3])"),
-        Plant("mfma_fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
-              "k.e + jr * k.stride, n, top_k - 1,"),
-        Plant("mfma_fused_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
-              "if (kept > 0xFFFFFFF0u)"),
+        *_fused_rows_plants("mfma_fused"),
         Plant("mfma_fused_slot_of_the_unit_alone", "gfx950/paged_mqa_topk_mfma.hip", "hx_block_x() + b, b,",
               "hx_block_x(), b,"),
     ],
