@@ -125,6 +125,14 @@ HX_INLINE __device__ void hx_barrier() { __syncthreads(); }
 #elif defined(HX_AMDGPU) || defined(HX_NVIDIA)
 #define HX_SHARED(type, name, count) __shared__ type name[count]
 #endif
+// HX_DYNAMIC_SHARED(type, name): the block's dynamic shared array, as many bytes as the launch gives (the catalog's
+// smem, HX_SMEM), declared at function scope after the kernel's HX_SHARED arrays. The emulator carves it from the
+// same arena.
+#if defined(HX_EMU)
+#define HX_DYNAMIC_SHARED(type, name) type* const name = (type*)hx_emu_dynamic_shared(__FILE__, __LINE__)
+#elif defined(HX_AMDGPU) || defined(HX_NVIDIA)
+#define HX_DYNAMIC_SHARED(type, name) extern __shared__ __attribute__((aligned(16))) type name[]
+#endif
 
 // v of lane src_lane of this wave (every lane of the wave takes part, each naming its own source): the
 // generic kernels' one cross-lane step. gfx950: ds_bpermute (any pattern, through the LDS crossbar); sm_90a:

@@ -34,6 +34,7 @@ static struct {
   unsigned long lds_used;
   struct { unsigned long off, bytes; } shared_allocs[256];
   unsigned nshared;
+  unsigned long dynamic_shared;  // the launch's dynamic shared bytes: what HX_DYNAMIC_SHARED gets
   int failed;
   unsigned long long switches, prims, lanes_run, launches;
 } S;
@@ -120,6 +121,11 @@ void* hx_emu_shared(unsigned long bytes, unsigned long align, const char* file, 
                 "the same shared arrays in the same order)", n, bytes, S.shared_allocs[n].bytes);
   }
   return S.lds + S.shared_allocs[n].off;
+}
+
+void* hx_emu_dynamic_shared(const char* file, int line) {
+  if (!S.dynamic_shared) hx_emu_fail(file, line, "HX_DYNAMIC_SHARED in a launch with no dynamic shared memory");
+  return hx_emu_shared(S.dynamic_shared, 16, file, line);
 }
 
 static void lane_main(void* arg) {
@@ -271,7 +277,10 @@ int hx_emu_launch(const hx_emu_kernel* k, const void* kernarg, unsigned long ker
   if (nthreads > k->max_block)
     return hx_error("%s: block of %llu threads exceeds the kernel's launch bounds (%u)", k->symbol, nthreads,
                     k->max_block);
-  if (dynamic_shared) return hx_error("%s: dynamic shared memory is not emulated (use HX_SHARED)", k->symbol);
+  if (dynamic_shared > HX_EMU_LDS_BYTES)
+    return hx_error("%s: %lu bytes of dynamic shared memory exceed the %u bytes of LDS", k->symbol, dynamic_shared,
+                    HX_EMU_LDS_BYTES);
+  S.dynamic_shared = dynamic_shared;
   if (ensure_fibers((unsigned)nthreads)) return 1;
 
   // The kernarg segment: 64-aligned like the largest param alignment we declare.

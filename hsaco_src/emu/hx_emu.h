@@ -58,6 +58,7 @@ void hx_emu_barrier(const char* file, int line);
 // Same address for every lane of the block: allocation n of each lane is
 // allocation n of every other lane (sizes must agree).
 void* hx_emu_shared(unsigned long bytes, unsigned long align, const char* file, int line);
+void* hx_emu_dynamic_shared(const char* file, int line);  // the launch's dynamic bytes, after the HX_SHARED arrays
 
 // ---- per-lane operations
 void hx_emu_buffer_load(hx_emu_rsrc r, unsigned voffset, unsigned soffset, void* dst, unsigned bytes, const char* file,
