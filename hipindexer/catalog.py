@@ -351,7 +351,7 @@ KERNELS.append(Kernel("paged_topk_step", "generic/paged_topk_step.hip", "hx_page
 KERNELS.append(Kernel("paged_topk_step_wide", "generic/paged_topk_step.hip", "hx_paged_topk_step",
                       "PagedTopkStepParams", block=512))
 KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge",
-                      "PagedTopkMergeParams", block=512))
+                      "PagedTopkMergeParams", block=512, smem=131072))  # 16,384 entries of a row's list at once
 KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=256))
 KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",

@@ -7,9 +7,10 @@
 //
 // The lists live in the op's workspace, written by the fused kernel just before: counts and slots are still
 // checked against their ranges, so a workspace in a bad state can only give a wrong selection, never a read or
-// write outside it. The pieces' slots and counts are read at once and their entries taken as one list: into shared
-// memory and cut there when it fits MAX_TOP_K entries, else selected by a radix select over the pieces where they
-// lie and only the top_k gathered, a tile of loads at a time per thread.
+// write outside it. The pieces' slots and counts are read at once and their entries taken as one list, which
+// passes through shared memory in rounds: as many of its entries as the buffer (HX_SMEM bytes) has room for are
+// read, a tile of loads at a time per thread, those above the last cut's smallest entry kept, and the buffer cut to
+// top_k once half full. Each entry is read from the workspace once, and a long list (many units a row) keeps few.
 //
 // Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
 // of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
@@ -18,7 +19,9 @@
 #define HX_MAX_PIECES 512                     // units of a fused launch (the op holds them to it)
 #define HX_RANK_BITS (MAX_TOP_K * 64)         // the entries' buffer as a bitmap
 #define HX_MERGE_PER (MAX_TOP_K / 2 / HX_BLOCK)  // a thread's entries of a selection
+#define HX_MERGE_CAP (HX_SMEM / 8)              // the list's entries in shared memory at once
 static_assert(HX_MAX_PIECES <= 2 * HX_BLOCK, "two pieces a thread in the scan");
+static_assert(HX_MERGE_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");
 
 // A key's float value: hx_topk_key inverted (key 0 never reaches here).
 HX_INLINE HX_DEV float hx_topk_value(hx_u32 key) {
@@ -42,9 +45,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);
-  HX_SHARED(hx_u64, e, MAX_TOP_K);
   HX_SHARED(hx_i32, piece_slot, HX_MAX_PIECES);
   HX_SHARED(hx_u32, piece_at, HX_MAX_PIECES + 1);  // each piece's first entry in the row's list; then the total
+  HX_DYNAMIC_SHARED(hx_u64, e);                    // HX_MERGE_CAP entries: the selection, then the list's next ones
   hx_block_bar bar;
   const hx_u32 tid = hx_thread_x();
   const hx_u32 top_k = (hx_u32)p.top_k;
@@ -70,71 +73,77 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     if (2 * tid + 1 < HX_MAX_PIECES) piece_at[2 * tid + 1] = at + count[0];
     if (tid == 0) piece_at[HX_MAX_PIECES] = total;  // pieces past np count 0: piece_at[np] is the total too
     bar();
-    // 2. the row's top_k of the list: cut in shared memory when the list fits there; else its cut found over the
-    //    pieces where they lie (hx_group_select, a tile of loads at a time) and the entries above it gathered
-    hx_u32 have = 0;
-    hx_u64 cut = 0;
-    // f(x, at) for each of this thread's entries x of the list, `at` its place there. Pieces of a block's width or
-    // more: piece by piece, a tile of loads of each at a time (back to back); else every HX_BLOCK-th entry of the
-    // whole list, walking the pieces' starts forward (no search per entry), so many small pieces spread over the
-    // block too.
+    // 2. the row's top_k of the list: its entries [lo, hi) that pass the last cut appended to the selection so far,
+    //    e[0, have), and the whole cut to top_k in shared memory once it is half full, until the list has passed.
+    // f(x, at) for each of this thread's entries x of the list in [lo, hi), `at` its place there. Pieces of a block's
+    // width or more: piece by piece, a tile of loads of each at a time (back to back); else every HX_BLOCK-th entry,
+    // walking the pieces' starts forward from a search for the first (no search per entry), so many small pieces
+    // spread over the block too.
     const bool wide = total >= np * HX_BLOCK;  // uniform
-    auto pieces = [&](auto&& f) {
+    auto pieces = [&](hx_u32 lo, hx_u32 hi, auto&& f) {
       if (wide) {
         for (hx_u32 q = 0; q < np; ++q) {
-          const hx_u32 n = piece_at[q + 1] - piece_at[q];
+          const hx_u32 p0 = piece_at[q], p1 = piece_at[q + 1];
+          if (p1 <= lo || p0 >= hi) continue;  // uniform
+          const hx_u32 i1 = (p1 < hi ? p1 : hi) - p0;
           const hx_u64* src = p.parts + ((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k;
-          for (hx_u32 i0 = tid; i0 < n; i0 += HX_BLOCK * HX_CUT_ITEMS) {
+          for (hx_u32 i0 = (p0 < lo ? lo - p0 : 0u) + tid; i0 < i1; i0 += HX_BLOCK * HX_CUT_ITEMS) {
             hx_u64 x[HX_CUT_ITEMS];
             HX_UNROLL
             for (int k = 0; k < HX_CUT_ITEMS; ++k) {
               const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
-              x[k] = i < n ? src[i] : 0ull;
+              x[k] = i < i1 ? src[i] : 0ull;
             }
             HX_UNROLL
             for (int k = 0; k < HX_CUT_ITEMS; ++k) {
               const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
-              if (i < n) f(x[k], piece_at[q] + i);
+              if (i < i1) f(x[k], p0 + i);
             }
           }
         }
         return;
       }
       hx_u32 q = 0;  // the piece of the thread's last entry: its places only grow
-      for (hx_u32 base = tid; base < total; base += HX_BLOCK * HX_CUT_ITEMS) {
+      for (hx_u32 span = np; span > 1u;) {  // the last piece starting at or before the thread's first entry
+        const hx_u32 half = span / 2u;
+        if (piece_at[q + half] <= lo + tid) q += half;
+        span -= half;
+      }
+      for (hx_u32 base = lo + tid; base < hi; base += HX_BLOCK * HX_CUT_ITEMS) {
         hx_u64 x[HX_CUT_ITEMS];
         HX_UNROLL
         for (int k = 0; k < HX_CUT_ITEMS; ++k) {
           const hx_u32 at = base + (hx_u32)k * HX_BLOCK;
           x[k] = 0ull;
-          if (at < total) {
+          if (at < hi) {
             while (piece_at[q + 1] <= at) ++q;
             x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];
           }
         }
         HX_UNROLL
         for (int k = 0; k < HX_CUT_ITEMS; ++k)
-          if (base + (hx_u32)k * HX_BLOCK < total) f(x[k], base + (hx_u32)k * HX_BLOCK);
+          if (base + (hx_u32)k * HX_BLOCK < hi) f(x[k], base + (hx_u32)k * HX_BLOCK);
       }
     };
-    if (total <= MAX_TOP_K) {
-      pieces([&](hx_u64 x, hx_u32 f) { e[f] = x; });
+    hx_u32 have = 0;
+    hx_u64 cut = 0;  // the smallest entry of the last cut's top_k: nothing below it can be among the row's top_k
+    for (hx_u32 lo = 0; lo < total;) {  // uniform
+      const hx_u32 n = total - lo < HX_MERGE_CAP - have ? total - lo : HX_MERGE_CAP - have;
+      if (tid == 0) found[2] = have;
       bar();
-      have = hx_group_cut<HX_BLOCK>(tid, bar, e, total, top_k, hist, scan, found, found + 2, cut);
-      have = have < top_k ? have : top_k;  // more only from a workspace in a bad state (equal entries)
-    } else {
-      cut = hx_group_select<HX_BLOCK>(tid, bar, [&](auto&& f) { pieces([&](hx_u64 x, hx_u32) { f(x); }); }, top_k,
-                                      hist, scan, found);
-      if (tid == 0) found[2] = 0u;
-      bar();
-      pieces([&](hx_u64 x, hx_u32) {
-        if (x >= cut) {
-          const hx_u32 at = hx_atomic_add_u32(&found[2], 1u);
-          if (at < MAX_TOP_K) e[at] = x;  // top_k of them from a sound workspace
-        }
+      pieces(lo, lo + n, [&](hx_u64 x, hx_u32) {
+        if (x > cut) e[hx_atomic_add_u32(&found[2], 1u)] = x;
       });
       bar();
-      have = top_k;
+      have = found[2];
+      lo += n;
+      bar();  // found[2] is read by all before the cut takes it
+      if (have > HX_MERGE_CAP / 2 || lo == total) {
+        hx_u64 c;
+        have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);
+        have = have < top_k ? have : top_k;  // more only from a workspace in a bad state (equal entries)
+        cut = c > cut ? c : cut;
+      }
     }
     // 3. the outputs in order
     if (p.sorted || p.max_model_len > HX_RANK_BITS) {

@@ -300,10 +300,8 @@ def merge_of_written_pieces(dev):
     """The fused path's merge kernel (hsaco_src/generic/paged_topk_merge.hip) over pieces written here, listed in
     any order: each row gets the top_k of the union of its pieces, ties to the lower position, in ascending
     position or sorted, -1 past the union, values and slots; and every sequence's list is emptied. Unions wider
-    than its buffer (in pieces wider than the block and narrower), all keys tied, a sequence with no pieces, a row
-    with none, rows too wide for its bitmap."""
-    from hipindexer.ops.launch import kernel_for
-    from hipindexer.ops.paged_topk_fused import MERGE_POINTERS
+    than its selection's buffer and than its whole shared buffer (loaded in two rounds), in pieces wider than the
+    block and narrower, all keys tied, a sequence with no pieces, a row with none, rows too wide for its bitmap."""
     rng = np.random.default_rng(5)
     # The units each sequence's keys were split over: contiguous pieces of the batch, in order (so slot u + b is
     # one piece's), a unit on a boundary holding two; sequence 2 has no keys.
@@ -311,51 +309,68 @@ def merge_of_written_pieces(dev):
     cover = {0: list(range(9)), 1: [8, 9, 10], 2: [], 3: [10, 11, 12]}
     # sequence 0 over all 13 units: a union past the buffer in pieces narrower than the block (its other walk)
     thin = {0: list(range(13)), 1: [12], 2: [], 3: [12]}
-    for top_k, mml, by_value, tied, cover in ((5, 1000, False, False, cover), (600, 6000, True, False, cover),
-                                              (600, 6000, False, True, cover), (64, 300_000, False, False, cover),
-                                              (64, 300_000, True, True, cover), (420, 9000, False, False, thin),
-                                              (420, 9000, True, True, thin)):
-        slots = units + B
-        parts = np.zeros((slots, n, top_k), np.uint64)
-        counts = np.full((slots, n), -3, np.int32)  # never read: no list names those slots
-        seq_parts = np.full((B, units), -7, np.int32)
-        nparts = np.zeros(B, np.int32)
-        union = {}
-        for b, us in cover.items():
-            w = mml // max(1, len(us))
-            for q, i in enumerate(rng.permutation(len(us))):
-                slot = us[i] + b
-                seq_parts[b, q], nparts[b] = slot, q + 1
-                for j in range(n):
-                    c = 0 if (b, j) == (3, 1) else int(rng.integers(3 * top_k // 4, top_k + 1))
-                    pos = i * w + rng.choice(w, size=min(c, w), replace=False)
-                    vals = np.full(len(pos), 1.5, np.float32) if tied else rng.standard_normal(len(pos)).astype(np.float32)
-                    key = _keys_of(vals)
-                    parts[slot, j, :len(pos)] = (key.astype(np.uint64) << 32) | (~pos.astype(np.uint32)).astype(np.uint64)
-                    counts[slot, j] = len(pos)
-                    union.setdefault((b, j), []).extend(zip(key.tolist(), pos.tolist(), vals.tolist()))
-        tables = rng.integers(0, 1000, size=(B, -(-mml // bs)), dtype=np.int32)
-        d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
-        ws = [d(parts.ravel()), d(counts.ravel()), d(seq_parts.ravel()), d(nparts), d(np.zeros(B, np.int32))]
-        outs = poisoned(dev, B * n, top_k)
-        bt = d(tables)
-        kernel_for(dev, "paged_topk_merge").prepare(
-            3, None, pointers=MERGE_POINTERS, indices_stride=top_k, values_stride=top_k, slots_stride=top_k, B=B,
-            next_n=n, top_k=top_k, units=units, max_blocks=tables.shape[1], block_size=bs, max_model_len=mml,
-            sorted=int(by_value))(dev.default_stream.handle, *(a.ptr for a in ws), *(o.ptr for o in outs), bt.ptr)
-        idx, val, slot = (o.numpy() for o in outs)
-        for r in range(B * n):
-            got = sorted(union.get(divmod(r, n), []), key=lambda e: (-e[0], e[1]))[:top_k]
-            if not by_value:
-                got = sorted(got, key=lambda e: e[1])
-            m = len(got)
-            want_idx = np.array([e[1] for e in got] + [-1] * (top_k - m), np.int64)
-            assert (idx[r] == want_idx).all(), f"top_k {top_k}, sorted {by_value}, tied {tied}, row {r}"
-            assert (val[r, :m] == np.array([e[2] for e in got], np.float32)).all() and np.isneginf(val[r, m:]).all()
-            b = r // n
-            want_slot = [int(tables[b, p // bs]) * bs + p % bs for p in want_idx[:m]] + [-1] * (top_k - m)
-            assert (slot[r] == want_slot).all()
-        assert (ws[3].numpy() == 0).all() and (ws[4].numpy() == 0).all(), "the lists are emptied"
+    for top_k, mml, by_value, tied, cov in ((5, 1000, False, False, cover), (600, 6000, True, False, cover),
+                                            (600, 6000, False, True, cover), (64, 300_000, False, False, cover),
+                                            (64, 300_000, True, True, cover), (420, 9000, False, False, thin),
+                                            (420, 9000, True, True, thin)):
+        _merge_pieces(dev, rng, B, n, units, bs, cov, top_k, mml, by_value, tied)
+    # Unions of more than the 16,384 entries its shared buffer holds: ten pieces of up to 2048, and forty of up to
+    # 500 (narrower than the block), each loaded in two rounds.
+    for top_k, mml, by_value, cov in ((2048, 200_000, False, {0: list(range(10)), 1: [9]}),
+                                      (500, 40_000, True, {0: [0], 1: list(range(40))})):
+        wide = max(cov, key=lambda b: len(cov[b]))
+        _merge_pieces(dev, rng, 2, 1, 40, bs, cov, top_k, mml, by_value, False, wide_row=wide)
+
+
+def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, wide_row=None):
+    """One launch of the merge over pieces of random keys (each of 3/4 top_k to top_k entries; row (3, 1) empty)
+    that cover[b] lists for sequence b, checked against the union's exact selection; the union of row wide_row,
+    when given, must outgrow the kernel's shared buffer."""
+    from hipindexer.ops.launch import kernel_for
+    from hipindexer.ops.paged_topk_fused import MERGE_POINTERS
+    slots = units + B
+    parts = np.zeros((slots, n, top_k), np.uint64)
+    counts = np.full((slots, n), -3, np.int32)  # never read: no list names those slots
+    seq_parts = np.full((B, units), -7, np.int32)
+    nparts = np.zeros(B, np.int32)
+    union = {}
+    for b, us in cover.items():
+        w = mml // max(1, len(us))
+        for q, i in enumerate(rng.permutation(len(us))):
+            slot = us[i] + b
+            seq_parts[b, q], nparts[b] = slot, q + 1
+            for j in range(n):
+                c = 0 if (b, j) == (3, 1) else int(rng.integers(3 * top_k // 4, top_k + 1))
+                pos = i * w + rng.choice(w, size=min(c, w), replace=False)
+                vals = np.full(len(pos), 1.5, np.float32) if tied else rng.standard_normal(len(pos)).astype(np.float32)
+                key = _keys_of(vals)
+                parts[slot, j, :len(pos)] = (key.astype(np.uint64) << 32) | (~pos.astype(np.uint32)).astype(np.uint64)
+                counts[slot, j] = len(pos)
+                union.setdefault((b, j), []).extend(zip(key.tolist(), pos.tolist(), vals.tolist()))
+    if wide_row is not None:
+        assert len(union[divmod(wide_row, n)]) > 16384, "the union fits the shared buffer: no second round"
+    tables = rng.integers(0, 1000, size=(B, -(-mml // bs)), dtype=np.int32)
+    d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
+    ws = [d(parts.ravel()), d(counts.ravel()), d(seq_parts.ravel()), d(nparts), d(np.zeros(B, np.int32))]
+    outs = poisoned(dev, B * n, top_k)
+    bt = d(tables)
+    kernel_for(dev, "paged_topk_merge").prepare(
+        3, None, pointers=MERGE_POINTERS, indices_stride=top_k, values_stride=top_k, slots_stride=top_k, B=B,
+        next_n=n, top_k=top_k, units=units, max_blocks=tables.shape[1], block_size=bs, max_model_len=mml,
+        sorted=int(by_value))(dev.default_stream.handle, *(a.ptr for a in ws), *(o.ptr for o in outs), bt.ptr)
+    idx, val, slot = (o.numpy() for o in outs)
+    for r in range(B * n):
+        got = sorted(union.get(divmod(r, n), []), key=lambda e: (-e[0], e[1]))[:top_k]
+        if not by_value:
+            got = sorted(got, key=lambda e: e[1])
+        m = len(got)
+        want_idx = np.array([e[1] for e in got] + [-1] * (top_k - m), np.int64)
+        assert (idx[r] == want_idx).all(), f"top_k {top_k}, sorted {by_value}, tied {tied}, row {r}"
+        assert (val[r, :m] == np.array([e[2] for e in got], np.float32)).all() and np.isneginf(val[r, m:]).all()
+        b = r // n
+        want_slot = [int(tables[b, p // bs]) * bs + p % bs for p in want_idx[:m]] + [-1] * (top_k - m)
+        assert (slot[r] == want_slot).all()
+    assert (ws[3].numpy() == 0).all() and (ws[4].numpy() == 0).all(), "the lists are emptied"
 
 
 # ------------------------------------------------------------------ on this process's device

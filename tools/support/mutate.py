@@ -333,14 +333,16 @@ PLANTS = {
               "const hx_i64 live = p.next_n_lens ? (hx_i64)p.next_n_lens[b] : (hx_i64)p.next_n;",
               "const hx_i64 live = (hx_i64)p.next_n;"),
         # The fused path's merge (generic/paged_topk_merge.hip; merge_of_written_pieces runs it on the emulator):
-        # a sequence's last listed piece left out, the entry at the cut dropped when the union is selected where
-        # it lies, a bitmap place one late, a sequence's list never emptied, a piece's first entry read from the
-        # piece before (the walk over narrow pieces).
+        # a sequence's last listed piece left out, a round's entries loaded over the selection so far, a piece
+        # that straddles two rounds read again from its start in the second, a bitmap place one late, a sequence's
+        # list never emptied, a piece's first entry read from the piece before (the walk over narrow pieces).
         Plant("merge_last_piece_left_out", "generic/paged_topk_merge.hip",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed;",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed - 1u;"),
-        Plant("merge_drops_the_cut_entry", "generic/paged_topk_merge.hip", "        if (x >= cut) {",
-              "        if (x > cut) {"),
+        Plant("merge_round_overwrites_the_selection", "generic/paged_topk_merge.hip", "if (tid == 0) found[2] = have;",
+              "if (tid == 0) found[2] = 0u;"),
+        Plant("merge_round_restarts_its_piece", "generic/paged_topk_merge.hip", "(p0 < lo ? lo - p0 : 0u) + tid",
+              "tid"),
         Plant("merge_place_one_late", "generic/paged_topk_merge.hip",
               "hx_u32 rank = hist[t] + hx_popc(", "hx_u32 rank = 1u + hist[t] + hx_popc("),
         Plant("merge_list_not_emptied", "generic/paged_topk_merge.hip", "      p.seq_nparts[b] = 0;\n", ""),
