@@ -8,7 +8,8 @@
 #             issue's rows, next_n 1 and 2
 #   variants  tools/measure/stage_variants.py --set sm90a_fused ($VARIANTS, made with --build-only) timed by
 #             `bench topk` at (64, 131072) and (16, 131072)
-# Env: STEPS (default all), OUT (default /tmp/hx-out), PLANTS (build/dev/pf), VARIANTS (build/dev/var), BUDGET_S
+# Env: STEPS (default all), OUT (default /tmp/hx-out), PLANTS (build/dev/pf), VARIANTS (build/dev/var), VSHAPES
+# (the variants' rows, default 64x131072,16x131072), BUDGET_S
 # (default 570: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
@@ -35,5 +36,5 @@ has plants && run plants 150 "$OUT/plants.log" $PY -m tools.support.mutate --sui
 has bench && run bench 150 "$OUT/bench.log" $PY -m tools.measure.paged_topk_bench \
   --rows 64x131072,64x32768,16x131072,16x32768,4x8192 --next-n 1,2
 has variants && run variants 120 "$OUT/variants.log" $PY -m tools.measure.stage_variants --set sm90a_fused \
-  --builds "$VARIANTS" --prebuilt -- bench topk --device cuda:0 --shapes 64x131072,16x131072 --next-n 1,2
+  --builds "$VARIANTS" --prebuilt -- bench topk --device cuda:0 --shapes "${VSHAPES:-64x131072,16x131072}" --next-n 1,2
 cat "$S"

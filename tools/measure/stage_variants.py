@@ -219,9 +219,56 @@ _MEET_TWO_ROUNDS = [Plant("slack_two_rounds", FUSED, "constexpr hx_u32 SLACK = 2
 _EXACT_AT_MEETINGS = Plant("exact_at_meetings", FUSED, "hx_cand_trim<GROUP>(k, gt, bar, R, top_k, high);",
                            "hx_cand_cut<GROUP>(k, gt, bar, R, top_k);")
 
+# ... and the parts of its selection left out one at a time: the trims (a row's appends past cap dropped, its count
+# held to cap for the end's cut), the end's exact cut (a row's first top_k entries written), every append (the
+# logits engine and the meetings alone), and the meetings too (the engine with no selection at all).
+_APPEND_GUARD = Plant("append_guard", FUSED, "    k.e[jr * k.stride + at] = hx_topk_entry(key, c.n);\n",
+                      "    if (at < k.cap) k.e[jr * k.stride + at] = hx_topk_entry(key, c.n);\n")
+
+
+def _count_to(name: str, most: str) -> Plant:
+    return Plant(name, FUSED, "    bar();\n    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);\n",
+                 f"    bar();\n    if (gt < TOPK_ROWS && k.count[gt] > {most}) k.count[gt] = {most};\n    bar();\n"
+                 "    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);\n")
+
+
+_NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"),
+             Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim", "if (hot && !hot) hx_cand_trim")]
+_NO_END_CUT = [_count_to("count_to_top_k", "top_k"),
+               Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);\n    hx_cand_write", "    hx_cand_write")]
+_NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= floor[jr]) return;\n", "    if (key != 12345u) return;\n")
+_NO_MEETINGS = Plant("no_meetings", FUSED, "        if (turn == MATH_WG - 1) {  // a round's end",
+                     "        if (turn == MATH_WG + 7) {  // a round's end")
+
+# ... and the radix passes' histogram increments combined per warp (the lanes of one bin by match.any, one shared
+# add a bin), in every selection of the build.
+SELECT = "common/topk_select.h"
+_HIST_BY_MATCH = Plant("hist_by_match", SELECT, """\
+      if (high >= 64 || (x >> high) == (cut >> high)) hx_atomic_add_u32(&hist[(hx_u32)(x >> shift) & (bins - 1u)], 1u);
+""", """\
+#if defined(HX_NVIDIA)
+      const bool in = high >= 64 || (x >> high) == (cut >> high);
+      const hx_u32 bin = in ? (hx_u32)(x >> shift) & (bins - 1u) : 0xFFFFFFFFu;
+      const hx_u32 peers = __match_any_sync(__activemask(), bin);
+      if (in && (threadIdx.x & 31u) == (hx_u32)(__ffs(peers) - 1)) hx_atomic_add_u32(&hist[bin], (hx_u32)__popc(peers));
+#else
+      if (high >= 64 || (x >> high) == (cut >> high)) hx_atomic_add_u32(&hist[(hx_u32)(x >> shift) & (bins - 1u)], 1u);
+#endif
+""")
+
+
+def _cap_at(n: int) -> Plant:
+    """Every row's buffer at most n entries (as the cap tunable would set it): earlier trims, fewer appends."""
+    return Plant(f"cap_{n}", FUSED, "  room = room < CAP_MAX ? room : CAP_MAX;", f"  room = room < {n}u ? room : {n}u;")
+
+
 VARIANTS = {
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
-                    "meet_two_rounds": _MEET_TWO_ROUNDS},
+                    "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
+                    "no_trims_no_end_cut": [_APPEND_GUARD, _NO_TRIMS[2], *_NO_END_CUT],
+                    "no_appends": [_NO_APPENDS], "no_appends_no_meetings": [_NO_APPENDS, _NO_MEETINGS],
+                    "hist_by_match": [_HIST_BY_MATCH], "cap_4096": [_cap_at(4096)], "cap_5120": [_cap_at(5120)],
+                    "cap_6144": [_cap_at(6144)]},
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
