@@ -262,7 +262,13 @@ def _cap_at(n: int) -> Plant:
     return Plant(f"cap_{n}", FUSED, "  room = room < CAP_MAX ? room : CAP_MAX;", f"  room = room < {n}u ? room : {n}u;")
 
 
+# The fused path's merge (generic/paged_topk_merge.hip): a row's list loaded by the walk over every HX_BLOCK-th entry
+# whatever its pieces' widths.
+MERGE = "generic/paged_topk_merge.hip"
+_FLAT_WALK = Plant("flat_walk", MERGE, "const bool wide = total >= np * HX_BLOCK;", "const bool wide = false;")
+
 VARIANTS = {
+    "paged_topk_merge": {"shipped": [], "flat_walk": [_FLAT_WALK]},
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
                     "no_trims_no_end_cut": [_APPEND_GUARD, _NO_TRIMS[2], *_NO_END_CUT],
