@@ -290,6 +290,9 @@ STRUCTS.append(Struct("PagedTopkMergeParams", _DECODE_TOPK_POINTERS + [
     ("indices_stride", "i64"), ("values_stride", "i64"), ("slots_stride", "i64"),  # elements between rows
     ("B", "i32"), ("next_n", "i32"), ("top_k", "i32"), ("units", "i32"), ("max_blocks", "i32"),
     ("block_size", "i32"), ("max_model_len", "i32"), ("sorted", "i32"),
+    # A first level (group > 0): groups blocks a row, each merging `group` list entries into the first one's slot;
+    # the last level (group 0) reads every stride-th entry of a sequence's list.
+    ("group", "i32"), ("groups", "i32"), ("stride", "i32"),
 ]))
 STRUCTS.append(Struct("TopkStepParams", [
     ("w", "ptr:f32"), ("cols", "ptr:i32"), ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),

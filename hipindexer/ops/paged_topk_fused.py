@@ -42,6 +42,7 @@ FUSED_STAGES = {1: 12, 2: 6}
 FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
+MERGE_ENTRIES = KERNEL["paged_topk_merge"].smem // 8  # a row's list entries the merge holds in shared memory at once
 MERGE_POINTERS = FUSED_POINTERS + ("seq_done", "indices", "values", "slots", "block_tables")
 
 
@@ -133,6 +134,7 @@ class FusedPlan:
     select: object
     map_of: object
     merge: object
+    merge_first: object = None  # the merge's first level, where a row's list is long (merge_group)
 
 
 def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, cap=0) -> FusedPlan:
@@ -151,24 +153,39 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
         top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs
-    merge = kernel_for(dev, "paged_topk_merge").prepare(
-        _grid(R), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS, indices_stride=_stride(idx, R, top_k),
-        values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n,
-        top_k=top_k, units=grid, max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len,
-        sorted=int(bool(sorted)))
+    group = merge_group(s.B, top_k, grid)
+    groups = -(-grid // group) if group else 1
+    merges = [kernel_for(dev, "paged_topk_merge").prepare(
+        _grid(R * (groups if level else 1)), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS,
+        indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
+        slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n, top_k=top_k, units=grid,
+        max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len, sorted=int(bool(sorted)),
+        group=group if level else 0, groups=groups, stride=group if group and not level else 1)
+        for level in ((1, 0) if group else (0,))]
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) \
         if DECODE.by_key[fk.logits].kv_map else None
-    return FusedPlan(dev, R, top_k, ws, select, map_of, merge)
+    return FusedPlan(dev, R, top_k, ws, select, map_of, merges[-1], merges[0] if group else None)
+
+
+def merge_group(B: int, top_k: int, units: int) -> int:
+    """The pieces a first level of the merge takes together (0: the merge in one level): as many top_k-entry pieces
+    as it holds at once, where the units leave a row's list at least two such groups (units >= 2 group B): few
+    sequences over many units, whose one block a row would otherwise walk a list of up to `units` pieces."""
+    group = MERGE_ENTRIES // top_k
+    return group if units >= 2 * group * B else 0
 
 
 def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,
               slots) -> None:
-    """The fused call's two launches on `st`: device arrays only (next_n_lens, errors, vals and slots may be None)."""
+    """The fused call's launches (two, or three with the merge's first level) on `st`: device arrays only (next_n_lens, errors, vals and slots may be None)."""
     ws = plan.workspace
     pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
     h = st.handle
     plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
                 block_tables.ptr, 0, 0 if errors is None else errors.ptr,
                 plan.map_of(st, kv_cache.ptr) if plan.map_of else 0, *pieces)
-    plan.merge(h, *pieces, ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr,
-               0 if slots is None else slots.ptr, block_tables.ptr)
+    outs = (ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
+            block_tables.ptr)
+    if plan.merge_first is not None:
+        plan.merge_first(h, *pieces, *outs)
+    plan.merge(h, *pieces, *outs)

@@ -53,15 +53,24 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
   const hx_u32 top_k = (hx_u32)p.top_k;
   const hx_i64 slots = (hx_i64)p.units + p.B;
   if (top_k > MAX_TOP_K / 2 || p.units > HX_MAX_PIECES) return;  // the op never launches it so
-  for (hx_i64 row = hx_block_x(); row < (hx_i64)p.B * p.next_n; row += hx_grid_dim_x()) {
-    const hx_i64 b = row / p.next_n, j = row % p.next_n;
+  // A first level (p.group > 0) gives each row p.groups blocks, block g merging list entries [g group, (g + 1)
+  // group) into the slot of the first of them; the last level reads every p.stride-th entry of the list.
+  const hx_u32 groups = p.group > 0 && p.groups > 0 ? (hx_u32)p.groups : 1u;
+  for (hx_i64 item = hx_block_x(); item < (hx_i64)p.B * p.next_n * groups; item += hx_grid_dim_x()) {
+    const hx_i64 row = item / groups, b = row / p.next_n, j = row % p.next_n;
+    const hx_u32 g = (hx_u32)(item % groups);
     const hx_i32 listed = p.seq_nparts[b];
-    const hx_u32 np = listed < 0 ? 0u : listed > p.units ? (hx_u32)p.units : (hx_u32)listed;
+    const hx_u32 nl = listed < 0 ? 0u : listed > p.units ? (hx_u32)p.units : (hx_u32)listed;  // list entries
+    const hx_u32 first = p.group > 0 ? g * (hx_u32)p.group : 0u;
+    const hx_u32 step = p.group > 0 || p.stride < 1 ? 1u : (hx_u32)p.stride;
+    const hx_u32 np = p.group > 0 ? (nl > first ? (nl - first < (hx_u32)p.group ? nl - first : (hx_u32)p.group) : 0u)
+                                  : (nl + step - 1u) / step;
+    if (p.group > 0 && np < 2u) continue;  // uniform: a group of one piece is its own merge
     // 1. the pieces' slots and entry counts, and where each starts in the row's list
     hx_u32 count[2];
     for (hx_u32 k = 0; k < 2; ++k) {
       const hx_u32 q = 2 * tid + k;
-      hx_i64 slot = q < np ? p.seq_parts[b * p.units + q] : -1;
+      hx_i64 slot = q < np ? p.seq_parts[b * p.units + first + q * step] : -1;
       slot = slot >= 0 && slot < slots ? slot : -1;
       const hx_i32 c = slot >= 0 ? p.part_counts[slot * p.next_n + j] : 0;
       count[k] = c < 0 ? 0u : (hx_u32)c > top_k ? top_k : (hx_u32)c;
@@ -144,6 +153,16 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
         have = have < top_k ? have : top_k;  // more only from a workspace in a bad state (equal entries)
         cut = c > cut ? c : cut;
       }
+    }
+    if (p.group > 0) {  // a first level: the group's top_k in place of its first piece (read whole by now)
+      const hx_i64 slot = piece_slot[0];
+      if (slot >= 0) {
+        hx_u64* dst = p.parts + (slot * p.next_n + j) * (hx_i64)top_k;
+        for (hx_u32 i = tid; i < have; i += HX_BLOCK) dst[i] = e[i];
+        if (tid == 0) p.part_counts[slot * p.next_n + j] = (hx_i32)have;
+      }
+      bar();  // the shared arrays are the next item's
+      continue;
     }
     // 3. the outputs in order
     if (p.sorted || p.max_model_len > HX_RANK_BITS) {

@@ -320,12 +320,18 @@ def merge_of_written_pieces(dev):
                                       (500, 40_000, True, {0: [0], 1: list(range(40))})):
         wide = max(cov, key=lambda b: len(cov[b]))
         _merge_pieces(dev, rng, 2, 1, 40, bs, cov, top_k, mml, by_value, False, wide_row=wide)
+    # In two levels (paged_topk_fused.merge_group): groups of `group` list entries merged into their first one's
+    # slot, a last group of one piece left as it is, then every group-th entry merged.
+    for top_k, mml, by_value, tied, group, cov in ((2048, 200_000, True, False, 3, {0: list(range(10)), 1: [9]}),
+                                                   (500, 40_000, False, False, 8, {0: [0], 1: list(range(40))}),
+                                                   (64, 300_000, True, True, 5, {0: list(range(13)), 1: [12]})):
+        _merge_pieces(dev, rng, 2, 1, 40, bs, cov, top_k, mml, by_value, tied, group=group)
 
 
-def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, wide_row=None):
+def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, wide_row=None, group=0):
     """One launch of the merge over pieces of random keys (each of 3/4 top_k to top_k entries; row (3, 1) empty)
     that cover[b] lists for sequence b, checked against the union's exact selection; the union of row wide_row,
-    when given, must outgrow the kernel's shared buffer."""
+    when given, must outgrow the kernel's shared buffer. group > 0: the merge in two levels."""
     from hipindexer.ops.launch import kernel_for
     from hipindexer.ops.paged_topk_fused import MERGE_POINTERS
     slots = units + B
@@ -354,10 +360,13 @@ def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, 
     ws = [d(parts.ravel()), d(counts.ravel()), d(seq_parts.ravel()), d(nparts), d(np.zeros(B, np.int32))]
     outs = poisoned(dev, B * n, top_k)
     bt = d(tables)
-    kernel_for(dev, "paged_topk_merge").prepare(
-        3, None, pointers=MERGE_POINTERS, indices_stride=top_k, values_stride=top_k, slots_stride=top_k, B=B,
-        next_n=n, top_k=top_k, units=units, max_blocks=tables.shape[1], block_size=bs, max_model_len=mml,
-        sorted=int(by_value))(dev.default_stream.handle, *(a.ptr for a in ws), *(o.ptr for o in outs), bt.ptr)
+    groups = -(-units // group) if group else 1
+    for level in ((1, 0) if group else (0,)):
+        kernel_for(dev, "paged_topk_merge").prepare(
+            3, None, pointers=MERGE_POINTERS, indices_stride=top_k, values_stride=top_k, slots_stride=top_k, B=B,
+            next_n=n, top_k=top_k, units=units, max_blocks=tables.shape[1], block_size=bs, max_model_len=mml,
+            sorted=int(by_value), group=group if level else 0, groups=groups, stride=group if not level and group else 1,
+        )(dev.default_stream.handle, *(a.ptr for a in ws), *(o.ptr for o in outs), bt.ptr)
     idx, val, slot = (o.numpy() for o in outs)
     for r in range(B * n):
         got = sorted(union.get(divmod(r, n), []), key=lambda e: (-e[0], e[1]))[:top_k]

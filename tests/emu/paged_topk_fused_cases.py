@@ -134,6 +134,22 @@ def key_orders_that_fill_and_starve_the_candidates(dev):
 
 
 @case
+def one_sequence_over_many_units_merges_in_two_levels(dev):
+    """A sequence spread over more units than one merge block reads at once (paged_topk_fused.merge_group): its
+    pieces merged in groups, then the groups, both next_n and sorted or not; the gate and the composed path's bits."""
+    from hipindexer.ops.paged_topk_fused import merge_group
+    top_k, units = 2048, 20
+    assert merge_group(1, top_k, units) > 0 and -(-units // merge_group(1, top_k, units)) > 2
+    for n, sorted in ((1, False), (2, True)):
+        rng = np.random.default_rng(60 + n)
+        inp = testing.decode_inputs(rng, testing.DecodeCase(1, n, 32, D, 64, False, mean_context=24_000,
+                                                            spread="equal", key_codes=True))
+        got = C.check(dev, inp, top_k, sorted, fused=True, units=units)
+        composed = C.run(dev, inp, top_k, sorted, fused=False)
+        assert all((a.view(np.uint32) == b.view(np.uint32)).all() for a, b in zip(got, composed))
+
+
+@case
 def untrusted_device_values_are_skipped_and_flagged(dev):
     """Block ids outside the cache and malformed lengths in device memory: bits 0 and 2 in errors=, and the
     selection the composed path makes on the same values."""

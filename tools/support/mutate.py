@@ -334,8 +334,10 @@ PLANTS = {
               "const hx_i64 live = (hx_i64)p.next_n;"),
         # The fused path's merge (generic/paged_topk_merge.hip; merge_of_written_pieces runs it on the emulator):
         # a sequence's last listed piece left out, a round's entries loaded over the selection so far, a piece
-        # that straddles two rounds read again from its start in the second, a bitmap place one late, a sequence's
-        # list never emptied, a piece's first entry read from the piece before (the walk over narrow pieces).
+        # that straddles two rounds read again from its start in the second, a first level's merged piece left
+        # with its old count, a last level reading every entry instead of the groups', a bitmap place one late, a
+        # sequence's list never emptied, a piece's first entry read from the piece before (the walk over narrow
+        # pieces).
         Plant("merge_last_piece_left_out", "generic/paged_topk_merge.hip",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed;",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed - 1u;"),
@@ -343,6 +345,10 @@ PLANTS = {
               "if (tid == 0) found[2] = 0u;"),
         Plant("merge_round_restarts_its_piece", "generic/paged_topk_merge.hip", "(p0 < lo ? lo - p0 : 0u) + tid",
               "tid"),
+        Plant("merge_first_level_count_kept", "generic/paged_topk_merge.hip",
+              "if (tid == 0) p.part_counts[slot * p.next_n + j] = (hx_i32)have;", ""),
+        Plant("merge_last_level_reads_every_entry", "generic/paged_topk_merge.hip",
+              "const hx_u32 step = p.group > 0 || p.stride < 1 ? 1u : (hx_u32)p.stride;", "const hx_u32 step = 1u;"),
         Plant("merge_place_one_late", "generic/paged_topk_merge.hip",
               "hx_u32 rank = hist[t] + hx_popc(", "hx_u32 rank = 1u + hist[t] + hx_popc("),
         Plant("merge_list_not_emptied", "generic/paged_topk_merge.hip", "      p.seq_nparts[b] = 0;\n", ""),
