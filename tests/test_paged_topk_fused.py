@@ -151,6 +151,28 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n1:]]
 
 
+def test_few_sequences_over_many_units_merge_in_two_levels(hopper):
+    hb, dev = hopper
+    inp = _resident(dev, fused_inputs(8, B=4, next_n=2, ctx=3000, top_k=256))  # 16384 // 256 = 64 pieces a group
+    assert paged_topk_fused.merge_group(4, 256, 132) == 0 and paged_topk_fused.merge_group(1, 2048, 132) == 8
+    for kw, levels in ((dict(), [0]), (dict(merge_group=4), [4, 0]), (dict(merge_group=0), [0])):
+        n0 = len(hb.launches)
+        hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, units=40, **kw)
+        launches = hb.launches[n0:]
+        assert [fn for fn, *_ in launches] == ["hx_paged_mqa_topk_wgmma_tma"] + ["hx_paged_topk_merge"] * len(levels)
+        merges = [hipindexer.catalog.STRUCT["PagedTopkMergeParams"].ctype().from_buffer_copy(m[4])
+                  for m in launches[1:]]
+        assert [m.group for m in merges] == levels, kw
+        if len(levels) == 2:  # groups of 4 of the 40 units' pieces, 8 rows: 10 blocks a row, then every 4th entry
+            assert merges[0].groups == 10 and launches[1][1][0] == 8 * 10 and merges[1].stride == 4
+        assert merges[-1].stride == (levels[0] or 1)
+    n0 = len(hb.launches)
+    for bad in (1, 65, -1, True, 2.0):
+        with pytest.raises(ValueError, match=r"^merge_group: expected None, 0 or an int in \[2, 64\]"):
+            hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, merge_group=bad)
+    assert len(hb.launches) == n0
+
+
 @pytest.fixture
 def mi355x():
     """(backend, device): a gfx950 device of 256 CUs over host memory (tests/host_backend.py)."""

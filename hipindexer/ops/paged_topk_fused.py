@@ -137,7 +137,7 @@ class FusedPlan:
     merge_first: object = None  # the merge's first level, where a row's list is long (merge_group)
 
 
-def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, cap=0) -> FusedPlan:
+def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, cap=0, group=None) -> FusedPlan:
     """The fused kernel on its logits kernel's plan for the whole call (a grid of at most fused_units), and the
     merge."""
     R, t = s.B * s.next_n, target_of(dev)
@@ -153,7 +153,7 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
         top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs
-    group = merge_group(s.B, top_k, grid)
+    group = merge_group(s.B, top_k, grid) if group is None else group
     groups = -(-grid // group) if group else 1
     merges = [kernel_for(dev, "paged_topk_merge").prepare(
         _grid(R * (groups if level else 1)), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS,
@@ -165,6 +165,16 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) \
         if DECODE.by_key[fk.logits].kv_map else None
     return FusedPlan(dev, R, top_k, ws, select, map_of, merges[-1], merges[0] if group else None)
+
+
+def check_merge_group(top_k: int, group) -> int | None:
+    """The `merge_group` tunable (None: merge_group's choice; 0: the merge in one level; else the pieces its first
+    level takes together, 2 to MERGE_ENTRIES // top_k, so that a group fits the merge's buffer), or ValueError."""
+    most = MERGE_ENTRIES // top_k
+    if group is None or (not isinstance(group, bool) and isinstance(group, (int, np.integer))
+                         and (group == 0 or 2 <= group <= most)):
+        return None if group is None else int(group)
+    raise ValueError(f"merge_group: expected None, 0 or an int in [2, {most}] (16384 // top_k), got {group!r}")
 
 
 def merge_group(B: int, top_k: int, units: int) -> int:

@@ -3,6 +3,7 @@ whole [rows, max_model_len] array, on one device, by the method of hipindexer.be
 back-to-back calls, median of repeats; one input set):
 
     python -m tools.measure.paged_topk_bench [--rows 64x131072,64x32768,16x32768,4x8192] [--next-n 1,2] [--json]
+        [--stages 6,12] [--merge-groups 0,4,8]
 
 H = 64, D = 128, block 64, equal lengths, top_k 2048, clean logits; the top-k op with a workspace made once
 (hipindexer.paged_topk_workspace, given the heads: the fused kernel's where it serves and pays) and out= given, as
@@ -32,8 +33,10 @@ H, D, BLOCK, TOP_K = 64, 128, 64, 2048
 @click.option("--repeats", default=5)
 @click.option("--stages", "stage_list", default="",
               help="sm_90a: also time the fused path at these ring depths (comma-separated, each 6 to 24 in sixes).")
+@click.option("--merge-groups", "group_list", default="",
+              help="Also time the fused path with its merge in these group sizes (comma-separated; 0: one level).")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, rows, next_ns, repeats, stage_list, as_json):
+def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
     dev = Device(device_name)
     if emulated(dev):
         rows = "2x256"
@@ -80,11 +83,16 @@ def main(device_name, rows, next_ns, repeats, stage_list, as_json):
             def at_stages(st):
                 return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
                                                                out=idx, device=dev, stages=st)
+            def at_group(g):
+                return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
+                                                               out=idx, device=dev, merge_group=g)
             depths = [int(x) for x in stage_list.split(",") if x] if fws else []
+            groups = [int(x) for x in group_list.split(",") if x] if fws else []
             us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
                   for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
                                ("fused", fused if fws else None), ("composed", composed),
-                               *((f"fused_stages_{d}", at_stages(d)) for d in depths))}
+                               *((f"fused_stages_{d}", at_stages(d)) for d in depths),
+                               *((f"fused_merge_group_{g}", at_group(g)) for g in groups))}
             case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
                     **{f"us_{k}": v for k, v in us.items()},
                     "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
@@ -96,7 +104,8 @@ def main(device_name, rows, next_ns, repeats, stage_list, as_json):
                       f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits); "
                       f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
                       f"{ws.nbytes} B (bound {case['workspace_bound']} B)" +
-                      "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths),
+                      "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths) +
+                      "".join(f"; merge groups of {g} {us[f'fused_merge_group_{g}']:.1f} us" for g in groups),
                       flush=True)
     if as_json:
         click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))
