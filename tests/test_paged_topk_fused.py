@@ -135,6 +135,9 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
         args = dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
         assert not hipindexer.paged_topk_workspace(**args).fused, kw  # the fused kernel cannot serve, or not pay
     assert hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64, fused=True).fused
+    # long rows take the fused path however few (its merge in two levels), short thin ones the composed path
+    assert [hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64).fused
+            for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (64, 16384))] == [True] * 3 + [False] * 2
     n0 = len(hb.launches)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256)  # thin pieces (fused_pays): the composed path
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n0:]]

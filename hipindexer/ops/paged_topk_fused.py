@@ -40,6 +40,7 @@ FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running
 # mean fewer cuts, and more keep the copies ahead; docs/benchmarks.md ("The fused path") has the depths measured.
 FUSED_STAGES = {1: 12, 2: 6}
 FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
+FUSED_LONG_ROW = 16       # ... or a row's keys, in top_k's (its merge then runs in two levels where pieces are many)
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
 MERGE_ENTRIES = KERNEL["paged_topk_merge"].smem // 8  # a row's list entries the merge holds in shared memory at once
@@ -106,10 +107,12 @@ def check_cap(target, top_k: int, cap) -> int:
 
 def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
     """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
-    FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units). Each unit hands the merge up to
-    top_k entries a row, so thinner pieces leave the merge (one block a row) more entries than the composed path's
-    steps cost (docs/ops.md, "Which path by default"; the rows measured: docs/benchmarks.md, "The fused path")."""
-    return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target)
+    FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units), or a row at least FUSED_LONG_ROW x
+    top_k. Each unit hands the merge up to top_k entries a row: many thin pieces of short rows leave the merge more
+    to do than the composed path's steps cost, while the pieces of a few long rows are merged in two levels
+    (merge_group) (docs/ops.md, "Which path by default"; the rows measured: docs/benchmarks.md, "The fused path")."""
+    return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target) or \
+        max_model_len >= FUSED_LONG_ROW * top_k
 
 
 def fused_arrays(device, B: int, next_n: int, top_k: int, units: int, stream=None) -> tuple:
@@ -153,7 +156,7 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
         top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs
-    group = merge_group(s.B, top_k, grid) if group is None else group
+    group = merge_group(s.B, top_k, grid, s.max_model_len) if group is None else group
     groups = -(-grid // group) if group else 1
     merges = [kernel_for(dev, "paged_topk_merge").prepare(
         _grid(R * (groups if level else 1)), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS,
@@ -177,12 +180,14 @@ def check_merge_group(top_k: int, group) -> int | None:
     raise ValueError(f"merge_group: expected None, 0 or an int in [2, {most}] (16384 // top_k), got {group!r}")
 
 
-def merge_group(B: int, top_k: int, units: int) -> int:
+def merge_group(B: int, top_k: int, units: int, max_model_len: int | None = None) -> int:
     """The pieces a first level of the merge takes together (0: the merge in one level): as many top_k-entry pieces
-    as it holds at once, where the units leave a row's list at least two such groups (units >= 2 group B): few
-    sequences over many units, whose one block a row would otherwise walk a list of up to `units` pieces."""
+    as it holds at once, where the units leave a row's list at least two such groups (units >= 2 group B) and more
+    entries than the merge holds (units x top_k / B pieces' worth, and max_model_len keys, both past
+    MERGE_ENTRIES): few long sequences over many units, whose one block a row would otherwise walk a long list."""
     group = MERGE_ENTRIES // top_k
-    return group if units >= 2 * group * B else 0
+    rows = units * top_k // max(B, 1) if max_model_len is None else min(units * top_k // max(B, 1), max_model_len)
+    return group if units >= 2 * group * B and rows > MERGE_ENTRIES else 0
 
 
 def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,

@@ -139,11 +139,12 @@ def one_sequence_over_many_units_merges_in_two_levels(dev):
     pieces merged in groups, then the groups, both next_n and sorted or not; the gate and the composed path's bits."""
     from hipindexer.ops.paged_topk_fused import merge_group
     top_k, units = 2048, 20
-    assert merge_group(1, top_k, units) > 0 and -(-units // merge_group(1, top_k, units)) > 2
     for n, sorted in ((1, False), (2, True)):
         rng = np.random.default_rng(60 + n)
         inp = testing.decode_inputs(rng, testing.DecodeCase(1, n, 32, D, 64, False, mean_context=24_000,
                                                             spread="equal", key_codes=True))
+        group = merge_group(1, top_k, units, inp.max_model_len)
+        assert group > 0 and -(-units // group) > 2
         got = C.check(dev, inp, top_k, sorted, fused=True, units=units)
         composed = C.run(dev, inp, top_k, sorted, fused=False)
         assert all((a.view(np.uint32) == b.view(np.uint32)).all() for a, b in zip(got, composed))
