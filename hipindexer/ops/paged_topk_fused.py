@@ -186,13 +186,16 @@ def merge_group(B: int, top_k: int, units: int, max_model_len: int | None = None
     entries than the merge holds (units x top_k / B pieces' worth, and max_model_len keys, both past
     MERGE_ENTRIES): few long sequences over many units, whose one block a row would otherwise walk a long list."""
     group = MERGE_ENTRIES // top_k
-    rows = units * top_k // max(B, 1) if max_model_len is None else min(units * top_k // max(B, 1), max_model_len)
-    return group if units >= 2 * group * B and rows > MERGE_ENTRIES else 0
+    entries = units * top_k // max(B, 1)  # a row's list: its pieces of up to top_k entries, at most its keys
+    if max_model_len is not None:
+        entries = min(entries, max_model_len)
+    return group if units >= 2 * group * B and entries > MERGE_ENTRIES else 0
 
 
 def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,
               slots) -> None:
-    """The fused call's launches (two, or three with the merge's first level) on `st`: device arrays only (next_n_lens, errors, vals and slots may be None)."""
+    """The fused call's launches (two, or three with the merge's first level) on `st`: device arrays only
+    (next_n_lens, errors, vals and slots may be None)."""
     ws = plan.workspace
     pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
     h = st.handle

@@ -12,6 +12,10 @@
 // read, a tile of loads at a time per thread, those above the last cut's smallest entry kept, and the buffer cut to
 // top_k once half full. Each entry is read from the workspace once, and a long list (many units a row) keeps few.
 //
+// Where a row's list is long (few sequences over many units), the op launches a first level before: p.groups
+// blocks a row, each merging p.group of the listed pieces into the slot of the first of them, and the last level
+// then reads every p.group-th entry of the list (p.stride).
+//
 // Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
 // of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
 #include "topk_select.h"
