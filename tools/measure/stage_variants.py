@@ -232,8 +232,9 @@ def _count_to(name: str, most: str) -> Plant:
                  "    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);\n")
 
 
-_NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"),
-             Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim", "if (hot && !hot) hx_cand_trim")]
+_TRIMS_NEVER = Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim",
+                     "if (hot && !hot) hx_cand_trim")
+_NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"), _TRIMS_NEVER]
 _NO_END_CUT = [_count_to("count_to_top_k", "top_k"),
                Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);\n    hx_cand_write", "    hx_cand_write")]
 _NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= floor[jr]) return;\n", "    if (key != 12345u) return;\n")
@@ -257,11 +258,6 @@ _HIST_BY_MATCH = Plant("hist_by_match", SELECT, """\
 """)
 
 
-def _cap_at(n: int) -> Plant:
-    """Every row's buffer at most n entries (as the cap tunable would set it): earlier trims, fewer appends."""
-    return Plant(f"cap_{n}", FUSED, "  room = room < CAP_MAX ? room : CAP_MAX;", f"  room = room < {n}u ? room : {n}u;")
-
-
 # The fused path's merge (generic/paged_topk_merge.hip): a row's list loaded by the walk over every HX_BLOCK-th entry
 # whatever its pieces' widths.
 MERGE = "generic/paged_topk_merge.hip"
@@ -271,10 +267,9 @@ VARIANTS = {
     "paged_topk_merge": {"shipped": [], "flat_walk": [_FLAT_WALK]},
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
-                    "no_trims_no_end_cut": [_APPEND_GUARD, _NO_TRIMS[2], *_NO_END_CUT],
+                    "no_trims_no_end_cut": [_APPEND_GUARD, _TRIMS_NEVER, *_NO_END_CUT],
                     "no_appends": [_NO_APPENDS], "no_appends_no_meetings": [_NO_APPENDS, _NO_MEETINGS],
-                    "hist_by_match": [_HIST_BY_MATCH], "cap_4096": [_cap_at(4096)], "cap_5120": [_cap_at(5120)],
-                    "cap_6144": [_cap_at(6144)]},
+                    "hist_by_match": [_HIST_BY_MATCH]},
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
