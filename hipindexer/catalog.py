@@ -193,13 +193,45 @@ STRUCTS = [
     ),
 ]
 STRUCTS.append(Struct("CopyParams", [("dst", "ptr"), ("src", "ptr"), ("n16", "u64")]))
-STRUCTS.append(Struct("PrefillParams", [
+_PREFILL_FIELDS = [
     ("q", "ptr:u8"), ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("weights", "ptr:f32"),
     ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("out", "ptr:f32"),
     ("out_stride", "i64"),  # elements between rows of out (>= N)
     ("M", "i32"), ("N", "i32"), ("H", "i32"), ("D", "i32"),
     ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"),
     ("clean", "i32"), ("reverse_rows", "i32"),
+]
+STRUCTS.append(Struct("PrefillParams", _PREFILL_FIELDS))
+# The same unit keeping, instead of writing logits, each row's keys whose logit reaches its floor (the fused
+# prefill top-k's filter, hipindexer.ops.prefill_topk_fused; out is 0): row m's keys of key-split part j as entries
+# (hx_topk_entry) at cand + (m split + j) region, as many as arrive (counted past region, stored up to it), in
+# cand_counts[m split + j]; the floor of row m at floors[m floor_stride], an order key (hx_topk_key): keys whose
+# logit's order key is below it stay out, and floor 0 lets every key in.
+STRUCTS.append(Struct("PrefillTopkParams", _PREFILL_FIELDS + [
+    ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
+    ("floor_stride", "i64"), ("region", "i32"),
+]))
+# The fused prefill top-k's floors: a sample of the keys (every step-th, from 0) gathered with each row's window
+# over it, and after the logits op has run on that sample, each row's floor: the order key of the r-th largest
+# logit of its sample window, or just below it (0 when the window has at most r keys).
+STRUCTS.append(Struct("PrefillSampleParams", [
+    ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("ks", "ptr:i32"), ("ke", "ptr:i32"),
+    ("sample_k", "ptr:u8"), ("sample_scale", "ptr:f32"), ("sample_ks", "ptr:i32"), ("sample_ke", "ptr:i32"),
+    ("logits", "ptr:f32"), ("floors", "ptr:u32"),
+    ("cand_counts", "ptr:i32"),  # [M, parts] zeroed by the gather, for a filter that counts with global atomics
+    ("M", "i32"), ("N", "i32"), ("D", "i32"), ("step", "i32"), ("samples", "i32"), ("r", "i32"), ("parts", "i32"),
+]))
+# The fused prefill top-k's last launch: each row's kept keys (PrefillTopkParams' cand, cand_counts, floors)
+# selected to its top_k and written; a row whose keys did not all fit, or whose floor let fewer than top_k in,
+# recomputes its logits here (scalar fp32) and selects from them: every row of the call when recompute_all.
+# Optional arrays are 0: values, cand and cand_counts and floors (with recompute_all).
+STRUCTS.append(Struct("PrefillTopkFinishParams", [
+    ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
+    ("q", "ptr:u8"), ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("weights", "ptr:f32"),
+    ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"),
+    ("floor_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
+    ("M", "i32"), ("N", "i32"), ("H", "i32"), ("D", "i32"), ("top_k", "i32"),
+    ("parts", "i32"), ("region", "i32"), ("sorted", "i32"), ("relative", "i32"), ("recompute_all", "i32"),
 ]))
 # gfx950 logits tile (hsaco_src/gfx950/logits_tile.hip): the first kernel on the wave primitives.
 STRUCTS.append(Struct("LogitsTileParams", [
@@ -330,6 +362,9 @@ KERNELS = [
 ]
 # Generic paged decode: any H, D % 16 == 0 up to 1024 (its staged key rows), any block_size, both layouts
 # (hipindexer.plan.decode.GENERIC_DECODE).
+# The generic kernel as the fused prefill top-k's filter (-DHX_TOPK_FILTER): every shape, every target.
+KERNELS.append(Kernel("mqa_topk_generic", "generic/mqa_logits.hip", "hx_mqa_topk_generic", "PrefillTopkParams",
+                      block=256, defines=(("HX_TOPK_FILTER", 1),), accumulation="fp32"))
 KERNELS.append(Kernel("paged_mqa_logits_generic", "generic/paged_mqa_logits.hip", "hx_paged_mqa_logits_generic",
                       "DecodeParams", block=128, accumulation="fp32", max_dim=1024))
 KERNELS.append(Kernel("stream_read_u32x4", "generic/stream_read.hip", "hx_stream_read_u32x4", "StreamReadParams",
@@ -362,6 +397,12 @@ KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx
 # Its split path for long rows: a histogram of top digits over rows x parts blocks, the certain entries and candidates
 # gathered by the same blocks, then one block per row (512 threads: its sort and scans are barrier-bound) that
 # selects among the candidates, sorts, writes and zeroes the workspace, or runs topk_logits' row algorithm.
+KERNELS.append(Kernel("prefill_topk_sample", "generic/prefill_topk_sample.hip", "hx_prefill_topk_sample",
+                      "PrefillSampleParams", block=256))
+KERNELS.append(Kernel("prefill_topk_floor", "generic/prefill_topk_floor.hip", "hx_prefill_topk_floor",
+                      "PrefillSampleParams", block=256))
+KERNELS.append(Kernel("prefill_topk_finish", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",
+                      "PrefillTopkFinishParams", block=256, smem=65536))
 KERNELS.append(Kernel("topk_split_hist", "generic/topk_split_hist.hip", "hx_topk_split_hist", "TopkSplitParams",
                       block=256))
 KERNELS.append(Kernel("topk_split_gather", "generic/topk_split_gather.hip", "hx_topk_split_gather", "TopkSplitParams",
@@ -405,6 +446,12 @@ KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip"
 # repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
 # (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.plan.decode.WGMMA_DECODE_SM90). The raw ring takes the
 # shared memory its Q slots leave, so it asks for all 227 KiB.
+# The same kernel filtering each row's keys by its floor instead of writing logits (-DHX_TOPK_FILTER): the fused
+# prefill top-k (hipindexer.ops.prefill_topk_fused), after prefill_topk_sample and prefill_topk_floor, before
+# prefill_topk_finish.
+KERNELS.append(Kernel("mqa_topk_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_topk_wgmma_fold",
+                      "PrefillTopkParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
+                      defines=(("HX_TOPK_FILTER", 1),), accumulation="fp8_tc", fits=((64, 128),)))
 KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma",
                       "DecodeParams", block=512, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       smem=232448, accumulation="fp8_tc", fits=_H32_H64, block_sizes=(16, 64)))

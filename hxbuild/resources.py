@@ -33,14 +33,14 @@ def parse_amdgpu_asm(text: str) -> dict:
 
 def gfx950_occupancy(vgpr: int, agpr: int, lds: int, block: int, sgpr: int = 0) -> int:
     """Waves per SIMD: 512 unified VGPRs (AGPRs start at the 4-aligned end of
-    the VGPRs), granule 8, max 8; 800 SGPRs in granules of 16 (the metadata's
-    count includes VCC and the other extras); LDS 160 KiB per CU in 1280-byte
-    granules."""
+    the VGPRs), granule 8, max 8; SGPRs (the metadata's count, with VCC and
+    the other extras) by LLVM's GFX9 steps: up to 80 ten waves, 88 nine, 100
+    eight, more seven; LDS 160 KiB per CU in 1280-byte granules."""
     total = (-(-vgpr // 4) * 4 + agpr) if agpr else vgpr
     alloc = max(8, -(-total // 8) * 8)
     waves = min(8, 512 // alloc)
     if sgpr:
-        waves = min(waves, 800 // (-(-sgpr // 16) * 16))
+        waves = min(waves, 10 if sgpr <= 80 else 9 if sgpr <= 88 else 8 if sgpr <= 100 else 7)
     if lds > 0:
         wgs_per_cu = 163840 // (-(-lds // 1280) * 1280)
         waves_per_wg = -(-block // 64)

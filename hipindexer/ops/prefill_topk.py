@@ -31,9 +31,12 @@ from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
 from .launch import INT32_MAX, check_workspace, kernel_for, prepared, remember, resident_key, target_of
 from .prefill import check_prefill_call, prepare_prefill
+from .prefill_topk_fused import (FUSED_TOP_K, FusedPlan, FusedPrefillTopkWorkspace, check_fused_call, fused_fits,
+                                 plan_fused_call, run_fused)
 from .topk import MAX_BLOCKS, _written
 
-PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered", "step_block")
+PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered", "step_block", "fused")
+COMPOSED_ONLY = ("chunk", "filtered", "step_block")
 SHAPE_TUNABLES = ("rows", "chunk", "filtered")
 STEP_POINTERS = ("w", "cols", "ws", "indices", "values", "rel", "ks", "ke", "chunk_ks", "chunk_ke")
 CHUNK_GOAL = 32768   # keys per chunk the planner reaches before it cuts the rows into groups
@@ -133,10 +136,15 @@ class PrefillTopkWorkspace:
 
 
 def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None, rows=None, chunk=None,
-                           filtered=None) -> PrefillTopkWorkspace:
+                           filtered=None, H=None, D=None, fused=None):
     """The workspace of fp8_mqa_topk calls of up to M query rows against up to N keys at this top_k, on `device`
-    (None: Device()), allocated on `stream`; make it before capturing a graph. Its rows, chunk and filtering are
-    plan_prefill_topk's (forced by `rows`, `chunk`, `filtered`); its bytes stay within
+    (None: Device()), allocated on `stream`; make it before capturing a graph.
+
+    With the calls' heads H and head dim D given, and where the fused path serves them (fused=None: a tensor-core
+    filter for the device and (H, D), top_k <= 2048; fused=True: any shape, the generic filter where there is no
+    fast one), a FusedPrefillTopkWorkspace: calls with it run fused, within prefill_workspace_bound(M, top_k,
+    parts), parts its filter's key split at (rows, N). Otherwise a PrefillTopkWorkspace for the composed path,
+    whose rows, chunk and filtering are plan_prefill_topk's (forced by `rows`, `chunk`, `filtered`), within
     prefill_workspace_bound(M, top_k).
 
     >>> import hipindexer
@@ -147,6 +155,16 @@ def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None,
     top_k = check_top_k(top_k)
     M, N = _as_count("M", M, 1), _as_count("N", N, 1)
     dev = device if isinstance(device, Device) else Device(device)
+    if fused not in (None, True, False):
+        raise ValueError(f"fused: expected None, True or False, got {fused!r}")
+    if fused and (H is None or D is None):
+        raise ValueError("fused=True: the workspace needs the calls' H and D")
+    if H is not None and D is not None and fused is not False:
+        H, D = _as_count("H", H, 1), _as_count("D", D, 16)
+        if fused or fused_fits(target_of(dev), H, D, top_k, "fast"):
+            if top_k > FUSED_TOP_K:
+                raise ValueError(f"fused=True: top_k is at most {FUSED_TOP_K} on the fused path, got {top_k}")
+            return FusedPrefillTopkWorkspace(dev, M, N, H, D, top_k, rows, as_stream(stream, dev))
     return PrefillTopkWorkspace(dev, M, top_k, *plan_prefill_topk(M, N, top_k, rows, chunk, filtered),
                                 as_stream(stream, dev))
 
@@ -221,6 +239,25 @@ def fp8_mqa_topk(q, k, kv_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, rel
                 _outputs(plan, outs, return_values, st))
 
 
+def _use_fused(workspace, fused, target, s, top_k, accumulation, logits_kw, shape_kw, step_block) -> bool:
+    """Which path a call takes: its workspace's, else the fused tunable's, else fused wherever it fits (and no
+    logits or composed tunable is forced)."""
+    if fused not in (None, True, False):
+        raise ValueError(f"fused: expected None, True or False, got {fused!r}")
+    composed_kw = [n for n in COMPOSED_ONLY if shape_kw.get(n) is not None] + (["step_block"] if step_block else [])
+    if isinstance(workspace, FusedPrefillTopkWorkspace) or fused:
+        if fused is False:
+            raise ValueError("fused=False: the workspace is a FusedPrefillTopkWorkspace, made for the fused path")
+        if composed_kw or logits_kw:
+            raise ValueError(f"fused path: {', '.join(composed_kw + list(logits_kw))} belong to the composed path")
+        if top_k > FUSED_TOP_K:
+            raise ValueError(f"fused=True: top_k is at most {FUSED_TOP_K} on the fused path, got {top_k}")
+        return True
+    if workspace is not None or fused is False or composed_kw or logits_kw:
+        return False
+    return fused_fits(target, s.H, s.D, top_k, accumulation)
+
+
 def _has_out(outs) -> bool:
     return len(outs) > 1 or outs[0] is not None
 
@@ -261,7 +298,7 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
     step_block = tunables.get("step_block")
     if step_block not in (None, 256, 512):
         raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
-    logits_kw = {n: v for n, v in tunables.items() if n not in SHAPE_TUNABLES + ("step_block",)}
+    logits_kw = {n: v for n, v in tunables.items() if n not in SHAPE_TUNABLES + ("step_block", "fused")}
     c = check_prefill_call(q, k, kv_scale, weights, ks, ke, accumulation, stream, device, logits_kw,
                            PREFILL_TUNABLES, op="prefill top-k", others=outs)
     dev, st, s = c.dev, c.st, c.s
@@ -275,6 +312,20 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
             _written(name, a, dtype, s.M, top_k, what, dev, st)
     if relative:
         _check_relative(s, c.ks, c.ke)
+    if _use_fused(workspace, tunables.get("fused"), target_of(dev), s, top_k, accumulation, logits_kw, shape_kw,
+                  step_block):
+        if workspace is None:
+            workspace = FusedPrefillTopkWorkspace(dev, max(s.M, 1), max(s.N, 1), s.H, s.D, top_k,
+                                                  shape_kw.get("rows"), st)
+        else:
+            check_workspace(workspace, FusedPrefillTopkWorkspace, "prefill_topk_workspace", dev)
+            check_fused_call(workspace, s, top_k)
+        o = (outs[0], outs[1] if return_values and len(outs) > 1 else None) if _has_out(outs) else (None, None)
+        plan = plan_fused_call(dev, s, top_k, workspace, relative, sorted, accumulation,
+                               (_stride(o[0], s.M, top_k), _stride(o[1], s.M, top_k)))
+        remember(key, plan)
+        c.upload()
+        return _run(plan, st, c.q, c.k, c.kv_scale, c.weights, c.ks, c.ke, _outputs(plan, outs, return_values, st))
     if workspace is None:
         if s.M and s.N:
             workspace = PrefillTopkWorkspace(dev, s.M, top_k, *plan_prefill_topk(s.M, s.N, top_k, **shape_kw), st)
@@ -360,6 +411,9 @@ def _run(plan, st, q, k, kv_scale, weights, ks, ke, outs):
         if vals is not None:
             vals.fill(-np.inf, st)
     if not plan.groups:
+        return result
+    if isinstance(plan, FusedPlan):
+        run_fused(plan, st, q, k, kv_scale, weights, ks, ke, idx, vals)
         return result
     ws = plan.workspace
     w, cols, sel = ws.w.ptr, ws.cols.ptr if ws.filtered else 0, ws.ws.ptr

@@ -55,6 +55,10 @@ HX_INLINE HX_HD hx_u64 hx_topk_entry(hx_u32 key, hx_i64 index) {
   return ((hx_u64)key << 32) | (hx_u64)(~(hx_u32)index);
 }
 HX_INLINE HX_HD hx_i32 hx_topk_entry_index(hx_u64 e) { return (hx_i32)(~(hx_u32)e); }
+// A key's float value: hx_topk_key inverted (key 0 never reaches here).
+HX_INLINE HX_HD float hx_topk_value(hx_u32 key) {
+  return hx_bits_to_f32((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
 
 // *p += v from many threads at once, returning the old value: a count is the
 // same in any order, and a slot handed out this way only says where an entry
@@ -214,7 +218,7 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
   return kept;
 }
 
-#if defined(HX_BLOCK)
+#if defined(HX_BLOCK) && !defined(HX_TOPK_KEYS_ONLY)
 #include "hx_params.h"
 
 #define ITEMS 8  // consecutive columns per thread per compaction tile

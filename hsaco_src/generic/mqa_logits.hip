@@ -4,20 +4,26 @@
 // for (H, D) without a fast path. Grid: x = row blocks (high rows first when
 // reverse_rows, so long causal rows start early), y = parts of the key split
 // (hx_prefill_split: every column of a row block has exactly one owner).
-#include "index_math.h"
+//
+// Built with -DHX_TOPK_FILTER=1 it is the fused prefill top-k's generic filter (hx_mqa_topk_generic,
+// PrefillTopkParams): each row's logits that reach its floor are appended to the row's region of the block's part
+// (counted with global atomics, on counts the gather zeroed), nothing else is written.
+#include "prefill_logit.h"
 #include "hx_params.h"
+#include "topk_select.h"
 
 #define HX_RG 4  // rows per group sharing one decoded key chunk
 
-HX_INLINE HX_DEV void hx_unpack16(hx_u32x4 v, float f[16]) {
-  hx_fp8x4_to_f32(v.x, f);
-  hx_fp8x4_to_f32(v.y, f + 4);
-  hx_fp8x4_to_f32(v.z, f + 8);
-  hx_fp8x4_to_f32(v.w, f + 12);
-}
+#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+using Params = PrefillTopkParams;
+#define HX_GENERIC_KERNEL hx_mqa_topk_generic
+#else
+using Params = PrefillParams;
+#define HX_GENERIC_KERNEL hx_mqa_logits_generic
+#endif
 
 // Logits of key n for rows m, m+1, .. (< m_end, at most HX_RG).
-HX_INLINE HX_DEV void hx_logits_rows(const PrefillParams& p, hx_i32 m, hx_i32 m_end, hx_i32 n, float acc[HX_RG]) {
+HX_INLINE HX_DEV void hx_logits_rows(const Params& p, hx_i32 m, hx_i32 m_end, hx_i32 n, float acc[HX_RG]) {
   const hx_u32x4* k = (const hx_u32x4*)(p.k + (hx_i64)n * p.D);
   const hx_i32 rows = m_end - m;
   for (int r = 0; r < HX_RG; ++r) acc[r] = 0.f;
@@ -42,7 +48,7 @@ HX_INLINE HX_DEV void hx_logits_rows(const PrefillParams& p, hx_i32 m, hx_i32 m_
   for (int r = 0; r < HX_RG; ++r) acc[r] *= scale;
 }
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_generic(const HX_GRID_CONSTANT PrefillParams p) {
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_GENERIC_KERNEL(const HX_GRID_CONSTANT Params p) {
   const hx_i32 rb = p.reverse_rows ? (hx_i32)hx_grid_dim_x() - 1 - (hx_i32)hx_block_x() : (hx_i32)hx_block_x();
   const hx_i32 m0 = rb * p.rows_per_block;
   const hx_i32 m1 = hx_min_i32(p.M, m0 + p.rows_per_block);
@@ -78,9 +84,18 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_generic(const HX_GRID_CO
         const hx_i32 m = g + i;
         if (m >= g_end) break;
         const hx_range r = hx_clamp_window(p.ks[m], p.ke[m], p.N);
+#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+        const hx_u32 key = hx_topk_key(acc[i], false);
+        if (n >= r.lo && n < r.hi && key && key >= p.floors[(hx_i64)m * p.floor_stride]) {
+          const hx_i64 slot = (hx_i64)m * p.split + (hx_i64)hx_block_y();
+          const hx_u32 at = hx_atomic_add_u32((hx_u32*)p.cand_counts + slot, 1u);
+          if (at < (hx_u32)p.region) p.cand[slot * p.region + at] = hx_topk_entry(key, n);
+        }
+#else
         float* dst = p.out + (hx_i64)m * p.out_stride + n;
         if (n >= r.lo && n < r.hi) *dst = acc[i];
         else if (p.clean) *dst = neg_inf;
+#endif
       }
     }
   }

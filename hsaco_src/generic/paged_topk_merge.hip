@@ -27,11 +27,6 @@
 static_assert(HX_MAX_PIECES <= 2 * HX_BLOCK, "two pieces a thread in the scan");
 static_assert(HX_MERGE_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");
 
-// A key's float value: hx_topk_key inverted (key 0 never reaches here).
-HX_INLINE HX_DEV float hx_topk_value(hx_u32 key) {
-  return hx_bits_to_f32((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
-}
-
 // Output slot s of the row: position n (-1: none) with its key.
 HX_INLINE HX_DEV void hx_merge_write(const PagedTopkMergeParams& p, hx_i64 row, hx_i64 b, hx_u32 s, hx_i32 n,
                                      hx_u32 key) {

@@ -18,6 +18,12 @@
 
 // ---------------------------------------------------------------- ids, uniform values, shuffles
 HX_INLINE __device__ hx_u32 hx_smem_u32(const void* p) { return (hx_u32)__cvta_generic_to_shared(p); }
+// *addr += v on a shared word, returning the old value.
+HX_INLINE __device__ hx_u32 hx_atom_add_shared_u32(hx_u32 addr, hx_u32 v) {
+  hx_u32 old;
+  asm volatile("atom.shared.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+  return old;
+}
 
 // Lane 0's value for the whole warp: the compiler then knows it is warp-uniform and keeps what derives from it
 // (wgmma descriptors, loop bounds, barrier addresses) in uniform registers instead of per-lane ones.

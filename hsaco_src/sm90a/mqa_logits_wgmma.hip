@@ -108,7 +108,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
         at.next();
       };
       auto store = [&](const V& v, float scale) {
-        reduce_store(t, v, e, scale, b1, b2);
+        reduce_store(p, t, v, e, scale, b1, b2);
         e += BK;
       };
       run_stages<PAIRS, V>(ns, issue, sum, store);

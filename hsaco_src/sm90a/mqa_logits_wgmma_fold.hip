@@ -16,7 +16,20 @@
 // stores under the next's MMAs). With registers raised to 224 every weight stays in registers: no shared loads
 // in the epilogue but the term scales, which leaves the shared-memory pipe to the MMA operands. At a unit's start
 // warpgroup g computes q_eff of query row g of both halves (fold_query); the two warpgroups then meet.
+//
+// Built with -DHX_TOPK_FILTER=1 it is the fused prefill top-k's filter (hx_mqa_topk_wgmma_fold, PrefillTopkParams):
+// the same unit appending each row's keys that reach its floor instead of storing logits (prefill_cta.h, FILTER).
 #include "prefill_cta.h"
+
+#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+using Params = PrefillTopkParams;
+#define HX_FOLD_FILTER true
+#define HX_FOLD_KERNEL hx_mqa_topk_wgmma_fold
+#else
+using Params = PrefillParams;
+#define HX_FOLD_FILTER false
+#define HX_FOLD_KERNEL hx_mqa_logits_wgmma_fold
+#endif
 
 #if !defined(HX_HEADS) || HX_HEADS != 64
 #error "mqa_logits_wgmma_fold.hip: build with -DHX_HEADS=64"
@@ -26,7 +39,7 @@ namespace {
 
 constexpr int FTERMS = 4;  // e4m3 terms of q_eff
 
-struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
+struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
   static_assert(RQ == 2 && NX == FTERMS * RQ, "two query rows per half, four terms each");
   static constexpr int LOAD_REGS = 56, MATH_REGS = 224;
   static_assert(128 * LOAD_REGS + 2 * 128 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
@@ -132,7 +145,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
   }
 
   // Math warpgroup g = wg - 1 over every unit of the CTA.
-  HX_INLINE __device__ void math_warpgroup(const PrefillParams& p, const Smem& sm, hx_i32 tid, hx_i32 wg) {
+  HX_INLINE __device__ void math_warpgroup(const Params& p, const Smem& sm, hx_i32 tid, hx_i32 wg) {
     hx_setmaxnreg_inc<MATH_REGS>();
     const hx_i32 g = wg - 1;
     const hx_i32 mt = tid - 128 * wg;  // thread in the warpgroup
@@ -196,7 +209,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
       };
       auto store = [&](const V& v, float scale) {
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) reduce_store(t[hh], v[hh], e, scale, b1, b2);
+        for (int hh = 0; hh < 2; ++hh) reduce_store(p, t[hh], v[hh], e, scale, b1, b2);
         e += BK;
       };
       run_stages<true, V>(ns, issue, sum, store);
@@ -208,7 +221,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2> {
 
 }  // namespace
 
-HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma_fold(const HX_GRID_CONSTANT PrefillParams p) {
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_FOLD_KERNEL(const HX_GRID_CONSTANT Params p) {
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);

@@ -16,16 +16,26 @@
 // stage is published LAG stages after its copies were issued: the lane waits for its own copies (cp.async
 // groups), fences them into the async proxy that wgmma reads through, and only then arrives on full, so the
 // math warpgroups never fence (a fence there waited on their own output stores).
+//
+// FILTER (the fused prefill top-k, PrefillTopkParams): no logits are stored and nothing is filled. A logit whose
+// order key (hx_topk_key) reaches its row's floor is appended to the row's region for the unit's part of the key
+// split, at a place counted in the unit record (a shared atomic: the order of a region's entries is arbitrary, the
+// selection after it is not). Warp 0 writes a record's counts to cand_counts once the math warpgroups release its Q
+// slot, and zeros for the rows of a unit with no stages; so every (row, part) is written on every call.
 #pragma once
 #include "index_math.h"
 #include "hx_params.h"
 #include "hopper.h"
+#define HX_TOPK_KEYS_ONLY  // the order keys and entries only: the block-wide selection is not this kernel's
+#include "topk_select.h"
 
 // One CTA of a prefill kernel at H heads with MATH_WGS math warpgroups, whose Q halves carry NX B rows beyond
-// their RQ x H (query row, head) rows. A kernel derives from it and adds its math warpgroups.
-template <int HEADS, int MATH_WARPGROUPS, int EXTRA_ROWS>
+// their RQ x H (query row, head) rows, on parameters Params (PrefillTopkParams when FILTER). A kernel derives from
+// it and adds its math warpgroups.
+template <int HEADS, int MATH_WARPGROUPS, int EXTRA_ROWS, class Params = PrefillParams, bool FILTER_KEYS = false>
 struct PrefillCta {
   static constexpr int H = HEADS, MATH_WGS = MATH_WARPGROUPS, NX = EXTRA_ROWS;
+  static constexpr bool FILTER = FILTER_KEYS;
   static constexpr int D = 128;        // bytes of one key / query-head row
   static constexpr int NQ = 256;       // (query row, head) pairs of a row block
   static constexpr int BQ = NQ / H;    // query rows per row block
@@ -56,7 +66,8 @@ struct PrefillCta {
   static constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;  // 2 slots x unit record (record())
   static constexpr hx_u32 REC_BYTES = 128;
   static constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;  // then a kernel's own scratch, then the barriers
-  static_assert((4 + 2 * BQ) * 4 <= REC_BYTES, "unit record");
+  static constexpr int REC_PART = 4 + 2 * BQ, REC_COUNT = REC_PART + 1;  // FILTER: the unit's part, its rows' counts
+  static_assert((REC_COUNT + BQ) * 4 <= REC_BYTES, "unit record");
 
   struct Smem {
     hx_u8* ptr;      // the 1024-aligned base, generic
@@ -84,7 +95,7 @@ struct PrefillCta {
     hx_i32 m0, m1;         // rows [m0, m1) of the row block (m1 <= M)
     hx_prefill_part part;  // this CTA's columns of those rows
   };
-  HX_INLINE __device__ hx_i32 units(const PrefillParams& p) { return hx_ceil_div(p.M, BQ) * p.split; }
+  HX_INLINE __device__ hx_i32 units(const Params& p) { return hx_ceil_div(p.M, BQ) * p.split; }
   // Unit of this CTA's k-th turn, or -1 past the end (-2: none this round). 32-bit: the planner keeps units below
   // 2^30 (64-bit unit arithmetic cost the load warps registers they do not have).
   HX_INLINE __device__ hx_i32 unit_index(hx_i32 units, hx_i32 k) {
@@ -94,12 +105,12 @@ struct PrefillCta {
     const hx_i32 u = base + ((k & 1) ? G - 1 - b : b);
     return u < units ? u : -2;
   }
-  HX_INLINE __device__ hx_i32 row_block_m0(const PrefillParams& p, hx_i32 u) {
+  HX_INLINE __device__ hx_i32 row_block_m0(const Params& p, hx_i32 u) {
     const hx_i32 rbi = u / p.split;
     return (p.reverse_rows ? hx_ceil_div(p.M, BQ) - 1 - rbi : rbi) * BQ;
   }
   // A unit decoded by one thread (the fill warps).
-  HX_INLINE __device__ Unit unit_at(const PrefillParams& p, hx_i32 u) {
+  HX_INLINE __device__ Unit unit_at(const Params& p, hx_i32 u) {
     Unit t;
     t.m0 = row_block_m0(p, u);
     t.m1 = hx_min_i32(p.M, t.m0 + BQ);
@@ -117,8 +128,9 @@ struct PrefillCta {
     Unit t;
     hx_range my;
     bool row_ok;
+    hx_i32 j;  // the part of the key split
   };
-  HX_INLINE __device__ WarpUnit decode_unit(const PrefillParams& p, hx_i32 u, hx_i32 lane) {
+  HX_INLINE __device__ WarpUnit decode_unit(const Params& p, hx_i32 u, hx_i32 lane) {
     WarpUnit w;
     const hx_i32 part = u % p.split;
     w.t.m0 = row_block_m0(p, u);
@@ -134,6 +146,7 @@ struct PrefillCta {
     }
     if (hi <= lo) lo = hi = 0;
     w.t.part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, part);
+    w.j = part;
     return w;
   }
   HX_INLINE __device__ hx_i32 stage_count(const Unit& t) { return hx_ceil_div(hx_range_len(t.part.work), BK); }
@@ -174,7 +187,7 @@ struct PrefillCta {
   // ------------------------------------------------------------------ warpgroup 0
   // Loader warp `half` copies keys [n0 + 64 half, n0 + 64 half + 64) of a stage and their scales: two warps
   // share every stage, since one warp's copy issue rate alone would bound the kernel.
-  HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,
+  HX_INLINE __device__ void load_half_stage(const Params& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,
                                             hx_i32 half, hx_i32 lane) {
     const hx_i32 r_base = half * (BK / 2);
     if (n0 + BK <= p.N) hx_copy_tile_sw128<BK / 2>(kdst + r_base * 128, p.k + (hx_i64)(n0 + r_base) * D, lane);
@@ -190,13 +203,17 @@ struct PrefillCta {
   // Warp 0's part of a unit's start: its record, Q and weights as use qit of the Q slots. A whole row block at
   // fixed offsets: this warp also copies half of every K stage, which waits behind these copies (per-copy
   // address arithmetic would make a unit's start cost about two stages).
-  HX_INLINE __device__ void load_unit(const PrefillParams& p, const Smem& s, hx_u32 qit, const WarpUnit& wu,
+  HX_INLINE __device__ void load_unit(const Params& p, const Smem& s, hx_u32 qit, const WarpUnit& wu,
                                       hx_i32 ns, hx_i32 lane) {
     const Unit& t = wu.t;
     const hx_u32 qb = s.q.slot(qit);
     hx_i32* rec = (hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
     if (lane == 0) { rec[0] = ns; rec[1] = t.m0; rec[2] = t.part.work.lo; rec[3] = t.part.work.hi; }
     if (lane < BQ) { rec[4 + 2 * lane] = wu.my.lo; rec[5 + 2 * lane] = wu.row_ok ? wu.my.hi : -1; }
+    if constexpr (FILTER) {
+      if (lane == 0) rec[REC_PART] = wu.j;
+      if (lane < BQ) rec[REC_COUNT + lane] = 0;
+    }
     s.q.arrive_full(qit);  // releases the record; the copies arrive below
     const hx_u32 qdst = s.base + Q_OFF + qb * Q_BYTES, wdst = s.base + W_OFF + qb * W_BYTES;
     const hx_u8* qsrc = p.q + (hx_i64)t.m0 * H * D;
@@ -219,8 +236,15 @@ struct PrefillCta {
     hx_cp_async_arrive(s.q.full_at(qb));
   }
 
+  // FILTER, warp 0: the counts of the unit whose record is in Q slot qb, once the math warpgroups released it.
+  HX_INLINE __device__ void flush_counts(const Params& p, const Smem& s, hx_u32 qb, hx_i32 lane) {
+    const volatile hx_i32* rec = (const volatile hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
+    if (lane < BQ && rec[5 + 2 * lane] >= 0)
+      p.cand_counts[((hx_i64)rec[1] + lane) * p.split + rec[REC_PART]] = rec[REC_COUNT + lane];
+  }
+
   // Warps 0 and 1: every unit's K stages, warp 0 also its Q slot; then an end record with no stages.
-  HX_INLINE __device__ void load_warps(const PrefillParams& p, const Smem& s, hx_i32 warp, hx_i32 lane) {
+  HX_INLINE __device__ void load_warps(const Params& p, const Smem& s, hx_i32 warp, hx_i32 lane) {
     hx_u32 kit = 0, qit = 0, published = 0;  // K ring uses issued and published, Q slot uses
     auto publish_upto = [&](hx_u32 end) {    // every K use before `end`, all copies landed
       hx_fence_proxy_async();
@@ -233,6 +257,9 @@ struct PrefillCta {
       if (u < 0) continue;
       const WarpUnit wu = decode_unit(p, u, lane);
       const hx_i32 ns = stage_count(wu.t);
+      if constexpr (FILTER) {
+        if (ns == 0 && warp == 0 && wu.row_ok) p.cand_counts[((hx_i64)wu.t.m0 + lane) * p.split + wu.j] = 0;
+      }
       if (ns == 0) continue;
       if (warp == 0) {
         if (!s.q.test_empty(qit)) {
@@ -240,6 +267,9 @@ struct PrefillCta {
           hx_cp_async_wait<0>();
           publish_upto(kit);
           s.q.wait_empty(qit);
+        }
+        if constexpr (FILTER) {
+          if (qit >= 2) flush_counts(p, s, s.q.slot(qit), lane);
         }
         load_unit(p, s, qit, wu, ns, lane);  // Q rides in the copy group of the unit's first stage
         ++qit;
@@ -260,6 +290,13 @@ struct PrefillCta {
     publish_upto(kit);
     if (warp == 0) {  // the end marker: a record with no stages, both of warp 0's arrivals
       s.q.wait_empty(qit);
+      if constexpr (FILTER) {  // the last two units' counts (uses qit - 2 and qit - 1)
+        if (qit >= 2) flush_counts(p, s, s.q.slot(qit), lane);
+        if (qit >= 1) {
+          s.q.wait_empty(qit + 1);
+          flush_counts(p, s, s.q.slot(qit + 1), lane);
+        }
+      }
       if (lane == 0) ((hx_i32*)(s.ptr + REC_OFF + s.q.slot(qit) * REC_BYTES))[0] = 0;
       s.q.arrive_full(qit);
       s.q.arrive_full(qit);
@@ -268,7 +305,7 @@ struct PrefillCta {
   }
 
   // Warps 2 and 3 (threads ft of 64): the -inf of every unit's columns outside its work range.
-  HX_INLINE __device__ void fill_warps(const PrefillParams& p, hx_i32 ft) {
+  HX_INLINE __device__ void fill_warps(const Params& p, hx_i32 ft) {
     const hx_i32 nu = units(p);
     for (hx_i32 k = 0;; ++k) {
       const hx_i32 u = unit_index(nu, k);
@@ -285,7 +322,7 @@ struct PrefillCta {
 
   // Warpgroup 0 with its registers cut to REGS: loads, and fills when clean.
   template <int REGS>
-  HX_INLINE __device__ void load_fill_warpgroup(const PrefillParams& p, const Smem& s, hx_i32 tid) {
+  HX_INLINE __device__ void load_fill_warpgroup(const Params& p, const Smem& s, hx_i32 tid) {
     hx_setmaxnreg_dec<REGS>();
     const hx_i32 warp = tid / 32, lane = tid % 32;
     if (warp < 2) load_warps(p, s, warp, lane);
@@ -309,24 +346,41 @@ struct PrefillCta {
     float* row[BQ / 4];             // this lane's output rows (half h: h RQ + b2 RQ/2 + kq), at its key
     hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
     bool fill[BQ / 4];              // clean and the row exists (hi -1 marks a row past M)
+    // FILTER: the rows' floors (order keys), the first row (m) and the shared address of its count (the others'
+    // follow), the part, and the key of e = 0. Regions are found from the params at an append (ptxas spilled the
+    // math warpgroups' registers when a 64-bit region pointer per row was kept).
+    hx_u32 floor[BQ / 4];
+    hx_u32 count0;
+    hx_i32 m, part, work_hi;
   };
-  HX_INLINE __device__ void make_tile(Tile& t, const PrefillParams& p, const hx_i32* rec, hx_i32 m0, hx_i32 work_hi,
+  HX_INLINE __device__ void make_tile(Tile& t, const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 work_hi,
                                       hx_i32 h, hx_i32 b2, hx_i32 n) {
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) {
       const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
-      t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
       t.lo[kq] = rec[4 + 2 * r] - work_hi;
       t.hi[kq] = rec[5 + 2 * r] - work_hi;
-      t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;
+      if constexpr (FILTER) {
+        t.floor[kq] = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
+      } else {
+        t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
+        t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;
+      }
+    }
+    if constexpr (FILTER) {
+      const hx_i32 r0 = h * RQ + b2 * (RQ / 2);
+      t.m = m0 + r0;
+      t.count0 = hx_smem_u32(rec + REC_COUNT + r0);
+      t.part = rec[REC_PART];
+      t.work_hi = work_hi;
     }
   }
 
   // The head sums v[i RQ + q] of key row 8i + l/4 of the warp's 16 and query row q of the half, reduced across
   // the quad (lane bit 0 keeps key row b1, bit 1 keeps query quarter b2), times kv_scale, stored with the -inf of
   // rows outside their own window fused; branch-free (predicated stores). Then the next stage's keys.
-  HX_INLINE __device__ void reduce_store(Tile& t, const float (&v)[2 * RQ], hx_i32 e, float scale, hx_i32 b1,
-                                         hx_i32 b2) {
+  HX_INLINE __device__ void reduce_store(const Params& p, Tile& t, const float (&v)[2 * RQ], hx_i32 e, float scale,
+                                         hx_i32 b1, hx_i32 b2) {
     float h1[RQ];
 #pragma unroll
     for (int x = 0; x < RQ; ++x) {
@@ -341,11 +395,22 @@ struct PrefillCta {
       const float keep = b2 ? h1[kq + RQ / 2] : h1[kq];
       const float z = keep + hx_shfl_xor(send, 2);
       const bool inside = (e >= t.lo[kq]) & (e < t.hi[kq]);
-      const bool store = (e < 0) & (inside | t.fill[kq]);
-      hx_store_f32_if(store, t.row[kq], inside ? z * scale : ninf);
+      if constexpr (FILTER) {
+        const hx_u32 key = hx_topk_key(z * scale, false);
+        if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {
+          const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
+          if (at < (hx_u32)p.region)
+            p.cand[((hx_i64)(t.m + kq) * p.split + t.part) * p.region + at] = hx_topk_entry(key, (hx_i64)e + t.work_hi);
+        }
+      } else {
+        const bool store = (e < 0) & (inside | t.fill[kq]);
+        hx_store_f32_if(store, t.row[kq], inside ? z * scale : ninf);
+      }
     }
+    if constexpr (!FILTER) {
 #pragma unroll
-    for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
+      for (int kq = 0; kq < RQ / 2; ++kq) t.row[kq] += BK;
+    }
   }
   static_assert(BQ >= 4, "two halves of at least two query rows");
 

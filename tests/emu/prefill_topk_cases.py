@@ -13,14 +13,17 @@ import pytest
 
 import hipindexer
 from hipindexer import gate, reference, testing
-from hipindexer.ops import target_of
+from hipindexer.ops import prefill_topk_fused, target_of
 from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
 
 POISON = np.iinfo(np.int32).min
-# The planner's shape, then groups and chunks forced small, with and without the filter, with both step builds.
+# The planner's shape, then groups and chunks forced small, with and without the filter, with both step builds;
+# then the fused path (its tensor-core filter where the device has one for the shape, else the generic kernel's),
+# in one group of rows and in groups of 16.
 SHAPES = ({}, {"rows": 16, "chunk": 96, "step_block": 256}, {"rows": 5, "chunk": 37, "filtered": True},
-          {"rows": 16, "chunk": 96, "filtered": True, "step_block": 256})
+          {"rows": 16, "chunk": 96, "filtered": True, "step_block": 256}, {"fused": True},
+          {"fused": True, "rows": 16})
 
 
 def poisoned(dev, M, top_k, pad=0):
@@ -136,14 +139,35 @@ def ties_across_chunks_go_to_the_lower_key(dev):
 @case
 def padded_outputs_and_a_reused_workspace(dev):
     """Outputs with padded rows, and one workspace serving calls of fewer rows and other windows: the same
-    selection as a call with its own."""
-    ws = hipindexer.prefill_topk_workspace(30, 500, 24, device=dev, rows=8, chunk=64)
-    assert ws.nbytes <= ws.bound
-    for seed, (M, N) in enumerate(((30, 500), (11, 123), (30, 64))):
-        inp = inputs(40 + seed, M, N)
-        a, av = check(dev, inp, 24, pad=5, workspace=ws)
-        b, bv = check(dev, inp, 24)
-        assert (a == b).all() and np.array_equal(av, bv), "deterministic, whatever the workspace's cut"
+    selection as a call with its own; on both paths."""
+    for ws in (hipindexer.prefill_topk_workspace(30, 500, 24, device=dev, rows=8, chunk=64),
+               hipindexer.prefill_topk_workspace(30, 500, 24, device=dev, rows=8, H=16, D=64, fused=True)):
+        assert ws.nbytes <= ws.bound
+        for seed, (M, N) in enumerate(((30, 500), (11, 123), (30, 64))):
+            inp = inputs(40 + seed, M, N)
+            a, av = check(dev, inp, 24, pad=5, workspace=ws)
+            b, bv = check(dev, inp, 24)
+            assert (a == b).all() and np.array_equal(av, bv), "deterministic, whatever the workspace's cut"
+
+
+@case
+def fused_rows_the_sample_misjudges_are_recomputed(dev):
+    """Floors set too high (a sample margin of 0.3: most rows keep fewer than top_k keys) and floors of 0 (every
+    key kept: long rows overflow their regions): the finish recomputes those rows, and the selection is the same
+    as with good floors."""
+    inp = inputs(45, M=24, N=900)
+    good, good_v = check(dev, inp, 32, fused=True)
+    saved = prefill_topk_fused.SAMPLE_MARGIN, prefill_topk_fused.sample_r
+    try:
+        prefill_topk_fused.SAMPLE_MARGIN = 0.3
+        low, low_v = check(dev, inp, 32, fused=True, rows=8)
+        prefill_topk_fused.SAMPLE_MARGIN = saved[0]
+        prefill_topk_fused.sample_r = lambda top_k: 1 << 20
+        none, none_v = check(dev, inp, 32, sorted=True, fused=True)
+    finally:
+        prefill_topk_fused.SAMPLE_MARGIN, prefill_topk_fused.sample_r = saved
+    assert (low == good).all() and np.array_equal(low_v, good_v)
+    assert (np.sort(none, axis=1) == np.sort(good, axis=1)).all()
 
 
 @case

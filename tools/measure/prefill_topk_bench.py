@@ -6,8 +6,9 @@ hipindexer.bench.timing (events around back-to-back calls, median of repeats; on
         [--heads 64,32] [--million] [--json]
 
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
-(hipindexer.prefill_topk_workspace) and out= given, as a serving loop calls it; its bytes are reported beside the
-bound. TFLOP/s counts 2 H D multiply-adds per (row, key) in the windows. --million adds (4096, 1048576) at H = 64:
+(hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
+it; its bytes are reported beside the bound, and where the default is the fused path, the composed path is timed
+beside it with a workspace of its own, and the rows the fused finish recomputed are counted. TFLOP/s counts 2 H D multiply-adds per (row, key) in the windows. --million adds (4096, 1048576) at H = 64:
 one call, timed, and a few sampled rows judged by the top-k gate against the float64 reference.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import hipindexer
 from hipindexer import gate, testing
 from hipindexer.bench.timing import emulated, time_batches
-from hipindexer.ops import target_of
+from hipindexer.ops import prefill_topk_fused, target_of
 from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
 
@@ -53,15 +54,23 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4):
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
     flop = 2.0 * H * D * float(np.clip(seen, 0, None).sum())
-    ws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
+    ws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev, H=H, D=D)
+    is_fused = isinstance(ws, prefill_topk_fused.FusedPrefillTopkWorkspace)
     idx = DeviceArray.empty((M, TOP_K), np.int32, dev)
     vals = DeviceArray.empty((M, TOP_K), np.float32, dev)
 
     def fused(i):
         hipindexer.fp8_mqa_topk(*args, TOP_K, workspace=ws, out=(idx, vals), return_values=True, device=dev)
-    row = {"M": M, "N": N, "H": H, "top_k": TOP_K, "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound,
-           "ws_rows": ws.rows, "ws_chunk": ws.chunk}
+    row = {"M": M, "N": N, "H": H, "top_k": TOP_K, "path": "fused" if is_fused else "composed",
+           "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound, "ws_rows": ws.rows,
+           "ws_chunk": getattr(ws, "chunk", None)}
     timers = [("fused", fused)]
+    if is_fused:
+        cws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
+
+        def composed(i):
+            hipindexer.fp8_mqa_topk(*args, TOP_K, workspace=cws, out=(idx, vals), return_values=True, device=dev)
+        timers.append(("composed", composed))
     logits = None
     if M * N * 4 <= 8 << 30:
         logits = DeviceArray.empty((M, N), np.float32, dev)
@@ -89,10 +98,12 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4):
     idx.fill(-(1 << 31))  # poisoned: a slot the op leaves unwritten fails the gate
     vals.fill(np.nan)
     fused(0)
+    if is_fused and ws.rows >= M:
+        row["recomputed_rows"] = prefill_topk_fused.recomputed_rows(ws, M)
     pick = np.linspace(0, M - 1, sample_rows).astype(int)
     sub = testing.PrefillInputs(inp.q[pick], inp.k, inp.kv_scale, inp.weights[pick], inp.cu_seqlen_ks[pick],
                                 inp.cu_seqlen_ke[pick])
-    accumulation = plan_prefill(ws.rows, ws.chunk, H, D, target_of(dev)).accumulation
+    accumulation = plan_prefill(M, N, H, D, target_of(dev)).accumulation
     g = gate.gate_prefill_topk(idx.numpy()[pick], vals.numpy()[pick], sub, TOP_K, accumulation)
     row.update(sampled_rows=pick.tolist(), sampled_gate=bool(g), sampled_gate_message=g.message)
     return row
@@ -121,14 +132,16 @@ def main(device_name, shapes, heads, million, repeats, as_json):
                      f"fused/(logits+topk) {r['fused_over_logits_then_topk']:.3f}") if "us_logits" in r else ""
             torch_us = f", torch.topk {r['us_torch_topk_after_logits']:.1f} us" \
                 if "us_torch_topk_after_logits" in r else ""
-            click.echo(f"H={H} ({M}, {N}): fused {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
+            torch_us += f", composed {r['us_composed']:.1f} us, recomputed rows {r.get('recomputed_rows')}" \
+                if "us_composed" in r else ""
+            click.echo(f"H={H} ({M}, {N}): {r['path']} {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
                        f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']}, {r['workspace_bytes']} B of "
                        f"{r['workspace_bound']} B; gate on sampled rows {r['sampled_gate']}", err=False)
     if million:
         r = _case(dev, rng, 4096, 1 << 20, 64, 3, sample_rows=4)
         rows.append(r)
         if not as_json:
-            click.echo(f"H=64 (4096, 1048576): fused {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s); "
+            click.echo(f"H=64 (4096, 1048576): {r['path']} {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s); "
                        f"workspace {r['workspace_bytes']} B of {r['workspace_bound']} B; gate on rows "
                        f"{r['sampled_rows']}: {r['sampled_gate']} {r['sampled_gate_message']}")
     if as_json:

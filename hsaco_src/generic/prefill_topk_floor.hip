@@ -1,0 +1,34 @@
+// The fused prefill top-k's floors, after the logits op has run on the sample of prefill_topk_sample.hip: a block a
+// row writes the order key (hx_topk_key) of the r-th largest of the row's sample logits, or the lowest key of the
+// radix bin that holds it, or 0 when the window has at most r samples (every key then enters).
+#include "topk_sample.h"
+#include "topk_select.h"
+
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
+  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
+  HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
+  HX_SHARED(hx_u32, found, 2);
+  hx_block_bar bar;
+  const hx_u32 tid = hx_thread_x();
+  for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
+    const hx_range w = hx_sample_window(p, m);
+    const float* row = p.logits + m * p.samples;
+    // selectable samples (a NaN logit keys 0 and is left out)
+    hx_u32 mine = 0;
+    for (hx_i32 i = w.lo + (hx_i32)tid; i < w.hi; i += HX_BLOCK) mine += hx_topk_key(row[i], false) != 0u;
+    hx_u32 count;
+    hx_block_exclusive_sum(mine, scan, &count);
+    hx_u32 floor = 0u;
+    if (count > (hx_u32)p.r) {  // uniform
+      const hx_u64 cut = hx_group_select<HX_BLOCK>(tid, bar, [&](auto&& f) {
+        for (hx_i32 i = w.lo + (hx_i32)tid; i < w.hi; i += HX_BLOCK) {
+          const hx_u32 key = hx_topk_key(row[i], false);
+          if (key) f(hx_topk_entry(key, i));
+        }
+      }, (hx_u32)p.r, hist, scan, found);
+      floor = (hx_u32)(cut >> 32);
+    }
+    if (tid == 0) p.floors[m] = floor;
+    bar();  // the shared arrays are the next row's
+  }
+}
