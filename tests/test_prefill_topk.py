@@ -174,3 +174,68 @@ def test_bench_topk_on_the_emulator_times_the_three_ways_and_says_its_times_are_
     for c in doc["cases"]:
         assert c["op"] == op and min(c["us"], c["us_logits"], c["us_logits_then_topk_logits"], c["host_us"]) > 0
         assert c["workspace_bytes"] <= c["workspace_bound"] and c["top_k"] == 64
+
+
+# ------------------------------------------------------------------ the fused path's host side
+
+@settings(max_examples=200, deadline=None)
+@given(M=st.integers(1, 1 << 13), N=st.integers(1, 1 << 21), top_k=st.integers(128, 2048))
+def test_the_fused_layout_stays_within_the_bound_of_its_key_split(M, N, top_k):
+    from hipindexer.ops import prefill_topk_fused as F
+    from hipindexer.plan import TARGETS
+    try:
+        lay = F.plan_fused(TARGETS["sm_90a"], M, N, 64, 128, top_k)
+    except ValueError as e:  # the sample's keys alone past the bound (few rows, many keys): the composed path's
+        assert "does not fit" in str(e) and N // F.sample_step(top_k) * 128 > 8 * top_k * M
+        return
+    assert 1 <= lay.rows <= M and lay.nbytes <= 8 * top_k * M * (1 + lay.parts) + (1 << 20)
+    assert lay.region >= F.REGION_MARGIN * F.SAMPLE_MARGIN * top_k / lay.parts
+    assert 4 * lay.rows * lay.samples <= lay.nbytes - lay.cand  # the sample's logits share the regions' bytes
+
+
+def test_the_fused_path_is_the_default_where_a_tensor_core_filter_serves(hopper):
+    """H = 64, D = 128, top_k <= 2048 on sm_90a: five launches (sample, the logits op on it, floors, the fold
+    kernel's filter, finish), the filter sent the workspace's regions, counts and floors; a workspace made without
+    H and D, or fused=False, keeps the composed path."""
+    hb, dev = hopper
+    inp = testing.prefill_inputs(np.random.default_rng(3), 48, 4096, 64, 128, "causal")
+    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    ws = prefill_topk_workspace(48, 4096, 512, device=dev, H=64, D=128)
+    assert type(ws).__name__ == "FusedPrefillTopkWorkspace" and ws.nbytes <= ws.bound
+    n0 = len(hb.launches)
+    fp8_mqa_topk(*args, 512, workspace=ws, relative=True)
+    got = _symbols(hb, n0)
+    assert got == ["hx_prefill_topk_sample", got[1], "hx_prefill_topk_floor", "hx_mqa_topk_wgmma_fold",
+                   "hx_prefill_topk_finish"]
+    filt = catalog.STRUCT["PrefillTopkParams"].ctype().from_buffer_copy(hb.launches[n0 + 3][4])
+    lay = ws.layout
+    assert (filt.cand, filt.cand_counts, filt.floors) == (ws.buf.ptr + lay.cand, ws.buf.ptr + lay.counts,
+                                                          ws.buf.ptr + lay.floors)
+    assert filt.split == lay.parts >= 2 and filt.region == lay.region and filt.clean == 0 and filt.out == 0
+    fin = catalog.STRUCT["PrefillTopkFinishParams"].ctype().from_buffer_copy(hb.launches[n0 + 4][4])
+    assert (fin.relative, fin.recompute_all, fin.parts, fin.top_k) == (1, 0, lay.parts, 512)
+    n1 = len(hb.launches)
+    fp8_mqa_topk(*args, 512, workspace=prefill_topk_workspace(48, 4096, 512, device=dev))
+    fp8_mqa_topk(*args, 512, fused=False)
+    assert "hx_topk_chunk_step" in _symbols(hb, n1) and "hx_prefill_topk_finish" not in _symbols(hb, n1)
+    with pytest.raises(ValueError, match="fused=False: the workspace is a FusedPrefillTopkWorkspace"):
+        fp8_mqa_topk(*args, 512, workspace=ws, fused=False)
+    with pytest.raises(ValueError, match="chunk belong to the composed path"):
+        fp8_mqa_topk(*args, 512, workspace=ws, chunk=1024)
+
+
+def test_a_prepared_fused_call_allocates_and_copies_nothing(hopper, monkeypatch):
+    hb, dev = hopper
+    inp = testing.prefill_inputs(np.random.default_rng(4), 48, 4096, 64, 128, "causal")
+    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    ws = prefill_topk_workspace(48, 4096, 512, device=dev, H=64, D=128)
+    outs = (DeviceArray.empty((48, 512), np.int32, dev), DeviceArray.empty((48, 512), np.float32, dev))
+    kw = dict(workspace=ws, out=outs, return_values=True)
+    fp8_mqa_topk(*args, 512, **kw)
+    mallocs = []
+    real = hb.malloc
+    monkeypatch.setattr(hb, "malloc", lambda n, s: mallocs.append(n) or real(n, s))
+    copies, n0 = hb.htod, len(hb.launches)
+    for sorted in (False, True, False):
+        assert fp8_mqa_topk(*args, 512, sorted=sorted, **kw) == outs
+    assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 5

@@ -74,7 +74,7 @@ def bench_topk_prefill(device, M: int, N: int, H: int, top_k: int, repeats: int 
     rng = np.random.default_rng(0)
     inp = testing.prefill_inputs(rng, M, N, H, D, "causal")
     args = [DeviceArray.from_numpy(a, device) for a in inp.args()]
-    ws = prefill_topk_workspace(M, N, top_k, device=device)
+    ws = prefill_topk_workspace(M, N, top_k, device=device, H=H, D=D)  # the op's default path
     idx = DeviceArray.empty((M, top_k), np.int32, device)
     logits = DeviceArray.empty((M, N), np.float32, device)
 
@@ -86,5 +86,6 @@ def bench_topk_prefill(device, M: int, N: int, H: int, top_k: int, repeats: int 
     row = _three(device, fused, alone, logits, top_k, repeats, M, N)
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
     return {"op": "prefill", "M": M, "N": N, "H": H, "top_k": top_k, "workspace_bytes": ws.nbytes,
-            "workspace_bound": ws.bound, "rows": ws.rows, "chunk": ws.chunk, "filtered": ws.filtered,
+            "workspace_bound": ws.bound, "rows": ws.rows, "chunk": getattr(ws, "chunk", None),
+            "filtered": getattr(ws, "filtered", None), "path": "composed" if hasattr(ws, "chunk") else "fused",
             "tflops": 2 * H * D * float(np.clip(seen, 0, None).sum()) / (row["us"] * 1e-6) / 1e12, **row}

@@ -164,7 +164,11 @@ def prefill_topk_workspace(M: int, N: int, top_k: int, device=None, stream=None,
         if fused or fused_fits(target_of(dev), H, D, top_k, "fast"):
             if top_k > FUSED_TOP_K:
                 raise ValueError(f"fused=True: top_k is at most {FUSED_TOP_K} on the fused path, got {top_k}")
-            return FusedPrefillTopkWorkspace(dev, M, N, H, D, top_k, rows, as_stream(stream, dev))
+            try:
+                return FusedPrefillTopkWorkspace(dev, M, N, H, D, top_k, rows, as_stream(stream, dev))
+            except ValueError:
+                if fused:
+                    raise  # a fused layout past the bound: only asked for, the composed path serves instead
     return PrefillTopkWorkspace(dev, M, top_k, *plan_prefill_topk(M, N, top_k, rows, chunk, filtered),
                                 as_stream(stream, dev))
 
@@ -312,14 +316,19 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
             _written(name, a, dtype, s.M, top_k, what, dev, st)
     if relative:
         _check_relative(s, c.ks, c.ke)
-    if _use_fused(workspace, tunables.get("fused"), target_of(dev), s, top_k, accumulation, logits_kw, shape_kw,
-                  step_block):
-        if workspace is None:
+    fused = _use_fused(workspace, tunables.get("fused"), target_of(dev), s, top_k, accumulation, logits_kw,
+                       shape_kw, step_block)
+    if fused and workspace is None:
+        try:
             workspace = FusedPrefillTopkWorkspace(dev, max(s.M, 1), max(s.N, 1), s.H, s.D, top_k,
                                                   shape_kw.get("rows"), st)
-        else:
-            check_workspace(workspace, FusedPrefillTopkWorkspace, "prefill_topk_workspace", dev)
-            check_fused_call(workspace, s, top_k)
+        except ValueError:
+            if tunables.get("fused"):
+                raise
+            fused = False  # the sample's keys past the bound (few rows, many keys): the composed path serves
+    if fused:
+        check_workspace(workspace, FusedPrefillTopkWorkspace, "prefill_topk_workspace", dev)
+        check_fused_call(workspace, s, top_k)
         o = (outs[0], outs[1] if return_values and len(outs) > 1 else None) if _has_out(outs) else (None, None)
         plan = plan_fused_call(dev, s, top_k, workspace, relative, sorted, accumulation,
                                (_stride(o[0], s.M, top_k), _stride(o[1], s.M, top_k)))

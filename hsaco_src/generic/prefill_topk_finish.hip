@@ -9,12 +9,18 @@
 // recomputes its logits here instead, in scalar fp32 (hx_prefill_logit): slow, but exact within that class. The
 // counts are range-checked, so a workspace in a bad state can only cost a recompute, never a read outside it.
 //
-// Either list passes through shared memory in rounds, as in paged_topk_merge.hip: as many entries as the buffer
-// has room for, those above the last cut's smallest kept, the buffer cut to top_k once half full and at the end.
+// Kept keys that fit the buffer are placed at once (each region's at its count's prefix) and cut to top_k. A longer
+// list, and a recomputed row, passes through shared memory in rounds, as in paged_topk_merge.hip: as many entries as
+// the buffer has room for, those above the last cut's smallest kept, the buffer cut to top_k once half full and at
+// the end. Ascending key rows without a sort where the row's window fits a bitmap in the buffer's free part: the
+// selection sets bits over the window, and an entry's place is the count of set bits below it.
 #include "prefill_logit.h"
 #include "topk_select.h"
 
 #define HX_FINISH_CAP (HX_SMEM / 8)  // entries in shared memory at once
+#define HX_FINISH_PER (MAX_TOP_K / 2 / HX_BLOCK)  // a thread's entries of a selection (top_k <= MAX_TOP_K / 2)
+// the bitmap's words, after a selection of MAX_TOP_K / 2 entries
+#define HX_FINISH_WORDS ((HX_FINISH_CAP - MAX_TOP_K / 2) * 2)
 static_assert(HX_FINISH_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
@@ -25,7 +31,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
   hx_block_bar bar;
   const hx_u32 tid = hx_thread_x();
   const hx_u32 top_k = (hx_u32)p.top_k;
-  if (top_k > MAX_TOP_K) return;  // the op never launches it so
+  if (top_k > MAX_TOP_K / 2) return;  // the op never launches it so
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_clamp_window(p.ks[m], p.ke[m], p.N);
     // 1. do the kept keys hold the row's top_k
@@ -57,7 +63,20 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
         cut = c > cut ? c : cut;
       }
     };
-    if (kept) {
+    if (kept && total <= HX_FINISH_CAP) {  // uniform: every region's entries at once, then one cut
+      hx_u32 at = 0;
+      for (hx_i32 j = 0; j < p.parts; ++j) {
+        const hx_u32 c = (hx_u32)p.cand_counts[m * p.parts + j];
+        const hx_u64* src = p.cand + (m * p.parts + j) * (hx_i64)p.region;
+        for (hx_u32 i = tid; i < c; i += HX_BLOCK) e[at + i] = src[i];
+        at += c;
+      }
+      bar();
+      have = total;
+      hx_u64 c;
+      have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);
+      have = have < top_k ? have : top_k;
+    } else if (kept) {
       hx_u32 seen = 0;
       for (hx_i32 j = 0; j < p.parts; ++j) {
         const hx_u32 c = (hx_u32)p.cand_counts[m * p.parts + j];
@@ -82,27 +101,59 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
       }
     }
     // 3. the outputs in order
-    if (!p.sorted)  // ascending key row: the complemented row above the key sorts descending
-      for (hx_u32 i = tid; i < have; i += HX_BLOCK) {
-        const hx_u64 x = e[i];
-        e[i] = ((hx_u64)(0xFFFFFFFFu - (hx_u32)hx_topk_entry_index(x)) << 32) | (x >> 32);
-      }
-    bar();
-    hx_topk_sort_desc(e, have);
     hx_i32* const idx = p.indices + m * p.indices_stride;
     float* const val = p.values ? p.values + m * p.values_stride : 0;
-    for (hx_u32 s = tid; s < top_k; s += HX_BLOCK) {
-      hx_i64 n = -1;
-      hx_u32 key = 0;
-      if (s < have) {
-        const hx_u64 x = e[s];
-        n = p.sorted ? (hx_i64)hx_topk_entry_index(x) : (hx_i64)(0xFFFFFFFFu - (hx_u32)(x >> 32));
-        key = p.sorted ? (hx_u32)(x >> 32) : (hx_u32)x;
-      }
+    auto write = [&](hx_u32 s, hx_i64 n, hx_u32 key) {  // slot s: key row n (-1: none) and its key
       const hx_i64 out = n >= 0 && p.relative ? n - (hx_i64)p.ks[m] : n;
       idx[s] = out <= 0x7FFFFFFF ? (hx_i32)out : -1;
       if (val) val[s] = n >= 0 ? hx_topk_value(key) : hx_bits_to_f32(0xFF800000u);
+    };
+    const hx_u32 words = ((hx_u32)hx_range_len(w) + 31u) / 32u;
+    if (p.sorted || words > HX_FINISH_WORDS) {
+      if (!p.sorted)  // ascending key row: the complemented row above the key sorts descending
+        for (hx_u32 i = tid; i < have; i += HX_BLOCK) {
+          const hx_u64 x = e[i];
+          e[i] = ((hx_u64)(0xFFFFFFFFu - (hx_u32)hx_topk_entry_index(x)) << 32) | (x >> 32);
+        }
+      bar();
+      hx_topk_sort_desc(e, have);
+      for (hx_u32 s = tid; s < have; s += HX_BLOCK) {
+        const hx_u64 x = e[s];
+        if (p.sorted) write(s, hx_topk_entry_index(x), (hx_u32)(x >> 32));
+        else write(s, (hx_i64)(0xFFFFFFFFu - (hx_u32)(x >> 32)), (hx_u32)x);
+      }
+    } else {
+      hx_u32* const bits = (hx_u32*)(e + MAX_TOP_K / 2);
+      const hx_u32 per = (words + HX_BLOCK - 1) / HX_BLOCK;
+      for (hx_u32 v = tid * per; v < (tid + 1) * per && v < words; ++v) bits[v] = 0u;
+      bar();
+      hx_u64 mine[HX_FINISH_PER];
+      HX_UNROLL
+      for (int k = 0; k < HX_FINISH_PER; ++k) {
+        const hx_u32 i = tid + (hx_u32)k * HX_BLOCK;
+        mine[k] = i < have ? e[i] : 0ull;
+        if ((hx_u32)(hx_topk_entry_index(mine[k]) - w.lo) / 32 >= words) mine[k] = 0ull;  // only a bad workspace
+        if (mine[k]) {
+          const hx_u32 b = (hx_u32)(hx_topk_entry_index(mine[k]) - w.lo);
+          hx_atomic_or((hx_i32*)&bits[b / 32], (hx_i32)(1u << (b % 32)));
+        }
+      }
+      bar();
+      hx_u32 mine_bits = 0;
+      for (hx_u32 v = tid * per; v < (tid + 1) * per && v < words; ++v) mine_bits += hx_popc(bits[v]);
+      hx_u32 all;
+      hist[tid] = hx_block_exclusive_sum(mine_bits, scan, &all);
+      bar();
+      HX_UNROLL
+      for (int k = 0; k < HX_FINISH_PER; ++k)
+        if (mine[k]) {
+          const hx_u32 b = (hx_u32)(hx_topk_entry_index(mine[k]) - w.lo), v = b / 32, t = v / per;
+          hx_u32 rank = hist[t] + hx_popc(bits[v] & ((1u << (b % 32)) - 1u));
+          for (hx_u32 u = t * per; u < v; ++u) rank += hx_popc(bits[u]);
+          write(rank, hx_topk_entry_index(mine[k]), (hx_u32)(mine[k] >> 32));
+        }
     }
+    for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) write(s, -1, 0u);
     bar();  // the shared arrays are the next row's
   }
 }

@@ -49,7 +49,38 @@ def _torch(logits):
     return lambda i: torch.topk(t, TOP_K, dim=1, sorted=False)
 
 
-def _case(dev, rng, M, N, H, repeats, sample_rows=4):
+def _stages(dev, args, ws, idx, vals, repeats):
+    """Each launch of a fused call's first group replayed alone (after a whole call set its inputs up): us_stage_*."""
+    from hipindexer.ops.launch import prepared
+    hit = [p for p in _plans() if isinstance(p, prefill_topk_fused.FusedPlan) and p.workspace is ws]
+    if not hit:
+        return {}
+    plan = hit[-1]
+    grp, at = plan.groups[0]
+    q, k, kv_scale, weights, ks, ke = args
+    st = dev.default_stream.handle
+    calls = {
+        "sample": lambda i: grp.sample(st, k.ptr, kv_scale.ptr, ks.ptr, ke.ptr),
+        "sample_logits": lambda i: grp.logits(st, q.ptr, at["sample_k"], at["sample_scale"], weights.ptr, at["sks"],
+                                              at["ske"], at["cand"]),
+        "floor": lambda i: grp.floor(st, k.ptr, kv_scale.ptr, ks.ptr, ke.ptr),
+        "filter": lambda i: grp.filter(st, q.ptr, k.ptr, kv_scale.ptr, weights.ptr, ks.ptr, ke.ptr),
+        "finish": lambda i: grp.finish(st, at["cand"], at["counts"], at["floors"], q.ptr, k.ptr, kv_scale.ptr,
+                                       weights.ptr, ks.ptr, ke.ptr, idx.ptr, vals.ptr),
+    }
+    out = {}
+    for name in ("sample", "sample_logits", "floor", "filter", "finish"):  # in order: each leaves the next's input
+        out[f"us_stage_{name}"] = statistics.median(time_batches(dev, calls[name], repeats)[0])
+    return out
+
+
+def _plans():
+    from hipindexer.ops import launch
+    cache = getattr(launch._local, "prepared", None) or {}
+    return list(cache.values())
+
+
+def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False):
     inp = _inputs(rng, M, N, H)
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
@@ -95,6 +126,8 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4):
     row["fused_tflops"] = flop / row["us_fused"] / 1e6
     if logits is not None:
         row["logits_tflops"] = flop / row["us_logits"] / 1e6
+    if is_fused and stages:
+        row.update(_stages(dev, args, ws, idx, vals, repeats))
     idx.fill(-(1 << 31))  # poisoned: a slot the op leaves unwritten fails the gate
     vals.fill(np.nan)
     fused(0)
@@ -115,8 +148,9 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4):
 @click.option("--heads", default="64,32")
 @click.option("--million", is_flag=True, help="Add (4096, 1048576) at H = 64, one call, sampled rows gated.")
 @click.option("--repeats", default=5)
+@click.option("--stages", is_flag=True, help="Also time each launch of a fused call alone (its first group).")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, shapes, heads, million, repeats, as_json):
+def main(device_name, shapes, heads, million, repeats, stages, as_json):
     dev = Device(device_name)
     if emulated(dev):
         shapes, heads, million = "64x4096", "32", False
@@ -124,7 +158,7 @@ def main(device_name, shapes, heads, million, repeats, as_json):
     rows = []
     plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
     for M, N, H in plan:
-        rows.append(_case(dev, rng, M, N, H, repeats))
+        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages))
         r = rows[-1]
         if not as_json:
             extra = (f", logits {r['us_logits']:.1f} us ({r['logits_tflops']:.0f} TFLOP/s), logits + topk_logits "
@@ -137,6 +171,9 @@ def main(device_name, shapes, heads, million, repeats, as_json):
             click.echo(f"H={H} ({M}, {N}): {r['path']} {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
                        f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']}, {r['workspace_bytes']} B of "
                        f"{r['workspace_bound']} B; gate on sampled rows {r['sampled_gate']}", err=False)
+            st = {k[9:]: round(v, 1) for k, v in r.items() if k.startswith("us_stage_")}
+            if st:
+                click.echo(f"  stages (us): {st}")
     if million:
         r = _case(dev, rng, 4096, 1 << 20, 64, 3, sample_rows=4)
         rows.append(r)

@@ -263,7 +263,22 @@ _HIST_BY_MATCH = Plant("hist_by_match", SELECT, """\
 MERGE = "generic/paged_topk_merge.hip"
 _FLAT_WALK = Plant("flat_walk", MERGE, "const bool wide = total >= np * HX_BLOCK;", "const bool wide = false;")
 
+# The fused prefill top-k's filter (the fold kernel built with HX_TOPK_FILTER, prefill_cta.h): its appends left out
+# (every logit still keyed and compared), their global stores left out, their shared atomics left out.
+CTA_P = "sm90a/prefill_cta.h"
+_FILTER_TEST = "if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {"
+_FILTER_STORE = "if (at < (hx_u32)p.region)"
+_FILTER_ATOM = "const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);"
+FILTER_VARIANTS = {
+    "shipped": [],
+    "no_appends": [Plant("no_appends", CTA_P, _FILTER_TEST,
+                         "if ((e < 0) & inside & (key >= t.floor[kq]) & (key == 1u)) {")],
+    "no_global_store": [Plant("no_global_store", CTA_P, _FILTER_STORE, "if (at > 0xFFFFFFF0u)")],
+    "no_atomic": [Plant("no_atomic", CTA_P, _FILTER_ATOM, "const hx_u32 at = (hx_u32)(e & 1023);")],
+}
+
 VARIANTS = {
+    "sm90a_prefill_filter": FILTER_VARIANTS,
     "paged_topk_merge": {"shipped": [], "flat_walk": [_FLAT_WALK]},
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
@@ -393,6 +408,8 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, cmd):
         for c in doc["cases"]:
             if doc.get("op") == "prefill":
                 case = f"M={c['M']} N={c['N']} H={c['H']} clean={c['clean']}"
+            elif "B" not in c:  # a prefill top-k row
+                case = f"topk M={c['M']} N={c['N']} H={c['H']}"
             else:
                 case = f"B={c['B']} ctx={c['ctx']} H={c['H']} n={c['next_n']} bs={c['block_size']}"
             times.setdefault(case, {})[name] = c["us_graph"] if graph and c.get("us_graph") else c["us"]

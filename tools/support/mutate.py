@@ -413,6 +413,16 @@ PLANTS = {
         Plant("filter_kept_column_one_late", "common/topk_chunks.h", "cols[at] = i0 + t;", "cols[at] = i0 + t + 1;"),
         Plant("selection_blind_to_the_last_kept", "generic/topk_chunk_step.hip", "p.top_k + (hx_i32)kept,",
               "p.top_k + (hx_i32)kept - (kept > 0),"),
+        # the fused path: a finish that trusts a row whose floor kept fewer than top_k keys, that places every
+        # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
+        # that drops the keys equal to the floor
+        Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total >= top_k ||",
+              "(true ||"),
+        Plant("fused_finish_regions_overlap", "generic/prefill_topk_finish.hip", "        at += c;\n", "\n"),
+        Plant("fused_finish_rank_one_late", "generic/prefill_topk_finish.hip",
+              "hx_popc(bits[v] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[v] & ((2u << (b % 32)) - 1u))"),
+        Plant("fused_filter_drops_the_floor_key", "generic/mqa_logits.hip",
+              "key >= p.floors[(hx_i64)m * p.floor_stride]", "key > p.floors[(hx_i64)m * p.floor_stride]"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
