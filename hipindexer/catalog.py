@@ -415,6 +415,10 @@ KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile",
 KERNELS.append(Kernel("mqa_logits_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_logits_mfma", "PrefillParams",
                       block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
                       accumulation="fp32", fits=_H32_H64))
+# The same kernel filtering each row's keys by its floor (-DHX_TOPK_FILTER): the fused prefill top-k's gfx950 filter.
+KERNELS.append(Kernel("mqa_topk_mfma", "gfx950/mqa_logits_mfma.hip", "hx_mqa_topk_mfma", "PrefillTopkParams",
+                      block=256, targets=("gfx950",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
+                      defines=(("HX_TOPK_FILTER", 1),), accumulation="fp32", fits=_H32_H64))
 # gfx950 fast decode path (H in {32, 64}, D = 128): scaled 16x16x128 MFMAs, 4 waves per unit taking 64-key
 # pages, the live rows' Q in LDS. One source, two builds: block sizes that are powers of two >= 16 (both
 # layouts), and block_size 1 (each key gathered through its own 64-bit address).
@@ -446,9 +450,12 @@ KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip"
 # repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
 # (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.plan.decode.WGMMA_DECODE_SM90). The raw ring takes the
 # shared memory its Q slots leave, so it asks for all 227 KiB.
-# The same kernel filtering each row's keys by its floor instead of writing logits (-DHX_TOPK_FILTER): the fused
-# prefill top-k (hipindexer.ops.prefill_topk_fused), after prefill_topk_sample and prefill_topk_floor, before
-# prefill_topk_finish.
+# The same kernels filtering each row's keys by its floor instead of writing logits (-DHX_TOPK_FILTER): the fused
+# prefill top-k (hipindexer.ops.prefill_topk_fused) at H = 64 (fold) and H = 32 (plain), after prefill_topk_sample
+# and prefill_topk_floor, before prefill_topk_finish.
+KERNELS.append(Kernel("mqa_topk_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_topk_wgmma", "PrefillTopkParams",
+                      block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32},), smem=204800,
+                      defines=(("HX_TOPK_FILTER", 1),), accumulation="fp8_tc", fits=((32, 128),)))
 KERNELS.append(Kernel("mqa_topk_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_topk_wgmma_fold",
                       "PrefillTopkParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
                       defines=(("HX_TOPK_FILTER", 1),), accumulation="fp8_tc", fits=((64, 128),)))

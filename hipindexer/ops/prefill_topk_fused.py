@@ -37,7 +37,11 @@ SAMPLE_MARGIN = 1.75  # a floor aims at keeping this many times top_k of a row's
 REGION_MARGIN = 1.6   # a region holds at least this many times the keys its part is expected to keep
 MIN_PARTS = 2         # the filter's key split, at least (where the keys allow it)
 FUSED_TOP_K = 2048    # the largest top_k of the fused path (the finish's buffer holds 4 top_k entries)
-FILTERS = {"sm_90a": ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold", 64, 128)}  # target: filter, its plan, H, D
+# (target, H, D): (the filter, the logits kernel whose plan it follows)
+FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold"),
+           ("sm_90a", 32, 128): ("mqa_topk_wgmma", "mqa_logits_wgmma"),
+           ("gfx950", 32, 128): ("mqa_topk_mfma", "mqa_logits_mfma"),
+           ("gfx950", 64, 128): ("mqa_topk_mfma", "mqa_logits_mfma")}
 GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
 _ALIGN = 256
@@ -67,8 +71,7 @@ def filter_plan(target, g: int, N: int, H: int, D: int):
 
 def filter_kernels(target, H: int, D: int) -> tuple[str, str]:
     """(the filter kernel, the logits kernel whose plan it follows) for a target and shape."""
-    f = FILTERS.get(target.arch)
-    return (f[0], f[1]) if f and (H, D) == (f[2], f[3]) else GENERIC_FILTER
+    return FILTERS.get((target.arch, H, D), GENERIC_FILTER)
 
 
 def fused_fits(target, H: int, D: int, top_k: int, accumulation: str) -> bool:

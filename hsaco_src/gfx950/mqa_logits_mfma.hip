@@ -37,9 +37,27 @@
 // tile is chunk-major: 16-byte slot 64q + L (q = 2s + i) holds key L % 32,
 // D bytes [16 (2q + L / 32), +16), so DMA instruction q and the MFMA read
 // of operand half q are both 1 KiB contiguous (no bank conflicts).
+//
+// Built with -DHX_TOPK_FILTER=1 it is the fused prefill top-k's filter
+// (hx_mqa_topk_mfma, PrefillTopkParams): a key whose logit's order key reaches
+// its row's floor is appended to the row's region of the block's part, at a
+// place counted in LDS (the block's rows' counts, written out at its end).
+// The two stores a tile stay two (8-byte entries, a lane's place or an offset
+// past the region), so the count the DMA wait relies on holds.
 #include "index_math.h"
 #include "hx_params.h"
 #include "wave.h"
+#include "topk_select.h"
+
+#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+#define HX_FILTER 1
+typedef PrefillTopkParams Params;
+#define HX_MFMA_KERNEL hx_mqa_topk_mfma
+#else
+#define HX_FILTER 0
+typedef PrefillParams Params;
+#define HX_MFMA_KERNEL hx_mqa_logits_mfma
+#endif
 
 #if !defined(HX_HEADS) || (HX_HEADS != 32 && HX_HEADS != 64)
 #error "mqa_logits_mfma.hip: build with -DHX_HEADS=32 or -DHX_HEADS=64"
@@ -75,7 +93,7 @@ static_assert(CK % 64 == 0, "kv_scale is staged 64 keys per DMA instruction");
 
 // Stage keys [c0, c0 + CK) (keys >= N read as 0) into one chunk buffer: this
 // wave's share of the 16-byte K DMA slots and of the kv_scale words.
-HX_WAVE_FN void hx_stage(const PrefillParams& p, hx_v4u* kb, float* sb, hx_i32 c0, hx_u32 w, hx_u32 lane) {
+HX_WAVE_FN void hx_stage(const Params& p, hx_v4u* kb, float* sb, hx_i32 c0, hx_u32 w, hx_u32 lane) {
   const hx_u32 live = (hx_u32)hx_min_i32(p.N - c0, CK);  // 64-bit base, small 32-bit offsets
   const hx_rsrc kr = hx_make_buffer_rsrc(p.k + (hx_i64)c0 * D, live * D);
   for (hx_u32 s = 0; s < CT * 4 / NW; s++) {
@@ -87,7 +105,7 @@ HX_WAVE_FN void hx_stage(const PrefillParams& p, hx_v4u* kb, float* sb, hx_i32 c
 }
 
 // One row's A operands: [head tile][k-step], byte 16i + j = Q[m][32ht + l%32][64s + 32i + 16g + j].
-HX_WAVE_FN void hx_load_q(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v8i q[HT][2]) {
+HX_WAVE_FN void hx_load_q(const Params& p, hx_i32 m, hx_u32 lane, hx_v8i q[HT][2]) {
   const hx_rsrc qr = hx_make_buffer_rsrc(p.q + (hx_i64)m * (H * D), H * D);
   for (int ht = 0; ht < HT; ht++)
     for (int s = 0; s < 2; s++) {
@@ -99,7 +117,7 @@ HX_WAVE_FN void hx_load_q(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v8i 
 
 // One row's head weights in accumulator order, times 2^25 (HX_RELU_UNSCALE):
 // w[ht][4i + j] = weights[m][32ht + 8i + 4g + j] * 2^25.
-HX_WAVE_FN void hx_load_w(const PrefillParams& p, hx_i32 m, hx_u32 lane, hx_v16f w[HT]) {
+HX_WAVE_FN void hx_load_w(const Params& p, hx_i32 m, hx_u32 lane, hx_v16f w[HT]) {
   const hx_rsrc wr = hx_make_buffer_rsrc(p.weights + (hx_i64)m * H, H * 4);
   for (int ht = 0; ht < HT; ht++)
     for (int i = 0; i < 4; i++) {
@@ -146,6 +164,12 @@ struct hx_wave_rows {
   hx_u32 toff;                  // 4 * (lane % 32): the lane's byte offset in a 32-key tile
   hx_u32 off_a, off_b;          // the lane's store offset in row ma's / mb's tile: toff, or HX_OOB
   hx_i32 whi;                   // end of this part's work range
+#if HX_FILTER
+  hx_rsrc ca, cb;               // rows ma's and mb's regions of this part (empty for a row past M)
+  hx_u32 floor;                 // the lane's row's floor (an order key; above every key past M)
+  hx_u32* count;                // and its count in LDS
+  hx_u32 region;
+#endif
 };
 
 HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f acc_a[HT], hx_v16f acc_b[HT]) {
@@ -162,7 +186,7 @@ HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f a
 }
 
 // Head reduction, kv_scale, window and ownership of keys [n0, n0 + 32) for the row pair.
-HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
+HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
                               const hx_v16f acc_b[HT], const float* st, hx_i32 n0, hx_u32 t) {
   float x, y;
   hx_head_sums(acc_a, acc_b, r.wa, r.wb, x, y);
@@ -173,6 +197,21 @@ HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, con
   // it, behind which the compiler merges the last chunk's tile stores with a
   // base it no longer sees as uniform (a waterfall loop).
   const float lim = hx_bits_to_f32(inside ? 0x7F800000u : 0xFF800000u);  // +inf inside, -inf outside
+#if HX_FILTER
+  (void)lim;
+  const hx_u32 key = hx_topk_key((x + y) * st[t], false);
+  const bool take = inside && n0 + (hx_i32)t < r.whi && key >= r.floor && key != 0u;
+  hx_u32 off = HX_OOB;
+  if (take) {
+    const hx_u32 at = hx_atomic_add_u32(r.count, 1u);
+    off = at < r.region ? 8u * at : HX_OOB;  // past the region: counted, not stored (the finish recomputes)
+  }
+  const hx_u64 ent = hx_topk_entry(key, (hx_i64)n0 + t);
+  const hx_v2u ev = {(hx_u32)ent, (hx_u32)(ent >> 32)};
+  hx_buffer_store_b64(r.ca, r.lo_half ? off : HX_OOB, 0, ev);
+  hx_buffer_store_b64(r.cb, r.lo_half ? HX_OOB : off, 0, ev);
+  return;
+#endif
   const float v = __builtin_fminf((x + y) * st[t], lim);
   // Buffer stores over [n0, min(n0 + 32, whi)) of each row: a uniform
   // 64-bit base, the lane's 32-bit offset, and the range check drops the keys
@@ -196,7 +235,7 @@ HX_WAVE_FN void hx_tile_store(const PrefillParams& p, const hx_wave_rows& r, con
 // of chunk c + 1 and its wait stand exactly the STORES_PER_CHUNK stores of a
 // full chunk on every path the compiler sees.
 template <bool FULL>
-HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, hx_i32 c, hx_i32 wlo, const hx_v4u* kc,
+HX_WAVE_FN void hx_chunk(const Params& p, const hx_wave_rows& r, hx_i32 c, hx_i32 wlo, const hx_v4u* kc,
                          const float* sc, hx_v4u* kn, float* sn, hx_u32 w, hx_u32 lane) {
   // Our DMA of chunk c has landed; after the barrier everyone's has, and
   // every wave is done reading the other buffer (chunk c - 1). The DMA went
@@ -239,11 +278,14 @@ HX_WAVE_FN void hx_chunk(const PrefillParams& p, const hx_wave_rows& r, hx_i32 c
 }
 
 // grid = (row blocks, split), block = HX_BLOCK (NW waves).
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONSTANT PrefillParams p) {
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT Params p) {
   HX_SHARED(hx_v4u, kbuf0, SLOTS);
   HX_SHARED(hx_v4u, kbuf1, SLOTS);
   HX_SHARED(float, sbuf0, CK);
   HX_SHARED(float, sbuf1, CK);
+#if HX_FILTER
+  HX_SHARED(hx_u32, counts, BM);  // the block's rows' appends, row m0 + i at i
+#endif
   const hx_u32 lane = hx_lane_id(), g = lane / 32, w = hx_wave_id();
   const hx_i32 rb = p.reverse_rows ? (hx_i32)hx_grid_dim_x() - 1 - (hx_i32)hx_block_x() : (hx_i32)hx_block_x();
   const hx_i32 m0 = rb * BM;
@@ -276,6 +318,17 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
   r.off_b = r.lo_half ? HX_OOB : r.toff;
   r.whi = part.work.hi;
   r.unit = hx_unit_scale();
+#if HX_FILTER
+  const hx_u32 region_bytes = 8u * (hx_u32)p.region;
+  r.ca = hx_make_buffer_rsrc(p.cand + ((hx_i64)ma * p.split + (hx_i64)hx_block_y()) * p.region,
+                             ma < m1 ? region_bytes : 0u);
+  r.cb = hx_make_buffer_rsrc(p.cand + ((hx_i64)mb * p.split + (hx_i64)hx_block_y()) * p.region,
+                             mb < m1 ? region_bytes : 0u);
+  r.floor = row_ok ? p.floors[(hx_i64)ml * p.floor_stride] : 0xFFFFFFFFu;
+  r.count = &counts[RW * w + g];
+  r.region = (hx_u32)p.region;
+  if (hx_thread_x() < BM) counts[hx_thread_x()] = 0u;  // seen after the first chunk's barrier
+#endif
 
   if (p.clean) {  // this part's share of the columns outside the block's union
     for (hx_i32 m = ma; m < ma + RW && m < m1; ++m) {
@@ -314,4 +367,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_mqa_logits_mfma(const HX_GRID_CONST
       hx_chunk<true>(p, r, c + 1, wlo, kbuf0, sbuf0, kbuf1, sbuf1, w, lane);
     }
   }
+#if HX_FILTER
+  hx_workgroup_barrier();  // every append counted (and the counts zeroed where no chunk ran)
+  if (hx_thread_x() < BM && m0 + (hx_i32)hx_thread_x() < m1)
+    p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split + hx_block_y()] = (hx_i32)counts[hx_thread_x()];
+#endif
 }

@@ -14,13 +14,23 @@
 // next's MMAs; at H = 64 that spills a stage's scale across the MMA, so one stage per iteration.
 #include "prefill_cta.h"
 
+#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+using Params = PrefillTopkParams;
+#define HX_PLAIN_FILTER true
+#define HX_PLAIN_KERNEL hx_mqa_topk_wgmma
+#else
+using Params = PrefillParams;
+#define HX_PLAIN_FILTER false
+#define HX_PLAIN_KERNEL hx_mqa_logits_wgmma
+#endif
+
 #if !defined(HX_HEADS)
 #error "mqa_logits_wgmma.hip: build with -DHX_HEADS=32 or -DHX_HEADS=64"
 #endif
 
 namespace {
 
-struct Cta : PrefillCta<HX_HEADS, 4, 0> {
+struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_PLAIN_FILTER> {
   static constexpr bool PAIRS = H == 32;
   // setmaxnreg moves registers inside the block's launch allocation (65536 / 640 -> 96 per thread): an increase
   // past what the decrease freed blocks forever.
@@ -61,7 +71,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
   }
 
   // Math warpgroup mw = wg - 1 = (h, g) over every unit of the CTA.
-  HX_INLINE __device__ void math_warpgroup(const PrefillParams& p, const Smem& sm, hx_i32 tid, hx_i32 wg) {
+  HX_INLINE __device__ void math_warpgroup(const Params& p, const Smem& sm, hx_i32 tid, hx_i32 wg) {
     hx_setmaxnreg_inc<MATH_REGS>();
     const hx_i32 mw = wg - 1;
     const hx_i32 g = mw & 1, h = mw >> 1;
@@ -120,7 +130,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0> {
 
 }  // namespace
 
-HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_mqa_logits_wgmma(const HX_GRID_CONSTANT PrefillParams p) {
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_PLAIN_KERNEL(const HX_GRID_CONSTANT Params p) {
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);

@@ -415,14 +415,17 @@ PLANTS = {
               "p.top_k + (hx_i32)kept - (kept > 0),"),
         # the fused path: a finish that trusts a row whose floor kept fewer than top_k keys, that places every
         # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
-        # that drops the keys equal to the floor
+        # whose entries name the next key; the gfx950 filter taking keys past its part's end
         Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total >= top_k ||",
               "(true ||"),
         Plant("fused_finish_regions_overlap", "generic/prefill_topk_finish.hip", "        at += c;\n", "\n"),
         Plant("fused_finish_rank_one_late", "generic/prefill_topk_finish.hip",
               "hx_popc(bits[v] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[v] & ((2u << (b % 32)) - 1u))"),
-        Plant("fused_filter_drops_the_floor_key", "generic/mqa_logits.hip",
-              "key >= p.floors[(hx_i64)m * p.floor_stride]", "key > p.floors[(hx_i64)m * p.floor_stride]"),
+        Plant("fused_filter_entry_a_key_late", "generic/mqa_logits.hip",
+              "p.cand[slot * p.region + at] = hx_topk_entry(key, n);",
+              "p.cand[slot * p.region + at] = hx_topk_entry(key, n + 1);"),
+        Plant("fused_mfma_filter_past_its_part", "gfx950/mqa_logits_mfma.hip",
+              "const bool take = inside && n0 + (hx_i32)t < r.whi &&", "const bool take = inside &&"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
