@@ -166,7 +166,7 @@ struct hx_wave_rows {
   hx_i32 whi;                   // end of this part's work range
 #if HX_FILTER
   hx_rsrc ca, cb;               // rows ma's and mb's regions of this part (empty for a row past M)
-  hx_u32 floor;                 // the lane's row's floor (an order key; above every key past M)
+  hx_u32 floor;                 // the lane's row's floor (an order key, at least 1; above every key past M)
   hx_u32* count;                // and its count in LDS
   hx_u32 region;
 #endif
@@ -200,7 +200,7 @@ HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v
 #if HX_FILTER
   (void)lim;
   const hx_u32 key = hx_topk_key((x + y) * st[t], false);
-  const bool take = inside && n0 + (hx_i32)t < r.whi && key >= r.floor && key != 0u;
+  const bool take = inside && key >= r.floor;  // inside: also before the part's end (len); floor >= 1: no NaN
   hx_u32 off = HX_OOB;
   if (take) {
     const hx_u32 at = hx_atomic_add_u32(r.count, 1u);
@@ -324,7 +324,10 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT 
                              ma < m1 ? region_bytes : 0u);
   r.cb = hx_make_buffer_rsrc(p.cand + ((hx_i64)mb * p.split + (hx_i64)hx_block_y()) * p.region,
                              mb < m1 ? region_bytes : 0u);
-  r.floor = row_ok ? p.floors[(hx_i64)ml * p.floor_stride] : 0xFFFFFFFFu;
+  const hx_u32 fl = row_ok ? p.floors[(hx_i64)ml * p.floor_stride] : 0xFFFFFFFFu;
+  r.floor = fl > 1u ? fl : 1u;
+  // the part's end folded into the window: a key past it is another part's
+  r.len = (hx_u32)hx_max_i32(hx_min_i32(win.hi, part.work.hi) - win.lo, 0);
   r.count = &counts[RW * w + g];
   r.region = (hx_u32)p.region;
   if (hx_thread_x() < BM) counts[hx_thread_x()] = 0u;  // seen after the first chunk's barrier

@@ -269,12 +269,18 @@ CTA_P = "sm90a/prefill_cta.h"
 _FILTER_TEST = "if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {"
 _FILTER_STORE = "if (at < (hx_u32)p.region)"
 _FILTER_ATOM = "const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);"
+_FILTER_GLOBAL = "p.cand[((hx_i64)(t.m + kq) * p.split + t.part) * p.region + at] = hx_topk_entry(key, (hx_i64)e + t.work_hi);"
 FILTER_VARIANTS = {
     "shipped": [],
     "no_appends": [Plant("no_appends", CTA_P, _FILTER_TEST,
                          "if ((e < 0) & inside & (key >= t.floor[kq]) & (key == 1u)) {")],
     "no_global_store": [Plant("no_global_store", CTA_P, _FILTER_STORE, "if (at > 0xFFFFFFF0u)")],
     "no_atomic": [Plant("no_atomic", CTA_P, _FILTER_ATOM, "const hx_u32 at = (hx_u32)(e & 1023);")],
+    # the appends' entries stored to shared memory (the fold's scratch) instead of the regions; a K ring of 4 stages
+    "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
+                           'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
+                           '"l"(hx_topk_entry(key, (hx_i64)e + t.work_hi)) : "memory");')],
+    "ring_4": [Plant("ring_4", CTA_P, "static constexpr int S = 8;", "static constexpr int S = 4;")],
 }
 
 VARIANTS = {

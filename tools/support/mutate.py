@@ -425,7 +425,7 @@ PLANTS = {
               "p.cand[slot * p.region + at] = hx_topk_entry(key, n);",
               "p.cand[slot * p.region + at] = hx_topk_entry(key, n + 1);"),
         Plant("fused_mfma_filter_past_its_part", "gfx950/mqa_logits_mfma.hip",
-              "const bool take = inside && n0 + (hx_i32)t < r.whi &&", "const bool take = inside &&"),
+              "hx_min_i32(win.hi, part.work.hi) - win.lo", "win.hi - win.lo"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
