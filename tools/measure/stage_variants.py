@@ -264,7 +264,9 @@ MERGE = "generic/paged_topk_merge.hip"
 _FLAT_WALK = Plant("flat_walk", MERGE, "const bool wide = total >= np * HX_BLOCK;", "const bool wide = false;")
 
 # The fused prefill top-k's filter (the fold kernel built with HX_TOPK_FILTER, prefill_cta.h): its appends left out
-# (every logit still keyed and compared), their global stores left out, their shared atomics left out.
+# (every logit still keyed and compared), their global stores left out, their shared atomics left out. The first and
+# the last leave rows short of top_k, whose finish then recomputes them: time those by the filter launch alone
+# (tools/measure/prefill_topk_bench.py --stages), not by the op.
 CTA_P = "sm90a/prefill_cta.h"
 _FILTER_TEST = "if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {"
 _FILTER_STORE = "if (at < (hx_u32)p.region)"
@@ -276,11 +278,10 @@ FILTER_VARIANTS = {
                          "if ((e < 0) & inside & (key >= t.floor[kq]) & (key == 1u)) {")],
     "no_global_store": [Plant("no_global_store", CTA_P, _FILTER_STORE, "if (at > 0xFFFFFFF0u)")],
     "no_atomic": [Plant("no_atomic", CTA_P, _FILTER_ATOM, "const hx_u32 at = (hx_u32)(e & 1023);")],
-    # the appends' entries stored to shared memory (the fold's scratch) instead of the regions; a K ring of 4 stages
+    # the appends' entries stored to shared memory (the fold's scratch) instead of the regions
     "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
                            'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
                            '"l"(hx_topk_entry(key, (hx_i64)e + t.work_hi)) : "memory");')],
-    "ring_4": [Plant("ring_4", CTA_P, "static constexpr int S = 8;", "static constexpr int S = 4;")],
 }
 
 VARIANTS = {
