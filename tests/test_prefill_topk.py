@@ -194,16 +194,16 @@ def test_the_fused_layout_stays_within_the_bound_of_its_key_split(M, N, top_k):
 
 
 def test_the_fused_path_is_the_default_where_a_tensor_core_filter_serves(hopper):
-    """H = 64, D = 128, top_k <= 2048 on sm_90a: five launches (sample, the logits op on it, floors, the fold
-    kernel's filter, finish), the filter sent the workspace's regions, counts and floors; a workspace made without
-    H and D, or fused=False, keeps the composed path."""
+    """H = 64, D = 128, 1024 <= top_k <= 2048 on sm_90a: five launches (sample, the logits op on it, floors, the
+    fold kernel's filter, finish), the filter sent the workspace's regions, counts and floors; a workspace made
+    without H and D, or fused=False, keeps the composed path, and so does a top_k below 1024 by default."""
     hb, dev = hopper
     inp = testing.prefill_inputs(np.random.default_rng(3), 48, 4096, 64, 128, "causal")
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
-    ws = prefill_topk_workspace(48, 4096, 512, device=dev, H=64, D=128)
+    ws = prefill_topk_workspace(48, 4096, 1024, device=dev, H=64, D=128)
     assert type(ws).__name__ == "FusedPrefillTopkWorkspace" and ws.nbytes <= ws.bound
     n0 = len(hb.launches)
-    fp8_mqa_topk(*args, 512, workspace=ws, relative=True)
+    fp8_mqa_topk(*args, 1024, workspace=ws, relative=True)
     got = _symbols(hb, n0)
     assert got == ["hx_prefill_topk_sample", got[1], "hx_prefill_topk_floor", "hx_mqa_topk_wgmma_fold",
                    "hx_prefill_topk_finish"]
@@ -213,29 +213,30 @@ def test_the_fused_path_is_the_default_where_a_tensor_core_filter_serves(hopper)
                                                           ws.buf.ptr + lay.floors)
     assert filt.split == lay.parts >= 2 and filt.region == lay.region and filt.clean == 0 and filt.out == 0
     fin = catalog.STRUCT["PrefillTopkFinishParams"].ctype().from_buffer_copy(hb.launches[n0 + 4][4])
-    assert (fin.relative, fin.recompute_all, fin.parts, fin.top_k) == (1, 0, lay.parts, 512)
+    assert (fin.relative, fin.recompute_all, fin.parts, fin.top_k) == (1, 0, lay.parts, 1024)
     n1 = len(hb.launches)
-    fp8_mqa_topk(*args, 512, workspace=prefill_topk_workspace(48, 4096, 512, device=dev))
-    fp8_mqa_topk(*args, 512, fused=False)
+    fp8_mqa_topk(*args, 1024, workspace=prefill_topk_workspace(48, 4096, 1024, device=dev))
+    fp8_mqa_topk(*args, 1024, fused=False)
     assert "hx_topk_chunk_step" in _symbols(hb, n1) and "hx_prefill_topk_finish" not in _symbols(hb, n1)
     with pytest.raises(ValueError, match="fused=False: the workspace is a FusedPrefillTopkWorkspace"):
-        fp8_mqa_topk(*args, 512, workspace=ws, fused=False)
+        fp8_mqa_topk(*args, 1024, workspace=ws, fused=False)
     with pytest.raises(ValueError, match="chunk belong to the composed path"):
-        fp8_mqa_topk(*args, 512, workspace=ws, chunk=1024)
+        fp8_mqa_topk(*args, 1024, workspace=ws, chunk=1024)
+    assert type(prefill_topk_workspace(48, 4096, 512, device=dev, H=64, D=128)).__name__ == "PrefillTopkWorkspace"
 
 
 def test_a_prepared_fused_call_allocates_and_copies_nothing(hopper, monkeypatch):
     hb, dev = hopper
     inp = testing.prefill_inputs(np.random.default_rng(4), 48, 4096, 64, 128, "causal")
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
-    ws = prefill_topk_workspace(48, 4096, 512, device=dev, H=64, D=128)
-    outs = (DeviceArray.empty((48, 512), np.int32, dev), DeviceArray.empty((48, 512), np.float32, dev))
+    ws = prefill_topk_workspace(48, 4096, 1024, device=dev, H=64, D=128)
+    outs = (DeviceArray.empty((48, 1024), np.int32, dev), DeviceArray.empty((48, 1024), np.float32, dev))
     kw = dict(workspace=ws, out=outs, return_values=True)
-    fp8_mqa_topk(*args, 512, **kw)
+    fp8_mqa_topk(*args, 1024, **kw)
     mallocs = []
     real = hb.malloc
     monkeypatch.setattr(hb, "malloc", lambda n, s: mallocs.append(n) or real(n, s))
     copies, n0 = hb.htod, len(hb.launches)
     for sorted in (False, True, False):
-        assert fp8_mqa_topk(*args, 512, sorted=sorted, **kw) == outs
+        assert fp8_mqa_topk(*args, 1024, sorted=sorted, **kw) == outs
     assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 5

@@ -37,6 +37,7 @@ SAMPLE_MARGIN = 1.75  # a floor aims at keeping this many times top_k of a row's
 REGION_MARGIN = 1.6   # a region holds at least this many times the keys its part is expected to keep
 MIN_PARTS = 2         # the filter's key split, at least (where the keys allow it)
 FUSED_TOP_K = 2048    # the largest top_k of the fused path (the finish's buffer holds 4 top_k entries)
+FUSED_MIN_TOP_K = 1024  # the smallest the default takes it for: below, the sample is more than an eighth of the keys
 # (target, H, D): (the filter, the logits kernel whose plan it follows)
 FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold"),
            ("sm_90a", 32, 128): ("mqa_topk_wgmma", "mqa_logits_wgmma"),
@@ -75,9 +76,10 @@ def filter_kernels(target, H: int, D: int) -> tuple[str, str]:
 
 
 def fused_fits(target, H: int, D: int, top_k: int, accumulation: str) -> bool:
-    """Whether the fused path serves a call by default: a tensor-core filter for the target and shape, top_k <=
-    FUSED_TOP_K, accumulation "fast"."""
-    return top_k <= FUSED_TOP_K and accumulation == "fast" and filter_kernels(target, H, D) != GENERIC_FILTER
+    """Whether the fused path serves a call by default: a tensor-core filter for the target and shape,
+    FUSED_MIN_TOP_K <= top_k <= FUSED_TOP_K, accumulation "fast"."""
+    return (FUSED_MIN_TOP_K <= top_k <= FUSED_TOP_K and accumulation == "fast"
+            and filter_kernels(target, H, D) != GENERIC_FILTER)
 
 
 def _up(n: int) -> int:

@@ -326,7 +326,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT 
                              mb < m1 ? region_bytes : 0u);
   const hx_u32 fl = row_ok ? p.floors[(hx_i64)ml * p.floor_stride] : 0xFFFFFFFFu;
   r.floor = fl > 1u ? fl : 1u;
-  // the part's end folded into the window: a key past it is another part's
+  // the part's end folded into the window (parts end on whole tiles, so this only guards a split that did not)
   r.len = (hx_u32)hx_max_i32(hx_min_i32(win.hi, part.work.hi) - win.lo, 0);
   r.count = &counts[RW * w + g];
   r.region = (hx_u32)p.region;

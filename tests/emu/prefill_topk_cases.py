@@ -19,11 +19,10 @@ from hipindexer.runtime import Device, DeviceArray
 
 POISON = np.iinfo(np.int32).min
 # The planner's shape, then groups and chunks forced small, with and without the filter, with both step builds;
-# then the fused path (its tensor-core filter where the device has one for the shape, else the generic kernel's),
-# in one group of rows and in groups of 16.
+# then the fused path (its tensor-core filter where the device has one for the shape, else the generic kernel's) in
+# groups of 16 rows (fast_path_heads and the cases after it take it in one group).
 SHAPES = ({}, {"rows": 16, "chunk": 96, "step_block": 256}, {"rows": 5, "chunk": 37, "filtered": True},
-          {"rows": 16, "chunk": 96, "filtered": True, "step_block": 256}, {"fused": True},
-          {"fused": True, "rows": 16})
+          {"rows": 16, "chunk": 96, "filtered": True, "step_block": 256}, {"fused": True, "rows": 16})
 
 
 def poisoned(dev, M, top_k, pad=0):
@@ -100,15 +99,16 @@ def every_window_mode(dev):
 @case
 def fast_path_heads(dev):
     """H = 32 and 64 with D = 128 (the fast logits kernels' shapes), top_k 512 over rows of V >= 4 top_k and
-    fewer."""
+    fewer; composed and fused (the target's filter build of its fast logits kernel)."""
     for H in (32, 64):
         inp = inputs(20 + H, M=20, N=2100, H=H, D=128)
-        for kw in (SHAPES[0], {"rows": 8, "chunk": 768}):
+        for kw in (SHAPES[0], {"rows": 8, "chunk": 768}, {"fused": True}, {"fused": True, "rows": 8}):
             idx, _ = check(dev, inp, 512, sorted=H == 64, **kw)
-        assert (counts(idx) == 512).all()
+            assert (counts(idx) == 512).all()
     short = inputs(25, M=9, N=300, H=64, D=128)
-    idx, _ = check(dev, short, 512, chunk=256, rows=4)
-    assert (counts(idx) < 512).all()
+    for kw in ({"chunk": 256, "rows": 4}, {"fused": True}):
+        idx, _ = check(dev, short, 512, **kw)
+        assert (counts(idx) < 512).all()
 
 
 @case

@@ -415,7 +415,7 @@ PLANTS = {
               "p.top_k + (hx_i32)kept - (kept > 0),"),
         # the fused path: a finish that trusts a row whose floor kept fewer than top_k keys, that places every
         # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
-        # whose entries name the next key; the gfx950 filter taking keys past its part's end
+        # whose entries name the next key; the gfx950 filter writing every part's count over the first part's
         Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total >= top_k ||",
               "(true ||"),
         Plant("fused_finish_regions_overlap", "generic/prefill_topk_finish.hip", "        at += c;\n", "\n"),
@@ -424,8 +424,9 @@ PLANTS = {
         Plant("fused_filter_entry_a_key_late", "generic/mqa_logits.hip",
               "p.cand[slot * p.region + at] = hx_topk_entry(key, n);",
               "p.cand[slot * p.region + at] = hx_topk_entry(key, n + 1);"),
-        Plant("fused_mfma_filter_past_its_part", "gfx950/mqa_logits_mfma.hip",
-              "hx_min_i32(win.hi, part.work.hi) - win.lo", "win.hi - win.lo"),
+        Plant("fused_mfma_counts_of_the_first_part", "gfx950/mqa_logits_mfma.hip",
+              "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split + hx_block_y()]",
+              "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split]"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
