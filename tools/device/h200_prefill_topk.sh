@@ -12,18 +12,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"cases bench"}
 PY=${PY:-python3}
-T0=$(date +%s); BUDGET_S=${BUDGET_S:-570}
-S=$OUT/summary.txt; : > "$S"
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-lim() { local l=$(( T0 + BUDGET_S - 10 - $(date +%s) )); [ $l -lt 5 ] && l=5; [ $l -lt $1 ] && echo $l || echo $1; }
-run() {  # name seconds log command...: exit status and time in the summary
-  local name=$1 secs=$(lim $2) log=$3 s rc; shift 3
-  s=$(date +%s)
-  timeout "$secs" "$@" >> "$log" 2>&1; rc=$?
-  echo "== $name: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo " (timed out at $secs s)")" >> "$S"
-  tail -n 3 "$log" >> "$S"
-  return $rc
-}
+BUDGET_S=${BUDGET_S:-570}
+. "$(dirname "$0")/steps.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> "$S" 2>&1
 has cases && run cases 200 "$OUT/cases.log" $PY -m pytest -q -x -p no:cacheprovider -m gpu tests/test_prefill_topk.py
 has gpu && run gpu 260 "$OUT/gpu.log" $PY -m pytest -q -x -p no:cacheprovider -m gpu tests

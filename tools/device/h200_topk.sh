@@ -17,18 +17,8 @@ STEPS=${STEPS:-"gpu plants bench variants"}
 PLANTS=${PLANTS:-build/dev/pf}
 VARIANTS=${VARIANTS:-build/dev/var}
 PY=${PY:-python3}
-T0=$(date +%s); BUDGET_S=${BUDGET_S:-570}
-S=$OUT/summary.txt; : > "$S"
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-lim() { local l=$(( T0 + BUDGET_S - 10 - $(date +%s) )); [ $l -lt 5 ] && l=5; [ $l -lt $1 ] && echo $l || echo $1; }
-run() {  # name seconds log command...: exit status and time in the summary
-  local name=$1 secs=$(lim $2) log=$3 s rc; shift 3
-  s=$(date +%s)
-  timeout "$secs" "$@" >> "$log" 2>&1; rc=$?
-  echo "== $name: exit $rc after $(( $(date +%s) - s )) s$([ $rc = 124 ] && echo " (timed out at $secs s)")" >> "$S"
-  tail -n 3 "$log" >> "$S"
-  return $rc
-}
+BUDGET_S=${BUDGET_S:-570}
+. "$(dirname "$0")/steps.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> "$S" 2>&1
 has gpu && run gpu 260 "$OUT/gpu.log" $PY -m pytest -q -x -p no:cacheprovider -m gpu tests
 has plants && run plants 150 "$OUT/plants.log" $PY -m tools.support.mutate --suite cuda --set paged_topk_fused \
