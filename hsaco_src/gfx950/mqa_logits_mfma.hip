@@ -199,7 +199,7 @@ HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v
   const float lim = hx_bits_to_f32(inside ? 0x7F800000u : 0xFF800000u);  // +inf inside, -inf outside
 #if HX_FILTER
   (void)lim;
-  const hx_u32 key = hx_topk_key((x + y) * st[t], false);
+  const hx_u32 key = hx_topk_key(st[t] * (x + y), false);
   const bool take = inside && key >= r.floor;  // inside: also before the part's end (len); floor >= 1: no NaN
   hx_u32 off = HX_OOB;
   if (take) {

@@ -124,9 +124,9 @@ _COPY_L1 = Plant("copy_l1", "sm90a/hopper.h", "cp.async.cg.shared.global [%0+%2]
 
 # no key copies, but each loader warp reads its half of the stage from shared memory instead (8 KB, the bytes its
 # copies would have written): the shared-memory traffic of the key stream without the copies
-_STAGE_READS = Plant("stage_reads", PRE_CTA, "  HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,\n"
+_STAGE_READS = Plant("stage_reads", PRE_CTA, "  HX_INLINE __device__ void load_half_stage(const Params& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,\n"
                      "                                            hx_i32 half, hx_i32 lane) {\n",
-                     "  HX_INLINE __device__ void load_half_stage(const PrefillParams& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,\n"
+                     "  HX_INLINE __device__ void load_half_stage(const Params& p, hx_u32 kdst, hx_u32 sdst, hx_i32 n0,\n"
                      "                                            hx_i32 half, hx_i32 lane) {\n"
                      "#pragma unroll\n    for (int i = 0; i < 16; ++i) {\n      hx_u32 a, b, c, d;\n"
                      "      asm volatile(\"ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(a), \"=r\"(b), \"=r\"(c), \"=r\"(d)\n"
