@@ -85,20 +85,27 @@ def _sm90a_entries():
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip("no built kernels")
     entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
-               if e["target"] == "sm_90a" and e["name"] in ("mqa_logits_wgmma", "mqa_logits_wgmma_fold", "wgmma_peak")]
+               if e["target"] == "sm_90a" and e["name"] in ("mqa_logits_wgmma", "mqa_logits_wgmma_fold", "wgmma_peak",
+                                                             "mqa_topk_wgmma", "mqa_topk_wgmma_fold")]
     if not entries:
         pytest.skip("the manifest has no sm_90a build")
     return entries
 
 
+# The fused prefill top-k's filter builds spill a few words ptxas keeps for the appends (docs/benchmarks.md,
+# "`fp8_mqa_topk`, the fused path": the appends' cost is measured there); bounded, so that growth fails.
+FILTER_SPILL_BYTES = {"mqa_topk_wgmma_fold.HX_HEADS-64": 64, "mqa_topk_wgmma.HX_HEADS-32": 48}
+
+
 def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
     entries = _sm90a_entries()
     assert {e["variant_key"] for e in entries} >= {"mqa_logits_wgmma.HX_HEADS-32", "mqa_logits_wgmma.HX_HEADS-64",
-                                                   "mqa_logits_wgmma_fold.HX_HEADS-64"}
+                                                   "mqa_logits_wgmma_fold.HX_HEADS-64", *FILTER_SPILL_BYTES}
     for e in entries:
         r = e["resources"]
-        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, e["variant_key"]
-        if e["name"].startswith("mqa_logits_wgmma"):
+        most = FILTER_SPILL_BYTES.get(e["variant_key"], 0)
+        assert r["spill_stores"] <= most and r["spill_loads"] <= 2 * most, e["variant_key"]
+        if e["name"].startswith(("mqa_logits_wgmma", "mqa_topk_wgmma")):
             assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem
 
 

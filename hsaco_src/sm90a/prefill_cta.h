@@ -358,14 +358,14 @@ struct PrefillCta {
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) {
       const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
-      t.lo[kq] = rec[4 + 2 * r] - work_hi;
-      t.hi[kq] = rec[5 + 2 * r] - work_hi;
       if constexpr (FILTER) {
         t.floor[kq] = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
       } else {
         t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
-        t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;
       }
+      t.lo[kq] = rec[4 + 2 * r] - work_hi;
+      t.hi[kq] = rec[5 + 2 * r] - work_hi;
+      if constexpr (!FILTER) t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;
     }
     if constexpr (FILTER) {
       const hx_i32 r0 = h * RQ + b2 * (RQ / 2);

@@ -74,6 +74,41 @@ def case(fn):
 
 
 @case
+def fused_rows_the_sample_misjudges_are_recomputed(dev):
+    """Floors set too high (a sample margin of 0.3: most rows keep fewer than top_k keys) and floors of 0 (every
+    key kept: long rows overflow their regions): the finish recomputes those rows, and the selection is the same
+    as with good floors."""
+    inp = inputs(45, M=24, N=900)
+    good, good_v = check(dev, inp, 32, fused=True)
+    saved = prefill_topk_fused.SAMPLE_MARGIN, prefill_topk_fused.sample_r
+    try:
+        prefill_topk_fused.SAMPLE_MARGIN = 0.3
+        low, low_v = check(dev, inp, 32, fused=True, rows=8)
+        prefill_topk_fused.SAMPLE_MARGIN = saved[0]
+        prefill_topk_fused.sample_r = lambda top_k: 1 << 20
+        none, none_v = check(dev, inp, 32, sorted=True, fused=True)
+    finally:
+        prefill_topk_fused.SAMPLE_MARGIN, prefill_topk_fused.sample_r = saved
+    assert (low == good).all() and np.array_equal(low_v, good_v)
+    assert (np.sort(none, axis=1) == np.sort(good, axis=1)).all()
+
+
+@case
+def fast_path_heads(dev):
+    """H = 32 and 64 with D = 128 (the fast logits kernels' shapes), top_k 512 over rows of V >= 4 top_k and
+    fewer; composed and fused (the target's filter build of its fast logits kernel)."""
+    for H in (32, 64):
+        inp = inputs(20 + H, M=20, N=2100, H=H, D=128)
+        for kw in (SHAPES[0], {"rows": 8, "chunk": 768}, {"fused": True}, {"fused": True, "rows": 8}):
+            idx, _ = check(dev, inp, 512, sorted=H == 64, **kw)
+            assert (counts(idx) == 512).all()
+    short = inputs(25, M=9, N=300, H=64, D=128)
+    for kw in ({"chunk": 256, "rows": 4}, {"fused": True}):
+        idx, _ = check(dev, short, 512, **kw)
+        assert (counts(idx) < 512).all()
+
+
+@case
 def causal_rows_of_every_kind(dev):
     """Causal rows from V < top_k to V >= 4 top_k; sorted or not, absolute or relative, every shape."""
     inp = inputs(1, M=200, N=240)  # row m sees 41 + m keys
@@ -94,21 +129,6 @@ def every_window_mode(dev):
             idx, _ = check(dev, inp, 16, relative=True, **kw)
         if mode in ("empty", "past_end"):
             assert (counts(idx) == 0).any()
-
-
-@case
-def fast_path_heads(dev):
-    """H = 32 and 64 with D = 128 (the fast logits kernels' shapes), top_k 512 over rows of V >= 4 top_k and
-    fewer; composed and fused (the target's filter build of its fast logits kernel)."""
-    for H in (32, 64):
-        inp = inputs(20 + H, M=20, N=2100, H=H, D=128)
-        for kw in (SHAPES[0], {"rows": 8, "chunk": 768}, {"fused": True}, {"fused": True, "rows": 8}):
-            idx, _ = check(dev, inp, 512, sorted=H == 64, **kw)
-            assert (counts(idx) == 512).all()
-    short = inputs(25, M=9, N=300, H=64, D=128)
-    for kw in ({"chunk": 256, "rows": 4}, {"fused": True}):
-        idx, _ = check(dev, short, 512, **kw)
-        assert (counts(idx) < 512).all()
 
 
 @case
@@ -148,26 +168,6 @@ def padded_outputs_and_a_reused_workspace(dev):
             a, av = check(dev, inp, 24, pad=5, workspace=ws)
             b, bv = check(dev, inp, 24)
             assert (a == b).all() and np.array_equal(av, bv), "deterministic, whatever the workspace's cut"
-
-
-@case
-def fused_rows_the_sample_misjudges_are_recomputed(dev):
-    """Floors set too high (a sample margin of 0.3: most rows keep fewer than top_k keys) and floors of 0 (every
-    key kept: long rows overflow their regions): the finish recomputes those rows, and the selection is the same
-    as with good floors."""
-    inp = inputs(45, M=24, N=900)
-    good, good_v = check(dev, inp, 32, fused=True)
-    saved = prefill_topk_fused.SAMPLE_MARGIN, prefill_topk_fused.sample_r
-    try:
-        prefill_topk_fused.SAMPLE_MARGIN = 0.3
-        low, low_v = check(dev, inp, 32, fused=True, rows=8)
-        prefill_topk_fused.SAMPLE_MARGIN = saved[0]
-        prefill_topk_fused.sample_r = lambda top_k: 1 << 20
-        none, none_v = check(dev, inp, 32, sorted=True, fused=True)
-    finally:
-        prefill_topk_fused.SAMPLE_MARGIN, prefill_topk_fused.sample_r = saved
-    assert (low == good).all() and np.array_equal(low_v, good_v)
-    assert (np.sort(none, axis=1) == np.sort(good, axis=1)).all()
 
 
 @case
