@@ -399,10 +399,11 @@ KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx
 # selects among the candidates, sorts, writes and zeroes the workspace, or runs topk_logits' row algorithm.
 KERNELS.append(Kernel("prefill_topk_sample", "generic/prefill_topk_sample.hip", "hx_prefill_topk_sample",
                       "PrefillSampleParams", block=256))
+# The floors: a block of 128 threads a row, many blocks an SM, since a row's radix passes wait mostly on barriers.
 KERNELS.append(Kernel("prefill_topk_floor", "generic/prefill_topk_floor.hip", "hx_prefill_topk_floor",
-                      "PrefillSampleParams", block=256))
+                      "PrefillSampleParams", block=128))
 KERNELS.append(Kernel("prefill_topk_finish", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",
-                      "PrefillTopkFinishParams", block=256, smem=65536))
+                      "PrefillTopkFinishParams", block=256, smem=36864))  # 4608 entries: five blocks an SM on sm_90a
 KERNELS.append(Kernel("topk_split_hist", "generic/topk_split_hist.hip", "hx_topk_split_hist", "TopkSplitParams",
                       block=256))
 KERNELS.append(Kernel("topk_split_gather", "generic/topk_split_gather.hip", "hx_topk_split_gather", "TopkSplitParams",

@@ -184,6 +184,43 @@ HX_INLINE __device__ hx_u32 hx_popc(hx_u32 v) { return (hx_u32)__popc(v); }
 HX_INLINE HX_HD hx_u32 hx_popc(hx_u32 v) { return (hx_u32)__builtin_popcount(v); }
 #endif
 
+// A place for every lane of the wave whose `want` is set: the old value of *counter plus the lane's rank among
+// those lanes, from one atomic add of their count by the lowest of them. Every lane of the wave calls it at the
+// same point (uniform control flow); a lane without `want` gets an unspecified value. One atomic a wave where a
+// lane-by-lane add queued up to a wave of increments on one shared word.
+#if defined(HX_EMU)
+static inline __attribute__((always_inline)) hx_u32 hx_wave_append(bool want, hx_u32* counter,
+                                                                  const char* file = __builtin_FILE(),
+                                                                  int line = __builtin_LINE()) {
+  const hx_u64 set = hx_emu_ballot(want, file, line);
+  const hx_u32 lane = hx_lane();
+  const hx_u32 leader = set ? (hx_u32)__builtin_ctzll(set) : 0u;
+  hx_u32 base = 0;
+  if (set && lane == leader) base = __atomic_fetch_add(counter, (hx_u32)__builtin_popcountll(set), __ATOMIC_RELAXED);
+  base = hx_emu_bpermute(base, leader, file, line);
+  return base + (hx_u32)__builtin_popcountll(set & ((1ull << lane) - 1ull));
+}
+#elif defined(HX_AMDGPU)
+HX_INLINE __device__ hx_u32 hx_wave_append(bool want, hx_u32* counter) {
+  const hx_u64 set = __builtin_amdgcn_ballot_w64(want);
+  const hx_u32 leader = set ? (hx_u32)__builtin_ctzll(set) : 0u;  // wave-uniform
+  hx_u32 base = 0;
+  if (set && hx_lane() == leader) base = __atomic_fetch_add(counter, (hx_u32)__builtin_popcountll(set), __ATOMIC_RELAXED);
+  base = (hx_u32)__builtin_amdgcn_readlane((int)base, (int)leader);
+  return base + __builtin_amdgcn_mbcnt_hi((hx_u32)(set >> 32), __builtin_amdgcn_mbcnt_lo((hx_u32)set, 0u));
+}
+#elif defined(HX_NVIDIA)
+HX_INLINE __device__ hx_u32 hx_wave_append(bool want, hx_u32* counter) {
+  const hx_u32 set = __ballot_sync(0xFFFFFFFFu, want);
+  const hx_u32 leader = set ? (hx_u32)(__ffs((int)set) - 1) : 0u;
+  const hx_u32 lane = hx_lane();
+  hx_u32 base = 0;
+  if (set && lane == leader) base = atomicAdd(counter, (hx_u32)__popc(set));
+  base = __shfl_sync(0xFFFFFFFFu, base, leader);
+  return base + (hx_u32)__popc(set & ((1u << lane) - 1u));
+}
+#endif
+
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
 struct alignas(8) hx_u32x2 { hx_u32 x, y; };
 struct alignas(16) hx_f32x4 { float x, y, z, w; };

@@ -21,7 +21,7 @@
 #define HX_FINISH_PER (MAX_TOP_K / 2 / HX_BLOCK)  // a thread's entries of a selection (top_k <= MAX_TOP_K / 2)
 // the bitmap's words, after a selection of MAX_TOP_K / 2 entries
 #define HX_FINISH_WORDS ((HX_FINISH_CAP - MAX_TOP_K / 2) * 2)
-static_assert(HX_FINISH_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");
+static_assert(HX_FINISH_CAP >= MAX_TOP_K, "a selection (top_k <= MAX_TOP_K / 2) and as many entries again");
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
@@ -49,9 +49,12 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
     auto round = [&](hx_u32 n, bool last, auto&& get) {
       if (tid == 0) found[2] = have;
       bar();
-      for (hx_u32 i = tid; i < n; i += HX_BLOCK) {
-        const hx_u64 x = get(i);
-        if (x > cut) e[hx_atomic_add_u32(&found[2], 1u)] = x;
+      for (hx_u32 i0 = 0; i0 < n; i0 += HX_BLOCK) {  // uniform: the appends go a wave at a time
+        const hx_u32 i = i0 + tid;
+        const hx_u64 x = i < n ? get(i) : 0ull;
+        const bool keep = x > cut;
+        const hx_u32 at = hx_wave_append(keep, &found[2]);
+        if (keep) e[at] = x;
       }
       bar();
       have = found[2];
@@ -68,7 +71,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
       for (hx_i32 j = 0; j < p.parts; ++j) {
         const hx_u32 c = (hx_u32)p.cand_counts[m * p.parts + j];
         const hx_u64* src = p.cand + (m * p.parts + j) * (hx_i64)p.region;
-        for (hx_u32 i = tid; i < c; i += HX_BLOCK) e[at + i] = src[i];
+        for (hx_u32 i0 = tid; i0 < c; i0 += HX_CUT_ITEMS * HX_BLOCK) {  // a batch's loads issued before its stores
+          hx_u64 x[HX_CUT_ITEMS];
+          HX_UNROLL
+          for (int b = 0; b < HX_CUT_ITEMS; ++b) x[b] = i0 + b * HX_BLOCK < c ? src[i0 + b * HX_BLOCK] : 0ull;
+          HX_UNROLL
+          for (int b = 0; b < HX_CUT_ITEMS; ++b)
+            if (i0 + b * HX_BLOCK < c) e[at + i0 + b * HX_BLOCK] = x[b];
+        }
         at += c;
       }
       bar();

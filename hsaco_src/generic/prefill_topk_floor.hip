@@ -4,6 +4,8 @@
 #include "topk_sample.h"
 #include "topk_select.h"
 
+#define FLOOR_BATCH 8  // samples a thread loads at once
+
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
@@ -13,19 +15,31 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CO
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_sample_window(p, m);
     const float* row = p.logits + m * p.samples;
-    // selectable samples (a NaN logit keys 0 and is left out)
+    // f(entry) for each selectable sample of the thread's (a NaN logit keys 0 and is left out). A batch's loads are
+    // issued before any of its entries is used: f's shared-memory atomics would otherwise wait on each load in turn.
+    auto each = [&](auto&& f) {
+      for (hx_i32 i0 = w.lo + (hx_i32)tid; i0 < w.hi; i0 += FLOOR_BATCH * HX_BLOCK) {
+        float x[FLOOR_BATCH];
+        HX_UNROLL
+        for (int b = 0; b < FLOOR_BATCH; ++b) {
+          const hx_i32 i = i0 + b * HX_BLOCK;
+          x[b] = i < w.hi ? row[i] : hx_bits_to_f32(0x7FC00000u);
+        }
+        HX_UNROLL
+        for (int b = 0; b < FLOOR_BATCH; ++b) {
+          const hx_u32 key = hx_topk_key(x[b], false);
+          if (key) f(hx_topk_entry(key, i0 + b * HX_BLOCK));
+        }
+      }
+    };
     hx_u32 mine = 0;
-    for (hx_i32 i = w.lo + (hx_i32)tid; i < w.hi; i += HX_BLOCK) mine += hx_topk_key(row[i], false) != 0u;
+    each([&](hx_u64) { ++mine; });
     hx_u32 count;
     hx_block_exclusive_sum(mine, scan, &count);
     hx_u32 floor = 0u;
     if (count > (hx_u32)p.r) {  // uniform
-      const hx_u64 cut = hx_group_select<HX_BLOCK>(tid, bar, [&](auto&& f) {
-        for (hx_i32 i = w.lo + (hx_i32)tid; i < w.hi; i += HX_BLOCK) {
-          const hx_u32 key = hx_topk_key(row[i], false);
-          if (key) f(hx_topk_entry(key, i));
-        }
-      }, (hx_u32)p.r, hist, scan, found);
+      // 22 bits below the keys' shared prefix: a floor need not be exact, only at or below the r-th key
+      const hx_u64 cut = hx_group_select<HX_BLOCK>(tid, bar, each, (hx_u32)p.r, hist, scan, found, 2);
       floor = (hx_u32)(cut >> 32);
     }
     if (tid == 0) p.floors[m] = floor;
