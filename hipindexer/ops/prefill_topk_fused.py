@@ -45,6 +45,7 @@ FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold")
            ("gfx950", 64, 128): ("mqa_topk_mfma", "mqa_logits_mfma")}
 GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
+MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits
 _ALIGN = 256
 
 
@@ -104,7 +105,8 @@ class FusedLayout:
 
 def fused_layout(rows: int, N: int, D: int, top_k: int, parts: int, bound: int) -> FusedLayout | None:
     """The layout of a group of `rows` rows against N keys split in `parts`, within `bound` bytes (None: it does
-    not fit, or its regions would be too small for the keys a part is expected to keep)."""
+    not fit, its regions would be too small for the keys a part is expected to keep, or they would hold more than
+    MAX_REGION_ENTRIES entries)."""
     samples = -(-N // sample_step(top_k))
     off = 0
     sample_k = off
@@ -121,7 +123,7 @@ def fused_layout(rows: int, N: int, D: int, top_k: int, parts: int, bound: int) 
     room = bound - off
     region = min(room // (8 * rows * parts), 8 * top_k) // 16 * 16
     need = REGION_MARGIN * SAMPLE_MARGIN * top_k / parts
-    if region < need or 4 * rows * samples > room:
+    if region < need or 4 * rows * samples > room or rows * parts * region > MAX_REGION_ENTRIES:
         return None
     return FusedLayout(rows, samples, parts, region, sample_k, sample_scale, windows, floors, counts, cand,
                        cand + max(8 * rows * parts * region, 4 * rows * samples))
@@ -235,7 +237,7 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         sp = plan_prefill(g, lay.samples, s.H, s.D, target, accumulation=accumulation)
         logits = prepare_prefill(kernel_for(dev, sp.kernel, sp.variant), sp, PrefillShape(g, lay.samples, s.H, s.D),
                                  lay.samples, True)
-        floor = kernel_for(dev, "prefill_topk_floor").prepare(max(1, min(FINISH_BLOCKS, g)), 256,
+        floor = kernel_for(dev, "prefill_topk_floor").prepare(max(1, min(FINISH_BLOCKS, g)), 128,
                                                               pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
         filt = kernel_for(dev, filt_key, fp.variant).prepare(
             fp.grid, fp.block, pointers=("q", "k", "kv_scale", "weights", "ks", "ke"), out=0, out_stride=0, M=g,

@@ -346,12 +346,13 @@ struct PrefillCta {
     float* row[BQ / 4];             // this lane's output rows (half h: h RQ + b2 RQ/2 + kq), at its key
     hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
     bool fill[BQ / 4];              // clean and the row exists (hi -1 marks a row past M)
-    // FILTER: the rows' floors (order keys), the first row (m) and the shared address of its count (the others'
-    // follow), the part, and the key of e = 0. Regions are found from the params at an append (ptxas spilled the
-    // math warpgroups' registers when a 64-bit region pointer per row was kept).
-    hx_u32 floor[BQ / 4];
+    // FILTER: the rows' floors (order keys), the entry index of each row's region for the unit's part (32 bits:
+    // the op keeps a group's regions below 2^32 entries; ptxas spilled the math warpgroups' registers when a 64-bit
+    // region pointer per row was kept), the shared address of the first row's count (the others' follow), and the
+    // key of e = 0.
+    hx_u32 floor[BQ / 4], region0[BQ / 4];
     hx_u32 count0;
-    hx_i32 m, part, work_hi;
+    hx_i32 work_hi;
   };
   HX_INLINE __device__ void make_tile(Tile& t, const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 work_hi,
                                       hx_i32 h, hx_i32 b2, hx_i32 n) {
@@ -360,6 +361,7 @@ struct PrefillCta {
       const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
       if constexpr (FILTER) {
         t.floor[kq] = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
+        t.region0[kq] = ((hx_u32)(m0 + r) * (hx_u32)p.split + (hx_u32)rec[REC_PART]) * (hx_u32)p.region;
       } else {
         t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
       }
@@ -368,10 +370,7 @@ struct PrefillCta {
       if constexpr (!FILTER) t.row[kq] = p.out + (hx_i64)(m0 + r) * p.out_stride + n;
     }
     if constexpr (FILTER) {
-      const hx_i32 r0 = h * RQ + b2 * (RQ / 2);
-      t.m = m0 + r0;
-      t.count0 = hx_smem_u32(rec + REC_COUNT + r0);
-      t.part = rec[REC_PART];
+      t.count0 = hx_smem_u32(rec + REC_COUNT + h * RQ + b2 * (RQ / 2));
       t.work_hi = work_hi;
     }
   }
@@ -400,7 +399,7 @@ struct PrefillCta {
         if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {
           const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
           if (at < (hx_u32)p.region)
-            p.cand[((hx_i64)(t.m + kq) * p.split + t.part) * p.region + at] = hx_topk_entry(key, (hx_i64)e + t.work_hi);
+            p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);
         }
       } else {
         const bool store = (e < 0) & (inside | t.fill[kq]);

@@ -271,7 +271,7 @@ CTA_P = "sm90a/prefill_cta.h"
 _FILTER_TEST = "if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {"
 _FILTER_STORE = "if (at < (hx_u32)p.region)"
 _FILTER_ATOM = "const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);"
-_FILTER_GLOBAL = "p.cand[((hx_i64)(t.m + kq) * p.split + t.part) * p.region + at] = hx_topk_entry(key, (hx_i64)e + t.work_hi);"
+_FILTER_GLOBAL = "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);"
 FILTER_VARIANTS = {
     "shipped": [],
     "no_appends": [Plant("no_appends", CTA_P, _FILTER_TEST,
@@ -281,7 +281,7 @@ FILTER_VARIANTS = {
     # the appends' entries stored to shared memory (the fold's scratch) instead of the regions
     "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
                            'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
-                           '"l"(hx_topk_entry(key, (hx_i64)e + t.work_hi)) : "memory");')],
+                           '"l"(hx_topk_entry(key, e + t.work_hi)) : "memory");')],
 }
 
 VARIANTS = {
