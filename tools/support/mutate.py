@@ -26,9 +26,11 @@ and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file r
 by pytest) runs on that package copy. A plant is caught when the suite fails or
 crashes; an unmodified build must pass the whole suite first. A planted run
 stops at its first failed case (check --fail-fast, pytest -x): one is enough.
+After the unmodified tree passed, --jobs plants build and run at once.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import shutil
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -606,6 +609,31 @@ def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[
     return p.returncode == 0, (f"failed: {failed[0]}" if failed else (lines[-1] if lines else f"exit {p.returncode}"))
 
 
+def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: int, build_only: bool,
+              prebuilt: bool) -> dict:
+    """Build one plant's tree (None: the unmodified one) under root and run the set's suite on it: its result."""
+    name = plant.name if plant else "(none: the suite must pass)"
+    d = root / (plant.name if plant else "clean")
+    t0 = time.time()
+    b = None if prebuilt else build_planted(d, root / "clean", [plant] if plant else [], spec["targets"])
+    pkg = PackageCopy(d / "pkg")
+    if b is not None and b.returncode != 0:
+        r = {"plant": name, "caught": bool(plant), "how": "build failed: " + (b.stderr.strip().splitlines() or ["?"])[-1]}
+    elif build_only:
+        r = {"plant": name, "caught": None, "how": "built"}
+    elif not (pkg.kernels / "manifest.json").is_file():
+        raise SystemExit(f"--prebuilt: no build of {name} in {d}")
+    else:
+        argv = cmd.split() + (["--fail-fast"] if plant else [])  # one failed case catches a plant
+        ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout) if plant_set in SET_TESTS
+                   else run_suite(pkg.refresh(), spec, argv, timeout))
+        r = {"plant": name, "caught": not ok, "how": how}
+    r["seconds"] = round(time.time() - t0, 1)
+    verdict = {True: "CAUGHT", False: "missed", None: "built"}[r["caught"]]
+    click.echo(f"{name}: {verdict} ({r['how']})", err=True)
+    return r
+
+
 @click.command()
 @click.option("--suite", type=click.Choice(sorted(SUITES)), required=True)
 @click.option("--set", "plant_set", type=click.Choice(sorted(PLANTS)), default="generic", show_default=True)
@@ -620,8 +648,11 @@ def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[
 @click.option("--prebuilt", is_flag=True,
               help="Run the suites on the builds already in --builds (made by --build-only, e.g. on a machine "
                    "with the compilers); build nothing.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Plants built and run at once, after the unmodified tree passed (default: 2 for --suite emu, "
+                   "whose plants each keep one core busy, 1 for a GPU suite).")
 @click.option("--json", "as_json", is_flag=True)
-def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, as_json) -> None:
+def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, jobs, as_json) -> None:
     cmd = cmd or SET_CMDS.get(plant_set, "")
     if plant_set in SET_TESTS and cmd:
         raise click.UsageError(f"--set {plant_set} runs the tests of {SET_TESTS[plant_set]}; it takes no --cmd")
@@ -629,32 +660,16 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, a
     spec = SUITES[suite]
     if (build_only or prebuilt) and builds is None:
         raise click.UsageError("--build-only and --prebuilt need --builds DIR")
-    results = []
+    jobs = jobs or (2 if suite == "emu" else 1)
     with tempfile.TemporaryDirectory(prefix="hx-mutate-") as tmp:
         root = builds or Path(tmp)
-        for plant in [None] + chosen:
-            name = plant.name if plant else "(none: the suite must pass)"
-            d = root / (plant.name if plant else "clean")
-            t0 = time.time()
-            b = None if prebuilt else build_planted(d, root / "clean", [plant] if plant else [], spec["targets"])
-            pkg = PackageCopy(d / "pkg")
-            if b is not None and b.returncode != 0:
-                results.append({"plant": name, "caught": bool(plant), "how": "build failed: " +
-                                (b.stderr.strip().splitlines() or ["?"])[-1]})
-            elif build_only:
-                results.append({"plant": name, "caught": None, "how": "built"})
-            elif not (pkg.kernels / "manifest.json").is_file():
-                raise SystemExit(f"--prebuilt: no build of {name} in {d}")
-            else:
-                argv = cmd.split() + (["--fail-fast"] if plant else [])  # one failed case catches a plant
-                ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout) if plant_set in SET_TESTS
-                           else run_suite(pkg.refresh(), spec, argv, timeout))
-                results.append({"plant": name, "caught": not ok, "how": how})
-            results[-1]["seconds"] = round(time.time() - t0, 1)
-            verdict = {True: "CAUGHT", False: "missed", None: "built"}[results[-1]["caught"]]
-            click.echo(f"{name}: {verdict} ({results[-1]['how']})", err=True)
-            if plant is None and results[-1]["caught"]:
-                raise SystemExit("the unmodified kernels fail the suite; fix that first")
+        one = functools.partial(run_plant, root=root, spec=spec, plant_set=plant_set, cmd=cmd, timeout=timeout,
+                                build_only=build_only, prebuilt=prebuilt)
+        results = [one(None)]
+        if results[0]["caught"]:
+            raise SystemExit("the unmodified kernels fail the suite; fix that first")
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # each plant's work is in child processes
+            results += list(pool.map(one, chosen))
     if build_only:
         click.echo(f"built {len(results)} trees under {builds}")
         return
