@@ -94,6 +94,18 @@ def fused_rows_the_sample_misjudges_are_recomputed(dev):
 
 
 @case
+def fused_floors_let_every_random_row_through(dev):
+    """Random rows at the fast shapes: every row's floor lets at least top_k of its keys in and no region
+    overflows, so the finish recomputes none. A floor that lets too few in stays exact through the recompute, which
+    the gate alone would not see; it costs milliseconds a row."""
+    for H in (32, 64):
+        inp = inputs(30 + H, M=20, N=2100, H=H, D=128)
+        ws = hipindexer.prefill_topk_workspace(20, 2100, 512, device=dev, H=H, D=128, fused=True)
+        check(dev, inp, 512, workspace=ws)
+        assert prefill_topk_fused.recomputed_rows(ws, 20) == 0
+
+
+@case
 def fast_path_heads(dev):
     """H = 32 and 64 with D = 128 (the fast logits kernels' shapes), top_k 512 over rows of V >= 4 top_k and
     fewer; composed and fused (the target's filter build of its fast logits kernel)."""

@@ -418,7 +418,8 @@ PLANTS = {
               "p.top_k + (hx_i32)kept - (kept > 0),"),
         # the fused path: a finish that trusts a row whose floor kept fewer than top_k keys, that places every
         # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
-        # whose entries name the next key; the gfx950 filter writing every part's count over the first part's
+        # whose entries name the next key; the gfx950 filter writing every part's count over the first part's; floors
+        # at each row's largest sample (exact still, through the recompute: the floors' own case catches it)
         Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total >= top_k ||",
               "(true ||"),
         Plant("fused_finish_regions_overlap", "generic/prefill_topk_finish.hip", "        at += c;\n", "\n"),
@@ -430,6 +431,9 @@ PLANTS = {
         Plant("fused_mfma_counts_of_the_first_part", "gfx950/mqa_logits_mfma.hip",
               "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split + hx_block_y()]",
               "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split]"),
+        Plant("fused_floor_at_the_largest_sample", "generic/prefill_topk_floor.hip",
+              "hx_topk_find_bin(hist, FLOOR_BINS, (hx_u32)p.r, scan, found);",
+              "hx_topk_find_bin(hist, FLOOR_BINS, 1u, scan, found);"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
