@@ -214,7 +214,7 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
 #if defined(HX_NVIDIA)
       const hx_u32 at = hx_wave_append(keep, fill);
       if (keep) e[at] = mine[k];
-#else  // gfx950 and its emulation: a lane's own add (the wave form grew the fused decode kernel's page loop)
+#else  // gfx950 and its emulation: a lane's own add (the wave form's code lands in the fused decode kernel's page loop)
       if (keep) e[hx_atomic_add_u32(fill, 1u)] = mine[k];
 #endif
     }
