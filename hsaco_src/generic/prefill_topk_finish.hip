@@ -154,14 +154,19 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
       hx_u32 all;
       hist[tid] = hx_block_exclusive_sum(mine_bits, scan, &all);
       bar();
+      // each entry to its place in e (whose entries every thread holds by now), then the row written in slot
+      // order: a warp's stores land in a few sectors, where stores at the ranks spread over the row's
       HX_UNROLL
       for (int k = 0; k < HX_FINISH_PER; ++k)
         if (mine[k]) {
           const hx_u32 b = (hx_u32)(hx_topk_entry_index(mine[k]) - w.lo), v = b / 32, t = v / per;
           hx_u32 rank = hist[t] + hx_popc(bits[v] & ((1u << (b % 32)) - 1u));
           for (hx_u32 u = t * per; u < v; ++u) rank += hx_popc(bits[u]);
-          write(rank, hx_topk_entry_index(mine[k]), (hx_u32)(mine[k] >> 32));
+          e[rank] = mine[k];
         }
+      bar();
+      have = all;  // set bits: fewer than the entries only where a bad workspace repeated or misplaced one
+      for (hx_u32 s = tid; s < have; s += HX_BLOCK) write(s, hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));
     }
     for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) write(s, -1, 0u);
     bar();  // the shared arrays are the next row's
