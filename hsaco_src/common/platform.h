@@ -219,6 +219,27 @@ HX_INLINE __device__ hx_u32 hx_wave_append(bool want, hx_u32* counter) {
   base = __shfl_sync(0xFFFFFFFFu, base, leader);
   return base + (hx_u32)__popc(set & ((1u << lane) - 1u));
 }
+// The same for N items a lane, one atomic for all of them: at[i] for each want[i], the items' places consecutive
+// in item order, then lane order. One round trip to the counter where N calls of the above wait on N in turn.
+// sm_90a only: its one user (hx_group_cut) keeps a lane's own adds on gfx950.
+template <int N>
+HX_INLINE __device__ void hx_wave_append_n(const bool (&want)[N], hx_u32* counter, hx_u32 (&at)[N]) {
+  const hx_u32 lane = hx_lane(), below = (1u << lane) - 1u;
+  hx_u32 set[N], total = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    set[i] = __ballot_sync(0xFFFFFFFFu, want[i]);
+    total += (hx_u32)__popc(set[i]);
+  }
+  hx_u32 base = 0;
+  if (total && lane == 0) base = atomicAdd(counter, total);
+  base = __shfl_sync(0xFFFFFFFFu, base, 0);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    at[i] = base + (hx_u32)__popc(set[i] & below);
+    base += (hx_u32)__popc(set[i]);
+  }
+}
 #endif
 
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
