@@ -399,7 +399,8 @@ KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx
 # selects among the candidates, sorts, writes and zeroes the workspace, or runs topk_logits' row algorithm.
 KERNELS.append(Kernel("prefill_topk_sample", "generic/prefill_topk_sample.hip", "hx_prefill_topk_sample",
                       "PrefillSampleParams", block=256))
-# The floors: a block of 128 threads a row, many blocks an SM, since a row's radix passes wait mostly on barriers.
+# The floors: a block of 128 threads a row, so that many rows share an SM (a row is three short passes over its
+# samples and a few meetings).
 KERNELS.append(Kernel("prefill_topk_floor", "generic/prefill_topk_floor.hip", "hx_prefill_topk_floor",
                       "PrefillSampleParams", block=128))
 KERNELS.append(Kernel("prefill_topk_finish", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",

@@ -237,7 +237,7 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         sp = plan_prefill(g, lay.samples, s.H, s.D, target, accumulation=accumulation)
         logits = prepare_prefill(kernel_for(dev, sp.kernel, sp.variant), sp, PrefillShape(g, lay.samples, s.H, s.D),
                                  lay.samples, True)
-        floor = kernel_for(dev, "prefill_topk_floor").prepare(max(1, min(FINISH_BLOCKS, g)), 128,
+        floor = kernel_for(dev, "prefill_topk_floor").prepare(max(1, min(FINISH_BLOCKS, g)),
                                                               pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
         filt = kernel_for(dev, filt_key, fp.variant).prepare(
             fp.grid, fp.block, pointers=("q", "k", "kv_scale", "weights", "ks", "ke"), out=0, out_stride=0, M=g,
