@@ -26,7 +26,7 @@ and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file r
 by pytest) runs on that package copy. A plant is caught when the suite fails or
 crashes; an unmodified build must pass the whole suite first. A planted run
 stops at its first failed case (check --fail-fast, pytest -x): one is enough.
-After the unmodified tree passed, --jobs plants build and run at once.
+Once the unmodified tree is built, --jobs plants build and run at once, the first beside its suite.
 """
 from __future__ import annotations
 
@@ -653,8 +653,8 @@ def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: 
               help="Run the suites on the builds already in --builds (made by --build-only, e.g. on a machine "
                    "with the compilers); build nothing.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="Plants built and run at once, after the unmodified tree passed (default: 2 for --suite emu, "
-                   "whose plants each keep one core busy, 1 for a GPU suite).")
+              help="Plants built and run at once once the unmodified tree is built, the first beside its suite "
+                   "(default: 2 for --suite emu, whose plants each keep one core busy, 1 for a GPU suite).")
 @click.option("--json", "as_json", is_flag=True)
 def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, jobs, as_json) -> None:
     cmd = cmd or SET_CMDS.get(plant_set, "")
@@ -669,11 +669,22 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, j
         root = builds or Path(tmp)
         one = functools.partial(run_plant, root=root, spec=spec, plant_set=plant_set, cmd=cmd, timeout=timeout,
                                 build_only=build_only, prebuilt=prebuilt)
-        results = [one(None)]
-        if results[0]["caught"]:
-            raise SystemExit("the unmodified kernels fail the suite; fix that first")
+        clean_built = not (build_only or prebuilt)
+        if clean_built:  # the plants start from its objects; its suite then runs beside the first plants
+            b = build_planted(root / "clean", root / "clean", [], spec["targets"])
+            if b.returncode != 0:
+                raise SystemExit("the unmodified tree does not build: " + (b.stderr.strip().splitlines() or ["?"])[-1])
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # each plant's work is in child processes
-            results += list(pool.map(one, chosen))
+            first = pool.submit(one, None, prebuilt=True) if clean_built else None
+            results = [] if first else [one(None)]
+            rest = [pool.submit(one, p) for p in chosen]
+            if first:
+                results.append(first.result())
+            if results[0]["caught"]:
+                for f in rest:
+                    f.cancel()
+                raise SystemExit("the unmodified kernels fail the suite; fix that first")
+            results += [f.result() for f in rest]
     if build_only:
         click.echo(f"built {len(results)} trees under {builds}")
         return
