@@ -229,6 +229,16 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
   return kept;
 }
 
+// The place of bit b among the set bits of a bitmap whose words a group's threads own `per` at a time (thread t:
+// words [t per, t per + per)), below[t] holding the set bits of the words before thread t's (an exclusive sum):
+// where an entry goes when a selection is written in ascending position (the decode merge, the prefill finish).
+HX_INLINE HX_DEV hx_u32 hx_bitmap_rank(const hx_u32* bits, const hx_u32* below, hx_u32 per, hx_u32 b) {
+  const hx_u32 v = b / 32, t = v / per;
+  hx_u32 rank = below[t] + hx_popc(bits[v] & ((1u << (b % 32)) - 1u));
+  for (hx_u32 u = t * per; u < v; ++u) rank += hx_popc(bits[u]);
+  return rank;
+}
+
 #if defined(HX_BLOCK) && !defined(HX_TOPK_KEYS_ONLY)
 #include "hx_params.h"
 

@@ -206,10 +206,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
       HX_UNROLL
       for (int k = 0; k < HX_MERGE_PER; ++k)
         if (mine[k]) {
-          const hx_u32 n = (hx_u32)hx_topk_entry_index(mine[k]), w = n / 32, t = w / per;
-          hx_u32 rank = hist[t] + hx_popc(bits[w] & ((1u << (n % 32)) - 1u));
-          for (hx_u32 v = t * per; v < w; ++v) rank += hx_popc(bits[v]);
-          hx_merge_write(p, row, b, rank, (hx_i32)n, (hx_u32)(mine[k] >> 32));
+          const hx_u32 n = (hx_u32)hx_topk_entry_index(mine[k]);
+          hx_merge_write(p, row, b, hx_bitmap_rank(bits, hist, per, n), (hx_i32)n, (hx_u32)(mine[k] >> 32));
         }
     }
     for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) hx_merge_write(p, row, b, s, -1, 0u);

@@ -158,12 +158,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
       // order: a warp's stores land in a few sectors, where stores at the ranks spread over the row's
       HX_UNROLL
       for (int k = 0; k < HX_FINISH_PER; ++k)
-        if (mine[k]) {
-          const hx_u32 b = (hx_u32)(hx_topk_entry_index(mine[k]) - w.lo), v = b / 32, t = v / per;
-          hx_u32 rank = hist[t] + hx_popc(bits[v] & ((1u << (b % 32)) - 1u));
-          for (hx_u32 u = t * per; u < v; ++u) rank += hx_popc(bits[u]);
-          e[rank] = mine[k];
-        }
+        if (mine[k]) e[hx_bitmap_rank(bits, hist, per, (hx_u32)(hx_topk_entry_index(mine[k]) - w.lo))] = mine[k];
       bar();
       have = all;  // set bits: fewer than the entries only where a bad workspace repeated or misplaced one
       for (hx_u32 s = tid; s < have; s += HX_BLOCK) write(s, hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));
