@@ -20,32 +20,33 @@ from .launch import INT32_MAX, adopt, check_resident, check_tunables, device_onl
 BLOCK = KERNEL["topk_logits"].block
 TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-call pointers, in struct order
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
-SPLIT_KERNELS = ("topk_split_hist", "topk_split_gather", "topk_split_finish")
+SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
 TUNABLES = ("split", "part_columns", "cap")  # hipindexer.plan.topk.plan_topk's
-_workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a zeroed DeviceArray, kept zero by the kernels
+_workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
-def workspace_bytes(rows: int, top_k: int, cap: int = plan.CAP) -> int:
+def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
     """Bytes a workspace= for rows x top_k must hold (the split path's; hipindexer.plan.topk)."""
     return plan.workspace_bytes(rows, top_k, cap)
 
 
-def topk_workspace(rows: int, top_k: int, device=None, stream=None, cap: int = plan.CAP) -> DeviceArray:
-    """A zeroed workspace for topk_logits(..., workspace=) over up to `rows` rows at this top_k's power-of-two
-    class: for a call captured into a graph, or one stream's calls that should not share the op's own."""
+def topk_workspace(rows: int, top_k: int, device=None, stream=None, cap: int | None = None) -> DeviceArray:
+    """A workspace for topk_logits(..., workspace=) over up to `rows` rows at this top_k's power-of-two class: for
+    a call captured into a graph, or one stream's calls that should not share the op's own. Its contents are the
+    kernels' own: every call writes what it reads."""
     dev = resolve_device(device, ())
-    return DeviceArray.empty((workspace_bytes(rows, top_k, cap),), np.uint8, dev, as_stream(stream, dev)).fill(0)
+    return DeviceArray.empty((workspace_bytes(rows, top_k, cap),), np.uint8, dev, as_stream(stream, dev))
 
 
 def _own_workspace(dev, st, rows: int, row_bytes: int) -> DeviceArray:
-    """The op's workspace for this stream (calls on one stream run in order, so they may share it), allocated and
-    zeroed once per power-of-two class of rows; the last kernel of every call leaves it zero again."""
+    """The op's workspace for this stream (calls on one stream run in order, so they may share it), allocated once
+    per power-of-two class of rows."""
     rows_class = 1 << max(0, rows - 1).bit_length()
     key = (dev, st.handle, rows_class, row_bytes)
     w = _workspaces.get(key)
     if w is None:
-        w = _workspaces[key] = DeviceArray.empty((rows_class * row_bytes,), np.uint8, dev, st).fill(0)
+        w = _workspaces[key] = DeviceArray.empty((rows_class * row_bytes,), np.uint8, dev, st)
     return w
 
 
@@ -68,15 +69,17 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
-    Paths (hipindexer.plan.topk): rows of N >= 16384 columns, up to 1024 rows, take the split path: each row
-    cut into parts so that rows x parts blocks fill the device, read twice with 16-byte loads, then one block
-    per row selecting among the few candidates left and sorting; shorter rows, or more rows, take one block
-    per row. The split path keeps a workspace (2048 bins, top_k and 8192 candidates per row, independent of N)
-    that its last kernel leaves zeroed: the op allocates one per device, stream and class of shape on first use
-    and reuses it; for a call captured into a graph, pass workspace= (topk_workspace(rows, top_k), a zeroed
-    uint8 device array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time). A row
-    whose candidates (keys sharing the top_k-th key's top 11 bits) number over 8192 is finished by the
-    single-block algorithm, correct and slower. Tunables: split (bool), part_columns, cap (plan_topk's).
+    Paths (hipindexer.plan.topk): rows of N >= 16384 columns, up to 1024 rows, take the split path: a floor per
+    row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut into parts
+    so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or above the
+    floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows, or more
+    rows, take one block per row. The split path keeps a workspace (a floor, a count and max(8192, 4 top_k)
+    entries per row, independent of N): the op allocates one per device, stream and class of shape on first use
+    and reuses it; for a call captured into a graph, pass workspace= (topk_workspace(rows, top_k), a uint8 device
+    array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
+    zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
+    the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
+    slower. Tunables: split (bool), part_columns, cap (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
@@ -150,8 +153,8 @@ def _check_host_values(la: np.ndarray | None, ln: np.ndarray | None, N: int) -> 
 
 
 def _workspace_arg(w, nbytes: int, dev, st) -> DeviceArray | None:
-    """workspace=: a writable, contiguous device array of at least nbytes bytes (its contents the kernels' own:
-    zero before the first call), or None."""
+    """workspace=: a writable, contiguous device array of at least nbytes bytes (its contents the kernels' own),
+    or None."""
     if w is None:
         return None
     a = device_only("workspace", w, dev, st, "the split path's workspace")
@@ -163,14 +166,14 @@ def _workspace_arg(w, nbytes: int, dev, st) -> DeviceArray | None:
 
 def _split_launch(dev, p, common):
     """One call's three launches of the split path, as one function of (stream, 4 pointers, workspace)."""
-    fields = dict(common, row_bytes=p.row_bytes, cert_off=p.cert_off, cand_off=p.cand_off, parts=p.parts,
-                  part_len=p.part_len, cap=p.cap)
-    hist, gather, finish = (kernel_for(dev, k).prepare(p.grid_parts if k != "topk_split_finish" else p.grid_rows,
-                                                       KERNEL[k].block, pointers=SPLIT_POINTERS, **fields)
-                            for k in SPLIT_KERNELS)
+    fields = dict(common, row_bytes=p.row_bytes, cand_off=p.cand_off, parts=p.parts, part_len=p.part_len, cap=p.cap,
+                  step=p.step, r=p.r)
+    floor, gather, finish = (kernel_for(dev, k).prepare(p.grid_parts if k == "topk_split_gather" else p.grid_rows,
+                                                        KERNEL[k].block, pointers=SPLIT_POINTERS, **fields)
+                             for k in SPLIT_KERNELS)
 
     def launch(handle, *ptrs):
-        hist(handle, *ptrs)
+        floor(handle, *ptrs)
         gather(handle, *ptrs)
         finish(handle, *ptrs)
     return launch

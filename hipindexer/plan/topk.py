@@ -5,14 +5,16 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save, and
   for more than SPLIT_MAX_ROWS rows, where the split path's workspace would grow past what it saves.
-- split: each row cut into `parts` column ranges, parts * rows blocks (about BLOCKS_PER_CU per unit) reading each
-  range twice with 16-byte loads: a histogram of top digits, then the certain entries and candidates into a
-  workspace; then one block per row selects among the candidates and sorts. A row whose candidates (the keys
-  sharing the top_k-th key's top 11 bits) pass `cap` falls back to the single-block algorithm inside the last
-  kernel: correct, as slow as the single path for that row.
+- split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
+  rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
+  `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
+  loads and keeping the keys at or above the floor in a workspace; then one block per row selects among the kept
+  keys and writes them in order. A row whose kept keys cannot hold its top_k (fewer than top_k above a floor the
+  sample set too high, or more than `cap`) falls back to the single-block algorithm inside the last kernel:
+  correct, as slow as the single path for that row.
 
-The workspace holds, per row, a 2048-bin histogram, two counts, top_k rounded up to a power of two certain entries
-and `cap` candidates (8 bytes each): O(rows x (bins + cap)), independent of N.
+The workspace holds, per row, the floor, a count and `cap` kept entries (8 bytes each): O(rows x cap), independent
+of N.
 """
 from __future__ import annotations
 
@@ -22,12 +24,14 @@ from .target import Target, forced_int
 
 SPLIT_MIN_N = 16384      # shorter rows take the single-block kernel
 SPLIT_MAX_ROWS = 1024    # more rows take the single-block kernel: the device is full without splitting rows
-MIN_PART = 8192          # columns per part at least (unless forced): each block's fixed cost is a 2048-bin scan
-BLOCKS_PER_CU = 4        # rows x parts blocks aimed at per unit (256 threads each)
-CAP = 8192               # candidates per row the workspace holds
+MIN_PART = 8192          # columns per part at least (unless forced): two tiles of 4096 columns, one loading under the
+                         # other's appends
+BLOCKS_PER_CU = 4        # gather blocks resident a unit (256 threads of 64 registers on sm_90a)
+CAP = 8192               # kept keys per row the workspace holds, at least (4 top_k rounded up to a power of two)
 PART_ALIGN = 1024        # part lengths are multiples of this (of 4 at least: every part keeps the row's alignment)
-HIST_BYTES = 2048 * 4    # the histogram, then two u32 counts (hsaco_src/common/topk_split.h)
-REC_BYTES = HIST_BYTES + 256
+REC_BYTES = 256          # the floor and the count, then the kept entries (hsaco_src/common/topk_split.h)
+SAMPLE_STEP = 16         # one column in this many is sampled for a floor, at most (sample_step)
+SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a row's keys
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 
 
@@ -35,11 +39,35 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+def _parts(rows: int, N: int, slots: int) -> int:
+    """The cut with the least time in rounds of `slots` resident blocks: rounds x (a part's share of a row), the
+    fewer parts on a tie, parts of at least MIN_PART columns."""
+    return min(range(1, max(1, N // MIN_PART) + 1), key=lambda p: (-(-rows * p // slots) / p, p))
+
+
+def sample_step(top_k: int) -> int:
+    """One column (or key) in this many is sampled for a floor: the floor's rank stays near 128 SAMPLE_MARGIN
+    whatever top_k, about 7% (1 / sqrt(rank)) from the rank it aims at."""
+    return max(1, min(SAMPLE_STEP, top_k // 128))
+
+
+def floor_rank(top_k: int, margin: float = SAMPLE_MARGIN) -> int:
+    """The rank among the sampled keys a floor is taken at: margin top_k of the row's keys are expected to reach
+    it."""
+    return -(-int(margin * top_k) // sample_step(top_k))
+
+
+def default_cap(top_k: int) -> int:
+    """Kept keys a row's workspace holds unless told: 4 top_k (rounded up to a power of two), at least CAP; the
+    floors aim at SAMPLE_MARGIN top_k."""
+    return max(CAP, 4 * _pow2(top_k))
+
+
 @dataclass(frozen=True)
 class TopkPlan:
-    """split=False: the single-block kernel on grid_rows blocks. split=True: kernels 1 and 2 on grid_parts blocks
-    over rows x parts items of part_len columns, kernel 3 on grid_rows blocks, over a workspace of
-    workspace_bytes (row_bytes per row, certain entries at cert_off, candidates at cand_off)."""
+    """split=False: the single-block kernel on grid_rows blocks. split=True: kernels 1 and 3 on grid_rows blocks,
+    kernel 2 on grid_parts blocks over rows x parts items of part_len columns, over a workspace of workspace_bytes
+    (row_bytes per row, cap kept entries at cand_off); floors at rank r of a step-th of each row."""
     split: bool
     grid_rows: int
     parts: int = 0
@@ -47,21 +75,21 @@ class TopkPlan:
     grid_parts: int = 0
     cap: int = 0
     row_bytes: int = 0
-    cert_off: int = 0
     cand_off: int = 0
     workspace_bytes: int = 0
+    step: int = 0
+    r: int = 0
 
 
-def workspace_layout(top_k: int, cap: int = CAP) -> tuple[int, int, int]:
-    """(row_bytes, cert_off, cand_off) of one row's workspace: a power-of-two class of top_k, so one workspace
-    serves every top_k of its class."""
-    cert_off = REC_BYTES
-    cand_off = cert_off + 8 * _pow2(top_k)
-    return cand_off + 8 * cap, cert_off, cand_off
+def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
+    """(row_bytes, cand_off) of one row's workspace (cap: default_cap(top_k)): the same for every top_k of a
+    power-of-two class, so one workspace serves the class."""
+    cap = default_cap(top_k) if cap is None else cap
+    return REC_BYTES + 8 * cap, REC_BYTES
 
 
-def workspace_bytes(rows: int, top_k: int, cap: int = CAP) -> int:
-    """Bytes of the split path's workspace for rows x top_k (what a caller's workspace= must hold, zeroed)."""
+def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
+    """Bytes of the split path's workspace for rows x top_k (what a caller's workspace= must hold)."""
     return rows * workspace_layout(top_k, cap)[0]
 
 
@@ -74,7 +102,7 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     >>> from hipindexer.plan import TARGETS
     >>> p = plan_topk(64, 131072, 2048, TARGETS["sm_90a"])
     >>> p.split, p.parts, p.part_len, p.grid_parts
-    (True, 9, 15360, 576)
+    (True, 6, 22528, 384)
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
@@ -84,18 +112,18 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
         forced_int("part_columns", part_columns, 4, 1 << 30)
         if part_columns % 4:
             raise ValueError(f"part_columns: expected a multiple of 4, got {part_columns}")
-    cap = CAP if cap is None else forced_int("cap", cap, 1, 1 << 20)
+    cap = default_cap(top_k) if cap is None else forced_int("cap", cap, 1, 1 << 20)
     grid_rows = max(1, min(rows, max_blocks))
     if split is None:
         split = part_columns is not None or (N >= SPLIT_MIN_N and rows <= SPLIT_MAX_ROWS)
     if not split:
         return TopkPlan(False, grid_rows)
     if part_columns is None:
-        parts = max(1, min(-(-BLOCKS_PER_CU * target.num_cus // max(rows, 1)), N // MIN_PART))
+        parts = _parts(rows, N, BLOCKS_PER_CU * target.num_cus)
         part_len = -(-(-(-N // parts)) // PART_ALIGN) * PART_ALIGN
     else:
         part_len = part_columns
     parts = max(1, -(-N // part_len))
-    row_bytes, cert_off, cand_off = workspace_layout(top_k, cap)
+    row_bytes, cand_off = workspace_layout(top_k, cap)
     return TopkPlan(True, grid_rows, parts, part_len, max(1, min(rows * parts, max_blocks)), cap, row_bytes,
-                    cert_off, cand_off, rows * row_bytes)
+                    cand_off, rows * row_bytes, sample_step(top_k), floor_rank(top_k))

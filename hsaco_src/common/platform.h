@@ -242,6 +242,32 @@ HX_INLINE __device__ void hx_wave_append_n(const bool (&want)[N], hx_u32* counte
 }
 #endif
 
+#if defined(HX_EMU) || defined(HX_AMDGPU) || defined(HX_NVIDIA)
+// v summed over this lane and the lanes below it, by shuffles (every lane of the wave taking part).
+HX_INLINE HX_DEV hx_u32 hx_wave_inclusive_sum(hx_u32 v) {
+  const hx_u32 lane = hx_lane();
+  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
+    const hx_u32 y = hx_wave_shfl_u32(v, lane >= d ? lane - d : lane);
+    if (lane >= d) v += y;
+  }
+  return v;
+}
+
+// The first of n consecutive places at *counter for each lane's n items: one atomic add of the wave's total, by
+// its last lane; the lanes' runs in lane order. Every lane of the wave calls it at the same point. Every target.
+HX_INLINE HX_DEV hx_u32 hx_wave_append_count(hx_u32 n, hx_u32* counter) {
+  const hx_u32 lane = hx_lane(), last = HX_WAVE_SIZE - 1;
+  const hx_u32 inclusive = hx_wave_inclusive_sum(n);
+  hx_u32 base = 0;
+#if defined(HX_NVIDIA)
+  if (lane == last && inclusive) base = atomicAdd(counter, inclusive);
+#else
+  if (lane == last && inclusive) base = __atomic_fetch_add(counter, inclusive, __ATOMIC_RELAXED);
+#endif
+  return hx_wave_shfl_u32(base, last) + inclusive - n;
+}
+#endif
+
 struct alignas(16) hx_u32x4 { hx_u32 x, y, z, w; };
 struct alignas(8) hx_u32x2 { hx_u32 x, y; };
 struct alignas(16) hx_f32x4 { float x, y, z, w; };

@@ -80,11 +80,7 @@ template <hx_u32 G, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_exclusive_sum(hx_u32 t, Bar& bar, hx_u32 v, hx_u32* buf, hx_u32* total) {
   static_assert(G % HX_WAVE_SIZE == 0, "whole waves");
   const hx_u32 lane = t % HX_WAVE_SIZE, wave = t / HX_WAVE_SIZE;
-  hx_u32 inclusive = v;
-  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
-    const hx_u32 y = hx_wave_shfl_u32(inclusive, lane >= d ? lane - d : lane);
-    if (lane >= d) inclusive += y;
-  }
+  const hx_u32 inclusive = hx_wave_inclusive_sum(v);
   if (lane == HX_WAVE_SIZE - 1) buf[wave] = inclusive;
   bar();
   hx_u32 before = 0, all = 0;

@@ -1,68 +1,38 @@
-// Split top-k, kernel 2 of 3 (common/topk_split.h): every block of a row finds
-// the row's cut from its finished histogram (the same cut in each: the same
-// counts, the same scan), re-reads its part and appends, per tile, its certain
-// entries (digit above the cut digit) and candidates (the cut digit) to the
-// row's lists in the workspace: one shared atomic per thread for its place in
-// the tile, one global atomic per tile and list for the tile's place in the
-// row. The lists' order is arbitrary; the last kernel sorts them. A row whose
-// candidates would not fit (OVERFLOW) is skipped: the last kernel takes it
-// whole.
+// Split top-k, kernel 2 of 3 (common/topk_split.h): block item b = row * parts + part reads its part of the row once,
+// as float4s, and appends every selectable key at or above the row's floor to the row's kept entries: one global
+// atomic a wave a tile for the wave's places in the row's list. The list's order is arbitrary; the last kernel's
+// selection does not depend on it.
+//
+// Few keys reach a floor (about 1.75 top_k of a row's), so a slot's test is what the kernel spends its issue on: a
+// float comparison with the floor's value (hx_split_floor_value), a bit of the thread's mask; the keys and columns of
+// the kept slots alone are worked out, at their stores.
 #include "topk_split.h"
 
-HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_topk_split_gather(const HX_GRID_CONSTANT TopkSplitParams p) {
-  HX_SHARED(hx_u32, scan, HX_BLOCK);
-  HX_SHARED(hx_u32, found, 2);
-  HX_SHARED(hx_u32, tile, 4);  // this tile's certain entries and candidates, then their first slots in the row
-  const hx_u32 tid = hx_thread_x();
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_gather(const HX_GRID_CONSTANT TopkSplitParams p) {
   const bool by_lengths = p.lengths != 0;
   const hx_i64 items = (hx_i64)p.rows * p.parts;
   for (hx_i64 item = hx_block_x(); item < items; item += hx_grid_dim_x()) {
     const HxSplitPart s = hx_split_part(p, item);
-    hx_u8* const w = hx_split_row(p, s.row);
-    hx_u32* const row_count = (hx_u32*)w + HX_TOPK_MAX_BINS;
-    hx_u64* const cert = (hx_u64*)(w + p.cert_off);
-    hx_u64* const cand = (hx_u64*)(w + p.cand_off);
-    const HxTopkCut cut = hx_topk_cut((const hx_u32*)w, (hx_u32)p.top_k, (hx_u32)p.cap, scan, found);
-    if (cut.mode == HX_CUT_OVERFLOW) continue;  // uniform: every thread has the same cut
+    hx_u32* const rec = (hx_u32*)hx_split_row(p, s.row);
+    hx_u64* const kept = (hx_u64*)((hx_u8*)rec + p.cand_off);
+    const float floor = hx_split_floor_value(rec[0], by_lengths);
+    float val[HX_SPLIT_SLOTS], next[HX_SPLIT_SLOTS];
+    hx_split_load(s, 0, next);
     for (hx_u32 t = 0; t < s.tiles; ++t) {
-      float val[HX_SPLIT_SLOTS];
-      hx_i32 col[HX_SPLIT_SLOTS];
-      hx_split_load(s, t, val, col);
-      if (tid < 2u) tile[tid] = 0u;
-      hx_barrier();
-      hx_u32 n_cert = 0, n_cand = 0;
+      // tile t + 1's loads in flight under tile t's appends, whose global atomic waits a round trip
       HX_UNROLL
-      for (int e = 0; e < HX_SPLIT_SLOTS; ++e) {
-        const hx_u32 k = hx_topk_key(val[e], by_lengths);
-        const hx_u32 d = k >> 21;
-        const bool valid = col[e] >= 0 && k != 0u;
-        n_cert += valid && d > cut.digit;
-        n_cand += valid && cut.mode == HX_CUT_SPLIT && d == cut.digit;
-      }
-      const hx_u32 my_cert = n_cert ? hx_atomic_add_u32(&tile[0], n_cert) : 0u;
-      const hx_u32 my_cand = n_cand ? hx_atomic_add_u32(&tile[1], n_cand) : 0u;
-      hx_barrier();
-      if (tid == 0u) {
-        tile[2] = tile[0] ? hx_atomic_add_u32(&row_count[0], tile[0]) : 0u;
-        tile[3] = tile[1] ? hx_atomic_add_u32(&row_count[1], tile[1]) : 0u;
-      }
-      hx_barrier();
-      hx_u32 at_cert = tile[2] + my_cert, at_cand = tile[3] + my_cand;
+      for (int e = 0; e < HX_SPLIT_SLOTS; ++e) val[e] = next[e];
+      if (t + 1 < s.tiles) hx_split_load(s, t + 1, next);
+      hx_u32 mine = 0;
       HX_UNROLL
-      for (int e = 0; e < HX_SPLIT_SLOTS; ++e) {
-        const hx_u32 k = hx_topk_key(val[e], by_lengths);
-        const hx_u32 d = k >> 21;
-        if (col[e] < 0 || k == 0u) continue;
-        // the bounds only guard the workspace: the histogram says these counts fit
-        if (d > cut.digit) {
-          if (at_cert < (hx_u32)p.top_k) cert[at_cert] = hx_topk_entry(k, col[e]);
-          ++at_cert;
-        } else if (cut.mode == HX_CUT_SPLIT && d == cut.digit) {
-          if (at_cand < (hx_u32)p.cap) cand[at_cand] = hx_topk_entry(k, col[e]);
-          ++at_cand;
+      for (int e = 0; e < HX_SPLIT_SLOTS; ++e) mine |= (hx_u32)(val[e] >= floor) << e;  // a NaN (or no column): never
+      hx_u32 at = hx_wave_append_count(hx_popc(mine), &rec[1]);
+      HX_UNROLL
+      for (int e = 0; e < HX_SPLIT_SLOTS; ++e)
+        if (mine >> e & 1u) {  // counted past cap, so the last kernel sees the overflow
+          if (at < (hx_u32)p.cap) kept[at] = hx_topk_entry(hx_topk_key(val[e], by_lengths), hx_split_col(s, t, e));
+          ++at;
         }
-      }
-      hx_barrier();  // tile is reset for the next tile
     }
   }
 }

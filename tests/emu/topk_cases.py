@@ -308,40 +308,64 @@ def bad_arguments_raise_naming_them(dev):
 
 # ------------------------------------------------------------------ the split path's own cases (on either path)
 
-def _split_cut(x, top_k, lengths=None):
-    """(digit, above, candidates) per row: how the split path cuts each row (hsaco_src/common/topk_split.h)."""
-    keys = x.view(np.uint32).astype(np.int64)
-    keys = np.where(keys & 0x80000000, ~keys & 0xFFFFFFFF, keys | 0x80000000) >> 21
-    valid = valid_of(x, lengths)
-    out = []
-    for r in range(x.shape[0]):
-        counts = np.bincount(keys[r][valid[r]], minlength=2048)
-        above = np.cumsum(counts[::-1])
-        if above[-1] <= top_k:
-            out.append((None, int(above[-1]), 0))
-            continue
-        d = 2047 - int(np.argmax(above >= top_k))
-        out.append((d, int(counts[d + 1:].sum()), int(counts[d])))
-    return out
+def _split_records(w, rows, top_k, cap=None):
+    """(floors, kept counts) per row, as the split path's first two kernels left them in workspace w
+    (hsaco_src/common/topk_split.h)."""
+    from hipindexer.plan.topk import workspace_layout
+    row_bytes = workspace_layout(top_k, cap)[0]
+    rec = w.numpy()[: rows * row_bytes].reshape(rows, row_bytes)[:, :8].copy().view(np.uint32)
+    return rec[:, 0], rec[:, 1]
 
 
 @case
-def candidates_overflow_the_workspace(dev):
-    """A row whose keys at the cut (the top_k-th key's top 11 bits) pass the workspace's 8192 candidates is
-    finished by the single-block algorithm inside the split path's last kernel; the rows around it are not."""
+def rows_the_floor_cannot_serve_are_selected_whole(dev):
+    """Three rows against floors from a half of each row (top_k 300: runs of 8 columns, one every 16): a random row,
+    whose floor keeps between top_k and the workspace's cap of its keys; a row of two values, the larger in 50
+    columns, whose floor keeps every key, past the cap; a row whose sampled columns hold its largest values, so that its floor keeps fewer
+    than top_k. The last kernel finishes the first from what was kept and selects the other two whole, exactly (the
+    workspace, read back, says which rows went which way); then every row past a cap of 40."""
     rng = np.random.default_rng(21)
-    R, N = 3, 9000
+    R, N, top_k = 3, 9000, 300
     x = rng.standard_normal((R, N), dtype=np.float32)
-    x[1] = np.float32(1.0) + rng.integers(0, 8, N).astype(np.float32) * np.float32(2.0 ** -20)  # one top digit
-    x[1, rng.permutation(N)[:50]] = np.float32(3.0)
-    assert _split_cut(x, 300)[1][2] > 8192 and max(c[2] for c in _split_cut(x, 300)[::2]) < 8192
+    x[1] = 1.0
+    x[1, rng.permutation(N)[:50]] = 3.0
+    sampled = np.arange(N) % 16 < 8
+    x[2] = np.where(sampled, 10 + rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32))
+    split = bool(FORCED.get("split"))
+    from hipindexer.ops import topk as op
+    w = op.topk_workspace(R, top_k, dev).fill(0xFF) if split else None  # no zeroing needed
     for sorted in (False, True):
-        check(dev, x, 300, sorted)
-        check(dev, x, 4096, sorted)
-    small = {**FORCED, "cap": 40} if FORCED.get("split") else FORCED  # every row overflows a cap of 40
+        out, values = _poisoned(dev, R, top_k)
+        topk(x, top_k, sorted=sorted, return_values=True, out=out, values=values, device=dev,
+             **({"workspace": w} if split else {}))
+        expect_exact(out.numpy(), values.numpy(), x, top_k, sorted)
+        if split:
+            floors, kept = _split_records(w, R, top_k)
+            assert top_k <= kept[0] <= 2 * top_k and kept[1] == N > 8192, (floors, kept)
+            assert floors[2] > 0 and 0 < kept[2] < top_k, (floors, kept)
+    small = {**FORCED, "cap": 40} if split else FORCED  # every row keeps more than 40
     for sorted in (False, True):
         idx, val = run_with(dev, small, x, 100, sorted)
         expect_exact(idx, val, x, 100, sorted)
+
+
+@case
+def floors_keep_every_random_row_in_the_workspace(dev):
+    """Random rows at top_k 2048 (floors from a sixteenth of each row): every row's floor keeps at least top_k and
+    at most the cap of its keys, so none falls back to the single-block algorithm, which the exact result alone
+    would not show."""
+    rng = np.random.default_rng(27)
+    R, N, top_k = 3, 40000, 2048
+    x = _masked(rng, R, N, 0.25)
+    split = bool(FORCED.get("split"))
+    from hipindexer.ops import topk as op
+    w = op.topk_workspace(R, top_k, dev) if split else None
+    out, values = _poisoned(dev, R, top_k)
+    topk(x, top_k, return_values=True, out=out, values=values, device=dev, **({"workspace": w} if split else {}))
+    expect_exact(out.numpy(), values.numpy(), x, top_k, False)
+    if split:
+        floors, kept = _split_records(w, R, top_k)
+        assert (floors > 0).all() and ((kept >= top_k) & (kept <= 8192)).all(), (floors, kept)
 
 
 @case
@@ -392,13 +416,14 @@ def few_valid_in_long_rows(dev):
 def two_calls_leave_no_trace(dev):
     """Calls in a row on the same device arrays (the prepared launch, as a graph replays it) with other data
     each time, other lengths and top_k: each result is exact, so nothing of a call is left in the workspace
-    for the next; likewise with a workspace= the caller holds. Rows with many candidates, then few."""
+    for the next; likewise with a workspace= the caller holds, made full of 0xFF bytes. Rows of few distinct
+    values (many keys at each floor), then random ones."""
     from hipindexer.ops import topk as op
     rng = np.random.default_rng(25)
     R, N = 3, 4000
     logits = DeviceArray.from_numpy(np.zeros((R, N), np.float32), dev)
     out, values = _poisoned(dev, R, 500)
-    own = op.topk_workspace(R, 500, dev) if FORCED.get("split") else None
+    own = op.topk_workspace(R, 500, dev).fill(0xFF) if FORCED.get("split") else None  # no zeroing needed
     for i, workspace in enumerate([None] * 3 + [own] * 3):
         x = rng.standard_normal((R, N), dtype=np.float32) if i % 2 else np.round(rng.standard_normal((R, N)) * 2)
         x = x.astype(np.float32)

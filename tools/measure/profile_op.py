@@ -3,11 +3,12 @@
     ncu --clock-control none -k regex:mqa_logits --launch-skip 1 --launch-count 1 --section SpeedOfLight \
         python3 -m tools.measure.profile_op prefill --shape 2048x8192 --heads 64 --kernel mqa_logits_wgmma
     ncu ... python3 -m tools.measure.profile_op decode --shape 64x131072 --heads 64 --next-n 1
+    ncu ... python3 -m tools.measure.profile_op topk --shape 64x131072 --top-k 2048
 """
 import click
 import numpy as np
 
-from hipindexer import fp8_mqa_logits, fp8_paged_mqa_logits, testing
+from hipindexer import fp8_mqa_logits, fp8_paged_mqa_logits, testing, topk_logits
 from hipindexer.runtime import Device, DeviceArray
 
 
@@ -53,6 +54,24 @@ def decode(shape, heads, next_n, block_size, kernel, calls):
     out = DeviceArray.empty((B * next_n, inp.max_model_len), np.float32, dev)
     for _ in range(calls):
         fp8_paged_mqa_logits(*args, clean_logits=True, out=out, device=dev, **({"kernel": kernel} if kernel else {}))
+    dev.synchronize()
+
+
+@main.command()
+@click.option("--shape", default="64x131072", help="ROWSxN float32 logits, half of each row -inf (the bench's)")
+@click.option("--top-k", default=2048)
+@click.option("--sorted", "sort", is_flag=True)
+@click.option("--calls", default=2)
+def topk(shape, top_k, sort, calls):
+    rows, N = _shape(shape)
+    dev = Device()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, N), dtype=np.float32)
+    x[rng.random(x.shape) < 0.5] = -np.inf
+    logits = DeviceArray.from_numpy(x, dev)
+    out = DeviceArray.empty((rows, top_k), np.int32, dev)
+    for _ in range(calls):
+        topk_logits(logits, top_k, sorted=sort, out=out)
     dev.synchronize()
 
 

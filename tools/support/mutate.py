@@ -290,30 +290,23 @@ PLANTS = {
               "const hx_u32 lowest = 0x00800000u;"),
         Plant("tile_carry_lost", "common/topk_select.h", "    gt_before += tile_total >> 16;\n", ""),
         # the block scan's shuffle steps stop one short: lanes past the wave's middle miss the first half's counts
-        Plant("wave_scan_stops_a_step_short", "common/topk_select.h",
-              "for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(inclusive",
-              "for (hx_u32 d = 1; d < HX_WAVE_SIZE / 2; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(inclusive"),
+        Plant("wave_scan_stops_a_step_short", "common/platform.h",
+              "for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(v,",
+              "for (hx_u32 d = 1; d < HX_WAVE_SIZE / 2; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(v,"),
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
-        # The split path (common/topk_split.h, generic/topk_split_*.hip): a part's last float4 never read, a tile's
-        # place in the row's lists lost, every candidate tied at the cut taken (not the lowest indices), the
-        # selection stopped after the first digit of the candidates, the workspace's histogram or counts not
-        # zeroed for the next call, an overflowing row finished from the candidates it never wrote.
+        # The split path (common/topk_split.h, generic/topk_split_*.hip): a part's last float4 never read, a kept
+        # entry naming the next column, a row's count of kept keys left from the last call, a finish that trusts a
+        # row whose floor kept fewer than top_k keys, or one whose kept keys passed the workspace's cap.
         Plant("part_last_float4_skipped", "common/topk_split.h", "    if (v < s.nvec) {", "    if (v + 1 < s.nvec) {"),
-        Plant("tile_place_in_row_lost", "generic/topk_split_gather.hip",
-              "hx_u32 at_cert = tile[2] + my_cert,", "hx_u32 at_cert = my_cert,"),
-        Plant("candidate_ties_all_taken", "generic/topk_split_finish.hip", "if (e >= T) entries",
-              "if ((e >> 32) >= (T >> 32)) entries"),
-        Plant("candidates_cut_at_the_first_digit", "generic/topk_split_finish.hip",
-              "if (whole || shift == 0u) return prefix;", "return prefix;"),
-        Plant("workspace_histogram_not_rezeroed", "generic/topk_split_finish.hip",
-              "b < HX_TOPK_MAX_BINS + 2u; b += HX_BLOCK) row_hist[b] = 0u;",
-              "b < 2u; b += HX_BLOCK) row_hist[HX_TOPK_MAX_BINS + b] = 0u;"),
-        Plant("workspace_counts_not_rezeroed", "generic/topk_split_finish.hip",
-              "b < HX_TOPK_MAX_BINS + 2u; b += HX_BLOCK) row_hist[b] = 0u;",
-              "b < HX_TOPK_MAX_BINS; b += HX_BLOCK) row_hist[b] = 0u;"),
-        Plant("overflow_row_not_taken_whole", "generic/topk_split_finish.hip",
-              "if (cut.mode == HX_CUT_OVERFLOW) {", "if (cut.mode == HX_CUT_OVERFLOW + 1u) {"),
+        Plant("kept_entry_a_column_late", "generic/topk_split_gather.hip", "hx_split_col(s, t, e));",
+              "hx_split_col(s, t, e) + 1);"),
+        Plant("kept_count_not_zeroed", "generic/topk_split_floor.hip", "tid == 0 ? floor : 0u;",
+              "tid == 0 ? floor : ((hx_u32*)hx_split_row(p, row))[1];"),
+        Plant("split_finish_trusts_a_short_row", "generic/topk_split_finish.hip", "(count >= top_k || floor == 0u)",
+              "(true || floor == 0u)"),
+        Plant("split_finish_trusts_an_overflowed_row", "generic/topk_split_finish.hip",
+              "if (count <= (hx_u32)p.cap && ", "if ("),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
@@ -422,7 +415,7 @@ PLANTS = {
         # at each row's largest sample (exact still, through the recompute: the floors' own case catches it)
         Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total >= top_k ||",
               "(true ||"),
-        Plant("fused_finish_regions_overlap", "generic/prefill_topk_finish.hip", "        at += c;\n", "\n"),
+        Plant("fused_finish_regions_overlap", "common/topk_finish.h", "      have += count;\n", "\n"),
         Plant("fused_finish_rank_one_late", "common/topk_select.h",
               "hx_popc(bits[v] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[v] & ((2u << (b % 32)) - 1u))"),
         Plant("fused_filter_entry_a_key_late", "generic/mqa_logits.hip",
@@ -431,9 +424,9 @@ PLANTS = {
         Plant("fused_mfma_counts_of_the_first_part", "gfx950/mqa_logits_mfma.hip",
               "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split + hx_block_y()]",
               "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split]"),
-        Plant("fused_floor_at_the_largest_sample", "generic/prefill_topk_floor.hip",
-              "hx_topk_find_bin(hist, FLOOR_BINS, (hx_u32)p.r, scan, found);",
-              "hx_topk_find_bin(hist, FLOOR_BINS, 1u, scan, found);"),
+        Plant("fused_floor_at_the_largest_sample", "common/topk_floor.h",
+              "hx_topk_find_bin(hist, HX_FLOOR_BINS, r, scan, found);",
+              "hx_topk_find_bin(hist, HX_FLOOR_BINS, 1u, scan, found);"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.

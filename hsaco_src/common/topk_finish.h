@@ -1,0 +1,127 @@
+// The last launch of the floor-filtered top-k paths (generic/prefill_topk_finish.hip, generic/topk_split_finish.hip),
+// by one block a row: the keys a row's filter kept pass through the dynamic shared buffer e (CAP entries), are cut
+// to its top_k, and are written in order.
+//
+// A list that fits the buffer is loaded at once and cut once. A longer one goes in rounds: as many entries as the
+// buffer has room for, those above the last cut's smallest kept, the buffer cut to top_k once half full and at the
+// end. The order: ascending key position without a sort where the row's window fits a bitmap in the buffer's part
+// past the selection (the selection sets bits over the window, and an entry's place is the count of set bits below
+// it); otherwise, and for sorted, a bitonic sort (sorted: descending value, ties to the lower position).
+#pragma once
+#include "topk_select.h"
+
+// SEL: the largest top_k (the selection's entries, at the front of e); CAP: e's entries, at least 2 SEL.
+template <hx_u32 SEL, hx_u32 CAP>
+struct HxFinishRow {
+  static_assert(CAP >= 2 * SEL && SEL % HX_BLOCK == 0, "a selection and as many entries again");
+  static constexpr hx_u32 PER = SEL / HX_BLOCK;        // a thread's entries of a selection
+  static constexpr hx_u32 WORDS = (CAP - SEL) * 2;     // the bitmap's words, after the selection
+  hx_u64* e;
+  hx_u32 *hist, *scan, *found;  // found: 3 words
+  hx_u32 top_k;
+  hx_u32 have = 0;  // entries in e[0, have)
+  hx_u64 cut = 0;   // every entry kept is above it
+
+  // Cut e[0, have) to the top_k (every thread calls it).
+  HX_MEMBER HX_DEV void cut_to_top_k() {
+    hx_block_bar bar;
+    hx_u64 c;
+    have = hx_group_cut<HX_BLOCK>(hx_thread_x(), bar, e, have, top_k, hist, scan, found, found + 2, c);
+    have = have < top_k ? have : top_k;
+    cut = c > cut ? c : cut;
+  }
+  // One round: the entries get(i), i < n (n <= CAP - have), that pass the last cut, appended; cut to top_k once
+  // over half full, or when `last`.
+  template <class Get>
+  HX_MEMBER HX_DEV void round(hx_u32 n, bool last, Get&& get) {
+    hx_block_bar bar;
+    const hx_u32 tid = hx_thread_x();
+    if (tid == 0) found[2] = have;
+    bar();
+    for (hx_u32 i0 = 0; i0 < n; i0 += HX_BLOCK) {  // uniform: the appends go a wave at a time
+      const hx_u32 i = i0 + tid;
+      const hx_u64 x = i < n ? get(i) : 0ull;
+      const bool keep = x > cut;
+      const hx_u32 at = hx_wave_append(keep, &found[2]);
+      if (keep) e[at] = x;
+    }
+    bar();
+    have = found[2];
+    bar();  // found[2] is read by all before the cut takes it
+    if (have > CAP / 2 || last) cut_to_top_k();
+  }
+  // The list src[0, count): at once where it fits (a batch's loads issued before its stores), else in rounds.
+  HX_MEMBER HX_DEV void take(const hx_u64* src, hx_u32 count) {
+    if (count <= CAP - have) {  // uniform
+      const hx_u32 at = have, tid = hx_thread_x();
+      for (hx_u32 i0 = tid; i0 < count; i0 += HX_CUT_ITEMS * HX_BLOCK) {
+        hx_u64 x[HX_CUT_ITEMS];
+        HX_UNROLL
+        for (int b = 0; b < HX_CUT_ITEMS; ++b) x[b] = i0 + b * HX_BLOCK < count ? src[i0 + b * HX_BLOCK] : 0ull;
+        HX_UNROLL
+        for (int b = 0; b < HX_CUT_ITEMS; ++b)
+          if (i0 + b * HX_BLOCK < count) e[at + i0 + b * HX_BLOCK] = x[b];
+      }
+      have += count;
+      hx_barrier();  // the entries are in place before a cut reads them
+      return;
+    }
+    for (hx_u32 lo = 0; lo < count;) {
+      const hx_u32 n = count - lo < CAP - have ? count - lo : CAP - have;
+      round(n, false, [&](hx_u32 i) { return src[lo + i]; });
+      lo += n;
+    }
+  }
+  // The selection e[0, have) (at most top_k, positions in [lo, lo + len)) in order: write(s, position, key) for each
+  // slot s; returns the slots written. Positions outside the window (only a bad workspace holds them) are dropped.
+  template <class Write>
+  HX_MEMBER HX_DEV hx_u32 write_in_order(hx_i64 lo, hx_i64 len, bool sorted, Write&& write) {
+    const hx_u32 tid = hx_thread_x();
+    const hx_u32 words = (hx_u32)((len + 31) / 32);
+    if (sorted || len > (hx_i64)WORDS * 32) {
+      if (!sorted)  // ascending position: the complemented position above the key sorts descending
+        for (hx_u32 i = tid; i < have; i += HX_BLOCK) {
+          const hx_u64 x = e[i];
+          e[i] = ((hx_u64)(0xFFFFFFFFu - (hx_u32)hx_topk_entry_index(x)) << 32) | (x >> 32);
+        }
+      hx_barrier();
+      hx_topk_sort_desc(e, have);
+      for (hx_u32 s = tid; s < have; s += HX_BLOCK) {
+        const hx_u64 x = e[s];
+        if (sorted) write(s, (hx_i64)hx_topk_entry_index(x), (hx_u32)(x >> 32));
+        else write(s, (hx_i64)(0xFFFFFFFFu - (hx_u32)(x >> 32)), (hx_u32)x);
+      }
+      return have;
+    }
+    hx_u32* const bits = (hx_u32*)(e + SEL);
+    const hx_u32 per = (words + HX_BLOCK - 1) / HX_BLOCK;
+    for (hx_u32 v = tid * per; v < (tid + 1) * per && v < words; ++v) bits[v] = 0u;
+    hx_barrier();
+    hx_u64 mine[PER];
+    HX_UNROLL
+    for (hx_u32 k = 0; k < PER; ++k) {
+      const hx_u32 i = tid + k * HX_BLOCK;
+      mine[k] = i < have ? e[i] : 0ull;
+      if ((hx_u32)(hx_topk_entry_index(mine[k]) - lo) / 32 >= words) mine[k] = 0ull;  // only a bad workspace
+      if (mine[k]) {
+        const hx_u32 b = (hx_u32)(hx_topk_entry_index(mine[k]) - lo);
+        hx_atomic_or((hx_i32*)&bits[b / 32], (hx_i32)(1u << (b % 32)));
+      }
+    }
+    hx_barrier();
+    hx_u32 mine_bits = 0;
+    for (hx_u32 v = tid * per; v < (tid + 1) * per && v < words; ++v) mine_bits += hx_popc(bits[v]);
+    hx_u32 all;
+    hist[tid] = hx_block_exclusive_sum(mine_bits, scan, &all);
+    hx_barrier();
+    // each entry to its place in e (whose entries every thread holds by now), then the row written in slot order: a
+    // warp's stores land in a few sectors, where stores at the ranks spread over the row's
+    HX_UNROLL
+    for (hx_u32 k = 0; k < PER; ++k)
+      if (mine[k]) e[hx_bitmap_rank(bits, hist, per, (hx_u32)(hx_topk_entry_index(mine[k]) - lo))] = mine[k];
+    hx_barrier();
+    // set bits: fewer than the entries only where a bad workspace repeated or misplaced one
+    for (hx_u32 s = tid; s < all; s += HX_BLOCK) write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));
+    return all;
+  }
+};
