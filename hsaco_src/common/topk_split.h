@@ -43,7 +43,7 @@ HX_INLINE HX_DEV hx_i64 hx_split_samples(hx_i64 n, hx_i64 s) {
 struct HxSplitPart {
   const float* x;   // the row
   hx_i64 row;
-  hx_i32 lo, hi, body;  // columns (below N <= INT32_MAX: 32 bits, which keeps the gather's registers from spilling)
+  hx_i32 lo, hi, body;  // columns, below N <= INT32_MAX
   hx_i32 nvec;          // float4s in the body
   hx_u32 tiles;         // >= 1
 };
