@@ -132,7 +132,8 @@ def test_public_methods_and_properties_have_docstrings():
 
 @pytest.mark.parametrize("module", ["hipindexer.reference", "hipindexer.cache", "hipindexer.testing",
                                     "hipindexer.gate", "hipindexer.plan.target",
-                                    "hipindexer.plan.prefill", "hipindexer.plan.decode", "hipindexer.plan.chunks"])
+                                    "hipindexer.plan.prefill", "hipindexer.plan.decode", "hipindexer.plan.chunks",
+                                    "hipindexer.plan.topk"])
 def test_docstring_examples_run_on_the_reference(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

@@ -102,7 +102,7 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     >>> from hipindexer.plan import TARGETS
     >>> p = plan_topk(64, 131072, 2048, TARGETS["sm_90a"])
     >>> p.split, p.parts, p.part_len, p.grid_parts
-    (True, 6, 22528, 384)
+    (True, 8, 16384, 512)
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
