@@ -153,3 +153,30 @@ def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
         topk_logits(logits, top_k, out=out, workspace=DeviceArray.empty((100,), np.uint8, dev))
     with pytest.raises(TypeError, match="tunable"):
         topk_logits(logits, top_k, out=out, parts=3)
+
+
+def test_rows_past_a_group_launch_the_split_path_group_by_group(hopper):
+    """Rows past a group (SPLIT_MAX_ROWS rows; group_rows=4 here): three launches a group over one workspace of a
+    group's rows, each group's pointers at its first row, the last group holding what is left."""
+    from hipindexer.plan import plan_topk
+    from hipindexer.plan.topk import SPLIT_MAX_ROWS, workspace_bytes
+    hb, dev = hopper
+    assert plan_topk(2500, 1 << 14, 2048, topk.target_of(dev)).group_rows == SPLIT_MAX_ROWS
+    assert workspace_bytes(2500, 2048) == workspace_bytes(SPLIT_MAX_ROWS, 2048)
+    rows, N, top_k = 10, 1 << 14, 64
+    logits = DeviceArray.empty((rows, N), np.float32, dev)
+    lengths = DeviceArray.empty((rows,), np.int32, dev)
+    out = DeviceArray.empty((rows, top_k + 3), np.int32, dev)[:, :top_k]
+    values = DeviceArray.empty((rows, top_k), np.float32, dev)
+    n0 = len(hb.launches)
+    topk_logits(logits, top_k, lengths=lengths, out=out, values=values, return_values=True, group_rows=4)
+    sent = hb.launches[n0:]
+    assert [s[0] for s in sent] == ["hx_topk_split_floor", "hx_topk_split_gather", "hx_topk_split_finish"] * 3
+    f = [SPLIT.ctype().from_buffer_copy(s[4]) for s in sent]
+    assert [x.rows for x in f] == [4] * 6 + [2] * 3
+    assert [x.logits - logits.ptr for x in f[::3]] == [0, 4 * N * 4, 8 * N * 4]
+    assert [x.lengths - lengths.ptr for x in f[::3]] == [0, 16, 32]
+    assert [x.indices - out.ptr for x in f[::3]] == [0, 4 * (top_k + 3) * 4, 8 * (top_k + 3) * 4]
+    assert [x.values - values.ptr for x in f[::3]] == [0, 4 * top_k * 4, 8 * top_k * 4]
+    assert len({x.work for x in f}) == 1
+    assert [s[1][0] for s in sent[-3:]] == [2, 2 * f[-1].parts, 2]

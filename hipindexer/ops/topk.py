@@ -22,7 +22,7 @@ TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-ca
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
 SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap")  # hipindexer.plan.topk.plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows")  # hipindexer.plan.topk.plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -69,17 +69,17 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
-    Paths (hipindexer.plan.topk): rows of N >= 16384 columns, up to 1024 rows, take the split path: a floor per
-    row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut into parts
-    so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or above the
-    floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows, or more
-    rows, take one block per row. The split path keeps a workspace (a floor, a count and max(8192, 4 top_k)
-    entries per row, independent of N): the op allocates one per device, stream and class of shape on first use
+    Paths (hipindexer.plan.topk): rows of N >= 16384 columns take the split path, in groups of up to 1024 rows: a
+    floor per row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut
+    into parts so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or
+    above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows
+    take one block per row. The split path keeps a workspace (a floor, a count and max(8192, 4 top_k) entries per
+    row of a group, independent of N): the op allocates one per device, stream and class of shape on first use
     and reuses it; for a call captured into a graph, pass workspace= (topk_workspace(rows, top_k), a uint8 device
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
     zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
     the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
-    slower. Tunables: split (bool), part_columns, cap (plan_topk's).
+    slower. Tunables: split (bool), part_columns, cap, group_rows (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
@@ -164,18 +164,28 @@ def _workspace_arg(w, nbytes: int, dev, st) -> DeviceArray | None:
     return a
 
 
-def _split_launch(dev, p, common):
-    """One call's three launches of the split path, as one function of (stream, 4 pointers, workspace)."""
-    fields = dict(common, row_bytes=p.row_bytes, cand_off=p.cand_off, parts=p.parts, part_len=p.part_len, cap=p.cap,
-                  step=p.step, r=p.r)
-    floor, gather, finish = (kernel_for(dev, k).prepare(p.grid_parts if k == "topk_split_gather" else p.grid_rows,
-                                                        KERNEL[k].block, pointers=SPLIT_POINTERS, **fields)
-                             for k in SPLIT_KERNELS)
+def _split_launch(dev, p, common, rows: int):
+    """One call's launches of the split path, three a group of p.group_rows rows (the last group what is left), as
+    one function of (stream, 4 pointers, workspace): a group's pointers are its first row's."""
+    g = p.group_rows
 
-    def launch(handle, *ptrs):
-        floor(handle, *ptrs)
-        gather(handle, *ptrs)
-        finish(handle, *ptrs)
+    def prepared(n):
+        fields = dict(common, rows=n, row_bytes=p.row_bytes, cand_off=p.cand_off, parts=p.parts,
+                      part_len=p.part_len, cap=p.cap, step=p.step, r=p.r)
+        return [kernel_for(dev, k).prepare(min(p.grid_parts, n * p.parts) if k == "topk_split_gather"
+                                           else min(p.grid_rows, n), KERNEL[k].block, pointers=SPLIT_POINTERS,
+                                           **fields) for k in SPLIT_KERNELS]
+    full = prepared(g)
+    tail = prepared(rows % g) if rows % g else None
+    # bytes from one group's first row to the next's, in each array (0: an absent array)
+    steps = [g * 4 * common[k] for k in ("logits_stride", "indices_stride", "values_stride")]
+
+    def launch(handle, logits, lengths, out, values, work):
+        for i, r0 in enumerate(range(0, rows, g)):
+            ptrs = (logits + i * steps[0], lengths + i * g * 4 if lengths else 0, out + i * steps[1],
+                    values + i * steps[2] if values else 0, work)
+            for k in (full if r0 + g <= rows else tail):
+                k(handle, *ptrs)
     return launch
 
 
@@ -219,7 +229,7 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables,
                   values_stride=_rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
                   rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
     if p.split:
-        launch, split = _split_launch(dev, p, common), (rows, p.row_bytes)
+        launch, split = _split_launch(dev, p, common, rows), (p.group_rows, p.row_bytes)
     else:
         launch, split = kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS,
                                                                **common), None

@@ -3,18 +3,18 @@
 Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, generic/topk_split_*.hip):
 
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
-  once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save, and
-  for more than SPLIT_MAX_ROWS rows, where the split path's workspace would grow past what it saves.
+  once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
   loads and keeping the keys at or above the floor in a workspace; then one block per row selects among the kept
   keys and writes them in order. A row whose kept keys cannot hold its top_k (fewer than top_k above a floor the
   sample set too high, or more than `cap`) falls back to the single-block algorithm inside the last kernel:
-  correct, as slow as the single path for that row.
+  correct, as slow as the single path for that row. More than SPLIT_MAX_ROWS rows go in groups of that many, the
+  three launches a group, over one workspace.
 
-The workspace holds, per row, the floor, a count and `cap` kept entries (8 bytes each): O(rows x cap), independent
-of N.
+The workspace holds, per row of a group, the floor, a count and `cap` kept entries (8 bytes each):
+O(min(rows, SPLIT_MAX_ROWS) x cap), independent of N.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .target import Target, forced_int
 
 SPLIT_MIN_N = 16384      # shorter rows take the single-block kernel
-SPLIT_MAX_ROWS = 1024    # more rows take the single-block kernel: the device is full without splitting rows
+SPLIT_MAX_ROWS = 1024    # rows of a group of the split path (its workspace's rows): more go in several groups
 MIN_PART = 8192          # columns per part at least (unless forced): two tiles of 4096 columns, one loading under the
                          # other's appends
 BLOCKS_PER_CU = 4        # gather blocks resident a unit (256 threads of 64 registers on sm_90a)
@@ -67,7 +67,8 @@ def default_cap(top_k: int) -> int:
 class TopkPlan:
     """split=False: the single-block kernel on grid_rows blocks. split=True: kernels 1 and 3 on grid_rows blocks,
     kernel 2 on grid_parts blocks over rows x parts items of part_len columns, over a workspace of workspace_bytes
-    (row_bytes per row, cap kept entries at cand_off); floors at rank r of a step-th of each row."""
+    (row_bytes per row of a group of group_rows rows, cap kept entries at cand_off); floors at rank r of a step-th of
+    each row. The launches cover groups of group_rows rows in turn, the last holding what is left."""
     split: bool
     grid_rows: int
     parts: int = 0
@@ -79,6 +80,7 @@ class TopkPlan:
     workspace_bytes: int = 0
     step: int = 0
     r: int = 0
+    group_rows: int = 0
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -89,15 +91,17 @@ def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
 
 
 def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
-    """Bytes of the split path's workspace for rows x top_k (what a caller's workspace= must hold)."""
-    return rows * workspace_layout(top_k, cap)[0]
+    """Bytes of the split path's workspace for rows x top_k (what a caller's workspace= must hold): a group's rows,
+    at most SPLIT_MAX_ROWS."""
+    return min(rows, SPLIT_MAX_ROWS) * workspace_layout(top_k, cap)[0]
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              max_blocks: int = MAX_BLOCKS) -> TopkPlan:
+              group_rows=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): split (bool:
-    force a path), part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (candidates
-    per row; a smaller one sends more rows to the fallback).
+    force a path), part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
+    per row; a smaller one sends more rows to the fallback), group_rows (rows of a split group, at most
+    SPLIT_MAX_ROWS).
 
     >>> from hipindexer.plan import TARGETS
     >>> p = plan_topk(64, 131072, 2048, TARGETS["sm_90a"])
@@ -113,17 +117,19 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
         if part_columns % 4:
             raise ValueError(f"part_columns: expected a multiple of 4, got {part_columns}")
     cap = default_cap(top_k) if cap is None else forced_int("cap", cap, 1, 1 << 20)
-    grid_rows = max(1, min(rows, max_blocks))
+    g = SPLIT_MAX_ROWS if group_rows is None else forced_int("group_rows", group_rows, 1, SPLIT_MAX_ROWS)
     if split is None:
-        split = part_columns is not None or (N >= SPLIT_MIN_N and rows <= SPLIT_MAX_ROWS)
+        split = part_columns is not None or N >= SPLIT_MIN_N
     if not split:
-        return TopkPlan(False, grid_rows)
+        return TopkPlan(False, max(1, min(rows, max_blocks)))
+    g = max(1, min(rows, g))
+    grid_rows = max(1, min(g, max_blocks))
     if part_columns is None:
-        parts = _parts(rows, N, BLOCKS_PER_CU * target.num_cus)
+        parts = _parts(g, N, BLOCKS_PER_CU * target.num_cus)
         part_len = -(-(-(-N // parts)) // PART_ALIGN) * PART_ALIGN
     else:
         part_len = part_columns
     parts = max(1, -(-N // part_len))
     row_bytes, cand_off = workspace_layout(top_k, cap)
-    return TopkPlan(True, grid_rows, parts, part_len, max(1, min(rows * parts, max_blocks)), cap, row_bytes,
-                    cand_off, rows * row_bytes, sample_step(top_k), floor_rank(top_k))
+    return TopkPlan(True, grid_rows, parts, part_len, max(1, min(g * parts, max_blocks)), cap, row_bytes,
+                    cand_off, g * row_bytes, sample_step(top_k), floor_rank(top_k), g)

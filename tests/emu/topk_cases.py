@@ -369,6 +369,27 @@ def floors_keep_every_random_row_in_the_workspace(dev):
 
 
 @case
+def rows_in_groups(dev):
+    """Eleven rows of the split path in groups of four (the last of three rows), with lengths and padded outputs:
+    each group's rows are its own, and the workspace one group's."""
+    rng = np.random.default_rng(28)
+    R, N, top_k = 11, 3000, 150
+    x = _masked(rng, R, N, 0.2)
+    lengths = rng.integers(0, N + 50, R).astype(np.int32)
+    kw = {**FORCED, "group_rows": 4} if FORCED.get("split") else FORCED
+    for sorted in (False, True):
+        kept = dict(FORCED)
+        FORCED.clear()
+        FORCED.update(kw)
+        try:
+            idx, val = run(dev, x, top_k, sorted, lengths, pad=5)
+        finally:
+            FORCED.clear()
+            FORCED.update(kept)
+        expect_exact(idx, val, x, top_k, sorted, lengths)
+
+
+@case
 def ties_across_parts(dev):
     """Equal values on both sides of every part boundary, the cut inside them: the lowest indices are taken
     whichever part (and whichever order of the parts' writes) holds them."""
