@@ -8,7 +8,8 @@
 #   decode   tools/measure/paged_topk_bench.py at three rows, next_n 1: the fused decode top-k against the logits op
 #            followed by topk_logits (this package, then the previous one with OLD=1)
 #   stages   ncu's duration of each split-path kernel at the bench's shapes (one unsorted call, the second)
-# Env: STEPS (default all), OUT (default /tmp/hx-out), OLD (0), GPU (all: every GPU test), BUDGET_S (default 570).
+# Env: STEPS (default all), OUT (default /tmp/hx-out), OLD (0), GPU (all: every GPU test), SHAPES (the bench's
+# ROWSxN list, default its own), BUDGET_S (default 570).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"gpu bench prefill decode stages"}
@@ -21,12 +22,13 @@ OLDRUN=(bash -c 'cd build/old && PYTHONPATH=$PWD exec "$@"' old)  # a command ru
 GPU_TESTS="tests/test_topk_logits.py tests/test_topk_graph_gpu.py tests/test_prefill_topk.py"
 [ "${GPU:-}" = all ] && GPU_TESTS=tests
 has gpu && run gpu 200 "$OUT/gpu.log" $PY -m pytest -q -x -p no:cacheprovider -m gpu $GPU_TESTS
+BENCH_ARGS=${SHAPES:+--shapes $SHAPES}
 if has bench; then
-  run bench_new1 100 "$OUT/bench_new1.log" $PY -m tools.measure.topk_bench
+  run bench_new1 100 "$OUT/bench_new1.log" $PY -m tools.measure.topk_bench $BENCH_ARGS
   if [ "${OLD:-0}" = 1 ]; then
-    run bench_old1 100 "$OUT/bench_old1.log" "${OLDRUN[@]}" $PY -m tools.measure.topk_bench
-    run bench_old2 100 "$OUT/bench_old2.log" "${OLDRUN[@]}" $PY -m tools.measure.topk_bench
-    run bench_new2 100 "$OUT/bench_new2.log" $PY -m tools.measure.topk_bench
+    run bench_old1 100 "$OUT/bench_old1.log" "${OLDRUN[@]}" $PY -m tools.measure.topk_bench $BENCH_ARGS
+    run bench_old2 100 "$OUT/bench_old2.log" "${OLDRUN[@]}" $PY -m tools.measure.topk_bench $BENCH_ARGS
+    run bench_new2 100 "$OUT/bench_new2.log" $PY -m tools.measure.topk_bench $BENCH_ARGS
   fi
 fi
 if has prefill; then
