@@ -41,8 +41,9 @@ def _pow2(n: int) -> int:
 
 def _parts(rows: int, N: int, slots: int) -> int:
     """The cut with the least time in rounds of `slots` resident blocks: rounds x (a part's share of a row), the
-    fewer parts on a tie, parts of at least MIN_PART columns."""
-    return min(range(1, max(1, N // MIN_PART) + 1), key=lambda p: (-(-rows * p // slots) / p, p))
+    fewer parts on a tie, parts of at least MIN_PART columns. `slots` parts already reach the least possible,
+    rows / slots, so no more are tried (a row of 2^31 columns would otherwise try 262,144 cuts)."""
+    return min(range(1, max(1, min(N // MIN_PART, slots)) + 1), key=lambda p: (-(-rows * p // slots) / p, p))
 
 
 def sample_step(top_k: int) -> int:
