@@ -1,4 +1,4 @@
-// The last launch of the floor-filtered top-k paths (generic/prefill_topk_finish.hip, generic/topk_split_finish.hip),
+// The selection of the floor-filtered top-k paths (generic/prefill_topk_finish.hip, generic/topk_split_select.hip),
 // by one block a row: the keys a row's filter kept pass through the dynamic shared buffer e (CAP entries), are cut
 // to its top_k, and are written in order.
 //

@@ -69,3 +69,38 @@ HX_INLINE HX_DEV hx_u32 hx_block_floor(Each&& each, hx_u32 r, hx_u32* hist, hx_u
   hx_floor_extremes(least, unused, ext);
   return least;
 }
+
+// The floor of n samples, key(i) the order key of sample i (0: not selectable), thread t taking samples t,
+// t + HX_BLOCK, ...: BATCH of them loaded at once, before any is used (the histogram's shared atomics would otherwise
+// wait on each load in turn). The first KEEP keys also go to kept (KEEP words of shared memory; each thread reads
+// back only its own), so that the floor's second and third passes wait on no load for them.
+template <int BATCH, hx_u32 KEEP, class Key>
+HX_INLINE HX_DEV hx_u32 hx_block_floor_of(hx_i64 n, Key&& key, hx_u32 r, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                          hx_u32* ext, hx_u32* kept) {
+  static_assert(KEEP % (BATCH * HX_BLOCK) == 0, "whole batches kept");
+  const hx_i64 tid = hx_thread_x();
+  const hx_i64 held = n < (hx_i64)KEEP ? n : (hx_i64)KEEP;
+  bool first = true;
+  auto each = [&](auto&& f) {
+    hx_i64 i0 = tid;
+    if (!first)
+      for (; i0 < held; i0 += HX_BLOCK)
+        if (kept[i0]) f(kept[i0]);
+    for (; i0 < n; i0 += BATCH * HX_BLOCK) {
+      hx_u32 k[BATCH];
+      HX_UNROLL
+      for (int b = 0; b < BATCH; ++b) {
+        const hx_i64 i = i0 + b * HX_BLOCK;
+        k[b] = i < n ? key(i) : 0u;
+      }
+      HX_UNROLL
+      for (int b = 0; b < BATCH; ++b) {
+        const hx_i64 i = i0 + b * HX_BLOCK;
+        if (first && i < held) kept[i] = k[b];
+        if (k[b]) f(k[b]);
+      }
+    }
+    first = false;
+  };
+  return hx_block_floor(each, r, hist, scan, found, ext);
+}

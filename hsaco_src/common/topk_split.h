@@ -1,22 +1,24 @@
-// The split path of hipindexer.topk_logits (generic/topk_split_*.hip): a long row's floor taken from a sample of
-// it, the row cut into `parts` column ranges so that rows x parts blocks fill the device and each read once to keep
-// the keys at or above the floor, then one block per row selecting among the kept keys.
+// The split path of hipindexer.topk_logits (generic/topk_split_floor.hip, topk_split_select.hip): a long row's floor
+// taken from a sample of it, the row cut into `parts` column ranges so that rows x parts blocks fill the device and
+// each read once to keep the keys at or above the floor, the last block of a row to finish its part then selecting
+// among the row's kept keys.
 //
 // A floor is an order key (hx_topk_key) at or below the r-th largest sampled key (common/topk_floor.h): about
 // SAMPLE_MARGIN top_k of a long row's keys reach it. Any floor keeps the selection exact as long as the kept keys
 // number at least top_k (the top_k-th key then reaches the floor, so every key of the top_k was kept, ties at the
 // top_k-th included) or the floor is 0 (every key kept); a row that fails that, or whose kept keys pass `cap`, is
-// selected by the single-block algorithm in the last kernel: exact, slower.
+// selected by the single-block algorithm instead: exact, slower.
 //
 // The workspace (hipindexer.ops.topk lays it out; the kernels get its offsets) holds per row, at row * row_bytes:
 //   [0, 4)               u32 floor
 //   [4, 8)               u32 keys kept (counted past cap, stored up to it)
+//   [8, 12)              u32 parts done
 //   [cand_off, +8 cap)   u64 kept entries (hx_topk_entry), in no particular order
-// The first kernel writes a row's floor and zeroes its count, so a call needs no zeroed workspace.
+// The first kernel writes a row's floor and zeroes its counts, so a call needs no zeroed workspace.
 #pragma once
 #include "topk_select.h"
 
-#define HX_SPLIT_VEC 4  // float4 loads in flight per thread per tile
+#define HX_SPLIT_VEC 3  // float4 loads in flight per thread per tile (4 spill around the selection on sm_90a)
 #define HX_SPLIT_SLOTS (4 * HX_SPLIT_VEC + 2)  // a thread's columns per tile: its float4s, one head and one tail column
 
 HX_INLINE HX_DEV hx_u8* hx_split_row(const TopkSplitParams& p, hx_i64 row) { return p.work + row * p.row_bytes; }

@@ -17,24 +17,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CO
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_sample_window(p, m);
     const float* row = p.logits + m * p.samples;
-    // f(key) for each selectable sample of the thread's (a NaN logit keys 0 and is left out). A batch's loads are
-    // issued before any of its keys is used: shared-memory atomics would otherwise wait on each load in turn.
-    auto each = [&](auto&& f) {
-      for (hx_i32 i0 = w.lo + (hx_i32)tid; i0 < w.hi; i0 += FLOOR_BATCH * HX_BLOCK) {
-        float x[FLOOR_BATCH];
-        HX_UNROLL
-        for (int b = 0; b < FLOOR_BATCH; ++b) {
-          const hx_i32 i = i0 + b * HX_BLOCK;
-          x[b] = i < w.hi ? row[i] : hx_bits_to_f32(0x7FC00000u);
-        }
-        HX_UNROLL
-        for (int b = 0; b < FLOOR_BATCH; ++b) {
-          const hx_u32 key = hx_topk_key(x[b], false);
-          if (key) f(key);
-        }
-      }
-    };
-    const hx_u32 floor = hx_block_floor(each, (hx_u32)p.r, hist, scan, found, ext);
+    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH, 0>(
+        w.hi - w.lo, [&](hx_i64 i) { return hx_topk_key(row[w.lo + i], false); },  // a NaN keys 0: left out
+        (hx_u32)p.r, hist, scan, found, ext, nullptr);  // many floors an SM: no shared memory to keep samples in
     if (tid == 0) p.floors[m] = floor;
     hx_barrier();  // the shared arrays are the next row's
   }
