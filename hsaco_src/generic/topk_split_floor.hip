@@ -1,27 +1,25 @@
 // Split top-k, kernel 1 of 2 (common/topk_split.h): a block a row takes the row's floor from its sample (runs of 8
 // columns, one every 8 step columns: a step-th of the row) at rank r (common/topk_floor.h), writes it to the row's
 // workspace and zeroes the row's counts (kept keys, parts done). Few rows are all the grid has, and a row's floor is
-// a chain of loads and meetings: 512 threads a row, the sample loaded once into shared memory where it fits.
+// a chain of loads and meetings: 512 threads a row, each pass a batch or two of loads.
 #include "topk_split.h"
 #include "topk_floor.h"
 
-#define FLOOR_BATCH 16   // samples a thread loads at once
-#define FLOOR_KEEP 8192  // samples kept in shared memory: a row of 131072 columns at top_k >= 2048
+#define FLOOR_BATCH 16  // samples a thread loads at once: a row of 131072 columns at top_k >= 2048 in one batch
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_floor(const HX_GRID_CONSTANT TopkSplitParams p) {
   HX_SHARED(hx_u32, hist, HX_FLOOR_BINS);
   HX_SHARED(hx_u32, scan, HX_FLOOR_WAVES);
   HX_SHARED(hx_u32, found, 2);
   HX_SHARED(hx_u32, ext, 2 * HX_FLOOR_WAVES);
-  HX_SHARED(hx_u32, kept, FLOOR_KEEP);
   const hx_u32 tid = hx_thread_x();
   const bool by_lengths = p.lengths != 0;
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const float* const x = p.logits + row * p.logits_stride;
     const hx_i64 samples = hx_split_samples(hx_topk_row_extent(p.lengths, row, p.N), p.step);
-    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH, FLOOR_KEEP>(
+    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH, 0>(
         samples, [&](hx_i64 i) { return hx_topk_key(x[hx_split_sample_col(i, p.step)], by_lengths); }, (hx_u32)p.r,
-        hist, scan, found, ext, kept);
+        hist, scan, found, ext, nullptr);
     if (tid < 3) ((hx_u32*)hx_split_row(p, row))[tid] = tid == 0 ? floor : 0u;
     hx_barrier();  // the shared arrays are the next row's
   }
