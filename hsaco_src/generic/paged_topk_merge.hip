@@ -16,13 +16,11 @@
 // blocks a row, each merging p.group of the listed pieces into the slot of the first of them, and the last level
 // then reads every p.group-th entry of the list (p.stride).
 //
-// Ascending positions without a sort, for rows of at most HX_RANK_BITS columns: the selection's positions set bits
-// of a bitmap over the entries' buffer, and an entry's place is the count of set bits below it.
-#include "topk_select.h"
+// The order is common/topk_finish.h's: ascending positions without a sort where the row fits a bitmap in the
+// buffer's part past the selection, else (and sorted) a bitonic sort.
+#include "topk_finish.h"
 
 #define HX_MAX_PIECES 512                     // units of a fused launch (the op holds them to it)
-#define HX_RANK_BITS (MAX_TOP_K * 64)         // the entries' buffer as a bitmap
-#define HX_MERGE_PER (MAX_TOP_K / 2 / HX_BLOCK)  // a thread's entries of a selection
 #define HX_MERGE_CAP (HX_SMEM / 8)              // the list's entries in shared memory at once
 static_assert(HX_MAX_PIECES <= 2 * HX_BLOCK, "two pieces a thread in the scan");
 static_assert(HX_MERGE_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");
@@ -163,54 +161,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
       bar();  // the shared arrays are the next item's
       continue;
     }
-    // 3. the outputs in order
-    if (p.sorted || p.max_model_len > HX_RANK_BITS) {
-      if (!p.sorted)  // ascending position: the complemented position above the key sorts descending
-        for (hx_u32 i = tid; i < have; i += HX_BLOCK) {
-          const hx_u64 x = e[i];
-          e[i] = ((hx_u64)(0xFFFFFFFFu - (hx_u32)hx_topk_entry_index(x)) << 32) | (x >> 32);
-        }
-      bar();
-      hx_topk_sort_desc(e, have);
-      for (hx_u32 s = tid; s < have; s += HX_BLOCK) {
-        const hx_u64 x = e[s];
-        if (p.sorted) hx_merge_write(p, row, b, s, hx_topk_entry_index(x), (hx_u32)(x >> 32));
-        else hx_merge_write(p, row, b, s, (hx_i32)(0xFFFFFFFFu - (hx_u32)(x >> 32)), (hx_u32)x);
-      }
-    } else {
-      hx_u64 mine[HX_MERGE_PER];
-      HX_UNROLL
-      for (int k = 0; k < HX_MERGE_PER; ++k) {
-        const hx_u32 i = tid + (hx_u32)k * HX_BLOCK;
-        mine[k] = i < have ? e[i] : 0ull;
-      }
-      bar();  // the buffer becomes the bitmap
-      hx_u32* const bits = (hx_u32*)e;
-      const hx_u32 words = ((hx_u32)p.max_model_len + 31u) / 32u, per = (words + HX_BLOCK - 1) / HX_BLOCK;
-      for (hx_u32 w = tid * per; w < (tid + 1) * per && w < words; ++w) bits[w] = 0u;
-      bar();
-      HX_UNROLL
-      for (int k = 0; k < HX_MERGE_PER; ++k) {
-        if ((hx_u32)hx_topk_entry_index(mine[k]) / 32 >= words) mine[k] = 0ull;  // only a bad workspace
-        if (mine[k]) {
-          const hx_u32 n = (hx_u32)hx_topk_entry_index(mine[k]);
-          hx_atomic_or((hx_i32*)&bits[n / 32], (hx_i32)(1u << (n % 32)));
-        }
-      }
-      bar();
-      hx_u32 mine_bits = 0;
-      for (hx_u32 w = tid * per; w < (tid + 1) * per && w < words; ++w) mine_bits += hx_popc(bits[w]);
-      hx_u32 all;
-      hist[tid] = hx_block_exclusive_sum(mine_bits, scan, &all);
-      bar();
-      HX_UNROLL
-      for (int k = 0; k < HX_MERGE_PER; ++k)
-        if (mine[k]) {
-          const hx_u32 n = (hx_u32)hx_topk_entry_index(mine[k]);
-          hx_merge_write(p, row, b, hx_bitmap_rank(bits, hist, per, n), (hx_i32)n, (hx_u32)(mine[k] >> 32));
-        }
-    }
-    for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) hx_merge_write(p, row, b, s, -1, 0u);
+    // 3. the outputs in order (set bits of the bitmap over positions: fewer than `have` only where a bad workspace
+    //    repeated or misplaced an entry)
+    HxFinishRow<MAX_TOP_K / 2, HX_MERGE_CAP> f{e, hist, scan, found, top_k};
+    f.have = have;
+    const hx_u32 wrote = f.write_in_order(0, p.max_model_len, p.sorted, [&](hx_u32 s, hx_i64 n, hx_u32 key) {
+      hx_merge_write(p, row, b, s, (hx_i32)n, key);
+    });
+    for (hx_u32 s = wrote + tid; s < top_k; s += HX_BLOCK) hx_merge_write(p, row, b, s, -1, 0u);
     bar();  // the shared arrays are the next row's; every thread's reads of the sequence's list are done
     if (tid == 0 && hx_atomic_add_acq_rel(p.seq_done + b, 1) == p.next_n - 1) {
       p.seq_nparts[b] = 0;

@@ -334,9 +334,9 @@ PLANTS = {
         # The fused path's merge (generic/paged_topk_merge.hip; merge_of_written_pieces runs it on the emulator):
         # a sequence's last listed piece left out, a round's entries loaded over the selection so far, a piece
         # that straddles two rounds read again from its start in the second, a first level's merged piece left
-        # with its old count, a last level reading every entry instead of the groups', a bitmap place one late, a
-        # sequence's list never emptied, a piece's first entry read from the piece before (the walk over narrow
-        # pieces).
+        # with its old count, a last level reading every entry instead of the groups', a bitmap place one late (the
+        # order it shares with the other selections, common/topk_finish.h), a sequence's list never emptied, a
+        # piece's first entry read from the piece before (the walk over narrow pieces).
         Plant("merge_last_piece_left_out", "generic/paged_topk_merge.hip",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed;",
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed - 1u;"),
@@ -348,8 +348,8 @@ PLANTS = {
               "if (tid == 0) p.part_counts[slot * p.next_n + j] = (hx_i32)have;", ""),
         Plant("merge_last_level_reads_every_entry", "generic/paged_topk_merge.hip",
               "const hx_u32 step = p.group > 0 || p.stride < 1 ? 1u : (hx_u32)p.stride;", "const hx_u32 step = 1u;"),
-        Plant("merge_place_one_late", "generic/paged_topk_merge.hip",
-              "hx_merge_write(p, row, b, hx_bitmap_rank(", "hx_merge_write(p, row, b, 1u + hx_bitmap_rank("),
+        Plant("merge_place_one_late", "common/topk_finish.h", "if (mine[k]) e[hx_bitmap_rank(",
+              "if (mine[k]) e[1u + hx_bitmap_rank("),
         Plant("merge_list_not_emptied", "generic/paged_topk_merge.hip", "      p.seq_nparts[b] = 0;\n", ""),
         Plant("merge_walk_a_piece_short", "generic/paged_topk_merge.hip", "while (piece_at[q + 1] <= at) ++q;",
               "while (piece_at[q + 1] < at) ++q;"),
