@@ -336,15 +336,15 @@ STRUCTS.append(Struct("TopkStepParams", [
     ("sorted", "i32"), ("last", "i32"),
 ]))
 # The split path of topk_logits (hipindexer.ops.topk, hsaco_src/common/topk_split.h): TopkParams' fields, then the
-# workspace (per row at row * row_bytes: the floor, the counts of kept keys and of parts done, up to cap kept entries
-# at cand_off, which ops.topk lays out), the cut of each row into `parts` column ranges of part_len columns, the
-# floor's sample (a step-th of the row) and rank r, and whether the keep kernel's last block of a row selects it.
+# workspace (per row at row * row_bytes: the floor and the count of kept keys, up to cap kept entries at cand_off,
+# which ops.topk lays out), the cut of each row into `parts` column ranges of part_len columns, and the floor's
+# sample (a step-th of the row) and rank r.
 STRUCTS.append(Struct("TopkSplitParams", [
     ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"), ("work", "ptr:u8"),
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),
     ("row_bytes", "i64"), ("cand_off", "i64"),
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
-    ("parts", "i32"), ("part_len", "i32"), ("cap", "i32"), ("step", "i32"), ("r", "i32"), ("select_in_place", "i32"),
+    ("parts", "i32"), ("part_len", "i32"), ("cap", "i32"), ("step", "i32"), ("r", "i32"),
 ]))
 # Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
 STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))
@@ -403,17 +403,16 @@ KERNELS.append(Kernel("prefill_topk_floor", "generic/prefill_topk_floor.hip", "h
                       "PrefillSampleParams", block=128))
 KERNELS.append(Kernel("prefill_topk_finish", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",
                       "PrefillTopkFinishParams", block=256, smem=36864))  # 4608 entries: five blocks an SM on sm_90a
-# Its split path for long rows: each row's floor from a sample of it (512 threads a row: the rows are few and a floor
-# is a chain of loads and meetings), then rows x parts blocks keeping the keys at or above it (64 registers, two
-# blocks an SM), then a block a row selecting among them (512 threads: the selection's scans and sort are
-# barrier-bound) and writing in order, or running topk_logits' row algorithm: in place, by the last keep block of a
-# row, or in a launch of its own.
+# Its split path for long rows: each row's floor from a sample of it (512 threads a row: the rows are few and each
+# pass over a sample waits on its loads), the keys at or above it kept by rows x parts blocks, then one block per row
+# (512 threads: its scans and sort are barrier-bound) that selects among them and writes in order, or runs
+# topk_logits' row algorithm.
 KERNELS.append(Kernel("topk_split_floor", "generic/topk_split_floor.hip", "hx_topk_split_floor", "TopkSplitParams",
                       block=512))
-KERNELS.append(Kernel("topk_split_keep", "generic/topk_split_keep.hip", "hx_topk_split_keep", "TopkSplitParams",
-                      block=512, smem=65536))  # 8192 entries: a selection of MAX_TOP_K and as many again
+KERNELS.append(Kernel("topk_split_gather", "generic/topk_split_gather.hip", "hx_topk_split_gather", "TopkSplitParams",
+                      block=256))
 KERNELS.append(Kernel("topk_split_finish", "generic/topk_split_finish.hip", "hx_topk_split_finish", "TopkSplitParams",
-                      block=512, smem=65536))
+                      block=512, smem=65536))  # 8192 entries: a selection of MAX_TOP_K and as many again
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

@@ -123,9 +123,8 @@ SPLIT = catalog.STRUCT["TopkSplitParams"]
 
 
 def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
-    """64 x 131072 on an H200's 132 units: kernel 2 on rows x parts blocks in one round, kernels 1 and 3 on one
-    per row, all with the plan's cut and floor rank and one workspace, allocated once and reused by prepared calls;
-    in place, the same without kernel 3."""
+    """64 x 131072 on an H200's 132 units: kernel 2 on rows x parts blocks, kernels 1 and 3 on one per row, all
+    with the plan's cut and floor rank and one workspace, allocated once and reused by prepared calls."""
     from hipindexer.plan import plan_topk
     from hipindexer.plan.topk import workspace_bytes
     hb, dev = hopper
@@ -136,18 +135,14 @@ def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
     assert plan.split and plan.parts * plan.part_len >= N > (plan.parts - 1) * plan.part_len
     topk_logits(logits, top_k, out=out, sorted=True)
     sent3 = hb.launches[-3:]
-    assert [s[0] for s in sent3] == ["hx_topk_split_floor", "hx_topk_split_keep", "hx_topk_split_finish"]
+    assert [s[0] for s in sent3] == ["hx_topk_split_floor", "hx_topk_split_gather", "hx_topk_split_finish"]
     assert [s[1][0] for s in sent3] == [rows, rows * plan.parts, rows]
     assert [s[2][0] for s in sent3] == [catalog.KERNEL[k].block for k in topk.SPLIT_KERNELS]
     fields = [SPLIT.ctype().from_buffer_copy(s[4]) for s in sent3]
     assert len({f.work for f in fields}) == 1 and fields[0].work != 0
     f = fields[0]
-    assert (f.parts, f.part_len, f.cap, f.row_bytes, f.rows, f.N, f.top_k, f.sorted, f.step, f.r,
-            f.select_in_place) == (plan.parts, plan.part_len, plan.cap, plan.row_bytes, rows, N, top_k, 1, 16, 224, 0)
-    n0 = len(hb.launches)
-    topk_logits(logits, top_k, out=out, sorted=True, in_place=True)
-    assert [s[0] for s in hb.launches[n0:]] == ["hx_topk_split_floor", "hx_topk_split_keep"]
-    assert {SPLIT.ctype().from_buffer_copy(s[4]).select_in_place for s in hb.launches[n0:]} == {1}
+    assert (f.parts, f.part_len, f.cap, f.row_bytes, f.rows, f.N, f.top_k, f.sorted, f.step, f.r) == \
+        (plan.parts, plan.part_len, plan.cap, plan.row_bytes, rows, N, top_k, 1, 16, 224)
     assert workspace_bytes(rows, top_k) == rows * plan.row_bytes
     copies, buffers = hb.htod, len(hb.bufs)
     for _ in range(3):
@@ -176,7 +171,7 @@ def test_rows_past_a_group_launch_the_split_path_group_by_group(hopper):
     n0 = len(hb.launches)
     topk_logits(logits, top_k, lengths=lengths, out=out, values=values, return_values=True, group_rows=4)
     sent = hb.launches[n0:]
-    assert [s[0] for s in sent] == ["hx_topk_split_floor", "hx_topk_split_keep", "hx_topk_split_finish"] * 3
+    assert [s[0] for s in sent] == ["hx_topk_split_floor", "hx_topk_split_gather", "hx_topk_split_finish"] * 3
     f = [SPLIT.ctype().from_buffer_copy(s[4]) for s in sent]
     assert [x.rows for x in f] == [4] * 6 + [2] * 3
     assert [x.logits - logits.ptr for x in f[::3]] == [0, 4 * N * 4, 8 * N * 4]

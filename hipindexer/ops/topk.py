@@ -20,9 +20,9 @@ from .launch import INT32_MAX, adopt, check_resident, check_tunables, device_onl
 BLOCK = KERNEL["topk_logits"].block
 TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-call pointers, in struct order
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
-SPLIT_KERNELS = ("topk_split_floor", "topk_split_keep", "topk_split_finish")  # the last unless in place
+SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap", "group_rows", "in_place")  # hipindexer.plan.topk.plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows")  # hipindexer.plan.topk.plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -72,15 +72,14 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     Paths (hipindexer.plan.topk): rows of N >= 16384 columns take the split path, in groups of up to 1024 rows: a
     floor per row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut
     into parts so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or
-    above the floor (about 1.75 top_k of a long row's), then a block a row selecting among them (where the reads
-    take several rounds of blocks, the last of a row's, in place); shorter rows take one block per row. The split
-    path keeps a workspace (a floor, two counts and max(8192, 4 top_k) entries per row of a group, independent of
-    N): the op allocates one per device, stream and class of shape on first use and reuses it; for a call captured
-    into a graph, pass workspace= (topk_workspace(rows, top_k), a uint8 device array of at least
-    workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no zeroing). A row whose
-    floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to the floor, or a sample
-    that misjudged the row), is selected by the single-block algorithm, correct and slower. Tunables: split
-    (bool), part_columns, cap, group_rows, in_place (plan_topk's).
+    above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows
+    take one block per row. The split path keeps a workspace (a floor, a count and max(8192, 4 top_k) entries per
+    row of a group, independent of N): the op allocates one per device, stream and class of shape on first use
+    and reuses it; for a call captured into a graph, pass workspace= (topk_workspace(rows, top_k), a uint8 device
+    array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
+    zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
+    the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
+    slower. Tunables: split (bool), part_columns, cap, group_rows (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
@@ -166,17 +165,16 @@ def _workspace_arg(w, nbytes: int, dev, st) -> DeviceArray | None:
 
 
 def _split_launch(dev, p, common, rows: int):
-    """One call's launches of the split path, two or three a group of p.group_rows rows (the last group what is
-    left), as one function of (stream, 4 pointers, workspace): a group's pointers are its first row's."""
+    """One call's launches of the split path, three a group of p.group_rows rows (the last group what is left), as
+    one function of (stream, 4 pointers, workspace): a group's pointers are its first row's."""
     g = p.group_rows
-    kernels = SPLIT_KERNELS[:2] if p.select_in_place else SPLIT_KERNELS
 
     def prepared(n):
         fields = dict(common, rows=n, row_bytes=p.row_bytes, cand_off=p.cand_off, parts=p.parts,
-                      part_len=p.part_len, cap=p.cap, step=p.step, r=p.r, select_in_place=int(p.select_in_place))
-        return [kernel_for(dev, k).prepare(min(p.grid_parts, n * p.parts) if k == "topk_split_keep"
+                      part_len=p.part_len, cap=p.cap, step=p.step, r=p.r)
+        return [kernel_for(dev, k).prepare(min(p.grid_parts, n * p.parts) if k == "topk_split_gather"
                                            else min(p.grid_rows, n), KERNEL[k].block, pointers=SPLIT_POINTERS,
-                                           **fields) for k in kernels]
+                                           **fields) for k in SPLIT_KERNELS]
     full = prepared(g)
     tail = prepared(rows % g) if rows % g else None
     # bytes from one group's first row to the next's, in each array (0: an absent array)

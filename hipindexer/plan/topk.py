@@ -3,20 +3,17 @@
 Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, generic/topk_split_*.hip):
 
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
-  once to compact. The choice for short rows (N < SPLIT_MIN_N), where the split path's launches cost more than they
-  save.
+  once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
-  loads and keeping the keys at or above the floor in a workspace; then a block a row selects among the row's kept
-  keys and writes them in order. Where the keep blocks take more than one round (`select_in_place`), the last of a
-  row's blocks selects it, under the other rows' reads; in one round the selections would all come at the end, two
-  an SM, so a third launch makes them, a block an SM. A row whose kept keys cannot hold its top_k (fewer than top_k
-  above a floor the sample set too high, or more than `cap`) falls back to the single-block algorithm there:
+  loads and keeping the keys at or above the floor in a workspace; then one block per row selects among the kept
+  keys and writes them in order. A row whose kept keys cannot hold its top_k (fewer than top_k above a floor the
+  sample set too high, or more than `cap`) falls back to the single-block algorithm inside the last kernel:
   correct, as slow as the single path for that row. More than SPLIT_MAX_ROWS rows go in groups of that many, the
-  launches a group, over one workspace.
+  three launches a group, over one workspace.
 
-The workspace holds, per row of a group, the floor, two counts and `cap` kept entries (8 bytes each):
+The workspace holds, per row of a group, the floor, a count and `cap` kept entries (8 bytes each):
 O(min(rows, SPLIT_MAX_ROWS) x cap), independent of N.
 """
 from __future__ import annotations
@@ -27,11 +24,12 @@ from .target import Target, forced_int
 
 SPLIT_MIN_N = 16384      # shorter rows take the single-block kernel
 SPLIT_MAX_ROWS = 1024    # rows of a group of the split path (its workspace's rows): more go in several groups
-MIN_PART = 8192          # columns per part at least (unless forced): about a block's tile (6144 columns)
-BLOCKS_PER_CU = 2        # keep blocks resident a unit (512 threads of 64 registers on sm_90a)
+MIN_PART = 8192          # columns per part at least (unless forced): two tiles of 4096 columns, one loading under the
+                         # other's appends
+BLOCKS_PER_CU = 4        # gather blocks resident a unit (256 threads of 64 registers on sm_90a)
 CAP = 8192               # kept keys per row the workspace holds, at least (4 top_k rounded up to a power of two)
 PART_ALIGN = 1024        # part lengths are multiples of this (of 4 at least: every part keeps the row's alignment)
-REC_BYTES = 256          # the floor and the counts, then the kept entries (hsaco_src/common/topk_split.h)
+REC_BYTES = 256          # the floor and the count, then the kept entries (hsaco_src/common/topk_split.h)
 SAMPLE_STEP = 16         # one column in this many is sampled for a floor, at most (sample_step)
 SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a row's keys
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
@@ -68,8 +66,8 @@ def default_cap(top_k: int) -> int:
 
 @dataclass(frozen=True)
 class TopkPlan:
-    """split=False: the single-block kernel on grid_rows blocks. split=True: kernels 1 (and 3 unless
-    select_in_place) on grid_rows blocks, kernel 2 on grid_parts blocks over rows x parts items of part_len columns, over a workspace of workspace_bytes
+    """split=False: the single-block kernel on grid_rows blocks. split=True: kernels 1 and 3 on grid_rows blocks,
+    kernel 2 on grid_parts blocks over rows x parts items of part_len columns, over a workspace of workspace_bytes
     (row_bytes per row of a group of group_rows rows, cap kept entries at cand_off); floors at rank r of a step-th of
     each row. The launches cover groups of group_rows rows in turn, the last holding what is left."""
     split: bool
@@ -84,7 +82,6 @@ class TopkPlan:
     step: int = 0
     r: int = 0
     group_rows: int = 0
-    select_in_place: bool = False
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -101,24 +98,21 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              group_rows=None, in_place=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
+              group_rows=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): split (bool:
     force a path), part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
     per row; a smaller one sends more rows to the fallback), group_rows (rows of a split group, at most
-    SPLIT_MAX_ROWS), in_place (bool: force where the rows are selected).
+    SPLIT_MAX_ROWS).
 
     >>> from hipindexer.plan import TARGETS
     >>> p = plan_topk(64, 131072, 2048, TARGETS["sm_90a"])
-    >>> p.split, p.parts, p.part_len, p.grid_parts, p.select_in_place
-    (True, 4, 32768, 256, False)
-    >>> plan_topk(512, 131072, 2048, TARGETS["sm_90a"]).select_in_place
-    True
+    >>> p.split, p.parts, p.part_len, p.grid_parts
+    (True, 8, 16384, 512)
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
-    for name, flag in (("split", split), ("in_place", in_place)):
-        if flag is not None and not isinstance(flag, bool):
-            raise ValueError(f"{name}: expected a bool or None, got {flag!r}")
+    if split is not None and not isinstance(split, bool):
+        raise ValueError(f"split: expected a bool or None, got {split!r}")
     if part_columns is not None:
         forced_int("part_columns", part_columns, 4, 1 << 30)
         if part_columns % 4:
@@ -138,8 +132,5 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
         part_len = part_columns
     parts = max(1, -(-N // part_len))
     row_bytes, cand_off = workspace_layout(top_k, cap)
-    grid_parts = max(1, min(g * parts, max_blocks))
-    if in_place is None:
-        in_place = g * parts > BLOCKS_PER_CU * target.num_cus
-    return TopkPlan(True, grid_rows, parts, part_len, grid_parts, cap, row_bytes, cand_off, g * row_bytes,
-                    sample_step(top_k), floor_rank(top_k), g, in_place)
+    return TopkPlan(True, grid_rows, parts, part_len, max(1, min(g * parts, max_blocks)), cap, row_bytes,
+                    cand_off, g * row_bytes, sample_step(top_k), floor_rank(top_k), g)

@@ -177,18 +177,6 @@ HX_INLINE __device__ hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) {
 HX_INLINE HX_HD hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 #endif
 
-// Every global write this thread made before it visible at device scope before any write it makes after it (a
-// release fence at device scope): each thread of a block calls it before the meeting after which one thread counts
-// the block's work as done (hx_atomic_add_acq_rel), since on gfx950 a workgroup's meeting does not wait for another
-// wave's global stores.
-#if defined(HX_NVIDIA)
-HX_INLINE __device__ void hx_fence_release_device() { __threadfence(); }
-#elif defined(HX_AMDGPU)
-HX_INLINE __device__ void hx_fence_release_device() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent"); }
-#else
-HX_INLINE HX_HD void hx_fence_release_device() { __atomic_thread_fence(__ATOMIC_RELEASE); }
-#endif
-
 // Set bits of v.
 #if defined(HX_NVIDIA)
 HX_INLINE __device__ hx_u32 hx_popc(hx_u32 v) { return (hx_u32)__popc(v); }

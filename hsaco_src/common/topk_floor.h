@@ -70,37 +70,27 @@ HX_INLINE HX_DEV hx_u32 hx_block_floor(Each&& each, hx_u32 r, hx_u32* hist, hx_u
   return least;
 }
 
-// The floor of n samples, key(i) the order key of sample i (0: not selectable), thread t taking samples t,
-// t + HX_BLOCK, ...: BATCH of them loaded at once, before any is used (the histogram's shared atomics would otherwise
-// wait on each load in turn). The first KEEP keys also go to kept (KEEP words of shared memory; each thread reads
-// back only its own), so that the floor's second and third passes wait on no load for them.
-template <int BATCH, hx_u32 KEEP, class Key>
-HX_INLINE HX_DEV hx_u32 hx_block_floor_of(hx_i64 n, Key&& key, hx_u32 r, hx_u32* hist, hx_u32* scan, hx_u32* found,
-                                          hx_u32* ext, hx_u32* kept) {
-  static_assert(KEEP % (BATCH * HX_BLOCK) == 0, "whole batches kept");
-  const hx_i64 tid = hx_thread_x();
-  const hx_i64 held = n < (hx_i64)KEEP ? n : (hx_i64)KEEP;
-  bool first = true;
+// The floor of the float32 samples load(i), i in [lo, hi) (a NaN, or -inf unless minus_inf_selectable, is not
+// selectable), thread t taking samples lo + t, lo + t + HX_BLOCK, ...: BATCH of them loaded at once before any is used
+// (the histogram's shared atomics would otherwise wait on each load in turn), on each of the floor's three passes.
+// I: the samples' index type (hx_i32 where it holds them).
+template <int BATCH, class I, class Load>
+HX_INLINE HX_DEV hx_u32 hx_block_floor_of(I lo, I hi, Load&& load, bool minus_inf_selectable, hx_u32 r, hx_u32* hist,
+                                          hx_u32* scan, hx_u32* found, hx_u32* ext) {
   auto each = [&](auto&& f) {
-    hx_i64 i0 = tid;
-    if (!first)
-      for (; i0 < held; i0 += HX_BLOCK)
-        if (kept[i0]) f(kept[i0]);
-    for (; i0 < n; i0 += BATCH * HX_BLOCK) {
-      hx_u32 k[BATCH];
+    for (I i0 = lo + (I)hx_thread_x(); i0 < hi; i0 += BATCH * HX_BLOCK) {
+      float v[BATCH];
       HX_UNROLL
       for (int b = 0; b < BATCH; ++b) {
-        const hx_i64 i = i0 + b * HX_BLOCK;
-        k[b] = i < n ? key(i) : 0u;
+        const I i = i0 + b * HX_BLOCK;
+        v[b] = i < hi ? load(i) : hx_bits_to_f32(0x7FC00000u);
       }
       HX_UNROLL
       for (int b = 0; b < BATCH; ++b) {
-        const hx_i64 i = i0 + b * HX_BLOCK;
-        if (first && i < held) kept[i] = k[b];
-        if (k[b]) f(k[b]);
+        const hx_u32 key = hx_topk_key(v[b], minus_inf_selectable);
+        if (key) f(key);
       }
     }
-    first = false;
   };
   return hx_block_floor(each, r, hist, scan, found, ext);
 }

@@ -1,25 +1,22 @@
-// The split path of hipindexer.topk_logits (generic/topk_split_floor.hip, topk_split_keep.hip, topk_split_finish.hip):
-// a long row's floor taken from a sample of it, the row cut into `parts` column ranges so that rows x parts blocks
-// fill the device and each read once to keep the keys at or above the floor, then a block a row selecting among the
-// row's kept keys: the last block to finish a part of the row (select_in_place), or a block of a third launch.
+// The split path of hipindexer.topk_logits (generic/topk_split_*.hip): a long row's floor taken from a sample of
+// it, the row cut into `parts` column ranges so that rows x parts blocks fill the device and each read once to keep
+// the keys at or above the floor, then one block per row selecting among the kept keys.
 //
 // A floor is an order key (hx_topk_key) at or below the r-th largest sampled key (common/topk_floor.h): about
 // SAMPLE_MARGIN top_k of a long row's keys reach it. Any floor keeps the selection exact as long as the kept keys
 // number at least top_k (the top_k-th key then reaches the floor, so every key of the top_k was kept, ties at the
 // top_k-th included) or the floor is 0 (every key kept); a row that fails that, or whose kept keys pass `cap`, is
-// selected by the single-block algorithm instead: exact, slower.
+// selected by the single-block algorithm in the last kernel: exact, slower.
 //
 // The workspace (hipindexer.ops.topk lays it out; the kernels get its offsets) holds per row, at row * row_bytes:
 //   [0, 4)               u32 floor
 //   [4, 8)               u32 keys kept (counted past cap, stored up to it)
-//   [8, 12)              u32 parts done (select_in_place)
 //   [cand_off, +8 cap)   u64 kept entries (hx_topk_entry), in no particular order
-// The first kernel writes a row's floor and zeroes its counts, so a call needs no zeroed workspace.
+// The first kernel writes a row's floor and zeroes its count, so a call needs no zeroed workspace.
 #pragma once
 #include "topk_select.h"
-#include "topk_finish.h"
 
-#define HX_SPLIT_VEC 3  // float4 loads in flight per thread per tile (4 spill around the selection on sm_90a)
+#define HX_SPLIT_VEC 4  // float4 loads in flight per thread per tile
 #define HX_SPLIT_SLOTS (4 * HX_SPLIT_VEC + 2)  // a thread's columns per tile: its float4s, one head and one tail column
 
 HX_INLINE HX_DEV hx_u8* hx_split_row(const TopkSplitParams& p, hx_i64 row) { return p.work + row * p.row_bytes; }
@@ -108,49 +105,4 @@ HX_INLINE HX_DEV void hx_split_load(const HxSplitPart& s, hx_u32 t, float* val) 
     const hx_i32 c = hx_split_col(s, t, e);
     val[e] = c >= 0 ? s.x[c] : hx_bits_to_f32(0x7FC00000u);
   }
-}
-
-// Row `row`'s top_k from its kept entries, through the dynamic shared buffer e (CAP entries), written in order:
-// sorted, by descending value, equal values by lower index; unsorted, by ascending index (the order the single-block
-// kernel gives). A row whose kept entries cannot hold its top_k (fewer than top_k above a floor above 0, more than
-// cap, more than its columns: a floor the sample misjudged or a workspace in a bad state) runs the single-block
-// algorithm (hx_topk_row) instead. Every thread of the block calls it.
-template <hx_u32 CAP>
-HX_INLINE HX_DEV void hx_split_select_row(const TopkSplitParams& p, hx_i64 row, hx_u32* hist, hx_u32* scan,
-                                          hx_u32* found, hx_u64* e) {
-  const hx_u32* const rec = (const hx_u32*)hx_split_row(p, row);
-  const hx_u32 tid = hx_thread_x();
-  const hx_u32 top_k = (hx_u32)p.top_k;
-  const hx_u32 floor = rec[0], count = rec[1];
-  const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
-  const float* const x = p.logits + row * p.logits_stride;
-  hx_i32* const out_idx = p.indices + row * p.indices_stride;
-  float* const out_val = p.values ? p.values + row * p.values_stride : 0;
-  if (count <= (hx_u32)p.cap && count <= (hx_u32)n && (count >= top_k || floor == 0u)) {  // uniform
-    HxFinishRow<MAX_TOP_K, CAP> f{e, hist, scan, found, top_k};
-    f.take((const hx_u64*)((const hx_u8*)rec + p.cand_off), count);
-    f.cut_to_top_k();
-    const hx_u32 have = f.write_in_order(0, n, p.sorted, [&](hx_u32 s, hx_i64 i, hx_u32 key) {
-      out_idx[s] = (hx_i32)i;  // the logit itself, not the key's value: -0.0 keys as +0.0
-      if (out_val) out_val[s] = (hx_u64)i < (hx_u64)n ? x[i] : hx_topk_value(key);
-    });
-    for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) {
-      out_idx[s] = -1;
-      if (out_val) out_val[s] = hx_bits_to_f32(0xFF800000u);
-    }
-    return;
-  }
-  TopkParams q;
-  q.logits = p.logits;
-  q.lengths = p.lengths;
-  q.indices = p.indices;
-  q.values = p.values;
-  q.logits_stride = p.logits_stride;
-  q.indices_stride = p.indices_stride;
-  q.values_stride = p.values_stride;
-  q.rows = p.rows;
-  q.N = p.N;
-  q.top_k = p.top_k;
-  q.sorted = p.sorted;
-  hx_topk_row(q, row, hist, scan, found, e);
 }

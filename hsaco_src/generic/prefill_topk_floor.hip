@@ -17,9 +17,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CO
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_sample_window(p, m);
     const float* row = p.logits + m * p.samples;
-    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH, 0>(
-        w.hi - w.lo, [&](hx_i64 i) { return hx_topk_key(row[w.lo + i], false); },  // a NaN keys 0: left out
-        (hx_u32)p.r, hist, scan, found, ext, nullptr);  // many floors an SM: no shared memory to keep samples in
+    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, [&](hx_i32 i) { return row[i]; }, false,
+                                                        (hx_u32)p.r, hist, scan, found, ext);
     if (tid == 0) p.floors[m] = floor;
     hx_barrier();  // the shared arrays are the next row's
   }

@@ -1,7 +1,7 @@
-// Split top-k, kernel 1 of 2 (common/topk_split.h): a block a row takes the row's floor from its sample (runs of 8
+// Split top-k, kernel 1 of 3 (common/topk_split.h): a block a row takes the row's floor from its sample (runs of 8
 // columns, one every 8 step columns: a step-th of the row) at rank r (common/topk_floor.h), writes it to the row's
-// workspace and zeroes the row's counts (kept keys, parts done). Few rows are all the grid has, and a row's floor is
-// a chain of loads and meetings: 512 threads a row, each pass a batch or two of loads.
+// workspace and zeroes the row's count of kept keys. A row's three passes over its sample wait on their loads, and
+// few rows are all the grid has: 512 threads a row, each pass a batch or two of loads.
 #include "topk_split.h"
 #include "topk_floor.h"
 
@@ -17,10 +17,10 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_floor(const HX_GRID_CONS
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const float* const x = p.logits + row * p.logits_stride;
     const hx_i64 samples = hx_split_samples(hx_topk_row_extent(p.lengths, row, p.N), p.step);
-    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH, 0>(
-        samples, [&](hx_i64 i) { return hx_topk_key(x[hx_split_sample_col(i, p.step)], by_lengths); }, (hx_u32)p.r,
-        hist, scan, found, ext, nullptr);
-    if (tid < 3) ((hx_u32*)hx_split_row(p, row))[tid] = tid == 0 ? floor : 0u;
+    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(
+        (hx_i64)0, samples, [&](hx_i64 i) { return x[hx_split_sample_col(i, p.step)]; }, by_lengths, (hx_u32)p.r, hist,
+        scan, found, ext);
+    if (tid < 2) ((hx_u32*)hx_split_row(p, row))[tid] = tid == 0 ? floor : 0u;
     hx_barrier();  // the shared arrays are the next row's
   }
 }

@@ -2,8 +2,7 @@
 
 Every case is a named function of a device in CASES, run once per path in PATHS (FORCED holds the path's
 tunables while a case runs; every call goes through topk()): the single-block kernel, and the split path cut
-into parts small enough that an emulated case has many of them, its rows selected by a launch of their own or in
-place by the last block done with a part of the row. tests/test_topk_logits.py runs them on the
+into parts small enough that an emulated case has many of them. tests/test_topk_logits.py runs them on the
 emulated MI355X (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked
 gpu, on a real GPU. Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the kernel
 leaves unwritten fails; inputs are fresh random arrays per case. A result must pass gate_topk with zero
@@ -22,8 +21,7 @@ from hipindexer.runtime import Device, DeviceArray
 
 POISON_INDEX = np.iinfo(np.int32).min
 FORCED: dict = {}  # the tunables every call of a case passes: the path under test (PATHS)
-PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512, "in_place": False},
-         "split_in_place": {"split": True, "part_columns": 512, "in_place": True}}
+PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}}
 
 
 def topk(*args, **kw):

@@ -45,7 +45,7 @@ fi
 if has stages; then
   for shape in 64x131072 128x32768 512x131072; do
     run "stages_$shape" 60 "$OUT/stages.log" /usr/local/cuda/bin/ncu --clock-control none -k regex:topk_split \
-      --launch-skip 2 --launch-count 2 --section SpeedOfLight $PY -m tools.measure.profile_op topk --shape $shape
+      --launch-skip 3 --launch-count 3 --section SpeedOfLight $PY -m tools.measure.profile_op topk --shape $shape
   done
   grep -E "hx_topk_split|Duration" "$OUT/stages.log" >> "$S"
 fi

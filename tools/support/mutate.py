@@ -296,19 +296,16 @@ PLANTS = {
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
         # The split path (common/topk_split.h, generic/topk_split_*.hip): a part's last float4 never read, a kept
-        # entry naming the next column, a row's count of kept keys or of parts done left from the last call, a row
-        # selected in place by the first block done with a part of it instead of the last, a selection that trusts a
+        # entry naming the next column, a row's count of kept keys left from the last call, a finish that trusts a
         # row whose floor kept fewer than top_k keys, or one whose kept keys passed the workspace's cap.
         Plant("part_last_float4_skipped", "common/topk_split.h", "    if (v < s.nvec) {", "    if (v + 1 < s.nvec) {"),
-        Plant("kept_entry_a_column_late", "generic/topk_split_keep.hip", "hx_split_col(s, t, e));",
+        Plant("kept_entry_a_column_late", "generic/topk_split_gather.hip", "hx_split_col(s, t, e));",
               "hx_split_col(s, t, e) + 1);"),
-        Plant("kept_count_not_zeroed", "generic/topk_split_floor.hip", "if (tid < 3) ", "if (tid == 0 || tid == 2) "),
-        Plant("parts_done_not_zeroed", "generic/topk_split_floor.hip", "if (tid < 3) ", "if (tid < 2) "),
-        Plant("row_selected_by_its_first_part", "generic/topk_split_keep.hip", "(hx_i32*)&rec[2], 1) == p.parts - 1",
-              "(hx_i32*)&rec[2], 1) == 0"),
-        Plant("split_selection_trusts_a_short_row", "common/topk_split.h",
-              "(count >= top_k || floor == 0u)", "(true || floor == 0u)"),
-        Plant("split_selection_trusts_an_overflowed_row", "common/topk_split.h",
+        Plant("kept_count_not_zeroed", "generic/topk_split_floor.hip", "tid == 0 ? floor : 0u;",
+              "tid == 0 ? floor : ((hx_u32*)hx_split_row(p, row))[1];"),
+        Plant("split_finish_trusts_a_short_row", "generic/topk_split_finish.hip", "(count >= top_k || floor == 0u)",
+              "(true || floor == 0u)"),
+        Plant("split_finish_trusts_an_overflowed_row", "generic/topk_split_finish.hip",
               "if (count <= (hx_u32)p.cap && ", "if ("),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
