@@ -60,15 +60,44 @@ def test_the_tile_time_is_the_largest_of_the_wave_the_shared_pipes_and_the_cu_tr
 
 def test_a_prefill_estimate_computed_by_hand():
     # M = 8 rows: one row block; N = 131072 = 4096 tiles, split 512 ways (plan_prefill: ~2 blocks per CU, >= 8
-    # tiles a part): 512 units of 8 tiles, all resident at once, two per CU. Each: two latencies, then 8 tiles
-    # at max(wave 1000, 2 x MFMA 600) = 1200 cycles.
+    # tiles a part): 512 units of 8 tiles, all resident at once, two per CU. Each: one latency (every window is
+    # [0, N), so the first chunk staged before the windows are read is the part's own), then 8 tiles at
+    # max(wave 1000, 2 x MFMA 600) = 1200 cycles.
     fit = R.Fit(3000.0, 2.0)
     e = R.prefill_estimate(_figure([["busy", 1000]]), 8, 131072, 64, False, "full", fit)
     assert e.grid == (1, 512, 1) and e.units == 512 and e.tiles_per_unit == (8, 8)
     assert e.tile_cycles == 1200 and e.tile_bound == "mfma" and e.bound == "mfma"
-    assert abs(e.loop_us - (2 * 3000 + 8 * 1200) / R.CLOCK_HZ * 1e6) < 1e-9
+    assert abs(e.loop_us - (3000 + 8 * 1200) / R.CLOCK_HZ * 1e6) < 1e-9
     assert abs(e.us - (e.loop_us + 2.0)) < 1e-9
     assert abs(e.tflops - 2 * 64 * 128 * 8 * 131072 / e.us * 1e-6) < 1e-6
+
+
+def test_a_unit_whose_first_chunk_was_guessed_starts_one_latency_earlier():
+    """The kernel stages a part's first chunk for the union [0, N) before it reads the windows: right for every
+    part of a block whose union ends within the row's last quantum of tiles, wrong for one that ends earlier."""
+    from hipindexer.plan import TARGETS, plan_prefill
+    M, N = 512, 32768  # 64 row blocks, 8 parts
+    plan = plan_prefill(M, N, 64, 128, TARGETS["gfx950"])
+    assert (plan.row_blocks, plan.split, plan.reverse_rows) == (64, 8, True)
+    units = R.prefill_units(M, N, *R.prefill_windows(M, N, "causal"), plan)
+    by_block = [[units[y * plan.row_blocks + x] for y in range(plan.split)] for x in range(plan.row_blocks)]
+    assert all(u["guessed"] for u in by_block[0])  # block x 0 is the last row block: its union is [0, N)
+    assert all(u["guessed"] for u in units[:plan.row_blocks])  # part 0 starts at key 0 whatever the union
+    assert not all(u["guessed"] for u in units)  # early row blocks' unions end quanta short of N
+    assert all(u["guessed"] for u in R.prefill_units(M, N, *R.prefill_windows(M, N, "full"), plan))
+    # one latency (3000 cycles) less a unit: every unit guessed (128, 32768) against the same units all missed
+    fit = R.Fit(3000.0, 2.0)
+    f = _figure([["busy", 1000]])
+    hit = R.prefill_estimate(f, 128, 32768, 64, False, "causal", fit)
+    plan = plan_prefill(128, 32768, 64, 128, TARGETS["gfx950"])
+    assert all(u["guessed"] for u in R.prefill_units(128, 32768, *R.prefill_windows(128, 32768, "causal"), plan))
+    real = R.prefill_units
+    try:
+        R.prefill_units = lambda *a: [dict(u, guessed=False) for u in real(*a)]
+        miss = R.prefill_estimate(f, 128, 32768, 64, False, "causal", fit)
+    finally:
+        R.prefill_units = real
+    assert abs(miss.loop_us - hit.loop_us - 3000 / R.CLOCK_HZ * 1e6) < 1e-6
 
 
 def test_the_prefill_estimate_grows_with_the_keys_and_names_its_bound():
@@ -76,8 +105,8 @@ def test_the_prefill_estimate_grows_with_the_keys_and_names_its_bound():
     f = _figure([["busy", 1000]])
     times = [R.prefill_estimate(f, 1024, n, 64, True, "causal", fit).us for n in (4096, 16384, 65536, 131072)]
     assert times == sorted(times) and times[0] < times[-1], times
-    # a few tiles a unit: the unit's start (two latencies) is most of its time
-    assert R.prefill_estimate(f, 8, 128, 64, False, "full", fit).bound == "unit start"
+    # a tile a unit: the unit's start (a latency) is most of its time
+    assert R.prefill_estimate(f, 8, 32, 64, False, "full", fit).bound == "unit start"
     # next to no work per tile, every logit written: HBM
     tiny = _figure([["busy", 1]], mfma=1, valu=1)
     e = R.prefill_estimate(tiny, 8192, 8192, 64, True, "full", fit)

@@ -83,3 +83,21 @@ HX_INLINE HX_HD hx_prefill_part hx_prefill_split(hx_i32 lo, hx_i32 hi, hx_i32 n,
   p.fill_hi = hx_split_part(hi, n, parts, s);
   return p;
 }
+
+// The same ownership with the union's tiles cut in whole quanta of q = ceil(tiles / parts) from its first tile
+// (part s: tiles [t0 + s q, t0 + (s + 1) q) within the union; the last parts shorter or empty). The longest part is
+// the balanced cut's, and unions whose tile counts give the same q start every part at the same key: a kernel can
+// stage a part's first keys for the union [0, n) before it has read the windows, and be right for a union that
+// ends within the last parts of the row (gfx950/mqa_logits_mfma.hip).
+HX_INLINE HX_HD hx_prefill_part hx_prefill_split_quanta(hx_i32 lo, hx_i32 hi, hx_i32 n, hx_i32 tile, hx_i32 parts,
+                                                        hx_i32 s) {
+  hx_prefill_part p;
+  const hx_i64 t0 = lo / tile, t1 = hx_ceil_div(hi, tile);
+  const hx_i64 q = t1 > t0 ? (t1 - t0 + parts - 1) / parts : 0;
+  const hx_i64 ta = t0 + s * q < t1 ? t0 + s * q : t1, tb = ta + q < t1 ? ta + q : t1;
+  p.work.lo = hx_min_i32(hx_max_i32(lo, (hx_i32)(ta * tile)), hi);
+  p.work.hi = hx_max_i32(hx_min_i32(hi, (hx_i32)(tb * tile)), p.work.lo);
+  p.fill_lo = hx_split_part(0, lo, parts, s);
+  p.fill_hi = hx_split_part(hi, n, parts, s);
+  return p;
+}

@@ -3,7 +3,7 @@
 //
 // Layout of the work. A workgroup of NW waves owns BM = NW * RW query rows (a
 // row block; high rows first when reverse_rows) and one part of the row
-// block's key split (hx_prefill_split: every column of the block has exactly
+// block's key split (hx_prefill_split_quanta: every column of the block has exactly
 // one owner, which computes it or fills it with -inf, so the fill is fused).
 // Wave w holds rows m0 + 2w and m0 + 2w + 1: their Q (A operands) and head
 // weights stay in VGPRs for the whole key loop. K is staged through LDS by
@@ -89,6 +89,7 @@ static_assert(D * 448.0f * 448.0f * HX_RELU_SCALE < 1.0f, "the clamp to [0, 1] m
 
 static_assert(NW >= 1 && (CT * 4) % NW == 0, "each wave stages an equal share of a chunk");
 static_assert(CT % 2 == 0, "the pipelined tile loop takes tiles in pairs");
+static_assert((BM & (BM - 1)) == 0 && BM <= 64, "the window union's shuffles pair lanes l and l ^ d, d < BM");
 static_assert(CK % 64 == 0, "kv_scale is staged 64 keys per DMA instruction");
 
 // Stage keys [c0, c0 + CK) (keys >= N read as 0) into one chunk buffer: this
@@ -292,19 +293,42 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT 
   const hx_i32 m1 = hx_min_i32(p.M, m0 + BM);
   const float neg_inf = hx_bits_to_f32(0xFF800000u);
 
-  // Union of the block's clamped windows; its key range is what the split cuts.
-  hx_i32 lo = p.N, hi = 0;
-  for (hx_i32 m = m0; m < m1; ++m) {
-    const hx_range r = hx_clamp_window(p.ks[m], p.ke[m], p.N);
-    if (r.hi > r.lo) { lo = hx_min_i32(lo, r.lo); hi = hx_max_i32(hi, r.hi); }
-  }
-  if (hi <= lo) lo = hi = 0;
-  const hx_prefill_part part = hx_prefill_split(lo, hi, p.N, p.tile, p.split, (hx_i32)hx_block_y());
+  // The part is cut from the union of the block's windows, which only the device holds. Its first chunk goes out
+  // before they are read, for the part of a union spanning every key, which is also the part of any union from key
+  // 0 that ends within the last parts of the row (the rows of a short causal chunk against its whole context):
+  // right, the DMA, the rows' Q and weights and the windows wait one latency together instead of the DMA waiting
+  // behind the windows; wrong, it is staged again below.
+  const hx_prefill_part guess = hx_prefill_split_quanta(0, p.N, p.N, p.tile, p.split, (hx_i32)hx_block_y());
+  const bool guessed = guess.work.hi > guess.work.lo;  // uniform
+  if (guessed) hx_stage(p, kbuf0, sbuf0, guess.work.lo, w, lane);
 
-  // This wave's row pair; lanes 0-31 store row ma, lanes 32-63 row mb.
+  // This wave's row pair; lanes 0-31 store row ma, lanes 32-63 row mb. Rows past M (a tail block) compute on row
+  // M - 1's data and store nothing.
   const hx_i32 ma = m0 + RW * (hx_i32)w, mb = ma + 1;
-  const hx_i32 ml = g ? mb : ma;
+  const hx_i32 qa_row = hx_min_i32(ma, p.M - 1), qb_row = hx_min_i32(mb, p.M - 1);
   hx_wave_rows r;
+  hx_load_q(p, qa_row, lane, r.qa);
+  hx_load_q(p, qb_row, lane, r.qb);
+  hx_load_w(p, qa_row, lane, r.wa);
+  hx_load_w(p, qb_row, lane, r.wb);
+
+  // Union of the block's clamped windows; its key range is what the split cuts. Lane l loads the window of row
+  // m0 + l % BM (a row past M: row m1 - 1's), one vector load behind the guess's DMA and the rows' Q and weights
+  // (scalar loads of the rows one by one would each wait their round trip), and the lanes' extremes meet by
+  // shuffles.
+  const hx_i32 mu = hx_min_i32(m0 + (hx_i32)(lane % BM), m1 - 1);
+  const hx_range wu = hx_clamp_window(p.ks[mu], p.ke[mu], p.N);
+  hx_u32 ulo = wu.hi > wu.lo ? (hx_u32)wu.lo : (hx_u32)p.N, uhi = wu.hi > wu.lo ? (hx_u32)wu.hi : 0u;
+  for (hx_u32 d = 1; d < BM; d *= 2) {
+    const hx_u32 olo = hx_shfl_u32(ulo, lane ^ d), ohi = hx_shfl_u32(uhi, lane ^ d);
+    ulo = olo < ulo ? olo : ulo;
+    uhi = ohi > uhi ? ohi : uhi;
+  }
+  hx_i32 lo = (hx_i32)hx_readfirstlane(ulo), hi = (hx_i32)hx_readfirstlane(uhi);
+  if (hi <= lo) lo = hi = 0;
+  const hx_prefill_part part = hx_prefill_split_quanta(lo, hi, p.N, p.tile, p.split, (hx_i32)hx_block_y());
+
+  const hx_i32 ml = g ? mb : ma;
   const bool row_ok = ml < m1;
   const hx_range win = row_ok ? hx_clamp_window(p.ks[ml], p.ke[ml], p.N) : hx_range{0, 0};
   r.tlo = (hx_u32)(lane % 32) - (hx_u32)win.lo;
@@ -341,16 +365,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT 
     }
   }
 
-  // Rows past M (a tail block) compute on row M - 1's data and store nothing.
-  const hx_i32 qa_row = hx_min_i32(ma, p.M - 1), qb_row = hx_min_i32(mb, p.M - 1);
-  hx_load_q(p, qa_row, lane, r.qa);
-  hx_load_q(p, qb_row, lane, r.qb);
-  hx_load_w(p, qa_row, lane, r.wa);
-  hx_load_w(p, qb_row, lane, r.wb);
-
   const hx_i32 wlo = part.work.lo, whi = part.work.hi;
   const hx_i32 chunks = whi > wlo ? hx_ceil_div(whi - wlo, CK) : 0;
-  if (chunks > 0) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);
+  if (!(guessed && chunks > 0 && wlo == guess.work.lo)) {  // uniform
+    // This wave's DMA of the guess has landed before its own DMA of the same slots goes out (or before the block
+    // ends with nothing to stage).
+    if (guessed) hx_lds_load_wait();
+    if (chunks > 0) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);
+  }
   // Chunk 0, then pairs of chunks (kbuf1, then kbuf0); the part's last chunk
   // leaves the loop. Entered from a full chunk or its own back edge, the loop's
   // first wait has a full chunk's stores after its DMA on both.

@@ -151,6 +151,16 @@ PLANTS = {
               "<false>(p, r, c, wlo, kbuf0, sbuf0, kbuf1, sbuf1"),
         Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "__builtin_fminf((x + y) * st[t], lim)",
               "__builtin_fminf((x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f), lim)"),
+        # the first chunk staged before the windows: a wrong guess never staged again, or the guess taken as right
+        # whatever the windows say
+        Plant("wrong_guess_kept", "gfx950/mqa_logits_mfma.hip",
+              "if (chunks > 0) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);",
+              "if (chunks > 0 && !guessed) hx_stage(p, kbuf0, sbuf0, wlo, w, lane);"),
+        Plant("guess_taken_as_right", "gfx950/mqa_logits_mfma.hip", "guessed && chunks > 0 && wlo == guess.work.lo",
+              "guessed && chunks > 0"),
+        # the window union from the first half of the block's rows only
+        Plant("union_of_half_the_rows", "gfx950/mqa_logits_mfma.hip", "for (hx_u32 d = 1; d < BM; d *= 2) {",
+              "for (hx_u32 d = 1; d < BM / 2; d *= 2) {"),
     ],
     # The generic paged decode kernel and the decode index math (both targets): run with --set decode.
     "decode": [

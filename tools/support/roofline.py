@@ -272,10 +272,21 @@ def _split_part(t0: int, t1: int, parts: int, s: int) -> tuple[int, int]:
     return t0 + s * n // parts, t0 + (s + 1) * n // parts
 
 
+def _quanta_part(lo: int, hi: int, tile: int, parts: int, s: int) -> tuple[int, int]:
+    """Keys [lo, hi)'s part s in whole quanta of tiles (hx_prefill_split_quanta, hsaco_src/common/index_math.h)."""
+    t0, t1 = lo // tile, -(-hi // tile)
+    q = -(-(t1 - t0) // parts) if t1 > t0 else 0
+    ta = min(t0 + s * q, t1)
+    tb = min(ta + q, t1)
+    wlo = min(max(lo, ta * tile), hi)
+    return wlo, max(min(hi, tb * tile), wlo)
+
+
 def prefill_units(M: int, N: int, ks: list, ke: list, plan) -> list[dict]:
     """The plan's work units in dispatch order (grid x, the row blocks, fastest; reverse_rows maps block x to
-    the last row block first), each with its tiles and the -inf fill of each of its rows, by the kernel's
-    own arithmetic (hx_clamp_window, hx_prefill_split)."""
+    the last row block first), each with its tiles, the -inf fill of each of its rows, and whether the first
+    chunk the kernel stages before reading the windows (its part of the whole key range) is the part's own
+    ("guessed"), by the kernel's own arithmetic (hx_clamp_window, hx_prefill_split_quanta)."""
     units = []
     for y in range(plan.split):
         for x in range(plan.row_blocks):
@@ -289,11 +300,11 @@ def prefill_units(M: int, N: int, ks: list, ke: list, plan) -> list[dict]:
                     lo, hi = min(lo, a), max(hi, b)
             if hi <= lo:
                 lo = hi = 0
-            t = _split_part(lo // plan.tile, -(-hi // plan.tile), plan.split, y)
-            wlo = min(max(lo, t[0] * plan.tile), hi)
-            whi = max(min(hi, t[1] * plan.tile), wlo)
+            wlo, whi = _quanta_part(lo, hi, plan.tile, plan.split, y)
             fl, fh = _split_part(0, lo, plan.split, y), _split_part(hi, N, plan.split, y)
-            units.append({"tiles": -(-(whi - wlo) // 32), "fill": (fl[1] - fl[0]) + (fh[1] - fh[0])})
+            glo, ghi = _quanta_part(0, N, plan.tile, plan.split, y)
+            units.append({"tiles": -(-(whi - wlo) // 32), "fill": (fl[1] - fl[0]) + (fh[1] - fh[0]),
+                          "guessed": ghi > glo and whi > wlo and glo == wlo})
     return units
 
 
@@ -339,9 +350,10 @@ def prefill_estimate(f: dict, M: int, N: int, H: int, clean: bool, mode: str = "
     (isa_report.PrefillFigures as a dict), the grid plan_prefill picks for gfx950 and the windows of `mode`.
 
     Units are dispatched in grid order to the first CU with a free workgroup slot (blocks_per_cu of them).
-    A unit first waits two loaded latencies (its windows; then its Q, weights and first K chunk, with its
-    share of the -inf fill issued meanwhile), then runs its tiles at prefill_tile_cycles for the workgroups
-    that CU holds at that moment. The launch is the last unit's end, never less than its HBM bytes at 8 TB/s,
+    A unit first waits one loaded latency where its first K chunk, staged before the windows are read, is its
+    part's own (its windows', Q's, weights' and first chunk's loads in flight together); otherwise two (its
+    windows; then its first K chunk staged again, with its share of the -inf fill issued meanwhile). It then runs
+    its tiles at prefill_tile_cycles for the workgroups that CU holds at that moment. The launch is the last unit's end, never less than its HBM bytes at 8 TB/s,
     plus the launch overhead of the decode fit."""
     import heapq
     from hipindexer.plan import TARGETS, plan_prefill
@@ -353,7 +365,8 @@ def prefill_estimate(f: dict, M: int, N: int, H: int, clean: bool, mode: str = "
     units = prefill_units(M, N, ks, ke, plan)
     slots = f["blocks_per_cu"]
     per_b = {b: prefill_tile_cycles(f, b, fit.latency_cycles, terms) for b in range(1, slots + 1)}
-    start = [2 * fit.latency_cycles + 2 * u["fill"] * f["fill_cycles_per_element"] for u in units]
+    start = [(1 if u["guessed"] else 2) * fit.latency_cycles + 2 * u["fill"] * f["fill_cycles_per_element"]
+             for u in units]
     # per CU: running units as [start cycles left, tiles left, index]; rates change when the CU's count does
     cus = [[] for _ in range(CUS)]
     last = [0.0] * CUS
