@@ -87,8 +87,8 @@ HX_INLINE HX_HD hx_prefill_part hx_prefill_split(hx_i32 lo, hx_i32 hi, hx_i32 n,
 // The same ownership with the union's tiles cut in whole quanta of q = ceil(tiles / parts) from its first tile
 // (part s: tiles [t0 + s q, t0 + (s + 1) q) within the union; the last parts shorter or empty). The longest part is
 // the balanced cut's, and unions whose tile counts give the same q start every part at the same key: a kernel can
-// stage a part's first keys for the union [0, n) before it has read the windows, and be right for a union that
-// ends within the last parts of the row (gfx950/mqa_logits_mfma.hip).
+// stage a part's first keys for the union [0, n) before it has read the windows, and be right for a union from key 0
+// that ends within the row's last `parts` tiles (gfx950/mqa_logits_mfma.hip).
 HX_INLINE HX_HD hx_prefill_part hx_prefill_split_quanta(hx_i32 lo, hx_i32 hi, hx_i32 n, hx_i32 tile, hx_i32 parts,
                                                         hx_i32 s) {
   hx_prefill_part p;

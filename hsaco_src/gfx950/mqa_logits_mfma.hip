@@ -295,7 +295,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT 
 
   // The part is cut from the union of the block's windows, which only the device holds. Its first chunk goes out
   // before they are read, for the part of a union spanning every key, which is also the part of any union from key
-  // 0 that ends within the last parts of the row (the rows of a short causal chunk against its whole context):
+  // 0 that ends within the row's last p.split tiles (the rows of a short causal chunk against its whole context):
   // right, the DMA, the rows' Q and weights and the windows wait one latency together instead of the DMA waiting
   // behind the windows; wrong, it is staged again below.
   const hx_prefill_part guess = hx_prefill_split_quanta(0, p.N, p.N, p.tile, p.split, (hx_i32)hx_block_y());
