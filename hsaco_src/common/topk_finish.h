@@ -1,6 +1,6 @@
-// The selection of the floor-filtered top-k paths (generic/prefill_topk_finish.hip, generic/topk_split_finish.hip,
-// generic/paged_topk_merge.hip), by one block a row: the keys a row's filter kept pass through the dynamic shared buffer e (CAP entries), are cut
-// to its top_k, and are written in order.
+// The selection of the floor-filtered top-k paths (generic/prefill_topk_finish.hip, generic/topk_split_finish.hip;
+// its order also generic/paged_topk_merge.hip's), by one block a row: the keys a row's filter kept pass through the
+// dynamic shared buffer e (CAP entries), are cut to its top_k, and are written in order.
 //
 // A list that fits the buffer is loaded at once and cut once. A longer one goes in rounds: as many entries as the
 // buffer has room for, those above the last cut's smallest kept, the buffer cut to top_k once half full and at the

@@ -353,8 +353,8 @@ def prefill_estimate(f: dict, M: int, N: int, H: int, clean: bool, mode: str = "
     A unit first waits one loaded latency where its first K chunk, staged before the windows are read, is its
     part's own (its windows', Q's, weights' and first chunk's loads in flight together); otherwise two (its
     windows; then its first K chunk staged again, with its share of the -inf fill issued meanwhile). It then runs
-    its tiles at prefill_tile_cycles for the workgroups that CU holds at that moment. The launch is the last unit's end, never less than its HBM bytes at 8 TB/s,
-    plus the launch overhead of the decode fit."""
+    its tiles at prefill_tile_cycles for the workgroups that CU holds at that moment. The launch is the last unit's
+    end, never less than its HBM bytes at 8 TB/s, plus the launch overhead of the decode fit."""
     import heapq
     from hipindexer.plan import TARGETS, plan_prefill
     fit = fit or calibrate()[0]
