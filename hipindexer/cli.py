@@ -721,9 +721,12 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 @click.option("--lens", type=click.Choice(["per-sequence", "per-row", "both"]), default="per-sequence",
               show_default=True, help="context_lens as [B] (+ next_n_lens), as [B, next_n] (DeepGEMM's form), or "
                                       "both, timed back to back.")
+@click.option("--layout", type=click.Choice(["target", "block-flat", "preshuffled"]), default="target",
+              show_default=True, help="The cache layout; target: preshuffled on gfx950, block-flat elsewhere.")
 @kernel_option
 @json_option
-def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, kernel, as_json) -> None:
+def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, layout, kernel,
+                     as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, LENS_FORMS, bench_decode_shape
     from .bench.timing import copy_bandwidth, emulated, figure, read_bandwidth
@@ -740,6 +743,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
         results += bench_decode_shape(dev, spread, B, ctx, heads,
                                       next_ns, cleans, repeats, _progress, block_size=block_size,
                                       lens_forms=LENS_FORMS if lens == "both" else (lens,),
+                                      preshuffle=None if layout == "target" else layout == "preshuffled",
                                       **({"kernel": kernel} if kernel else {}))
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
@@ -748,12 +752,13 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     _bench_report("decode", dev, {"copy_GBps": copy_bw / 1e9, "read_GBps": read_bw / 1e9},
                   [f"copy ceiling (read + write): {figure(copy_bw / 1e9)} GB/s; read ceiling (read only): "
                    f"{figure(read_bw / 1e9)} GB/s"], results,
-                  [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"], r["next_n"], r["clean"], r["lens"],
+                  [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"],
+                    "preshuffled" if r["preshuffle"] else "block-flat", r["next_n"], r["clean"], r["lens"],
                     r["kernel"], r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-",
                     figure(r["GBps"]), f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
                     f"{r['host_us']:.1f}"]
                    for r in results],
-                  ["spread", "B", "ctx", "H", "bs", "next_n", "clean", "lens", "kernel", "units", "median us",
+                  ["spread", "B", "ctx", "H", "bs", "layout", "next_n", "clean", "lens", "kernel", "units", "median us",
                    "graph us", "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
 
 

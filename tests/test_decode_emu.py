@@ -40,8 +40,8 @@ def test_quick_decode_sweep_passes_on_the_emulator(emu_kernels):
 
 def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu_kernels):
     p = H.run_cli(emu_kernels, "bench", "decode", "--device", "emu:gfx950", "--rows", "equal:1x256,one_long:3x512",
-                  "--heads", "16", "--next-n", "2,ragged", "--clean", "both", "--lens", "both", "--repeats", "1", "--json",
-                  timeout=600)
+                  "--heads", "16", "--next-n", "2,ragged", "--clean", "both", "--lens", "both", "--repeats", "1",
+                  "--layout", "block-flat", "--json", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(p.stdout)
     assert "not speeds" in doc["note"] and doc["read_GBps"] > 0 and doc["copy_GBps"] > 0
@@ -50,3 +50,4 @@ def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu
     assert len(set(forms)) == len(forms) and {f[3] for f in forms} == {"per-sequence", "per-row"}
     r = doc["cases"][0]
     assert r["key_bytes"] == 256 * 132 and r["kernel"] == "paged_mqa_logits_generic" and r["host_us"] > 0
+    assert not any(c["preshuffle"] for c in doc["cases"])  # --layout block-flat over gfx950's preshuffled default

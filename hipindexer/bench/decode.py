@@ -1,6 +1,7 @@
 """The decode benchmark (`hipindexer bench decode`), by the method of docs/benchmarks.md.
 
-Pinned: D = 128, block_size 64 (16 by option), block-flat on NVIDIA and preshuffled on gfx950, max_model_len = the
+Pinned: D = 128, block_size 64 (16 by option), block-flat on NVIDIA and preshuffled on gfx950 (either by option),
+max_model_len = the
 longest context, every sequence at the stated context unless the row says otherwise (pm30: +-30%;
 one_long: one at the context, the rest at context / 32). The cache, the queries, the weights and the
 outputs are rotated over enough sets to cover 3x the L2; device time is the median of back-to-back calls
@@ -42,11 +43,12 @@ def live_lens(next_n: str, B: int) -> tuple[int, np.ndarray | None]:
 
 def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), next_ns=NEXT_N, cleans=(True,),
                        repeats: int = 10, progress=lambda msg: None, block_size: int = BLOCK_SIZE,
-                       lens_forms=LENS_FORMS[:1], **tunables) -> list[dict]:
+                       lens_forms=LENS_FORMS[:1], preshuffle: bool | None = None, **tunables) -> list[dict]:
     """Every (H, next_n, clean, form of context_lens) row of one (spread, B, context): the cache is built and
-    uploaded once; the forms of one row are timed back to back."""
+    uploaded once; the forms of one row are timed back to back. preshuffle: the cache layout (None: the target's,
+    preshuffled on gfx950, block-flat elsewhere)."""
     rng = np.random.default_rng(0)
-    preshuffle = device.arch == "gfx950"
+    preshuffle = device.arch == "gfx950" if preshuffle is None else preshuffle
     base = testing.decode_inputs(rng, testing.DecodeCase(B, 8, 64, D, block_size, preshuffle, mean_context=ctx,
                                                          spread=spread, key_codes=True))
     mml = base.max_model_len
