@@ -37,9 +37,9 @@ def test_every_key_lands_where_the_mma_reads_it(block_size, preshuffle):
     assert sw == (not preshuffle) and len(strides) == len(dims) - 1 and all(s % 16 == 0 for s in strides)
     src = cache.reshape(-1)
     b = 1
-    if preshuffle:  # one box of 2048 bytes per 16-token group at row coordinate 16 g, groups 2048 bytes apart
-        smem = np.concatenate([_box(src, strides, box, (0, 0, 0, 16 * g, b), b, page)
-                               for g in range(block_size // 16)])
+    if preshuffle:  # one box a block, its keys' bytes in 128-byte runs of the cache
+        assert box[0] == 128 and np.prod(box) == block_size * D
+        smem = _box(src, strides, box, (0, 0, 0, 0, b), b, page)
         t, c, x = np.meshgrid(np.arange(block_size), np.arange(D // 16), np.arange(16), indexing="ij")
         where = (t // 8) * 1024 + c * 128 + (t % 8) * 16 + x  # core matrix (t / 8, c): K stride 128, M stride 1024
         assert np.array_equal(smem[where], keys[b][t, 16 * c + x])

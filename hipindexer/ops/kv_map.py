@@ -5,8 +5,9 @@ The kernel's copy engine (TMA) reads a block's keys through a CUtensorMap that t
 DecodeTmaParams.kv_map. Block-flat: [num_blocks][rows][D bytes] in the 128-byte swizzle, one box a block: the whole
 page where it is whole D-byte rows (block_size 64 at D = 128: 66 rows, the scales in the last two), else its
 keys. Preshuffled, unswizzled: a 16-token group holds chunk c (16 bytes) of its tokens 8h..8h+7 in 128 contiguous
-bytes at 256 c + 128 h, so the map walks (16 bytes, 8 tokens, chunk, 128-byte row 16 g + h, block), one box of
-two rows a group, which lands as the MMA's core matrices (hsaco_src/sm90a/decode_tma_loader.h, copy_keys).
+bytes at 256 c + 128 h, so the map walks (those 128 bytes, chunk c, half h, group g, block), one box a block's keys,
+which lands group g's half h at 2048 g + 1024 h and chunk c at 128 c within it: the MMA's core matrices
+(hsaco_src/sm90a/decode_tma_loader.h, copy_keys). The copy engine reads the cache in 128-byte runs either way.
 """
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ atexit.register(_MAPS.clear)  # freed while the driver is still up, not in the i
 def map_geometry(num_blocks: int, block_size: int, D: int, preshuffle: bool):
     """(dims, byte strides of dims 1.., box, 128-byte swizzle) of the cache's tensor map, innermost first."""
     page = block_size * (D + 4)
-    if preshuffle:  # (16 bytes, 8 tokens, D / 16 chunks, 128-byte rows 16 g + h, blocks): a box per group
-        return ((16, 8, D // 16, 16 * (block_size // 16 - 1) + 2, num_blocks), (16, 256, 128, page),
-                (16, 8, D // 16, 2, 1), False)
+    if preshuffle:  # (8 tokens x 16 bytes, D / 16 chunks, 2 halves, block_size / 16 groups, blocks): a box a block
+        groups = block_size // 16
+        return ((128, D // 16, 2, groups, num_blocks), (256, 128, 16 * D, page), (128, D // 16, 2, groups, 1), False)
     # (D bytes, rows, blocks): the whole page where it is whole rows (its scales ride along), else its keys
     rows = page // D if page % D == 0 else block_size
     return (D, rows, num_blocks), (D, page), (D, rows, 1), True

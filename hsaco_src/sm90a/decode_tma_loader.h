@@ -1,7 +1,7 @@
 // The warpgroup of the sm_90a paged decode kernel (paged_mqa_logits_wgmma_tma.hip) that feeds its math warpgroups,
 // on decode_tma_cta.h and decode_feed.h: the block-table walk and, per block, the tensor copy of its keys (with its
-// scales where the page allows, else one bulk copy of them besides), alternate stages by warps 0 and 2; each
-// segment's query rows and weights into a Q slot (warp 1); the -inf fill (warp 3).
+// scales where the page allows, else one bulk copy of them besides), stages in turn by warps 0 and 2 (and 3 after
+// its fill, for 16-token blocks); each segment's query rows and weights into a Q slot (warp 1); the -inf fill (warp 3).
 #pragma once
 #include "decode_tma_cta.h"
 #include "decode_feed.h"
@@ -13,23 +13,23 @@ namespace {
 // Block-flat: [blocks][rows][128 bytes], one box a block, landing as token-major 128-byte rows in the 128-byte
 // swizzle; where a page is whole 128-byte rows (block_size 64: 66), the box is the page, its scales rows 64 and
 // 65. Preshuffled: a 16-token group's chunk c of tokens 8h..8h+7 is 128 contiguous bytes, a core matrix of the
-// unswizzled operand layout; one box a group, [h][chunk][8 tokens][16 bytes], so 8-token group g8 = 2 g + h lands
-// at g8 x 1024 and chunk c at c x 128 within it (the map's 128-byte row index 16 g + h names the group and half).
+// unswizzled operand layout; one box a block, [group][h][chunk][128 bytes], so 8-token group g8 = 2 g + h lands at
+// g8 x 1024 and chunk c at c x 128 within it. The box's innermost run is those 128 bytes: a box whose innermost run
+// was 16 bytes (one token's chunk) streamed the cache at half the block-flat rate.
 // Either way the MMA sees the same keys (the math's descriptor follows the layout).
 template <class P>
 HX_INLINE __device__ void copy_keys(const P& p, hx_u32 dst, hx_i32 id, hx_u32 bar) {
-  if (!p.preshuffle) {
-    hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);
-    return;
-  }
-  for (hx_i32 g = 0; g < p.block_size / 16; ++g) hx_tma_load_5d(dst + g * 2048, p.kv_map, 0, 0, 0, 16 * g, id, bar);
+  if (p.preshuffle) hx_tma_load_5d(dst, p.kv_map, 0, 0, 0, 0, id, bar);
+  else hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);
 }
 
-// Page warp `parity` (0, 1): of every segment's blocks, 64 keys a stage, the stages of its parity into the stage
-// ring (the other page warp takes the rest: a warp issues one copy at a time, and two keep more in flight).
+// Page warp `which` of `warps` (2, or 3 for 16-token blocks): of every segment's blocks, 64 keys a stage, stages
+// which, which + warps, ... into the stage ring, the other page warps the rest. A warp issues one copy at a time, and
+// a stage of four 16-token blocks is eight copies (each block's keys and scales), which two warps issue more slowly
+// than the cache streams; the ring's depth, a multiple of 6, gives each slot one page warp either way.
 template <class P>
-HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, hx_range64 own, hx_i32 lane,
-                                    hx_u32 parity) {
+HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, hx_range64 own, hx_i32 lane, hx_u32 which,
+                                    hx_u32 warps) {
   const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
   const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
   if (lane < SB) {
@@ -37,7 +37,7 @@ HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, hx_range64 own, 
     hx_tma_prefetch_map(p.kv_map);
   }
   StagePos at;
-  hx_u32 it = 0;
+  hx_u32 turn = 0;  // the page warp of this stage
   walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
     const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
     const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
@@ -45,8 +45,8 @@ HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, hx_range64 own, 
     for (hx_i32 c0 = blk.lo; c0 < blk.hi; c0 += 32) {
       const hx_i32 nxt = table_entry(p, row, c0 + 32 + lane, blk.hi);  // in flight under this batch's stages
       const hx_i32 nb = hx_min_i32(32, blk.hi - c0);
-      for (hx_i32 k = 0; k < nb; k += SB, ++it, at.next(sm.S)) {
-        if ((it & 1) != parity) continue;
+      for (hx_i32 k = 0; k < nb; k += SB, turn = turn + 1 == warps ? 0 : turn + 1, at.next(sm.S)) {
+        if (turn != which) continue;
         const hx_i32 id = hx_shfl_idx_i32(cur, (k + lane) & 31);
         const bool mine = lane < SB && k + lane < nb;
         const bool ok = mine && id >= 0;
@@ -83,9 +83,14 @@ HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 
   hx_i64 total_work, total_fill;
   batch_totals(p, sm, tid, total_work, total_fill);
   const hx_i64 units = hx_grid_dim_x(), u = hx_block_x();
-  if (warp == 0 || warp == 2) page_warp(p, sm, hx_balanced_part(total_work, units, u), lane, warp >> 1);
-  else if (warp == 1) query_warp(p, sm, hx_balanced_part(total_work, units, u), lane);
-  else if (p.clean) fill_columns(p, hx_balanced_part(total_fill, units, u), lane, 32);
+  const hx_range64 own = hx_balanced_part(total_work, units, u);
+  const hx_u32 page_warps = p.block_size < SK ? 3 : 2;
+  if (warp == 0 || warp == 2) page_warp(p, sm, own, lane, warp >> 1, page_warps);
+  else if (warp == 1) query_warp(p, sm, own, lane);
+  else {
+    if (p.clean) fill_columns(p, hx_balanced_part(total_fill, units, u), lane, 32);
+    if (page_warps == 3) page_warp(p, sm, own, lane, 2, page_warps);  // after its fill: a third page warp
+  }
 }
 
 }  // namespace

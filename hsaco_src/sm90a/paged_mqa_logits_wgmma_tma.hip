@@ -19,7 +19,8 @@
 //                     rows (block-flat 64: 66 rows), else one bulk copy of them; each stage's record beside it. A
 //                     warp issues one copy at a time, so two keep more in flight. Warp 1: each sequence's live query
 //                     rows (cp.async into the 128-byte swizzle), their weights and row bounds into one of two Q
-//                     slots. Warp 3: the -inf fill of columns no key reaches.
+//                     slots. Warp 3: the -inf fill of columns no key reaches, then, for 16-token blocks (eight
+//                     copies a stage), a third page warp.
 //   1, 2, 3           math: stage i to warpgroup i % 3. Per stage, per pass of at most 128 / H live rows: the MMA
 //                     (N = rows x H, one instantiation per row count: dead rows cost nothing), then relu x weight
 //                     summed over each thread's heads, the quad reduce, kv_scale and predicated stores with the

@@ -180,7 +180,9 @@ _NO_REPACK = [
           "for (int i = 0; i < 4; ++i) if (x[i].x == 1u) sts_128(atile + dst[i], x[i]);"),
 ]
 
-_ONE_PAGE_WARP = Plant("one_pw", TMA_LOADER, "if ((it & 1) != parity) continue;", "if (parity) break;")
+_ONE_PAGE_WARP = Plant("one_pw", TMA_LOADER, "if (turn != which) continue;", "if (which) break;")
+# two page warps at every block size (16-token blocks take a third, warp 3 after its -inf fill)
+_TWO_PAGE_WARPS = Plant("two_pw", TMA_LOADER, "page_warps = p.block_size < SK ? 3 : 2;", "page_warps = 2;")
 _RING_12 = Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 12;")
 _NO_SCALES = [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),
               Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")]
@@ -357,6 +359,8 @@ VARIANTS = {
         "no_math_no_scales": [_no_math(TMA), *_NO_SCALES],
         # one page warp for every stage (warp 2 idle)
         "one_page_warp": [_ONE_PAGE_WARP],
+        # two page warps for 16-token blocks too
+        "two_page_warps": [_TWO_PAGE_WARPS],
         # the epilogue without the FADD of relu (|x| x w, one FFMA an accumulator: what folding the ReLU's linear
         # half into the MMA would leave)
         "no_relu_fadd": [Plant("no_relu_fadd", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
@@ -367,8 +371,8 @@ VARIANTS = {
         # bytes, unswizzled; block_size 64 only: a bulk copy moves whole 16-byte units, a 16-token page is 2112
         # bytes) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
         "no_math_bulk_pages": [_no_math(TMA), Plant(
-            "bulk_pages", TMA_LOADER, "    hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
-            "    hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
+            "bulk_pages", TMA_LOADER, "  else hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
+            "  else hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
             "hx_block_bytes(p.block_size, D), bar);")],
         "no_math_one_page_warp": [_no_math(TMA), _ONE_PAGE_WARP],
         "no_math_ring_12": [_no_math(TMA), _RING_12],
