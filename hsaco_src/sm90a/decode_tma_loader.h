@@ -14,8 +14,8 @@ namespace {
 // swizzle; where a page is whole 128-byte rows (block_size 64: 66), the box is the page, its scales rows 64 and
 // 65. Preshuffled: a 16-token group's chunk c of tokens 8h..8h+7 is 128 contiguous bytes, a core matrix of the
 // unswizzled operand layout; one box a block, [group][h][chunk][128 bytes], so 8-token group g8 = 2 g + h lands at
-// g8 x 1024 and chunk c at c x 128 within it. The box's innermost run is those 128 bytes: a box whose innermost run
-// was 16 bytes (one token's chunk) streamed the cache at half the block-flat rate.
+// g8 x 1024 and chunk c at c x 128 within it. The box's innermost dimension is that 128-byte run: the copy engine
+// reads a box as runs of its innermost dimension, and one token's 16-byte chunk as the run would make 8x as many.
 // Either way the MMA sees the same keys (the math's descriptor follows the layout).
 template <class P>
 HX_INLINE __device__ void copy_keys(const P& p, hx_u32 dst, hx_i32 id, hx_u32 bar) {
