@@ -1,9 +1,8 @@
 """The decode benchmark (`hipindexer bench decode`), by the method of docs/benchmarks.md.
 
 Pinned: D = 128, block_size 64 (16 by option), block-flat on NVIDIA and preshuffled on gfx950 (either by option),
-max_model_len = the
-longest context, every sequence at the stated context unless the row says otherwise (pm30: +-30%;
-one_long: one at the context, the rest at context / 32). The cache, the queries, the weights and the
+max_model_len = the longest context, every sequence at the stated context unless the row says otherwise (pm30:
++-30%; one_long: one at the context, the rest at context / 32). The cache, the queries, the weights and the
 outputs are rotated over enough sets to cover 3x the L2; device time is the median of back-to-back calls
 between events and, for short calls on CUDA, of a captured graph's replays; host microseconds per call
 are measured with every input already on the device.
