@@ -72,16 +72,23 @@ struct hx_prefill_part {
   hx_range fill_hi; // a piece of [hi, n)
 };
 
-HX_INLINE HX_HD hx_prefill_part hx_prefill_split(hx_i32 lo, hx_i32 hi, hx_i32 n, hx_i32 tile, hx_i32 parts,
-                                                 hx_i32 s) {
+// Part s's ownership once its tiles [ta, tb) of the union are chosen: their keys clipped to [lo, hi), and its share
+// of each fill piece.
+HX_INLINE HX_HD hx_prefill_part hx_prefill_part_of_tiles(hx_i32 lo, hx_i32 hi, hx_i32 n, hx_i32 tile, hx_i32 parts,
+                                                         hx_i32 s, hx_i64 ta, hx_i64 tb) {
   hx_prefill_part p;
-  const hx_i32 t0 = lo / tile, t1 = hx_ceil_div(hi, tile);
-  const hx_range t = hx_split_part(t0, t1, parts, s);
-  p.work.lo = hx_min_i32(hx_max_i32(lo, (hx_i32)((hx_i64)t.lo * tile)), hi);
-  p.work.hi = hx_max_i32(hx_min_i32(hi, (hx_i32)((hx_i64)t.hi * tile)), p.work.lo);
+  p.work.lo = hx_min_i32(hx_max_i32(lo, (hx_i32)(ta * tile)), hi);
+  p.work.hi = hx_max_i32(hx_min_i32(hi, (hx_i32)(tb * tile)), p.work.lo);
   p.fill_lo = hx_split_part(0, lo, parts, s);
   p.fill_hi = hx_split_part(hi, n, parts, s);
   return p;
+}
+
+HX_INLINE HX_HD hx_prefill_part hx_prefill_split(hx_i32 lo, hx_i32 hi, hx_i32 n, hx_i32 tile, hx_i32 parts,
+                                                 hx_i32 s) {
+  const hx_i32 t0 = lo / tile, t1 = hx_ceil_div(hi, tile);
+  const hx_range t = hx_split_part(t0, t1, parts, s);
+  return hx_prefill_part_of_tiles(lo, hi, n, tile, parts, s, t.lo, t.hi);
 }
 
 // The same ownership with the union's tiles cut in whole quanta of q = ceil(tiles / parts) from its first tile
@@ -91,13 +98,8 @@ HX_INLINE HX_HD hx_prefill_part hx_prefill_split(hx_i32 lo, hx_i32 hi, hx_i32 n,
 // that ends within the row's last `parts` tiles (gfx950/mqa_logits_mfma.hip).
 HX_INLINE HX_HD hx_prefill_part hx_prefill_split_quanta(hx_i32 lo, hx_i32 hi, hx_i32 n, hx_i32 tile, hx_i32 parts,
                                                         hx_i32 s) {
-  hx_prefill_part p;
   const hx_i64 t0 = lo / tile, t1 = hx_ceil_div(hi, tile);
   const hx_i64 q = t1 > t0 ? (t1 - t0 + parts - 1) / parts : 0;
   const hx_i64 ta = t0 + s * q < t1 ? t0 + s * q : t1, tb = ta + q < t1 ? ta + q : t1;
-  p.work.lo = hx_min_i32(hx_max_i32(lo, (hx_i32)(ta * tile)), hi);
-  p.work.hi = hx_max_i32(hx_min_i32(hi, (hx_i32)(tb * tile)), p.work.lo);
-  p.fill_lo = hx_split_part(0, lo, parts, s);
-  p.fill_hi = hx_split_part(hi, n, parts, s);
-  return p;
+  return hx_prefill_part_of_tiles(lo, hi, n, tile, parts, s, ta, tb);
 }
