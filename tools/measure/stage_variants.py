@@ -52,6 +52,23 @@ def _peak_at(n: int) -> list[Plant]:
             Plant(f"peak_n{n}_mma", PEAK, "hx_wgmma_m64n256k32_e4m3(acc,", f"hx_wgmma_m64n{n}k32_e4m3(acc,")]
 
 
+_RELU_FMAX = Plant("relu_fmax", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
+                   "sum = __fmaf_rn(fmaxf(x, 0.f), w2[jr][2 * jj + cc], sum);")
+_RELEASE_EARLY = [
+    Plant("release_field", COMMON, "  bool in, bad, clean;", "  hx_u32 rel = 0;\n  bool in, bad, clean;"),
+    Plant("release_after_mma", COMMON, "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n",
+          "  hx_wgmma_wait<0>();\n  hx_fence_regs(acc);\n  if (c.rel) hx_mbar_arrive(c.rel);\n"),
+    Plant("release_not_after_rows", TMA, "        rows(c);\n        hx_mbar_arrive(stage_empty(sm, at.slot));",
+          "        c.rel = stage_empty(sm, at.slot);\n        rows(c);"),
+]
+_TWO_CHAINS = [
+    Plant("two_chains_init", COMMON, "      float sum = 0.f;\n", "      float s2[2] = {0.f, 0.f};\n"),
+    Plant("two_chains_fma", COMMON, "          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
+          "          s2[cc] = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], s2[cc]);"),
+    Plant("two_chains_add", COMMON, "      v[i * R + jr] = sum;", "      v[i * R + jr] = s2[0] + s2[1];"),
+]
+
+
 def _two_warpgroups() -> Plant:
     """The peak loop's third warpgroup leaves before the loop."""
     return Plant("peak_2wg", PEAK, "  hx_wgmma_fence();\n  for (hx_i32 it", "  if (wg == 2) return;\n  hx_wgmma_fence();\n  for (hx_i32 it")
@@ -367,6 +384,13 @@ VARIANTS = {
                                "sum = __fmaf_rn(__builtin_fabsf(x), w2[jr][2 * jj + cc], sum);")],
         # a stage ring of at most 12 stages
         "ring_12": [_RING_12],
+        # relu(x) x w as max(x, 0) x w (FMNMX on the ALU pipe beside the FFMA, instead of the FADD of x + |x|)
+        "relu_fmax": [_RELU_FMAX],
+        # each stage released once its MMA has retired (its keys read), not after the sums and stores (valid for
+        # segments of one pass only: next_n <= 2 at H = 64, <= 4 at H = 32)
+        "release_early": _RELEASE_EARLY,
+        # each (row, key) sum as two chains (one per column of the accumulator pair) added at the end
+        "two_chains": _TWO_CHAINS,
         # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same
         # bytes, unswizzled; block_size 64 only: a bulk copy moves whole 16-byte units, a 16-token page is 2112
         # bytes) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
