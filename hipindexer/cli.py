@@ -723,9 +723,12 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
                                       "both, timed back to back.")
 @click.option("--layout", type=click.Choice(["target", "block-flat", "preshuffled"]), default="target",
               show_default=True, help="The cache layout; target: preshuffled on gfx950, block-flat elsewhere.")
+@click.option("--isolated", is_flag=True,
+              help="Also time each row one call at a time after an L2 flush, the device idle between calls "
+                   "(DeepGEMM's benchmark method): the \"isolated us\" column.")
 @kernel_option
 @json_option
-def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, layout, kernel,
+def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, layout, isolated, kernel,
                      as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, LENS_FORMS, bench_decode_shape
@@ -744,7 +747,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                                       next_ns, cleans, repeats, _progress, block_size=block_size,
                                       lens_forms=LENS_FORMS if lens == "both" else (lens,),
                                       preshuffle=None if layout == "target" else layout == "preshuffled",
-                                      **({"kernel": kernel} if kernel else {}))
+                                      isolated=isolated, **({"kernel": kernel} if kernel else {}))
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
         r["of_read"] = moved / (r["us"] * 1e-6) / read_bw
@@ -755,11 +758,11 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                   [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"],
                     "preshuffled" if r["preshuffle"] else "block-flat", r["next_n"], r["clean"], r["lens"],
                     r["kernel"], r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-",
-                    figure(r["GBps"]), f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
+                    f"{r['us_isolated']:.1f}" if r["us_isolated"] else "-", figure(r["GBps"]), f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
                     f"{r['host_us']:.1f}"]
                    for r in results],
                   ["spread", "B", "ctx", "H", "bs", "layout", "next_n", "clean", "lens", "kernel", "units", "median us",
-                   "graph us", "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
+                   "graph us", "isolated us", "key GB/s", "logits MB", "of read", "TFLOP/s", "host us/call"], as_json)
 
 
 @bench.command("topk")

@@ -51,3 +51,14 @@ def test_bench_decode_runs_on_the_emulator_and_says_its_times_are_not_speeds(emu
     r = doc["cases"][0]
     assert r["key_bytes"] == 256 * 132 and r["kernel"] == "paged_mqa_logits_generic" and r["host_us"] > 0
     assert not any(c["preshuffle"] for c in doc["cases"])  # --layout block-flat over gfx950's preshuffled default
+
+
+def test_bench_decode_times_each_call_alone_on_request_and_lists_its_batches(emu_kernels):
+    args = ["bench", "decode", "--device", "emu:gfx950", "--rows", "equal:1x256", "--heads", "16", "--next-n", "1",
+            "--clean", "true", "--repeats", "2", "--json"]
+    alone = json.loads(H.run_cli(emu_kernels, *args, "--isolated", timeout=600).stdout)["cases"]
+    batched = json.loads(H.run_cli(emu_kernels, *args, timeout=600).stdout)["cases"]
+    assert len(alone) == len(batched) == 1
+    assert alone[0]["us_isolated"] > 0 and batched[0]["us_isolated"] is None
+    for r in alone + batched:
+        assert len(r["us_batches"]) == 2 and min(r["us_batches"]) == round(r["us_min"], 2)

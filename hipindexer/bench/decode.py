@@ -22,7 +22,7 @@ from ..ops import fp8_paged_mqa_logits, target_of
 from ..plan import plan_decode
 from ..reference import decode_bounds, per_row_lengths
 from ..runtime import DeviceArray
-from .timing import L2_BYTES, figure, host_us_per_call, time_batches, time_graph
+from .timing import L2_BYTES, figure, host_us_per_call, time_batches, time_graph, time_isolated
 
 D, BLOCK_SIZE = 128, 64
 DECODE_BENCH_ROWS = (("equal", 64, 131072), ("equal", 64, 32768), ("equal", 16, 131072), ("equal", 16, 32768),
@@ -42,10 +42,12 @@ def live_lens(next_n: str, B: int) -> tuple[int, np.ndarray | None]:
 
 def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), next_ns=NEXT_N, cleans=(True,),
                        repeats: int = 10, progress=lambda msg: None, block_size: int = BLOCK_SIZE,
-                       lens_forms=LENS_FORMS[:1], preshuffle: bool | None = None, **tunables) -> list[dict]:
+                       lens_forms=LENS_FORMS[:1], preshuffle: bool | None = None, isolated: bool = False,
+                       **tunables) -> list[dict]:
     """Every (H, next_n, clean, form of context_lens) row of one (spread, B, context): the cache is built and
     uploaded once; the forms of one row are timed back to back. preshuffle: the cache layout (None: the target's,
-    preshuffled on gfx950, block-flat elsewhere)."""
+    preshuffled on gfx950, block-flat elsewhere). isolated: each row also timed one call at a time
+    (timing.time_isolated, `us_isolated`), the method of DeepGEMM's benchmark."""
     rng = np.random.default_rng(0)
     preshuffle = device.arch == "gfx950" if preshuffle is None else preshuffle
     base = testing.decode_inputs(rng, testing.DecodeCase(B, 8, 64, D, block_size, preshuffle, mean_context=ctx,
@@ -94,13 +96,16 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                     times, call, calls, once = (timed[form][k] for k in ("times", "call", "calls", "once"))
                     us = statistics.median(times)
                     graph = time_graph(device, call, calls, repeats) if us < GRAPH_BELOW_US else None
+                    alone = time_isolated(device, call, max(20, repeats)) if isolated else None
                     logits_bytes = 4 * (B * next_n * mml if clean else pairs)
                     rows.append({
                         "op": "decode", "spread": spread, "B": B, "ctx": ctx, "max_model_len": mml, "H": H, "D": D,
                         "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean,
                         "lens": form,
                         "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
-                        "us": us, "us_min": min(times), "us_graph": statistics.median(graph) if graph else None,
+                        "us": us, "us_min": min(times), "us_batches": [round(t, 2) for t in times],
+                        "us_graph": statistics.median(graph) if graph else None,
+                        "us_isolated": statistics.median(alone) if alone else None,
                         "key_bytes": key_bytes, "logits_bytes": logits_bytes,
                         "GBps": key_bytes / (us * 1e-6) / 1e9,
                         "tflops": 2 * H * D * pairs / (us * 1e-6) / 1e12,

@@ -35,6 +35,31 @@ def time_device(device, fn, calls: int, repeats: int, warmup: int = 2) -> list[f
     return times
 
 
+FLUSH_BYTES = 256 << 20
+
+
+def time_isolated(device, fn, repeats: int, flush_bytes: int = FLUSH_BYTES) -> list[float]:
+    """Per-call device microseconds of `fn(i)` timed one call at a time: a memset of `flush_bytes` (the L2 emptied
+    of the call's inputs), events around the call alone, and the host waiting for it before the next one. The
+    device idles between calls, so a kernel that the board's power limit slows keeps a higher clock than in
+    back-to-back batches; DeepGEMM's benchmark times this way, and a ratio to it is like for like only when both
+    sides are timed by the same method."""
+    stream = device.default_stream
+    flush = DeviceArray.empty((flush_bytes,), np.uint8, device)
+    for i in range(2):
+        fn(i)
+    start, end = Event(device), Event(device)
+    times = []
+    for r in range(repeats):
+        flush.fill(r & 0x7F, stream)
+        start.record(stream)
+        fn(r)
+        end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_ms(end) * 1e3)
+    return times
+
+
 def time_batches(device, fn, repeats: int) -> tuple[list[float], int, float]:
     """Time `fn(i)` by the method above: one call to warm up, one timed alone to size the batches (about
     50 ms, at most 50 calls), then `repeats` batches. Returns (per-call device microseconds of each batch,
