@@ -450,10 +450,6 @@ KERNELS.append(Kernel("mqa_logits_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_
 KERNELS.append(Kernel("mqa_logits_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_logits_wgmma_fold",
                       "PrefillParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
                       accumulation="fp8_tc", fits=((64, 128),)))
-# sm_90a tensor-core decode (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): whole blocks by bulk copies,
-# repacked into the wgmma operand swizzle, every live row of a sequence from one read of its keys
-# (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip; hipindexer.plan.decode.WGMMA_DECODE_SM90). The raw ring takes the
-# shared memory its Q slots leave, so it asks for all 227 KiB.
 # The same kernels filtering each row's keys by its floor instead of writing logits (-DHX_TOPK_FILTER): the fused
 # prefill top-k (hipindexer.ops.prefill_topk_fused) at H = 64 (fold) and H = 32 (plain), after prefill_topk_sample
 # and prefill_topk_floor, before prefill_topk_finish.
@@ -463,12 +459,11 @@ KERNELS.append(Kernel("mqa_topk_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_to
 KERNELS.append(Kernel("mqa_topk_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_topk_wgmma_fold",
                       "PrefillTopkParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
                       defines=(("HX_TOPK_FILTER", 1),), accumulation="fp8_tc", fits=((64, 128),)))
-KERNELS.append(Kernel("paged_mqa_logits_wgmma", "sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma",
-                      "DecodeParams", block=512, targets=("sm_90a",), variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}),
-                      smem=232448, accumulation="fp8_tc", fits=_H32_H64, block_sizes=(16, 64)))
-# The same op on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip;
-# hipindexer.plan.decode.WGMMA_TMA_DECODE_SM90): pages land swizzled, three math warpgroups, no repack. The
-# planner's default at those shapes; the bulk-copy kernel above is chosen by name.
+# sm_90a tensor-core decode (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): keys by the tensor copy
+# engine, landing in the wgmma operand layouts, three math warpgroups, every live row of a sequence from one read
+# of its keys (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip; hipindexer.plan.decode.WGMMA_TMA_DECODE_SM90). The
+# planner's default at those shapes. The stage ring takes the shared memory its Q slots leave, so it asks for all
+# 227 KiB.
 KERNELS.append(Kernel("paged_mqa_logits_wgmma_tma", "sm90a/paged_mqa_logits_wgmma_tma.hip",
                       "hx_paged_mqa_logits_wgmma_tma", "DecodeTmaParams", block=512, targets=("sm_90a",),
                       variants=({"HX_HEADS": 32}, {"HX_HEADS": 64}), smem=232448, accumulation="fp8_tc",

@@ -1,9 +1,8 @@
-"""The sm_90a tensor-core decode kernels (paged_mqa_logits_wgmma, and paged_mqa_logits_wgmma_tma on the tensor
-copy engine): planner choice, catalog entries, build resources and the SASS of their objects where a cuobjdump is
-at hand (CPU only).
+"""The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma_tma, keys by the tensor copy engine): planner
+choice, catalog entry, build resources and the SASS of its objects where a cuobjdump is at hand (CPU only).
 
 Its correctness proof is the device sweep (`hipindexer check decode --device cuda:0 --kernel
-paged_mqa_logits_wgmma`, tools/device/h200_sm90a_decode.sh); here only what a machine without a GPU can check.
+paged_mqa_logits_wgmma_tma`, tools/device/h200_sm90a_decode.sh); here only what a machine without a GPU can check.
 """
 import json
 import os
@@ -16,12 +15,11 @@ import pytest
 from hipindexer import catalog
 from hipindexer.check import sweep
 from hipindexer.cli import _decode_filters
-from hipindexer.plan.decode import GENERIC_DECODE, WGMMA_DECODE_SM90, WGMMA_TMA_DECODE_SM90, plan_decode
+from hipindexer.plan.decode import GENERIC_DECODE, WGMMA_TMA_DECODE_SM90, plan_decode
 from hipindexer.plan import TARGETS
 from hipindexer.runtime.module import DEFAULT_MANIFEST
 
 H200, MI355X = TARGETS["sm_90a"], TARGETS["gfx950"]
-WGMMA = WGMMA_DECODE_SM90.key
 TMA = WGMMA_TMA_DECODE_SM90.key
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,16 +47,16 @@ def test_fp32_and_gfx950_never_get_the_wgmma_kernel(H):
     assert p.kernel == GENERIC_DECODE.key and p.accumulation == "fp32"
     assert plan_decode(4, 2, H, 128, 64, 4096, MI355X).kernel == "paged_mqa_logits_mfma"
     with pytest.raises(ValueError, match="accumulation='fp32' takes fp32-class kernels only"):
-        plan_decode(4, 2, H, 128, 64, 4096, H200, accumulation="fp32", kernel=WGMMA)
+        plan_decode(4, 2, H, 128, 64, 4096, H200, accumulation="fp32", kernel=TMA)
     with pytest.raises(ValueError, match="is not a decode kernel for gfx950"):
-        plan_decode(4, 2, H, 128, 64, 4096, MI355X, kernel=WGMMA)
+        plan_decode(4, 2, H, 128, 64, 4096, MI355X, kernel=TMA)
 
 
 def test_a_forced_wgmma_kernel_refuses_shapes_it_does_not_serve():
     with pytest.raises(ValueError, match="does not serve H=16, D=128, block_size=64"):
-        plan_decode(4, 2, 16, 128, 64, 4096, H200, kernel=WGMMA)
+        plan_decode(4, 2, 16, 128, 64, 4096, H200, kernel=TMA)
     with pytest.raises(ValueError, match="does not serve H=64, D=128, block_size=32"):
-        plan_decode(4, 2, 64, 128, 32, 4096, H200, kernel=WGMMA)
+        plan_decode(4, 2, 64, 128, 32, 4096, H200, kernel=TMA)
 
 
 @pytest.mark.parametrize("B,mml", [(1, 1), (1, 100), (1, 131072), (4, 8192), (16, 32768), (64, 131072),
@@ -76,16 +74,16 @@ def test_an_explicit_split_kv_gives_b_times_split_units():
 
 
 def test_catalog_declares_the_kernel_for_sm90a_only():
-    k = catalog.KERNEL[WGMMA]
-    assert k.targets == ("sm_90a",) and k.params == "DecodeParams" and k.block == WGMMA_DECODE_SM90.block == 512
-    assert (k.source, k.symbol) == ("sm90a/paged_mqa_logits_wgmma.hip", "hx_paged_mqa_logits_wgmma")
+    k = catalog.KERNEL[TMA]
+    assert k.targets == ("sm_90a",) and k.params == "DecodeTmaParams" and k.block == WGMMA_TMA_DECODE_SM90.block == 512
+    assert (k.source, k.symbol) == ("sm90a/paged_mqa_logits_wgmma_tma.hip", "hx_paged_mqa_logits_wgmma_tma")
     assert sorted(v["HX_HEADS"] for v in k.variants) == [32, 64]
     assert k.accumulation == "fp8_tc" and 200 << 10 < k.smem <= 227 << 10  # the H200's opt-in limit per block
 
 
 def test_check_decode_restricts_a_forced_kernel_to_its_shapes():
-    assert _decode_filters(WGMMA, None, None, None) == ((32, 64), (128,), (16, 64))
-    assert _decode_filters(WGMMA, (64,), None, (16,)) == ((64,), (128,), (16,))
+    assert _decode_filters(TMA, None, None, None) == ((32, 64), (128,), (16, 64))
+    assert _decode_filters(TMA, (64,), None, (16,)) == ((64,), (128,), (16,))
     assert _decode_filters(None, None, None, None) == (None, None, None)
     assert _decode_filters(GENERIC_DECODE.key, (16,), None, None) == ((16,), None, None)
     d = sweep.decode_design(False, 0, 12, 8192, (32, 64), (128,), (16, 64))
@@ -101,7 +99,7 @@ def test_fixed_shape_checks_stay_within_the_filters():
     assert o.status == sweep.NA
 
 
-def _entries(name=WGMMA):
+def _entries(name=TMA):
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip("no built kernels")
     entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
@@ -111,15 +109,14 @@ def _entries(name=WGMMA):
     return entries
 
 
-@pytest.mark.parametrize("name", [WGMMA, TMA])
-def test_built_objects_do_not_spill_and_carry_their_shared_memory(name):
-    entries = _entries(name)
-    assert {e["variant_key"] for e in entries} == {f"{name}.HX_HEADS-32", f"{name}.HX_HEADS-64"}
+def test_built_objects_do_not_spill_and_carry_their_shared_memory():
+    entries = _entries(TMA)
+    assert {e["variant_key"] for e in entries} == {f"{TMA}.HX_HEADS-32", f"{TMA}.HX_HEADS-64"}
     for e in entries:
         r = e["resources"]
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, e["variant_key"]
         assert r["registers"] <= 128, e["variant_key"]  # 512 threads: the launch allocation's share
-        assert e["dynamic_smem"] == catalog.KERNEL[name].smem and e["block"] == 512
+        assert e["dynamic_smem"] == catalog.KERNEL[TMA].smem and e["block"] == 512
 
 
 
@@ -138,9 +135,8 @@ def _cuobjdump():
     return None
 
 
-@pytest.mark.parametrize("name", [WGMMA, TMA])
-def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory(name):
-    entries = _entries(name)
+def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory():
+    entries = _entries(TMA)
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("no cuobjdump (set CUOBJDUMP)")
@@ -154,15 +150,15 @@ def test_the_sass_holds_the_mmas_of_every_pass_width_and_no_local_memory(name):
         assert m["kernel_local_memory"] == 0, e["variant_key"]
         widths = {int(s.split("x")[1]) for s in m["mma_shapes"]}
         assert widths == {r * H for r in range(1, 128 // H + 1)}, (e["variant_key"], m["mma_shapes"])
-        # four k32 steps of D = 128 per pass width; the tensor-copy kernel has each width twice: in segments of one
-        # pass (their weights held in registers) and in longer ones
-        assert m["kernel_qgmma"] == 4 * len(widths) * (2 if name == TMA else 1)
+        # four k32 steps of D = 128 per pass width, each width twice: in segments of one pass (their weights held
+        # in registers) and in longer ones
+        assert m["kernel_qgmma"] == 4 * len(widths) * 2
 
 
-def test_the_bulk_copy_kernel_is_chosen_only_by_name():
+def test_the_tensor_copy_kernel_is_the_one_sm90a_tensor_core_decode_kernel():
     for H in (32, 64):
-        assert plan_decode(16, 1, H, 128, 64, 32768, H200).kernel == TMA
-        p = plan_decode(16, 1, H, 128, 64, 32768, H200, kernel=WGMMA)
-        assert p.kernel == WGMMA and p.variant == {"HX_HEADS": H} and p.block == 512
+        p = plan_decode(16, 1, H, 128, 64, 32768, H200, kernel=TMA)
+        assert p.kernel == TMA and p.variant == {"HX_HEADS": H} and p.block == 512
     assert catalog.KERNEL[TMA].params == "DecodeTmaParams" and WGMMA_TMA_DECODE_SM90.kv_map
-    assert not WGMMA_DECODE_SM90.kv_map
+    with pytest.raises(ValueError, match="is not a decode kernel for sm_90a"):
+        plan_decode(16, 1, 64, 128, 64, 32768, H200, kernel="paged_mqa_logits_wgmma")

@@ -80,15 +80,12 @@ class DecodeKernelSpec(CatalogFacts):
 # hsaco_src/generic/paged_mqa_logits.hip: one key per thread, 128 keys per tile (D <= 128), 16 (row, head)
 # pairs per pass; fp32 FMAs.
 GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic")
-# sm_90a fp8 wgmma (hsaco_src/sm90a/paged_mqa_logits_wgmma.hip): 64-key stages of whole blocks (16 or 64 tokens,
-# either layout) by bulk copies, repacked into the operand swizzle, up to 128 (row, head) pairs per MMA pass; one
-# unit per SM by default. Chosen only by name: it needs no tensor map (see below).
-WGMMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma", units_per_cu=1, head_pass=128, persistent=True,
-                                     stage_keys=64)
-# The same on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip): whole pages land swizzled,
-# three math warpgroups, no repack. The default: registered first. Its tensor map (hipindexer/ops/kv_map.py) is
-# uploaded on a cache's first call, which therefore has to come before a graph capture.
-WGMMA_TMA_DECODE_SM90 = replace(WGMMA_DECODE_SM90, key="paged_mqa_logits_wgmma_tma")
+# sm_90a fp8 wgmma on the tensor copy engine (hsaco_src/sm90a/paged_mqa_logits_wgmma_tma.hip): 64-key stages of
+# whole blocks (16 or 64 tokens, either layout) landing in the operand layouts, three math warpgroups, up to 128
+# (row, head) pairs per MMA pass; one unit per SM by default. Its tensor map (hipindexer/ops/kv_map.py) is uploaded
+# on a cache's first call, which therefore has to come before a graph capture.
+WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", units_per_cu=1, head_pass=128,
+                                         persistent=True, stage_keys=64)
 DECODE = KernelMenu("decode", GENERIC_DECODE)
 DECODE_TUNABLES = ("kernel",)
 # A grid's units as blocks of threads: AMD counts the grid in threads (< 2^32), so that bounds it everywhere.
@@ -104,7 +101,6 @@ def register_decode(arch: str, spec: DecodeKernelSpec) -> None:
 
 
 register_decode("sm_90a", WGMMA_TMA_DECODE_SM90)
-register_decode("sm_90a", WGMMA_DECODE_SM90)
 # gfx950 scaled-MFMA kernels (hsaco_src/gfx950/paged_mqa_logits_mfma.hip): 4 waves per unit, 64-key pages, every
 # live row's Q in LDS (8 rows x H x 128 bytes: 66 KiB at H = 64, so 2 units per CU; at H = 32 the LDS would allow
 # 4, the VGPRs (over 168) allow 2).
@@ -166,8 +162,7 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
 
     The kernel, unless forced: on sm_90a paged_mqa_logits_wgmma_tma (fp8 tensor cores, keys by the tensor
     copy engine) at H in {32, 64}, D = 128, block_size 16 or 64, either layout, under accumulation="fast"; the
-    generic kernel otherwise. kernel="paged_mqa_logits_wgmma" takes the bulk-copy kernel of the same shapes,
-    which needs no tensor map of the cache.
+    generic kernel otherwise.
     accumulation: "fast" takes the fastest kernel serving the shape whatever its accumulation class,
     "fp32" only fp32-class kernels (see hipindexer.catalog.ACCUMULATION).
 

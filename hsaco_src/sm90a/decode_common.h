@@ -1,7 +1,8 @@
-// What both sm_90a paged decode kernels (paged_mqa_logits_wgmma.hip, paged_mqa_logits_wgmma_tma.hip) share, on the
-// hopper.h primitives: the constants, the shared loads and stores, each sequence's price, the walk that finds the
-// sequences whose piece of the batch's prefix of prices meets a unit's own range, and the math warpgroups' pass.
-// H = HX_HEADS, D = 128. Each kernel's own shared-memory layout and rings: decode_cta.h, decode_tma_cta.h.
+// What the sm_90a paged decode kernels (the logits of paged_mqa_logits_wgmma_tma.hip, the fused top-k of
+// paged_mqa_topk_wgmma_tma.hip) share, on the hopper.h primitives: the constants, the shared loads and stores, each
+// sequence's price, the walk that finds the sequences whose piece of the batch's prefix of prices meets a unit's own
+// range, and the math warpgroups' pass. H = HX_HEADS, D = 128. Their shared-memory layout and rings:
+// decode_tma_cta.h.
 #pragma once
 #include "decode_work.h"
 #include "paged_cache.h"
@@ -37,12 +38,6 @@ HX_INLINE __device__ float lds_f32(hx_u32 a) {
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
   return v;
 }
-HX_INLINE __device__ hx_u32x4 lds_128(hx_u32 a) {
-  hx_u32x4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a)
-               : "memory");
-  return v;
-}
 HX_INLINE __device__ hx_f32x4 lds_f32x4(hx_u32 a) {
   hx_f32x4 v;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a)
@@ -50,11 +45,6 @@ HX_INLINE __device__ hx_f32x4 lds_f32x4(hx_u32 a) {
   return v;
 }
 HX_INLINE __device__ void sts_i32(hx_u32 a, hx_i32 v) { asm volatile("st.shared.b32 [%0], %1;" :: "r"(a), "r"(v) : "memory"); }
-HX_INLINE __device__ void sts_f32(hx_u32 a, float v) { asm volatile("st.shared.f32 [%0], %1;" :: "r"(a), "f"(v) : "memory"); }
-HX_INLINE __device__ void sts_128(hx_u32 a, hx_u32x4 v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
 HX_INLINE __device__ hx_i64 shfl_xor_i64(hx_i64 v, int m) {
   const hx_u64 u = (hx_u64)v;
   const hx_u32 lo = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)u, m), hi = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)(u >> 32), m);

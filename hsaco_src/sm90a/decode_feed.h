@@ -1,6 +1,6 @@
-// The producer warpgroup's roles that both sm_90a paged decode kernels share: block-table entries, each segment's
-// query rows and weights into a Q slot (the Q warp), and the -inf fill. Included after a kernel's layout
-// (decode_cta.h or decode_tma_cta.h), whose Q slots, records and Q ring it uses.
+// The producer warpgroup's roles besides its page warps' copies: block-table entries, each segment's query rows and
+// weights into a Q slot (the Q warp), and the -inf fill. Included after the layout (decode_tma_cta.h), whose Q
+// slots, records and Q ring it uses.
 #pragma once
 
 namespace {

@@ -1,7 +1,6 @@
 // sm_90a paged decode logits on fp8 wgmma, keys brought by the tensor copy engine: H in {32, 64} (-DHX_HEADS),
 // D = 128, block_size 16 or 64, both cache layouts, next_n 1..8 and ragged next_n_lens, or a length per row
-// (context_lens [B, next_n]); fp8 tensor-core accumulation class. The same op and MMA as
-// paged_mqa_logits_wgmma.hip, without its repack warpgroup.
+// (context_lens [B, next_n]); fp8 tensor-core accumulation class.
 //
 // The MMA (swap-AB, as in prefill): a stage of 64 keys is the M side (A, 64 x 128 bytes, K-major), a pass's live
 // query rows x H heads the N side (B, N = rows x H <= 128, K-major, in the 128-byte swizzle), m64nNk32 e4m3 x
@@ -33,10 +32,19 @@
 // leave (2 x next_n x H x 128 bytes): 18 stages (152 KB) at next_n = 1 and H = 64, 6 (50 KB) at next_n = 8 where
 // the MMA, not memory, sets the pace.
 //
-// Work, segments and untrusted device values: as in paged_mqa_logits_wgmma.hip.
+// Work: a grid of units planned on the host from shapes alone; each unit owns one contiguous piece of the batch's
+// blocks, found on the device from the lengths it reads (decode_work.h), each block priced by what it costs here:
+// its bytes while the MMA keeps up, its MMA time at more live rows (block_price). A unit's blocks of one sequence
+// are a segment: the Q warp loads the segment's queries once, the page warps stream its blocks, and every live
+// row of the sequence comes out of that one read of its keys. The fill warp owns one piece of the batch's fill
+// columns the same way. Untrusted device values as in the generic kernel: a block id outside [0, num_blocks) (or
+// a table column past max_blocks) is never read through, its keys come out -inf and error bit 0 is set; a
+// malformed sequence is all -inf (fill) with bit 2, and so is a row of negative length alone (its bound is 0; every
+// row is live with per-row lengths, each masked to its own bound, the table read up to the longest row). Offsets
+// into the cache, the queries and the output are 64-bit.
 //
-// What both decode kernels share (constants, walk, the math pass): decode_common.h; the layout: decode_tma_cta.h;
-// warpgroup 0: decode_tma_loader.h and decode_feed.h.
+// What it shares with the fused top-k kernel (constants, walk, the math pass): decode_common.h; the layout:
+// decode_tma_cta.h; warpgroup 0: decode_tma_loader.h and decode_feed.h.
 #include "decode_tma_loader.h"
 
 namespace {

@@ -2,12 +2,12 @@
 # One device call: DeepGEMM built on the H200 from the source tools/device/stage_deepgemm.sh staged (carry build/deepgemm),
 # timed on the decode and prefill benchmark shapes (tools/measure/deepgemm_bench.py), and hipindexer's benchmark of the
 # same shapes in the same call; the ratios (DeepGEMM time / ours: above 1, ours is faster) in $OUT/summary.txt.
-# Env: OUT (default /tmp/hx-out), KERNELS (decode kernels of ours to time, default both sm_90a ones), ROWS, SHAPES,
+# Env: OUT (default /tmp/hx-out), KERNELS (decode kernels of ours to time, default the sm_90a one), ROWS, SHAPES,
 # NEXT_N (decode, default 1,2; above 2 DeepGEMM runs as a stack runs it, tools/measure/deepgemm_bench.py), HEADS
 # (decode, default 64), STEPS (default "build decode prefill").
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
-KERNELS=${KERNELS:-"paged_mqa_logits_wgmma paged_mqa_logits_wgmma_tma"}
+KERNELS=${KERNELS:-paged_mqa_logits_wgmma_tma}
 ROWS=${ROWS:-64x131072,64x32768,16x131072,16x32768}
 SHAPES=${SHAPES:-4096x32768,2048x65536,1024x131072,8192x8192,128x32768}
 STEPS=${STEPS:-"build decode prefill"}

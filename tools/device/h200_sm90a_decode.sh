@@ -1,7 +1,8 @@
 #!/bin/bash
-# One device call for an sm_90a decode kernel ($KERNEL: paged_mqa_logits_wgmma_tma, the default, or
-# paged_mqa_logits_wgmma) on an H200, from the repository root with hipindexer/kernels and the plant builds carried. Each step under `timeout`, logs in $OUT (8 files at most), the
-# summary printed last. Correctness first: the benchmark runs only when every correctness step passed.
+# One device call for the sm_90a decode kernel ($KERNEL: paged_mqa_logits_wgmma_tma, the default) on an H200,
+# from the repository root with hipindexer/kernels and the plant builds carried. Each step under `timeout`, logs in
+# $OUT (8 files at most), the summary printed last. Correctness first: the benchmark runs only when every
+# correctness step passed.
 #   build     the carried sm_90a objects current (built here if not)
 #   probe     eight small cases, each in its own process under a short timeout, so that a deadlock or a crash
 #             names the path it took (head count, block size, layout, passes, units) before anything longer runs;
@@ -9,13 +10,13 @@
 #   sass      QGMMA count and local memory (LDL/STL) of both objects with this machine's cuobjdump, the hot loop's
 #             mix (tools/support/sass_mix.py), and the CPU tests of tests/test_sm90a_decode.py against these objects
 #   tests     the decode GPU tests (graph replay and bad block tables with the new kernel in the plan, caches past
-#             4 GiB, untrusted values on both kernels)
+#             4 GiB, untrusted values on the generic kernel and this one)
 #   check     hipindexer check decode --kernel $KERNEL: the sampled design within its shapes (H 32/64,
 #             D 128, block_size 16/64, both layouts), layouts bitwise equal, untrusted values, reruns, 4 GiB offsets
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on one small case per head count
 #   stress    60 back-to-back calls at (64, 131072), next_n 1, H 32 and 64, block 64 (a race between the ring's
 #             producers and consumers shows there first, as a launch failure), then one gated small call
-#   mutate    the kernel's plant set ($SET: sm90a_decode or sm90a_decode_tma) on the carried builds ($PLANTS), in two
+#   mutate    the kernel's plant set ($SET: sm90a_decode_tma) on the carried builds ($PLANTS), in two
 #             lanes beside the sanitizer
 #   bench     bench decode: H 64 and 32, next_n 1, 2, 4, 8, block 64 at (64, 131072) and (16, 32768), one block-16
 #             row, and the generic kernel on one row, against the read ceiling of the same run
@@ -33,8 +34,8 @@
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"build probe sass tests check stress sanitize mutate bench"}  # profile and stages: on request
-KERNEL=${KERNEL:-paged_mqa_logits_wgmma_tma}       # or paged_mqa_logits_wgmma
-SET=${SET:-$([ $KERNEL = paged_mqa_logits_wgmma_tma ] && echo sm90a_decode_tma || echo sm90a_decode)}
+KERNEL=${KERNEL:-paged_mqa_logits_wgmma_tma}
+SET=${SET:-sm90a_decode_tma}
 PLANTS=${PLANTS:-build/plants/$SET}
 VARIANTS=${VARIANTS:-build/variants/$SET}
 PY=${PY:-python3}

@@ -1,7 +1,7 @@
 """Where a kernel's time goes, without counters: builds of it with one stage left out, timed side by side.
 
-    python -m tools.measure.stage_variants --set sm90a_decode --builds DIR --build-only        # compile here ...
-    python -m tools.measure.stage_variants --set sm90a_decode --builds DIR --prebuilt \\
+    python -m tools.measure.stage_variants --set sm90a_decode_tma --builds DIR --build-only    # compile here ...
+    python -m tools.measure.stage_variants --set sm90a_decode_tma --builds DIR --prebuilt \\
         -- bench decode --device cuda:0 --rows equal:64x131072 --heads 64 --next-n 1,2 --repeats 5   # ... time there
 
 A variant is a list of text substitutions on a copy of hsaco_src/, like a plant of tools/support/mutate.py, but its
@@ -22,13 +22,10 @@ import click
 from tools.support.mutate import Plant, build_planted
 from tools.support.package_copy import PackageCopy
 
-DEC = "sm90a/paged_mqa_logits_wgmma.hip"
-CTA = "sm90a/decode_cta.h"
-LOADER = "sm90a/decode_loader.h"
 TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 TMA_CTA = "sm90a/decode_tma_cta.h"
 TMA_LOADER = "sm90a/decode_tma_loader.h"
-COMMON = "sm90a/decode_common.h"  # the math pass both decode kernels share
+COMMON = "sm90a/decode_common.h"  # the math pass the decode logits and fused top-k kernels share
 FOLD = "sm90a/mqa_logits_wgmma_fold.hip"
 PLAIN = "sm90a/mqa_logits_wgmma.hip"
 PEAK = "sm90a/wgmma_peak.hip"
@@ -183,19 +180,11 @@ _NO_STORE = Plant("no_store", PRE_CTA, "const bool store = (e < 0) & (inside | t
                   "const bool store = (e == -1234567) & (inside | t.fill[kq]);")
 
 
-def _no_math(f: str) -> Plant:
-    """The math warpgroups take each stage and give it back."""
-    if f == TMA:  # its stages run their passes through rows(c)
-        return Plant("no_math", f, "        rows(c);\n", "        if (live < 0) rows(c);\n")
-    return Plant("no_math", f, "for (hx_i32 pb = 0; pb < live; pb += RMAX) {", "for (hx_i32 pb = 0; pb < 0 * live; pb += RMAX) {")
+def _no_math() -> Plant:
+    """The decode kernel's math warpgroups take each stage and give it back (its stages run their passes through
+    rows(c))."""
+    return Plant("no_math", TMA, "        rows(c);\n", "        if (live < 0) rows(c);\n")
 
-
-_NO_REPACK = [
-    Plant("no_lds", LOADER, "for (int i = 0; i < 4; ++i) x[i] = lds_128(stage + src[i]);",
-          "for (int i = 0; i < 4; ++i) x[i] = hx_u32x4{0u, 0u, 0u, (hx_u32)i};"),
-    Plant("no_sts", LOADER, "for (int i = 0; i < 4; ++i) sts_128(atile + dst[i], x[i]);",
-          "for (int i = 0; i < 4; ++i) if (x[i].x == 1u) sts_128(atile + dst[i], x[i]);"),
-]
 
 _ONE_PAGE_WARP = Plant("one_pw", TMA_LOADER, "if (turn != which) continue;", "if (which) break;")
 # two page warps at every block size (16-token blocks take a third, warp 3 after its -inf fill)
@@ -352,28 +341,16 @@ VARIANTS = {
         "no_fadd": [_PLAIN_NO_FADD],
         **_PREFILL_STAGES,
     },
-    # paged_mqa_logits_wgmma: bulk copies of whole pages, a repack warpgroup, two math warpgroups
-    "sm90a_decode": {
-        "shipped": [],
-        "mma_only": [_mma_only()],
-        "no_math": [_no_math(DEC)],
-        # ... and the repack moves no bytes: the bulk copies and the rings alone
-        "no_math_no_repack": [_no_math(DEC), *_NO_REPACK],
-        # the repack moves no bytes, the math as shipped
-        "no_repack": _NO_REPACK,
-        # a raw ring of at most 8 stages
-        "raw_ring_8": [Plant("ring8", CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 8;")],
-    },
     # paged_mqa_logits_wgmma_tma: tensor copies, two page warps, three math warpgroups
     "sm90a_decode_tma": {
         "shipped": [],
         "mma_only": [_mma_only()],
-        "no_math": [_no_math(TMA)],
+        "no_math": [_no_math()],
         # no scale copies, the stage expecting the keys' bytes alone: block_size 16 only (a 64-token page comes
         # whole with its scales, more bytes than the stage would then expect: the kernel never finishes)
         "no_scales": _NO_SCALES,
         # the loader alone without the scale copies (block_size 16 only)
-        "no_math_no_scales": [_no_math(TMA), *_NO_SCALES],
+        "no_math_no_scales": [_no_math(), *_NO_SCALES],
         # one page warp for every stage (warp 2 idle)
         "one_page_warp": [_ONE_PAGE_WARP],
         # two page warps for 16-token blocks too
@@ -394,12 +371,12 @@ VARIANTS = {
         # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same
         # bytes, unswizzled; block_size 64 only: a bulk copy moves whole 16-byte units, a 16-token page is 2112
         # bytes) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
-        "no_math_bulk_pages": [_no_math(TMA), Plant(
+        "no_math_bulk_pages": [_no_math(), Plant(
             "bulk_pages", TMA_LOADER, "  else hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
             "  else hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
             "hx_block_bytes(p.block_size, D), bar);")],
-        "no_math_one_page_warp": [_no_math(TMA), _ONE_PAGE_WARP],
-        "no_math_ring_12": [_no_math(TMA), _RING_12],
+        "no_math_one_page_warp": [_no_math(), _ONE_PAGE_WARP],
+        "no_math_ring_12": [_no_math(), _RING_12],
     },
 }
 

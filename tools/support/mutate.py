@@ -11,7 +11,7 @@
     python -m tools.support.mutate --suite emu --set paged_topk                  # the decode top-k's own kernels
     python -m tools.support.mutate --suite cuda --set paged_topk_fused           # the fused decode top-k kernel
     python -m tools.support.mutate --suite emu --set paged_topk_fused_mfma       # the gfx950 fused decode top-k kernel
-    python -m tools.support.mutate --suite cuda --set sm90a_decode               # the sm_90a decode kernel's plants
+    python -m tools.support.mutate --suite cuda --set sm90a_decode_tma           # the sm_90a decode kernel's plants
     python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
@@ -454,16 +454,17 @@ SM90A_SHARED = [
 ]
 PLANTS["sm90a"] += SM90A_SHARED
 PLANTS["sm90a_fold"] += SM90A_SHARED
-# The sm_90a tensor-core decode kernels (paged_mqa_logits_wgmma, and paged_mqa_logits_wgmma_tma on the tensor copy
-# engine): the decode set's plants at their place in each kernel (the index math of decode_work.h they share as
-# is), a swapped next_n row in the MMA's operand, a block-table entry read from the wrong column or prefetched from
-# it, a batch-blind output row and a second MMA pass reading the first pass's rows; then each kernel's own (below).
-# Run with --suite cuda --set sm90a_decode or sm90a_decode_tma.
-SM90A_FEED = "sm90a/decode_feed.h"  # the block-table entries, the Q warp and the fill both decode kernels share
+# The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma_tma, keys by the tensor copy engine): the decode
+# set's plants at their place in the kernel (the index math of decode_work.h as is), a swapped next_n row in the
+# MMA's operand, a block-table entry read from the wrong column or prefetched from it, a batch-blind output row and
+# a second MMA pass reading the first pass's rows; then its own (below). Run with --suite cuda --set
+# sm90a_decode_tma.
+SM90A_FEED = "sm90a/decode_feed.h"  # the block-table entries, the Q warp and the fill of its producer warpgroup
 
 
 def _sm90a_decode_plants(kernel: str, loader: str) -> list[Plant]:
-    """The plants both sm_90a decode kernels take, in `kernel` (its .hip) and `loader` (its page warps)."""
+    """The decode set's plants at their place in the sm_90a decode kernel, in `kernel` (its .hip) and `loader`
+    (its page warps)."""
     return [
         DECODE_COMMON["next_n_blind_bound"],
         Plant("batch_blind_row", kernel, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
@@ -485,20 +486,10 @@ def _sm90a_decode_plants(kernel: str, loader: str) -> list[Plant]:
     ]
 
 
-# paged_mqa_logits_wgmma: the cache layout plants of paged_cache.h (its repack reads through them) and the A stage
-# left unswizzled.
-SM90A_DEC = "sm90a/paged_mqa_logits_wgmma.hip"
-SM90A_DEC_LOADER = "sm90a/decode_loader.h"  # its warpgroups 0 (pages) and 1 (repack)
-PLANTS["sm90a_decode"] = _sm90a_decode_plants(SM90A_DEC, SM90A_DEC_LOADER) + [
-    DECODE_COMMON["preshuffle_16_and_D_swapped"],
-    DECODE_COMMON["scale_of_the_next_token"],
-    Plant("a_stage_unswizzled", SM90A_DEC_LOADER, "dst[i] = hx_sw128_offset((hx_u32)r, (hx_u32)c);",
-          "dst[i] = (hx_u32)r * 128u + ((hx_u32)c << 4);"),
-]
-# paged_mqa_logits_wgmma_tma: the cache layout reaches it through the host's tensor map, so paged_cache.h's layout
-# plants have no text here (tests/test_kv_map.py and the layout checks cover kv_map.py); a stage's keys copied from
-# the next block, its scales from the next token (or, from a whole page, read past the swizzle), the keys read as
-# unswizzled and the preshuffled keys' core matrices read along the wrong axes.
+# Its own: the cache layout reaches it through the host's tensor map, so paged_cache.h's layout plants have no text
+# here (tests/test_kv_map.py and the layout checks cover kv_map.py); a stage's keys copied from the next block, its
+# scales from the next token (or, from a whole page, read past the swizzle), the keys read as unswizzled and the
+# preshuffled keys' core matrices read along the wrong axes.
 SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
 SM90A_TMA_CTA = "sm90a/decode_tma_cta.h"  # its layout and a math lane's stage (shared with the fused top-k kernel)
@@ -538,7 +529,6 @@ SET_CMDS = {
                   "--kernel mqa_logits_wgmma_fold",
     # the kernel's shapes (H 32/64, D 128, block_size 16/64), contexts up to 8192; the layout check runs on one unit
     # (segments of 47 blocks: the prefetched table entries) and the untrusted-value check at block_size 16
-    "sm90a_decode": "check decode --kernel paged_mqa_logits_wgmma --max-context 8192 --cases 12 --reruns 0",
     "sm90a_decode_tma": "check decode --kernel paged_mqa_logits_wgmma_tma --max-context 8192 --cases 12 --reruns 0",
 }
 
