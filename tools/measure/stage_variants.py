@@ -58,6 +58,19 @@ _RELEASE_EARLY = [
     Plant("release_not_after_rows", TMA, "        rows(c);\n        hx_mbar_arrive(stage_empty(sm, at.slot));",
           "        c.rel = stage_empty(sm, at.slot);\n        rows(c);"),
 ]
+# Each CTA's %globaltimer at entry and exit, its clock64 cycles between them and its SM, as four u64 a CTA in the
+# row after the out rows: for tools/measure/cta_times.py, which allocates that row (the bench does not: a bench
+# row at next_n 8 would be written past).
+_CTA_CLOCK = [
+    Plant("cta_clock_start", TMA, "  const hx_i32 tid = (hx_i32)hx_thread_x();\n  const hx_i32 wg = hx_uniform_i32(tid / 128);\n",
+          "  const hx_i32 tid = (hx_i32)hx_thread_x();\n  const hx_i32 wg = hx_uniform_i32(tid / 128);\n"
+          "  hx_u64 hx_t0;\n  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(hx_t0));\n  const long long hx_c0 = clock64();\n"),
+    Plant("cta_clock_end", TMA, "  hx_barrier();\n}\n",
+          "  hx_barrier();\n  if (tid == 0) {\n    hx_u64 t1;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t1));\n"
+          "    const long long c1 = clock64();\n    hx_u32 smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
+          "    hx_u64* o = (hx_u64*)(p.out + (hx_i64)p.B * p.next_n * p.out_stride) + 4 * hx_block_x();\n"
+          "    o[0] = hx_t0;\n    o[1] = t1;\n    o[2] = (hx_u64)(c1 - hx_c0);\n    o[3] = smid;\n  }\n}\n"),
+]
 _TWO_CHAINS = [
     Plant("two_chains_init", COMMON, "      float sum = 0.f;\n", "      float s2[2] = {0.f, 0.f};\n"),
     Plant("two_chains_fma", COMMON, "          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
@@ -361,6 +374,8 @@ VARIANTS = {
                                "sum = __fmaf_rn(__builtin_fabsf(x), w2[jr][2 * jj + cc], sum);")],
         # a stage ring of at most 12 stages
         "ring_12": [_RING_12],
+        # every CTA's start, end, cycles and SM (tools/measure/cta_times.py only)
+        "cta_clock": _CTA_CLOCK,
         # relu(x) x w as max(x, 0) x w (FMNMX on the ALU pipe beside the FFMA, instead of the FADD of x + |x|)
         "relu_fmax": [_RELU_FMAX],
         # each stage released once its MMA has retired (its keys read), not after the sums and stores (valid for

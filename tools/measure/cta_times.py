@@ -1,0 +1,62 @@
+"""Each CTA's time in the sm_90a decode kernel, from the `cta_clock` build of tools/measure/stage_variants.py (its
+CTAs write their %globaltimer at entry and exit, their clock64 cycles and their SM into a spare row after the out
+rows, which this script allocates): whether a call's time is its slowest CTA's or the whole chip's, and the SM
+clock each CTA ran at.
+
+    python -m tools.measure.stage_variants --set sm90a_decode_tma --builds DIR --variants cta_clock --build-only
+    cd DIR/cta_clock/pkg && PYTHONPATH=$PWD:$ROOT python3 -m tools.measure.cta_times --next-n 1,2,4 --calls 40
+
+Each next_n: `--calls` calls back to back, each into its own out array, then per call the span (first entry to
+last exit), the fastest, median and slowest CTA, the start skew and the clock range, and the medians over calls.
+"""
+import statistics
+
+import click
+import numpy as np
+
+from hipindexer import fp8_paged_mqa_logits, testing
+from hipindexer.runtime import Device, DeviceArray
+
+
+@click.command()
+@click.option("--shape", default="64x131072", help="BxCONTEXT, every sequence at the context")
+@click.option("--heads", default=64)
+@click.option("--next-n", "next_ns", default="1,2")
+@click.option("--calls", default=40)
+def main(shape, heads, next_ns, calls):
+    B, ctx = (int(x) for x in shape.split("x"))
+    dev = Device()
+    for n in (int(x) for x in next_ns.split(",")):
+        case = testing.DecodeCase(B, n, heads, 128, 64, mean_context=ctx, spread="equal", key_codes=True)
+        inp = testing.decode_inputs(np.random.default_rng(0), case)
+        args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+        outs = [DeviceArray.empty((B * n + 1, inp.max_model_len), np.float32, dev) for _ in range(calls)]
+        for o in outs[:3]:  # warm-up
+            fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev)
+        for o in outs:
+            o[B * n:].fill(0)
+        for o in outs:
+            fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev)
+        dev.synchronize()
+        summary = []
+        for i, o in enumerate(outs):
+            words = o[B * n:].numpy().view(np.uint64).reshape(-1)
+            units = int(np.count_nonzero(words[1::4]))  # CTAs that wrote an exit time
+            t = words[:4 * units].reshape(units, 4).astype(np.int64)
+            start, end, cycles, sm = t[:, 0], t[:, 1], t[:, 2], t[:, 3]
+            dur = (end - start) / 1e3
+            ghz = cycles / (end - start)
+            row = ((end.max() - start.min()) / 1e3, dur.min(), float(np.median(dur)), dur.max(),
+                   (start.max() - start.min()) / 1e3, ghz.min(), ghz.max())
+            summary.append(row)
+            click.echo(f"next_n {n} call {i:2d}: span {row[0]:6.1f} us; CTA fastest {row[1]:6.1f}, median {row[2]:6.1f}, "
+                       f"slowest {row[3]:6.1f} (SM {sm[dur.argmax()]}); start skew {row[4]:4.1f} us; "
+                       f"{row[5]:.3f}-{row[6]:.3f} GHz")
+        med = [statistics.median(c) for c in zip(*summary)]
+        click.echo(f"next_n {n}, medians over {calls} calls: span {med[0]:.1f} us; CTA fastest {med[1]:.1f}, median "
+                   f"{med[2]:.1f}, slowest {med[3]:.1f}; clock {min(r[5] for r in summary):.3f}-"
+                   f"{max(r[6] for r in summary):.3f} GHz")
+
+
+if __name__ == "__main__":
+    main()
