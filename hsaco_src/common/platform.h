@@ -221,7 +221,6 @@ HX_INLINE __device__ hx_u32 hx_wave_append(bool want, hx_u32* counter) {
 }
 // The same for N items a lane, one atomic for all of them: at[i] for each want[i], the items' places consecutive
 // in item order, then lane order. One round trip to the counter where N calls of the above wait on N in turn.
-// sm_90a only: its one user (hx_group_cut) keeps a lane's own adds on gfx950.
 template <int N>
 HX_INLINE __device__ void hx_wave_append_n(const bool (&want)[N], hx_u32* counter, hx_u32 (&at)[N]) {
   const hx_u32 lane = hx_lane(), below = (1u << lane) - 1u;
@@ -239,6 +238,23 @@ HX_INLINE __device__ void hx_wave_append_n(const bool (&want)[N], hx_u32* counte
     at[i] = base + (hx_u32)__popc(set[i] & below);
     base += (hx_u32)__popc(set[i]);
   }
+}
+#endif
+
+// A distinct place at *counter for each of a lane's N items with want[i] set (at[i]; unspecified where unset), for
+// writers to whom a place only says where an item waits (a sort puts the items in order later). On sm_90a one
+// atomic add a warp (hx_wave_append_n); on gfx950 and its emulation one add an item by its lane, whose code is the
+// shorter, and the code of hx_group_cut, its user, lands inside the fused decode kernel's page loop there.
+#if defined(HX_NVIDIA)
+template <int N>
+HX_INLINE __device__ void hx_append_each(const bool (&want)[N], hx_u32* counter, hx_u32 (&at)[N]) {
+  hx_wave_append_n(want, counter, at);
+}
+#elif defined(HX_EMU) || defined(HX_AMDGPU)
+template <int N>
+HX_INLINE HX_HD void hx_append_each(const bool (&want)[N], hx_u32* counter, hx_u32 (&at)[N]) {
+  HX_UNROLL
+  for (int i = 0; i < N; ++i) at[i] = want[i] ? __atomic_fetch_add(counter, 1u, __ATOMIC_RELAXED) : 0u;
 }
 #endif
 

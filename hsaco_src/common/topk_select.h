@@ -204,20 +204,14 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
       mine[k] = i < count ? e[i] : 0ull;
     }
     bar();  // the tile is read before any of it is overwritten; fill stays within it
-#if defined(HX_NVIDIA)
     bool keep[HX_CUT_ITEMS];
     hx_u32 at[HX_CUT_ITEMS];
     HX_UNROLL
     for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = mine[k] >= cut && mine[k] != 0ull;
-    hx_wave_append_n(keep, fill, at);
+    hx_append_each(keep, fill, at);
     HX_UNROLL
     for (int k = 0; k < HX_CUT_ITEMS; ++k)
       if (keep[k]) e[at[k]] = mine[k];
-#else  // gfx950 and its emulation: a lane's own add (the wave form's code lands in the fused decode kernel's page loop)
-    HX_UNROLL
-    for (int k = 0; k < HX_CUT_ITEMS; ++k)
-      if (mine[k] >= cut && mine[k] != 0ull) e[hx_atomic_add_u32(fill, 1u)] = mine[k];
-#endif
   }
   bar();
   const hx_u32 kept = *fill;  // want, unless the passes stopped short
