@@ -41,8 +41,8 @@ FLUSH_BYTES = 256 << 20
 def time_isolated(device, fn, repeats: int, flush_bytes: int = FLUSH_BYTES) -> list[float]:
     """Per-call device microseconds of `fn(i)` timed one call at a time: a memset of `flush_bytes` (the L2 emptied
     of the call's inputs), events around the call alone, and the host waiting for it before the next one. The
-    device idles between calls, so a kernel that the board's power limit slows keeps a higher clock than in
-    back-to-back batches; DeepGEMM's benchmark times this way, and a ratio to it is like for like only when both
+    device idles between calls and each call starts cold, so this method and back-to-back batches can rank two
+    kernels differently; DeepGEMM's benchmark times this way, and a ratio to it is like for like only when both
     sides are timed by the same method."""
     stream = device.default_stream
     flush = DeviceArray.empty((flush_bytes,), np.uint8, device)
