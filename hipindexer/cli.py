@@ -758,7 +758,8 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                   [[r["spread"], r["B"], r["ctx"], r["H"], r["block_size"],
                     "preshuffled" if r["preshuffle"] else "block-flat", r["next_n"], r["clean"], r["lens"],
                     r["kernel"], r["units"], f"{r['us']:.1f}", f"{r['us_graph']:.1f}" if r["us_graph"] else "-",
-                    f"{r['us_isolated']:.1f}" if r["us_isolated"] else "-", figure(r["GBps"]), f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
+                    f"{r['us_isolated']:.1f}" if r["us_isolated"] else "-", figure(r["GBps"]),
+                    f"{r['logits_bytes'] / 1e6:.1f}", _pct(r["of_read"]), figure(r["tflops"], ".2f"),
                     f"{r['host_us']:.1f}"]
                    for r in results],
                   ["spread", "B", "ctx", "H", "bs", "layout", "next_n", "clean", "lens", "kernel", "units", "median us",

@@ -460,40 +460,34 @@ PLANTS["sm90a_fold"] += SM90A_SHARED
 # a second MMA pass reading the first pass's rows; then its own (below). Run with --suite cuda --set
 # sm90a_decode_tma.
 SM90A_FEED = "sm90a/decode_feed.h"  # the block-table entries, the Q warp and the fill of its producer warpgroup
-
-
-def _sm90a_decode_plants(kernel: str, loader: str) -> list[Plant]:
-    """The decode set's plants at their place in the sm_90a decode kernel, in `kernel` (its .hip) and `loader`
-    (its page warps)."""
-    return [
-        DECODE_COMMON["next_n_blind_bound"],
-        Plant("batch_blind_row", kernel, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
-              "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
-        Plant("split_boundary_one_block_late", "common/decode_work.h",
-              "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
-              "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
-        Plant("block_table_column_off_by_one", loader, "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
-              "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
-        DECODE_COMMON["dead_ragged_row_computed"],
-        Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
-              "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
-        Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
-              "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
-        Plant("page_prefetched_from_wrong_column", loader, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
-              "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
-        Plant("second_pass_reads_first_rows", kernel, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
-              "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
-    ]
-
-
+SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
+SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
+SM90A_TMA_CTA = "sm90a/decode_tma_cta.h"  # its layout and a math lane's stage (shared with the fused top-k kernel)
+PLANTS["sm90a_decode_tma"] = [
+    DECODE_COMMON["next_n_blind_bound"],
+    Plant("batch_blind_row", SM90A_TMA, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
+          "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
+    Plant("split_boundary_one_block_late", "common/decode_work.h",
+          "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
+          "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
+    Plant("block_table_column_off_by_one", SM90A_TMA_LOADER,
+          "hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);",
+          "hx_i32 cur = table_entry(p, row, blk.lo + lane + 1, blk.hi);"),
+    DECODE_COMMON["dead_ragged_row_computed"],
+    Plant("out_of_range_block_clamped", SM90A_FEED, "return ok ? id : -1;",
+          "return ok ? id : (id < 0 ? 0 : (hx_i32)(p.num_blocks - 1));"),
+    Plant("swapped_next_n_row_in_operand", SM90A_FEED, "qsrc + (hx_i64)j * H * D, (hx_u32)lane);",
+          "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
+    Plant("page_prefetched_from_wrong_column", SM90A_TMA_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
+          "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
+    Plant("second_pass_reads_first_rows", SM90A_TMA, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
+          "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
+]
 # Its own: the cache layout reaches it through the host's tensor map, so paged_cache.h's layout plants have no text
 # here (tests/test_kv_map.py and the layout checks cover kv_map.py); a stage's keys copied from the next block, its
 # scales from the next token (or, from a whole page, read past the swizzle), the keys read as unswizzled and the
 # preshuffled keys' core matrices read along the wrong axes.
-SM90A_TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
-SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
-SM90A_TMA_CTA = "sm90a/decode_tma_cta.h"  # its layout and a math lane's stage (shared with the fused top-k kernel)
-PLANTS["sm90a_decode_tma"] = _sm90a_decode_plants(SM90A_TMA, SM90A_TMA_LOADER) + [
+PLANTS["sm90a_decode_tma"] += [
     Plant("keys_of_the_next_block", SM90A_TMA_LOADER, "copy_keys(p, keys + lane * kbytes, id, full);",
           "copy_keys(p, keys + lane * kbytes, id + (id + 1 < p.num_blocks), full);"),
     Plant("whole_page_scale_read_unswizzled", SM90A_TMA_CTA, "((((ml.key % 32) / 4) ^ (ml.key / 32)) << 4)",
