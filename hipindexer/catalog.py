@@ -259,7 +259,11 @@ _DECODE_SHAPE = [
 STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
 # The same for a kernel that copies keys through a tensor map of the cache, held in global memory
 # (hipindexer/ops/kv_map.py): its address is one more per-call pointer.
-STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_SHAPE))
+# The logits kernel also deals the tail of a batch's work to the units that come free first: claims is a pair of
+# counter words of its own (hipindexer/ops/claims.py; 0: nothing dealt), deal_share the tail's share of the work in
+# 1024ths, deal_grain a chunk's work at least (block prices, hsaco_src/sm90a/decode_common.h).
+STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8"), ("claims", "ptr:u32")] +
+                      _DECODE_SHAPE + [("deal_share", "i32"), ("deal_grain", "i32")]))
 # The same unit selecting each row's top_k instead of writing logits (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip;
 # out is 0): the workspace of hipindexer.ops.paged_topk, parts [(units + B) x next_n x top_k] entries (a unit u's
 # piece of sequence b at slot u + b), their counts, and per sequence the slots its pieces were written to.

@@ -726,16 +726,27 @@ def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, a
 @click.option("--isolated", is_flag=True,
               help="Also time each row one call at a time after an L2 flush, the device idle between calls "
                    "(DeepGEMM's benchmark method): the \"isolated us\" column.")
+@click.option("--deal", default=None, metavar="SHARE[:GRAIN]",
+              help="The sm_90a kernel's dealt tail: SHARE 1024ths of the work, chunks of at least GRAIN block prices "
+                   "(0 turns dealing off; default: the planner's).")
 @kernel_option
 @json_option
-def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, layout, isolated, kernel,
-                     as_json) -> None:
+def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_size, lens, layout, isolated, deal,
+                     kernel, as_json) -> None:
     """fp8_paged_mqa_logits against the copy and read ceilings measured in the same run."""
     from .bench.decode import D, DECODE_BENCH_ROWS, EMULATOR_ROWS, LENS_FORMS, bench_decode_shape
     from .bench.timing import copy_bandwidth, emulated, figure, read_bandwidth
     dev = _device_or_exit(device_spec)
     block_size = int(block_size)
     _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
+    tunables = {"kernel": kernel} if kernel else {}
+    if deal is not None:
+        try:
+            share, _, grain = deal.partition(":")
+            tunables |= {"deal_share": int(share)} | ({"deal_grain": int(grain)} if grain else {})
+        except ValueError:
+            raise click.BadParameter(f"expected SHARE or SHARE:GRAIN (integers), got {deal!r}",
+                                     param_hint="--deal") from None
     shapes = rows or (EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     ceiling_bytes = (16 << 20) if emulated(dev) else (2 << 30)
@@ -747,7 +758,7 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                                       next_ns, cleans, repeats, _progress, block_size=block_size,
                                       lens_forms=LENS_FORMS if lens == "both" else (lens,),
                                       preshuffle=None if layout == "target" else layout == "preshuffled",
-                                      isolated=isolated, **({"kernel": kernel} if kernel else {}))
+                                      isolated=isolated, **tunables)
     for r in results:
         moved = r["key_bytes"] + r["logits_bytes"]
         r["of_read"] = moved / (r["us"] * 1e-6) / read_bw

@@ -22,7 +22,7 @@ class HostBackend:
 
     def __init__(self, name="fakehost", arch="fake_arch", num_cus=4, wave_size=64):
         self.name, self._arch, self._cus, self.wave_size = name, arch, num_cus, wave_size
-        self.bufs, self.launches, self.htod = {}, [], 0
+        self.bufs, self.launches, self.htod, self._globals = {}, [], 0, {}
 
     available = lambda self: True  # noqa: E731
     device_count = lambda self: 1  # noqa: E731
@@ -66,6 +66,11 @@ class HostBackend:
     module_load = lambda self, image: image  # noqa: E731
     module_function = lambda self, mod, sym: sym  # noqa: E731
     func_set_max_dynamic_shared = lambda self, fn, n: None  # noqa: E731
+
+    def module_global(self, module, name):
+        """A module-scope variable as zeroed host memory of its own (the decode kernel's claim pairs: 8 KiB)."""
+        buf = self._globals.setdefault((id(module), name), (ctypes.c_uint8 * 8192)())
+        return ctypes.addressof(buf), len(buf)
 
     def tensor_map_u8(self, address, dims, strides, box, swizzle128):
         """A stand-in for a CUDA tensor map: 128 bytes naming its address, so a test can tell maps apart."""

@@ -124,3 +124,61 @@ def test_a_cache_past_4_gib_is_addressed_in_64_bits(gpu_device, block_size, base
 def test_device_values_out_of_range_are_never_read_through(gpu_device, H, D, bs):
     o = sweep.decode_untrusted_values(np.random.default_rng(2), gpu_device, heads=(H,), dims=(D,), block_sizes=(bs,))
     assert o.status == sweep.PASS, o.message
+
+
+def _dealing_plan(device, case):
+    plan = plan_decode(case.B, case.next_n, case.H, case.D, case.block_size, case.mean_context * 2, target_of(device),
+                       preshuffle=case.preshuffle)
+    if not plan.deal_grain:
+        pytest.skip(f"{plan.kernel} deals no work on this device")
+    return plan
+
+
+def _on_device(inp, device):
+    return testing.DecodeInputs(*[DeviceArray.from_numpy(a, device) if isinstance(a, np.ndarray) else a
+                                  for a in inp.args()])
+
+
+def _gated_call(device, inp, plan, stream=None, **deal):
+    """One call on device-resident inputs into a NaN-poisoned output, for _gate_out once the stream is done."""
+    out = DeviceArray.from_numpy(np.full((len(inp.weights), inp.max_model_len), np.nan, np.float32), device, stream)
+    fp8_paged_mqa_logits(*_on_device(inp, device).args(), out=out, stream=stream, **deal)
+    return out
+
+
+def _gate_out(out, inp, plan):
+    g = gate_decode(out.numpy(), inp, True, plan.accumulation)
+    assert g, f"{plan.kernel}: {g.message}"
+
+
+@pytest.mark.parametrize("block_size,preshuffle,grain", [(64, False, 1), (16, True, 8), (64, True, 64)],
+                         ids=lambda v: str(v))
+def test_a_tail_dealt_in_small_chunks_is_computed_whole_call_after_call(gpu_device, block_size, preshuffle, grain):
+    """All of a ragged batch's work dealt (deal_share 1024) in chunks of a few blocks, so every unit claims many:
+    three calls on fresh inputs each pass the gate. A claim pair left past zero by one call would leave the next
+    call's tail unwritten (NaN); a chunk handed to two units or to none, wrong or NaN columns."""
+    case = testing.DecodeCase(24, 2, 64, 128, block_size, preshuffle, mean_context=4000, ragged=True, key_codes=True)
+    plan = _dealing_plan(gpu_device, case)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        inp = testing.decode_inputs(rng, case)
+        _gate_out(_gated_call(gpu_device, inp, plan, deal_share=1024, deal_grain=grain), inp, plan)
+
+
+def test_calls_on_two_streams_at_once_deal_their_own_tails(gpu_device):
+    """Calls queued on two streams without waiting for each other (so their launches may overlap) count their
+    claims in their streams' own pairs: every output passes the gate."""
+    case = testing.DecodeCase(32, 1, 64, 128, 64, False, mean_context=6000, spread="equal", key_codes=True)
+    plan = _dealing_plan(gpu_device, case)
+    rng = np.random.default_rng(4)
+    streams = [Stream(gpu_device), Stream(gpu_device)]
+    calls = [(testing.decode_inputs(rng, case), s) for _ in range(3) for s in streams]
+    ready = [(_on_device(inp, gpu_device), s) for inp, s in calls]
+    outs = [DeviceArray.from_numpy(np.full((len(inp.weights), inp.max_model_len), np.nan, np.float32), gpu_device)
+            for inp, _ in calls]
+    gpu_device.synchronize()
+    for (d, s), out in zip(ready, outs):
+        fp8_paged_mqa_logits(*d.args(), out=out, stream=s, deal_share=512, deal_grain=16)
+    gpu_device.synchronize()
+    for out, (inp, _) in zip(outs, calls):
+        _gate_out(out, inp, plan)

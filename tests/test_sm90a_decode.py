@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hipindexer import catalog
@@ -71,6 +72,51 @@ def test_the_default_grid_is_one_unit_per_sm_or_per_stage(B, mml):
 def test_an_explicit_split_kv_gives_b_times_split_units():
     p = plan_decode(64, 2, 32, 128, 16, 32768, H200, split_kv=7)
     assert p.kernel == TMA and p.units == 448 and p.grid == (448, 1, 1)
+
+
+def test_the_kernel_deals_an_eighth_of_the_work_by_default_and_takes_the_callers_deal():
+    p = plan_decode(64, 1, 64, 128, 64, 131072, H200)
+    assert (p.deal_share, p.deal_grain) == (128, 128)
+    assert (plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=0, deal_grain=5).deal_share,
+            plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=1024, deal_grain=1).deal_grain) == (0, 1)
+    assert plan_decode(4, 1, 16, 128, 64, 4096, H200).deal_share == 0  # the generic kernel deals nothing
+    with pytest.raises(ValueError, match="paged_mqa_logits_generic does not deal"):
+        plan_decode(4, 1, 16, 128, 64, 4096, H200, deal_share=64)
+    for bad in (dict(deal_share=1025), dict(deal_share=-1), dict(deal_share=True), dict(deal_grain=0),
+                dict(deal_grain=2.0)):
+        with pytest.raises(ValueError, match="deal_"):
+            plan_decode(64, 1, 64, 128, 64, 131072, H200, **bad)
+
+
+def test_each_stream_gets_a_claim_pair_of_its_own_until_they_run_out(hopper):
+    """The kernel's claim pairs (hipindexer/ops/claims.py): one per stream, the same one call after call, 8 bytes
+    apart inside the code object's table; past the table's pairs a stream gets 0, which deals nothing."""
+    from hipindexer import fp8_paged_mqa_logits, testing
+    from hipindexer.ops import claims
+    from hipindexer.ops.launch import kernel_for
+    from hipindexer.runtime import DeviceArray, Stream
+    hb, dev = hopper
+    case = testing.DecodeCase(4, 1, 64, 128, 64, False, mean_context=300, spread="equal")
+    inp = testing.decode_inputs(np.random.default_rng(0), case)
+    args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+    struct = catalog.STRUCT["DecodeTmaParams"]
+
+    def sent(stream):
+        fp8_paged_mqa_logits(*args, stream=stream)
+        return struct.ctype().from_buffer_copy(hb.launches[-1][4])
+    first = sent(None)
+    assert first.claims != 0 and (first.deal_share, first.deal_grain) == (128, 128)
+    assert sent(None).claims == first.claims
+    streams = [Stream(dev, external=0x1000 + i) for i in range(3)]
+    pairs = [sent(s).claims for s in streams]
+    assert len({first.claims, *pairs}) == 4 and all((a - first.claims) % 8 == 0 for a in pairs)
+    kern = kernel_for(dev, TMA, {"HX_HEADS": 64})
+    table, (base, _) = claims.claim_pairs(kern), kern.global_address(claims.SYMBOL)
+    assert all(base <= a < base + 8 * claims.PAIRS for a in (first.claims, *pairs))
+    while table._given < claims.PAIRS:
+        table(0x9000 + table._given)
+    assert sent(Stream(dev, external=0x8000)).claims == 0
+    assert sent(streams[1]).claims == pairs[1]
 
 
 def test_catalog_declares_the_kernel_for_sm90a_only():

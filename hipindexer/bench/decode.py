@@ -103,6 +103,7 @@ def bench_decode_shape(device, spread: str, B: int, ctx: int, heads=(64, 32), ne
                         "block_size": block_size, "preshuffle": preshuffle, "next_n": label, "clean": clean,
                         "lens": form,
                         "kernel": plan.kernel, "split_kv": plan.split_kv, "units": plan.units,
+                        "deal": [plan.deal_share, plan.deal_grain],
                         "us": us, "us_min": min(times), "us_batches": [round(t, 2) for t in times],
                         "us_graph": statistics.median(graph) if graph else None,
                         "us_isolated": statistics.median(alone) if alone else None,

@@ -19,13 +19,15 @@ from ..plan import check_accumulation, plan_decode
 from ..plan.decode import DECODE, DECODE_TUNABLES
 from ..runtime import DeviceArray
 from ..runtime.device import as_stream
+from .claims import claim_pairs
 from .kv_map import kv_map_finder
 from .launch import (INT32_MAX, adopt, check_errors, check_out, check_resident, check_tunables, kernel_for, prepared,
                      remember, resident_key, resolve_device, target_of, upload_fields)
 
 # The per-call pointers of DecodeParams, in struct order (absent optional arrays pass 0).
 DECODE_POINTERS = ("q", "kv_cache", "weights", "context_lens", "next_n_lens", "block_tables", "out", "errors")
-DECODE_TMA_POINTERS = DECODE_POINTERS + ("kv_map",)  # DecodeTmaParams
+DECODE_TMA_POINTERS = DECODE_POINTERS + ("kv_map",)  # DecodeTopkParams' first ones
+DECODE_DEAL_POINTERS = DECODE_TMA_POINTERS + ("claims",)  # DecodeTmaParams
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens=None,
@@ -55,7 +57,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     per-row length: that row only); the bits are hipindexer.ops.launch's).
     out: None (a new array) or a float32 [B * next_n, max_model_len] device array whose row stride may
     exceed max_model_len (the padding stays untouched). stream, device: as for fp8_mqa_logits.
-    Tunable: kernel.
+    Tunables: kernel, deal_share, deal_grain (plan_decode).
 
     Returns the logits DeviceArray without waiting. A call whose arrays are all DeviceArrays reuses the
     launch it prepared for the same layouts and options. Host (numpy) values out of range (a block id
@@ -81,26 +83,28 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     if hit is None or (q.ptr | kv_cache.ptr) % 16:  # a misaligned pointer: the full path says which
         return _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_logits, accumulation,
                                      stream, device, tunables, key)
-    launch, dev, shape, map_of = hit
+    launch, dev, shape, extras = hit
     st = dev.default_stream if stream is None else as_stream(stream, dev)
     if out is None:
         out = DeviceArray.empty(shape, np.float32, dev, st)
-    launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
+    launch_decode(launch, extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors)
     return out
 
 
-def launch_decode(launch, map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
-    """A prepared decode launch on device arrays; a tensor-copy kernel also takes the cache's map (map_of)."""
-    launch(st.handle, *decode_pointers(map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
+def launch_decode(launch, extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
+    """A prepared decode launch on device arrays; a tensor-copy kernel also takes the cache's map and the
+    stream's claim pair (extras, of prepare_decode)."""
+    launch(st.handle, *decode_pointers(extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
                                        out, errors))
 
 
-def decode_pointers(map_of, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors) -> tuple:
-    """The per-call pointers of a prepared decode launch (DECODE_POINTERS' order; with map_of, the cache's
-    tensor map after them), from device arrays (next_n_lens and errors may be None)."""
+def decode_pointers(extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors) -> tuple:
+    """The per-call pointers of a prepared decode launch (DECODE_POINTERS' order; with extras, the cache's
+    tensor map and the stream's claim pair after them), from device arrays (next_n_lens and errors may be
+    None)."""
     ptrs = (q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
             block_tables.ptr, out.ptr, 0 if errors is None else errors.ptr)
-    return ptrs if map_of is None else (*ptrs, map_of(st, kv_cache.ptr))
+    return ptrs if extras is None else (*ptrs, *extras(st, kv_cache.ptr))
 
 
 @dataclass
@@ -165,7 +169,7 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
     dev, st, s = c.dev, c.st, c.s
     qa, ca, wa, cl, bt, nl, ea = c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors
     o = check_out(out, ("B * next_n", s.B * s.next_n), ("max_model_len", s.max_model_len), dev, st)
-    extra = {} if tunables.get("kernel") is None else {"kernel": tunables["kernel"]}
+    extra = {k: v for k, v in tunables.items() if v is not None}
     plan = None if s.B == 0 else plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len,
                                              target_of(dev), preshuffle=preshuffle, accumulation=accumulation,
                                              split_kv=split_kv, **extra)
@@ -174,27 +178,32 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
         o = DeviceArray.empty((s.B * s.next_n, s.max_model_len), np.float32, dev, st)
     if plan is None:  # an empty batch
         return o
-    launch, map_of = prepare_decode(dev, kern, plan, s, o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
+    launch, extras = prepare_decode(dev, kern, plan, s, o.strides[0] // 4 if s.B * s.next_n > 1 else s.max_model_len,
                                     clean_logits, preshuffle)
-    remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), map_of))
+    remember(key, (launch, dev, (s.B * s.next_n, s.max_model_len), extras))
     c.upload()
-    launch_decode(launch, map_of, st, c.q, c.kv_cache, c.weights, c.context_lens, c.next_n_lens, c.block_tables, o,
+    launch_decode(launch, extras, st, c.q, c.kv_cache, c.weights, c.context_lens, c.next_n_lens, c.block_tables, o,
                   ea)
     return o
 
 
 def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logits: bool, preshuffle: bool,
-                   map_of=None):
-    """(launch, map_of) of a planned decode kernel for shape s: the launch, a function of (stream,
-    DECODE_POINTERS' pointers[, the cache's tensor map]), and for a kernel that reads the cache through a tensor
-    map, the finder of that map (launch_decode passes it; `map_of` reuses one made for the same cache shape),
-    else None."""
+                   extras=None):
+    """(launch, extras) of a planned decode kernel for shape s: the launch, a function of (stream,
+    DECODE_POINTERS' pointers[, the cache's tensor map, the claim pair]), and for a kernel that reads the cache
+    through a tensor map, f(stream, cache address) -> (that map, the stream's claim pair) (launch_decode passes
+    them; `extras` reuses one made for the same kernel and cache shape), else None."""
     tma = DECODE.by_key[plan.kernel].kv_map
-    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_TMA_POINTERS if tma else DECODE_POINTERS,
+    deal = dict(deal_share=plan.deal_share, deal_grain=plan.deal_grain) if tma else {}
+    launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_DEAL_POINTERS if tma else DECODE_POINTERS,
                           out_stride=out_stride, num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D,
                           block_size=s.block_size, max_blocks=s.max_blocks, max_model_len=s.max_model_len,
                           clean=int(bool(clean_logits)), preshuffle=int(bool(preshuffle)),
-                          lens_per_row=int(s.lens_per_row))
+                          lens_per_row=int(s.lens_per_row), **deal)
     if not tma:
         return launch, None
-    return launch, map_of or kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
+    if extras is not None:
+        return launch, extras
+    map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
+    pair_of = claim_pairs(kern)
+    return launch, lambda st, address: (map_of(st, address), pair_of(st.handle))

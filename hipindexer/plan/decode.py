@@ -37,6 +37,10 @@ class DecodeKernelSpec(CatalogFacts):
     page: int = 0
     waves: int = 1
     resident: tuple = ()       # ((H, units per CU), ...)
+    # Kernels that deal the tail of a batch's work to the units that come free first (DecodeTmaParams): its share
+    # of the work in 1024ths, and a chunk's work at least in block prices (decode_common.h, block_price).
+    deal_share: int = 0
+    deal_grain: int = 0
 
     @property
     def kv_map(self) -> bool:
@@ -84,10 +88,12 @@ GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic")
 # whole blocks (16 or 64 tokens, either layout) landing in the operand layouts, three math warpgroups, up to 128
 # (row, head) pairs per MMA pass; one unit per SM by default. Its tensor map (hipindexer/ops/kv_map.py) is uploaded
 # on a cache's first call, which therefore has to come before a graph capture.
+# It deals an eighth of a batch's work at the end, in chunks of at least 16 blocks of 64 keys while memory sets the
+# pace (docs/benchmarks.md has the measurements that chose both).
 WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", units_per_cu=1, head_pass=128,
-                                         persistent=True, stage_keys=64)
+                                         persistent=True, stage_keys=64, deal_share=128, deal_grain=128)
 DECODE = KernelMenu("decode", GENERIC_DECODE)
-DECODE_TUNABLES = ("kernel",)
+DECODE_TUNABLES = ("kernel", "deal_share", "deal_grain")
 # A grid's units as blocks of threads: AMD counts the grid in threads (< 2^32), so that bounds it everywhere.
 GRID_THREADS = (1 << 32) - 1
 # Resident waves per SIMD the MFMA kernels' default grid aims at: this memory-bound op's time is flat between
@@ -125,6 +131,8 @@ class DecodePlan:
     key_reads: int          # times each key is read from memory per call
     variant: dict | None = None
     accumulation: str = "fp32"
+    deal_share: int = 0     # 1024ths of the batch's work dealt at the end to units that come free (0: none)
+    deal_grain: int = 0     # a dealt chunk's work at least
 
     @property
     def eps(self) -> float:
@@ -144,7 +152,8 @@ def _pick(arch: str, H: int, D: int, block_size: int, preshuffle: bool, forced: 
 
 def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_len: int, target: Target, *,
                 preshuffle: bool = False, accumulation: str = "fast", kernel: str | None = None,
-                split_kv: int | None = None) -> DecodePlan:
+                split_kv: int | None = None, deal_share: int | None = None,
+                deal_grain: int | None = None) -> DecodePlan:
     """Plan one fp8_paged_mqa_logits launch (B >= 1).
 
     Grid: B * split_kv units of one block each. split_kv=None lets the planner choose about
@@ -171,14 +180,19 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
     'paged_mqa_logits_wgmma_tma'
     >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"], accumulation="fp32").kernel
     'paged_mqa_logits_generic'
+
+    Dealing (sm_90a's kernel): each unit first takes its share of all but the last deal_share / 1024 of the
+    batch's work, then claims chunks of that tail (at least deal_grain block prices each) as it comes free, so
+    units that stream at different rates end together. deal_share=0 turns it off; None takes the kernel's
+    default. Kernels that do not deal refuse a nonzero deal_share.
     """
     return _plan_decode(B, next_n, H, D, block_size, max_model_len, target, bool(preshuffle), accumulation,
-                        kernel, split_kv)
+                        kernel, split_kv, deal_share, deal_grain)
 
 
 @lru_cache(maxsize=256)
 def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle, accumulation, kernel,
-                 split_kv) -> DecodePlan:
+                 split_kv, deal_share=None, deal_grain=None) -> DecodePlan:
     for name, v, lo in (("B", B, 1), ("next_n", next_n, 1), ("H", H, 1), ("block_size", block_size, 1),
                         ("max_model_len", max_model_len, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -203,8 +217,25 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
     units = units or B * split_kv
     variant = {spec.variant: H} if spec.variant else None
     head_pass = H if spec.page else spec.pairs_per_pass(D)
+    share, grain = _deal(spec, deal_share, deal_grain)
     return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, head_pass, 1, variant,
-                      spec.accumulation)
+                      spec.accumulation, share, grain)
+
+
+def _deal(spec: DecodeKernelSpec, share, grain) -> tuple:
+    """(deal_share, deal_grain) of a launch: the kernel's defaults, or the caller's where given."""
+    for name, v, hi in (("deal_share", share, 1024), ("deal_grain", grain, (1 << 31) - 1)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi):
+            raise ValueError(f"{name}: expected None or an int in [0, {hi}], got {v!r}")
+    share = spec.deal_share if share is None else share
+    if share and not spec.deal_grain:
+        raise ValueError(f"deal_share: {spec.key} does not deal its work (only 0 or None)")
+    if not share:
+        return 0, 0
+    grain = spec.deal_grain if grain is None else grain
+    if grain < 1:
+        raise ValueError(f"deal_grain: expected an int >= 1 when work is dealt, got {grain!r}")
+    return share, grain
 
 
 def _mfma_split(spec: DecodeKernelSpec, B: int, H: int, max_model_len: int, target: Target, max_split: int) -> int:

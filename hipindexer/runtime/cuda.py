@@ -187,6 +187,11 @@ class CudaBackend:
     def module_function(self, module, symbol):
         return _check(_cu.cuModuleGetFunction(module, symbol.encode()), f"cuModuleGetFunction({symbol})")
 
+    def module_global(self, module, name):
+        """(address, bytes) of a module-scope variable."""
+        ptr, nbytes = _check(_cu.cuModuleGetGlobal(module, name.encode()), f"cuModuleGetGlobal({name})")
+        return int(ptr), int(nbytes)
+
     def func_set_max_dynamic_shared(self, fn, nbytes):
         """Opt a function in to `nbytes` of dynamic shared memory (needed past 48 KiB)."""
         attr = _cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

@@ -205,6 +205,11 @@ class HipBackend:
     def module_function(self, module, symbol):
         return _check(_hip.hipModuleGetFunction(module, symbol.encode()), f"hipModuleGetFunction({symbol})")
 
+    def module_global(self, module, name):
+        """(address, bytes) of a module-scope variable."""
+        ptr, nbytes = _check(_hip.hipModuleGetGlobal(module, name.encode()), f"hipModuleGetGlobal({name})")
+        return int(ptr), int(nbytes)
+
     def func_set_max_dynamic_shared(self, fn, nbytes):
         """Dynamic LDS up to the device limit needs no opt-in on AMD: nothing to do."""
         return None

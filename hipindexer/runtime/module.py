@@ -165,7 +165,8 @@ class Kernel:
         self.block = entry.get("block")
         self.param_size = entry["param_size"]
         self.dynamic_smem = int(entry.get("dynamic_smem", 0))  # bytes every launch gets by default
-        self._fn = device._b.module_function(_module(device, manifest, entry), self.symbol)
+        self._module = _module(device, manifest, entry)
+        self._fn = device._b.module_function(self._module, self.symbol)
         if self.dynamic_smem:
             device.activate()
             device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
@@ -210,6 +211,11 @@ class Kernel:
         self.device.activate()
         smem = self.dynamic_smem if shared_mem is None else shared_mem
         self._launch(self._fn, _dim3(grid), _dim3(block), smem, s, args)
+
+    def global_address(self, name: str) -> tuple:
+        """(device address, bytes) of the module-scope variable `name` in this kernel's code object."""
+        self.device.activate()
+        return self.device._b.module_global(self._module, name)
 
     def prepare(self, grid, block=None, shared_mem=None, pointers=(), **fields) -> "PreparedLaunch":
         """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the 8-byte

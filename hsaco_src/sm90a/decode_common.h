@@ -45,6 +45,12 @@ HX_INLINE __device__ hx_f32x4 lds_f32x4(hx_u32 a) {
   return v;
 }
 HX_INLINE __device__ void sts_i32(hx_u32 a, hx_i32 v) { asm volatile("st.shared.b32 [%0], %1;" :: "r"(a), "r"(v) : "memory"); }
+HX_INLINE __device__ hx_i64 lds_i64(hx_u32 a) {
+  hx_i64 v;
+  asm volatile("ld.shared.b64 %0, [%1];" : "=l"(v) : "r"(a) : "memory");
+  return v;
+}
+HX_INLINE __device__ void sts_i64(hx_u32 a, hx_i64 v) { asm volatile("st.shared.b64 [%0], %1;" :: "r"(a), "l"(v) : "memory"); }
 HX_INLINE __device__ hx_i64 shfl_xor_i64(hx_i64 v, int m) {
   const hx_u64 u = (hx_u64)v;
   const hx_u32 lo = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)u, m), hi = (hx_u32)hx_shfl_xor_i32((hx_i32)(hx_u32)(u >> 32), m);

@@ -1,6 +1,6 @@
-// The producer warpgroup's roles besides its page warps' copies: block-table entries, each segment's query rows and
-// weights into a Q slot (the Q warp), and the -inf fill. Included after the layout (decode_tma_cta.h), whose Q
-// slots, records and Q ring it uses.
+// The producer warpgroup's roles besides its page warps' copies: the deal (which pieces of the batch the unit takes),
+// block-table entries, each segment's query rows and weights into a Q slot (the Q warp), and the -inf fill.
+// Included after the layout (decode_tma_cta.h), whose Q slots, claim ring, records and rings it uses.
 #pragma once
 
 namespace {
@@ -53,34 +53,113 @@ HX_INLINE __device__ hx_i32 weight_slot(hx_i32 idx) {
   return r * WROW + ((hh >> 1) & 3) * WGROUP + 2 * (hh >> 3) + (hh & 1);
 }
 
+// ------------------------------------------------------------------ the deal
+// A unit's work as pieces of the batch's prefix of prices, taken in order: its static part, a balanced share of
+// all but the tail, then, when the launch deals the tail, each chunk of it that the unit claims. SMs stream keys
+// at different rates, so equal static parts end apart; chunks taken as units come free end them together. The claims
+// are one launch's pair of words: [0] the next chunk, [1] the units that have seen the chunks run out. The last
+// of those returns both to zero, so the pair is zero between launches; launches that may run at once use
+// different pairs (hipindexer/ops/claims.py).
+struct Deal {
+  hx_range64 own;        // the static part
+  hx_i64 tail_lo, tail;  // the dealt tail: work [tail_lo, tail_lo + tail)
+  hx_i32 chunks;         // its chunks (0: nothing dealt)
+  hx_u32* claims;
+
+  __device__ hx_range64 chunk(hx_i32 c) const {
+    const hx_range64 r = hx_balanced_part(tail, chunks, c);
+    return {tail_lo + r.lo, tail_lo + r.hi};
+  }
+};
+
+// The deal of this unit over the batch's total work: share / 1024 of it dealt at the end in chunks of at least
+// `grain` (nothing when claims is null or share is 0).
+HX_INLINE __device__ Deal deal_of(hx_i64 total, hx_u32* claims, hx_i32 share, hx_i32 grain) {
+  Deal d;
+  d.claims = claims;
+  const hx_i64 tail = claims && share > 0 ? total / 1024 * share + total % 1024 * share / 1024 : 0;
+  const hx_i64 chunks = tail / hx_max_i32(grain, 1);
+  d.chunks = (hx_i32)(chunks < (1 << 30) ? chunks : (1 << 30));
+  d.tail = d.chunks > 0 ? tail : 0;
+  d.tail_lo = total - d.tail;
+  d.own = hx_balanced_part(d.tail_lo, hx_grid_dim_x(), hx_block_x());
+  return d;
+}
+
+// Calls f(piece) for each of the unit's pieces in order, every lane of the warp alike. The claimer (page warp 0)
+// claims each chunk from the launch's counter as it comes to it, so a unit holds no more of the tail than its
+// stage ring is ahead of its math, and hands the chunk's range of work to the other page warps and the Q warp
+// through the claim ring; an empty range ends every warp's pieces.
+template <class F>
+HX_INLINE __device__ void each_piece(const Deal& d, const Smem& sm, hx_i32 lane, bool claimer, F&& f) {
+  const hx_ring<CLAIM_R> ring = claim_ring(sm);
+  hx_range64 piece = d.own;
+#pragma unroll 1
+  for (hx_u32 k = 0;; ++k) {
+    f(piece);  // one call, so one copy of the walk
+    if (d.chunks == 0) return;
+    const hx_u32 slot = sm.base + CLAIM_OFF + 16 * (k % CLAIM_R);
+    if (claimer) {
+      ring.wait_empty(k);
+      hx_u32 got = 0;
+      if (lane == 0) got = atomicAdd(d.claims, 1u);  // past the tail once per unit, so it never wraps
+      got = (hx_u32)hx_shfl_idx_i32((hx_i32)got, 0);
+      const bool last = got >= (hx_u32)d.chunks;
+      piece = last ? hx_range64{0, 0} : d.chunk((hx_i32)got);
+      if (lane == 0) {
+        sts_i64(slot, piece.lo);
+        sts_i64(slot + 8, piece.hi);
+        ring.arrive_full(k);
+        if (last) {  // this unit's last claim: counted after it, so the last count sees no claim to come
+          __threadfence();
+          if (atomicAdd(d.claims + 1, 1u) == hx_grid_dim_x() - 1) {
+            atomicExch(d.claims, 0u);
+            atomicExch(d.claims + 1, 0u);
+          }
+        }
+      }
+    } else {
+      ring.wait_full(k);
+      piece.lo = lds_i64(slot);
+      piece.hi = lds_i64(slot + 8);
+      __syncwarp();
+      if (lane == 0) ring.arrive_empty(k);
+    }
+    if (piece.hi <= piece.lo) return;
+  }
+}
+
 // Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
 // waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
 template <class P>
-HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, hx_range64 own, hx_i32 lane) {
+HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane) {
   const hx_ring<2> q = q_ring(sm);
   const hx_i32 SB = SK / p.block_size;
   hx_u32 qit = 0;
-  walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-    const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
-    if (blk.hi <= blk.lo) return;
-    const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
-    q.wait_empty(qit);
-    if (lane == 0) {
-      sts_i32(rec, hx_ceil_div(blk.hi - blk.lo, SB));
-      sts_i32(rec + 4, b);
-      sts_i32(rec + 8, s.live);
-    }
-    if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
-    const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
-    const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
-    const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
-    for (hx_i32 j = 0; j < s.live; ++j) hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
-    for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
-    hx_cp_async_commit();
-    hx_cp_async_wait<0>();
-    hx_fence_proxy_async();
-    q.arrive_full(qit);
-    ++qit;
+  each_piece(deal, sm, lane, false, [&](hx_range64 own) {
+    walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+      const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+      if (blk.hi <= blk.lo) return;
+      const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
+      q.wait_empty(qit);
+      if (lane == 0) {
+        sts_i32(rec, hx_ceil_div(blk.hi - blk.lo, SB));
+        sts_i32(rec + 4, b);
+        sts_i32(rec + 8, s.live);
+      }
+      if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
+      const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
+      const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
+      const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
+      for (hx_i32 j = 0; j < s.live; ++j)
+        hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
+      for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
+      hx_cp_async_commit();
+      hx_cp_async_wait<0>();
+      hx_fence_proxy_async();
+      q.arrive_full(qit);
+      ++qit;
+    });
   });
   q.wait_empty(qit);
   if (lane == 0) sts_i32(sm.base + QREC_OFF + (qit & 1) * QREC_BYTES, 0);

@@ -10,7 +10,7 @@ constexpr hx_u32 K_BYTES = SK * D;              // a stage's keys
 constexpr hx_u32 K_STRIDE = K_BYTES + 1024;     // a key stage with room for a whole page's scales, 1024-aligned
 constexpr hx_u32 SC_BYTES = SK * 4;             // a stage's kv_scale in the scale ring
 constexpr int MATH_WG = 3;                      // math warpgroups; stage it goes to warpgroup it % 3
-constexpr hx_u32 SRMAX = 24;                    // stages at most
+constexpr hx_u32 SRMAX = 18;                    // stages at most (the shared memory left at next_n 1 holds 22)
 // Registers per thread after setmaxnreg, within the launch allocation of 128 (65536 / 512): the math warpgroups
 // hold a pass's accumulators (64 at N = 128) and, for one-pass segments, its rows' weights (32 at H = 64) across
 // the segment's stages.
@@ -26,8 +26,10 @@ constexpr hx_u32 REC_OFF = SC_OFF + SRMAX * SC_BYTES;     // SRMAX x stage recor
 constexpr hx_u32 QREC_OFF = REC_OFF + SRMAX * 16;         // 2 x segment record (below)
 constexpr hx_u32 QREC_BYTES = 64;
 constexpr hx_u32 TOT_OFF = QREC_OFF + 2 * QREC_BYTES;     // 4 warps x (work, fill) partial totals
-constexpr hx_u32 BAR_OFF = TOT_OFF + 4 * 16;
-constexpr hx_u32 BAR_BYTES = 8 * (2 * SRMAX + 4);
+constexpr hx_u32 CLAIM_R = 4;                             // claimed chunks on their way to the other warps
+constexpr hx_u32 CLAIM_OFF = TOT_OFF + 4 * 16;            // CLAIM_R ranges of work (decode_feed.h, each_piece)
+constexpr hx_u32 BAR_OFF = CLAIM_OFF + 16 * CLAIM_R;
+constexpr hx_u32 BAR_BYTES = 8 * (2 * SRMAX + 4 + 2 * CLAIM_R);
 constexpr hx_u32 Q_OFF = (BAR_OFF + BAR_BYTES + 1023u) & ~1023u;  // 2 x [next_n x H rows][128 B], swizzled
 static_assert(Q_OFF + 2u * NEXT_N_MAX * H * D + 6u * K_STRIDE + 1024u <= HX_SMEM, "six stages at next_n = 8");
 static_assert(SRMAX % 6 == 0, "whole rounds of page warps and math warpgroups");
@@ -53,6 +55,13 @@ HX_INLINE __device__ hx_ring<2> q_ring(const Smem& s) {
   const hx_u32 b = s.base + BAR_OFF + 16 * SRMAX;
   return {b, b + 16};
 }
+HX_INLINE __device__ hx_ring<CLAIM_R> claim_ring(const Smem& s) {
+  const hx_u32 b = s.base + BAR_OFF + 8 * (2 * SRMAX + 4);
+  return {b, b + 8 * CLAIM_R};
+}
+// The producer's page warps: two, or three for 16-token blocks (a stage of four blocks is eight copies).
+template <class P>
+HX_INLINE __device__ hx_u32 page_warps(const P& p) { return p.block_size < SK ? 3 : 2; }
 
 // A place in the stage ring, whose depth is known at run time.
 struct StagePos {
@@ -88,6 +97,7 @@ HX_INLINE __device__ Smem setup(hx_u8* raw, const P& p, hx_u32 extra = 0, hx_u32
       hx_mbar_init(stage_empty(s, i), 128);  // the math warpgroup that takes the stage
     }
     q_ring(s).init(32, 128 * MATH_WG);       // the Q warp's lanes; every math warpgroup
+    claim_ring(s).init(1, page_warps(p));    // the claiming page warp; the other page warps and the Q warp
     hx_mbar_init_fence();
   }
   hx_barrier();

@@ -33,19 +33,27 @@
 // the MMA, not memory, sets the pace.
 //
 // Work: a grid of units planned on the host from shapes alone; each unit owns one contiguous piece of the batch's
-// blocks, found on the device from the lengths it reads (decode_work.h), each block priced by what it costs here:
-// its bytes while the MMA keeps up, its MMA time at more live rows (block_price). A unit's blocks of one sequence
-// are a segment: the Q warp loads the segment's queries once, the page warps stream its blocks, and every live
-// row of the sequence comes out of that one read of its keys. The fill warp owns one piece of the batch's fill
-// columns the same way. Untrusted device values as in the generic kernel: a block id outside [0, num_blocks) (or
-// a table column past max_blocks) is never read through, its keys come out -inf and error bit 0 is set; a
-// malformed sequence is all -inf (fill) with bit 2, and so is a row of negative length alone (its bound is 0; every
-// row is live with per-row lengths, each masked to its own bound, the table read up to the longest row). Offsets
+// blocks, found on the device from the lengths it reads (decode_work.h), each block priced by what it costs here: its
+// bytes while the MMA keeps up, its MMA time at more live rows (block_price). A unit's blocks of one sequence are a
+// segment: the Q warp loads the segment's queries once, the page warps stream its blocks, and every live row of the
+// sequence comes out of that one read of its keys. A launch may deal the last part of the batch's work instead
+// (deal_share, deal_grain): each unit owns its piece of the rest, then claims chunks of that tail from a counter as it
+// comes free, so units that stream at different rates end together (decode_feed.h, each_piece). The fill warp owns one
+// piece of the batch's fill columns the same way. Untrusted device values as in the generic kernel: a block id outside
+// [0, num_blocks) (or a table column past max_blocks) is never read through, its keys come out -inf and error bit 0 is
+// set; a malformed sequence is all -inf (fill) with bit 2, and so is a row of negative length alone (its bound is 0;
+// every row is live with per-row lengths, each masked to its own bound, the table read up to the longest row). Offsets
 // into the cache, the queries and the output are 64-bit.
 //
 // What it shares with the fused top-k kernel (constants, walk, the math pass): decode_common.h; the layout:
 // decode_tma_cta.h; warpgroup 0: decode_tma_loader.h and decode_feed.h.
 #include "decode_tma_loader.h"
+
+// The claim pairs of launches that deal the tail of their work (decode_feed.h, each_piece): the host hands each
+// stream one (hipindexer/ops/claims.py). Zero when the driver loads the module, and zero again after every launch.
+extern "C" {
+__device__ hx_u32 hx_claim_pairs[2 * 1024];
+}
 
 namespace {
 
@@ -128,7 +136,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_logits_wgmma_tma(cons
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);
   const Smem sm = setup(smem_raw, p);
-  if (wg == 0) producer_warpgroup(p, sm, tid);
+  if (wg == 0) producer_warpgroup(p, sm, tid, p.claims, p.deal_share, p.deal_grain);
   else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
   // The page warps finish issuing long before their last copies land: a warp must not leave with its tensor
   // copies in flight (seen on the H200 as a launch failure of a later kernel), so the CTA leaves together.

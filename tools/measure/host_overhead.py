@@ -59,6 +59,7 @@ class NullBackend:
     module_load = lambda self, image: image  # noqa: E731
     module_function = lambda self, module, symbol: symbol  # noqa: E731
     func_set_max_dynamic_shared = lambda self, fn, n: None  # noqa: E731
+    module_global = lambda self, module, name: (0x1000, 8192)  # noqa: E731  (the decode kernel's claim pairs)
     tensor_map_u8 = lambda self, *a: bytes(128)  # noqa: E731  (the decode TMA kernel's key map)
     launch_args = rcuda.CudaBackend.launch_args
 

@@ -486,7 +486,7 @@ PLANTS["sm90a_decode_tma"] = [
 # Its own: the cache layout reaches it through the host's tensor map, so paged_cache.h's layout plants have no text
 # here (tests/test_kv_map.py and the layout checks cover kv_map.py); a stage's keys copied from the next block, its
 # scales from the next token (or, from a whole page, read past the swizzle), the keys read as unswizzled and the
-# preshuffled keys' core matrices read along the wrong axes.
+# preshuffled keys' core matrices read along the wrong axes; the dealt tail's claims.
 PLANTS["sm90a_decode_tma"] += [
     Plant("keys_of_the_next_block", SM90A_TMA_LOADER, "copy_keys(p, keys + lane * kbytes, id, full);",
           "copy_keys(p, keys + lane * kbytes, id + (id + 1 < p.num_blocks), full);"),
@@ -498,6 +498,12 @@ PLANTS["sm90a_decode_tma"] += [
           ": hx_wgmma_desc_sw128(stage) & ~((hx_u64)3 << 62);"),
     Plant("preshuffled_core_matrix_strides_swapped", SM90A_TMA_CTA, "hx_wgmma_desc_plain(stage, 128, 1024)",
           "hx_wgmma_desc_plain(stage, 1024, 128)"),
+    # the dealt tail (decode_feed.h, each_piece): the claim pair never returned to zero, so the next launch on the
+    # stream finds the chunks gone; a claimed chunk's range shifted by one chunk, so one is computed twice and the
+    # first never
+    Plant("claim_pair_left_counted", SM90A_FEED, "            atomicExch(d.claims, 0u);\n", ""),
+    Plant("claimed_chunk_one_late", SM90A_FEED, "d.chunk((hx_i32)got);",
+          "d.chunk((hx_i32)(got + 1 < (hx_u32)d.chunks ? got + 1 : got));"),
     # a one-pass segment's weights held in registers: every row given row 0's
     Plant("one_pass_rows_share_row_zero_weights", SM90A_TMA, "        load_row_weights<R>(wt, w2);\n",
           "        load_row_weights<R>(wt, w2);\n"
