@@ -156,13 +156,18 @@ def _gate_out(out, inp, plan):
 def test_a_tail_dealt_in_small_chunks_is_computed_whole_call_after_call(gpu_device, block_size, preshuffle, grain):
     """All of a ragged batch's work dealt (deal_share 1024) in chunks of a few blocks, so every unit claims many:
     three calls on fresh inputs each pass the gate. A claim pair left past zero by one call would leave the next
-    call's tail unwritten (NaN); a chunk handed to two units or to none, wrong or NaN columns."""
+    call's tail unwritten (NaN); a chunk handed to two units or to none, wrong or NaN columns. The last call's bits
+    equal those of a call that deals nothing."""
     case = testing.DecodeCase(24, 2, 64, 128, block_size, preshuffle, mean_context=4000, ragged=True, key_codes=True)
     plan = _dealing_plan(gpu_device, case)
     rng = np.random.default_rng(3)
     for _ in range(3):
         inp = testing.decode_inputs(rng, case)
-        _gate_out(_gated_call(gpu_device, inp, plan, deal_share=1024, deal_grain=grain), inp, plan)
+        out = _gated_call(gpu_device, inp, plan, deal_share=1024, deal_grain=grain)
+        _gate_out(out, inp, plan)
+    static = _gated_call(gpu_device, inp, plan, deal_share=0)
+    assert np.array_equal(out.numpy().view(np.uint32), static.numpy().view(np.uint32)), \
+        "the same bits whoever computes a block"
 
 
 def test_calls_on_two_streams_at_once_deal_their_own_tails(gpu_device):
