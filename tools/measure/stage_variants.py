@@ -201,8 +201,8 @@ def _no_math() -> Plant:
 
 _ONE_PAGE_WARP = Plant("one_pw", TMA_LOADER, "if (turn != which) continue;", "if (which) break;")
 # two page warps at every block size (16-token blocks take a third, warp 3 after its -inf fill)
-_TWO_PAGE_WARPS = Plant("two_pw", TMA_LOADER, "page_warps = p.block_size < SK ? 3 : 2;", "page_warps = 2;")
-_RING_12 = Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 24;", "constexpr hx_u32 SRMAX = 12;")
+_TWO_PAGE_WARPS = Plant("two_pw", TMA_CTA, "return p.block_size < SK ? 3 : 2;", "return 2;")
+_RING_12 = Plant("ring_12", TMA_CTA, "constexpr hx_u32 SRMAX = 18;", "constexpr hx_u32 SRMAX = 12;")
 _NO_SCALES = [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF", "if (false) hx_bulk_g2s(sm.base + SC_OFF"),
               Plant("keys_bytes", TMA_LOADER, "(hx_u32)__popc(good) * page);", "(hx_u32)__popc(good) * kbytes);")]
 
