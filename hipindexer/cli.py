@@ -304,8 +304,8 @@ def check_prefill(device_spec, quick, seed, heads, dims, shapes, reruns, kernel,
 def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, block_sizes, reruns, kernel,
                  accumulation, fail_fast, as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
-    first), the two cache layouts, untrusted device values, [B, next_n] lengths; without --quick also bitwise
-    reruns and caches past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
+    first), the two cache layouts, untrusted device values, [B, next_n] lengths, a batch dealt whole (kernels
+    that deal their work); without --quick also bitwise reruns and caches past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
     from .check import sweep
     dev = _device_or_exit(device_spec)
     heads, dims, block_sizes = _decode_filters(kernel, heads, dims, block_sizes)
@@ -327,7 +327,9 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
                                                             block_sizes=(bs,), lens_per_row=per_row, **forced)))
             extra.append(("lengths per row", lambda H=H, D=D, bs=bs: sweep.decode_lengths_per_row(
                 rng, dev, accumulation=accumulation, heads=(H,), dims=(D,), block_sizes=(bs,), **forced)))
-    if len(extra) == 1:  # the filters are past every listed shape
+    extra.append(("dealt tail", lambda: sweep.decode_dealt_tail(rng, dev, accumulation=accumulation, **within,
+                                                                 **forced)))
+    if len(extra) == 2:  # the filters are past every listed shape
         extra.append(("untrusted values", lambda: sweep.decode_untrusted_values(rng, dev, accumulation=accumulation,
                                                                                 **within, **forced)))
         extra.append(("lengths per row", lambda: sweep.decode_lengths_per_row(rng, dev, accumulation=accumulation,

@@ -79,6 +79,7 @@ def test_the_kernel_deals_an_eighth_of_the_work_by_default_and_takes_the_callers
     assert (p.deal_share, p.deal_grain) == (128, 128)
     assert (plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=0, deal_grain=5).deal_share,
             plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=1024, deal_grain=1).deal_grain) == (0, 1)
+    assert plan_decode(64, 1, 64, 128, 16, 131072, H200).deal_grain == 512  # as many keys in 16-token blocks
     assert plan_decode(4, 1, 16, 128, 64, 4096, H200).deal_share == 0  # the generic kernel deals nothing
     with pytest.raises(ValueError, match="paged_mqa_logits_generic does not deal"):
         plan_decode(4, 1, 16, 128, 64, 4096, H200, deal_share=64)

@@ -505,6 +505,36 @@ def decode_bitwise_reruns(rng, device, runs: int = 20, heads=None, dims=None, bl
     return Outcome("decode", name, PASS, f"{runs} runs bitwise identical")
 
 
+def decode_dealt_tail(rng, device, heads=None, dims=None, block_sizes=None, **tunables) -> Outcome:
+    """For a kernel that deals the tail of a batch's work to the units that come free (sm_90a's): a ragged batch
+    dealt whole (deal_share 1024) in chunks of one block, so every unit claims many, three calls on fresh
+    inputs on one stream, each gated (a claim pair left counted by one call leaves the next call's tail NaN), and
+    the last call's bits against the same call dealing nothing. NA where the planner's kernel deals nothing."""
+    H, D, bs = decode_shape(64, 128, 64, heads, dims, block_sizes)
+    case = testing.DecodeCase(24, 2, H, D, bs, False, mean_context=3000, ragged=True, key_codes=True)
+    name = f"dealt_tail_{case.name}"
+    from ..ops import target_of
+    from ..plan import plan_decode
+    try:
+        plan = plan_decode(case.B, case.next_n, H, D, bs, 2 * case.mean_context, target_of(device), deal_share=1024,
+                           deal_grain=1, **tunables)
+    except ValueError as e:
+        return Outcome("decode", name, NA, f"the kernel deals nothing here ({e})")
+    for i in range(3):
+        inp = testing.decode_inputs(rng, case)
+        got = _decode_run(device, inp, deal_share=1024, deal_grain=1, **tunables)
+        g = gate_decode(got, inp, True, plan.accumulation)
+        if not g:
+            return Outcome.of("decode", name, plan.kernel, g, f" (call {i + 1} of 3, all the work dealt)")
+    static = _decode_run(device, inp, deal_share=0, **tunables)
+    if not np.array_equal(got.view(np.uint32), static.view(np.uint32)):
+        n = int((got.view(np.uint32) != static.view(np.uint32)).sum())
+        return Outcome("decode", name, FAIL, f"{n} positions differ between the dealt call and the undealt one",
+                       kernel=plan.kernel)
+    return Outcome.of("decode", name, plan.kernel, g, "; three calls dealt whole in one-block chunks gated, the "
+                                                      "last bitwise equal to the undealt call")
+
+
 # Caches past 4 GiB: the batch's blocks sit above these many blocks of a larger pool.
 OFFSET_CASES = ((1, 1 << 25), (64, 1 << 19))
 

@@ -88,8 +88,8 @@ GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic")
 # whole blocks (16 or 64 tokens, either layout) landing in the operand layouts, three math warpgroups, up to 128
 # (row, head) pairs per MMA pass; one unit per SM by default. Its tensor map (hipindexer/ops/kv_map.py) is uploaded
 # on a cache's first call, which therefore has to come before a graph capture.
-# It deals an eighth of a batch's work at the end, in chunks of at least 16 blocks of 64 keys while memory sets the
-# pace (docs/benchmarks.md has the measurements that chose both).
+# It deals an eighth of a batch's work at the end, in chunks of at least 1,024 keys (16 blocks of 64, 64 of 16) while
+# memory sets the pace (docs/benchmarks.md has the measurements that chose both).
 WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", units_per_cu=1, head_pass=128,
                                          persistent=True, stage_keys=64, deal_share=128, deal_grain=128)
 DECODE = KernelMenu("decode", GENERIC_DECODE)
@@ -217,13 +217,14 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
     units = units or B * split_kv
     variant = {spec.variant: H} if spec.variant else None
     head_pass = H if spec.page else spec.pairs_per_pass(D)
-    share, grain = _deal(spec, deal_share, deal_grain)
+    share, grain = _deal(spec, block_size, deal_share, deal_grain)
     return DecodePlan(spec.key, (units, 1, 1), spec.block, split_kv, units, tile, head_pass, 1, variant,
                       spec.accumulation, share, grain)
 
 
-def _deal(spec: DecodeKernelSpec, share, grain) -> tuple:
-    """(deal_share, deal_grain) of a launch: the kernel's defaults, or the caller's where given."""
+def _deal(spec: DecodeKernelSpec, block_size: int, share, grain) -> tuple:
+    """(deal_share, deal_grain) of a launch: the kernel's defaults (the grain priced for 64-key blocks, so as many
+    keys at smaller blocks), or the caller's where given."""
     for name, v, hi in (("deal_share", share, 1024), ("deal_grain", grain, (1 << 31) - 1)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi):
             raise ValueError(f"{name}: expected None or an int in [0, {hi}], got {v!r}")
@@ -232,7 +233,7 @@ def _deal(spec: DecodeKernelSpec, share, grain) -> tuple:
         raise ValueError(f"deal_share: {spec.key} does not deal its work (only 0 or None)")
     if not share:
         return 0, 0
-    grain = spec.deal_grain if grain is None else grain
+    grain = spec.deal_grain * max(1, spec.stage_keys // block_size) if grain is None else grain
     if grain < 1:
         raise ValueError(f"deal_grain: expected an int >= 1 when work is dealt, got {grain!r}")
     return share, grain

@@ -73,13 +73,14 @@ struct Deal {
 };
 
 // The deal of this unit over the batch's total work: share / 1024 of it dealt at the end in chunks of at least
-// `grain` (nothing when claims is null or share is 0).
+// `grain`; nothing when claims is null or share is 0, or when the tail holds fewer chunks than there are units (a
+// chunk would then be more than a unit's static part, and whoever took it would end last).
 HX_INLINE __device__ Deal deal_of(hx_i64 total, hx_u32* claims, hx_i32 share, hx_i32 grain) {
   Deal d;
   d.claims = claims;
   const hx_i64 tail = claims && share > 0 ? total / 1024 * share + total % 1024 * share / 1024 : 0;
   const hx_i64 chunks = tail / hx_max_i32(grain, 1);
-  d.chunks = (hx_i32)(chunks < (1 << 30) ? chunks : (1 << 30));
+  d.chunks = chunks < (hx_i64)hx_grid_dim_x() ? 0 : (hx_i32)(chunks < (1 << 30) ? chunks : (1 << 30));
   d.tail = d.chunks > 0 ? tail : 0;
   d.tail_lo = total - d.tail;
   d.own = hx_balanced_part(d.tail_lo, hx_grid_dim_x(), hx_block_x());
