@@ -279,8 +279,8 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if fused not in (None, True, False):
         raise ValueError(f"fused: expected None (where it serves), True or False, got {fused!r}")
     stages = tunables.get("stages")
-    if stages is not None and (isinstance(stages, bool) or stages not in range(6, 25, 6)):
-        raise ValueError(f"stages: expected None or one of 6, 12, 18, 24 (the fused kernel's ring depth), got {stages!r}")
+    if stages is not None and (isinstance(stages, bool) or stages not in range(6, 19, 6)):
+        raise ValueError(f"stages: expected None or one of 6, 12, 18 (the fused kernel's ring depth), got {stages!r}")
     units_asked = tunables.get("units")
     if units_asked is not None and (isinstance(units_asked, bool) or not isinstance(units_asked, (int, np.integer))
                                     or units_asked < 1):
