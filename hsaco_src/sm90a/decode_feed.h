@@ -88,13 +88,15 @@ HX_INLINE __device__ Deal deal_of(hx_i64 total, hx_u32* claims, hx_i32 share, hx
 }
 
 // Calls f(piece) for each of the unit's pieces in order, every lane of the warp alike. The claimer (page warp 0)
-// claims each chunk from the launch's counter as it comes to it, so a unit holds no more of the tail than its
-// stage ring is ahead of its math, and hands the chunk's range of work to the other page warps and the Q warp
-// through the claim ring; an empty range ends every warp's pieces.
+// keeps one claim on the launch's counter in flight under the piece it is issuing, so its copies never wait on
+// the counter's round trip and a unit holds at most one chunk it has not begun; it hands each chunk's range of
+// work to the other page warps and the Q warp through the claim ring; an empty range ends every warp's pieces.
 template <class F>
 HX_INLINE __device__ void each_piece(const Deal& d, const Smem& sm, hx_i32 lane, bool claimer, F&& f) {
   const hx_ring<CLAIM_R> ring = claim_ring(sm);
   hx_range64 piece = d.own;
+  hx_u32 ahead = 0;  // lane 0 of the claimer: the claim in flight
+  if (claimer && lane == 0 && d.chunks) ahead = atomicAdd(d.claims, 1u);
 #pragma unroll 1
   for (hx_u32 k = 0;; ++k) {
     f(piece);  // one call, so one copy of the walk
@@ -102,10 +104,9 @@ HX_INLINE __device__ void each_piece(const Deal& d, const Smem& sm, hx_i32 lane,
     const hx_u32 slot = sm.base + CLAIM_OFF + 16 * (k % CLAIM_R);
     if (claimer) {
       ring.wait_empty(k);
-      hx_u32 got = 0;
-      if (lane == 0) got = atomicAdd(d.claims, 1u);  // past the tail once per unit, so it never wraps
-      got = (hx_u32)hx_shfl_idx_i32((hx_i32)got, 0);
+      const hx_u32 got = (hx_u32)hx_shfl_idx_i32((hx_i32)ahead, 0);
       const bool last = got >= (hx_u32)d.chunks;
+      if (!last && lane == 0) ahead = atomicAdd(d.claims, 1u);  // past the tail once per unit: it never wraps
       piece = last ? hx_range64{0, 0} : d.chunk((hx_i32)got);
       if (lane == 0) {
         sts_i64(slot, piece.lo);

@@ -23,20 +23,23 @@ from hipindexer.runtime import Device, DeviceArray
 @click.option("--heads", default=64)
 @click.option("--next-n", "next_ns", default="1,2")
 @click.option("--calls", default=40)
-def main(shape, heads, next_ns, calls):
+@click.option("--deal", default=None, help="SHARE[:GRAIN]: the op's deal_share and deal_grain (default: the planner's)")
+def main(shape, heads, next_ns, calls, deal):
     B, ctx = (int(x) for x in shape.split("x"))
     dev = Device()
+    share, _, grain = (deal or "").partition(":")
+    tunables = ({"deal_share": int(share)} if share else {}) | ({"deal_grain": int(grain)} if grain else {})
     for n in (int(x) for x in next_ns.split(",")):
         case = testing.DecodeCase(B, n, heads, 128, 64, mean_context=ctx, spread="equal", key_codes=True)
         inp = testing.decode_inputs(np.random.default_rng(0), case)
         args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
         outs = [DeviceArray.empty((B * n + 1, inp.max_model_len), np.float32, dev) for _ in range(calls)]
         for o in outs[:3]:  # warm-up
-            fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev)
+            fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev, **tunables)
         for o in outs:
             o[B * n:].fill(0)
         for o in outs:
-            fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev)
+            fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev, **tunables)
         dev.synchronize()
         summary = []
         for i, o in enumerate(outs):
