@@ -131,6 +131,23 @@ HX_INLINE __device__ void each_piece(const Deal& d, const Smem& sm, hx_i32 lane,
   }
 }
 
+// One warp: the block-table entries of this unit's share of the dealt tail brought into the L2 at the start, so
+// that whoever claims a chunk of it finds the chunk's first entries there rather than in device memory (with the
+// lengths, the lookups a chunk's first copy waits on).
+template <class P>
+HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32 lane) {
+  if (d.chunks == 0) return;
+  const hx_range64 r = hx_balanced_part(d.tail, hx_grid_dim_x(), hx_block_x());
+  const hx_range64 mine = {d.tail_lo + r.lo, d.tail_lo + r.hi};
+  walk(p, mine, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+    const hx_range blk = hx_owned_blocks_priced(mine, start, s.blocks, block_price(s));
+    const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
+    const hx_i32 hi = hx_min_i32(blk.hi, p.max_blocks);  // entries past the table: never named
+    if (hi <= blk.lo) return;
+    for (hx_i32 c = blk.lo + 32 * lane; c < hi + 31; c += 32 * 32) hx_prefetch_l2(row + hx_min_i32(c, hi - 1));
+  });
+}
+
 // Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
 // waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
 template <class P>

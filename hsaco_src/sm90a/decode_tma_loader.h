@@ -91,6 +91,7 @@ HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 
   if (warp == 0 || warp == 2) page_warp(p, sm, deal, lane, warp >> 1, warps);
   else if (warp == 1) query_warp(p, sm, deal, lane);
   else {
+    prefetch_tail_tables(p, deal, lane);
     if (p.clean) fill_columns(p, hx_balanced_part(total_fill, hx_grid_dim_x(), hx_block_x()), lane, 32);
     if (warps == 3) page_warp(p, sm, deal, lane, 2, warps);  // after its fill: a third page warp
   }

@@ -274,6 +274,8 @@ HX_INLINE __device__ void hx_tma_acquire_map(const void* map) {
   asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(map) : "memory");
 }
 // Brings a tensor map into the TMA unit's descriptor cache ahead of its first use.
+// Brings the line holding `p` into the L2, nothing into registers (no wait).
+HX_INLINE __device__ void hx_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 HX_INLINE __device__ void hx_tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
