@@ -74,16 +74,17 @@ def test_an_explicit_split_kv_gives_b_times_split_units():
     assert p.kernel == TMA and p.units == 448 and p.grid == (448, 1, 1)
 
 
-def test_the_kernel_deals_an_eighth_of_the_work_by_default_and_takes_the_callers_deal():
+def test_the_kernel_deals_only_when_asked_and_takes_the_callers_deal():
     p = plan_decode(64, 1, 64, 128, 64, 131072, H200)
-    assert (p.deal_share, p.deal_grain) == (128, 128)
-    assert (plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=0, deal_grain=5).deal_share,
-            plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=1024, deal_grain=1).deal_grain) == (0, 1)
-    assert plan_decode(64, 1, 64, 128, 16, 131072, H200).deal_grain == 512  # as many keys in 16-token blocks
+    assert (p.deal_share, p.deal_grain) == (0, 0)
+    assert (plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=96).deal_grain,
+            plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=0, deal_grain=5).deal_share,
+            plan_decode(64, 1, 64, 128, 64, 131072, H200, deal_share=1024, deal_grain=1).deal_grain) == (256, 0, 1)
+    assert plan_decode(64, 1, 64, 128, 16, 131072, H200, deal_share=64).deal_grain == 1024  # as many keys at 16
     assert plan_decode(4, 1, 16, 128, 64, 4096, H200).deal_share == 0  # the generic kernel deals nothing
     with pytest.raises(ValueError, match="paged_mqa_logits_generic does not deal"):
         plan_decode(4, 1, 16, 128, 64, 4096, H200, deal_share=64)
-    for bad in (dict(deal_share=1025), dict(deal_share=-1), dict(deal_share=True), dict(deal_grain=0),
+    for bad in (dict(deal_share=1025), dict(deal_share=-1), dict(deal_share=True), dict(deal_share=8, deal_grain=0),
                 dict(deal_grain=2.0)):
         with pytest.raises(ValueError, match="deal_"):
             plan_decode(64, 1, 64, 128, 64, 131072, H200, **bad)
@@ -106,7 +107,7 @@ def test_each_stream_gets_a_claim_pair_of_its_own_until_they_run_out(hopper):
         fp8_paged_mqa_logits(*args, stream=stream)
         return struct.ctype().from_buffer_copy(hb.launches[-1][4])
     first = sent(None)
-    assert first.claims != 0 and (first.deal_share, first.deal_grain) == (128, 128)
+    assert first.claims != 0 and (first.deal_share, first.deal_grain) == (0, 0)
     assert sent(None).claims == first.claims
     streams = [Stream(dev, external=0x1000 + i) for i in range(3)]
     pairs = [sent(s).claims for s in streams]

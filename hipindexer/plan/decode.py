@@ -88,10 +88,11 @@ GENERIC_DECODE = DecodeKernelSpec("paged_mqa_logits_generic")
 # whole blocks (16 or 64 tokens, either layout) landing in the operand layouts, three math warpgroups, up to 128
 # (row, head) pairs per MMA pass; one unit per SM by default. Its tensor map (hipindexer/ops/kv_map.py) is uploaded
 # on a cache's first call, which therefore has to come before a graph capture.
-# It deals an eighth of a batch's work at the end, in chunks of at least 1,024 keys (16 blocks of 64, 64 of 16) while
-# memory sets the pace (docs/benchmarks.md has the measurements that chose both).
+# It can deal the tail of a batch's work (off unless asked: each chunk costs its unit about as much as the deal saves;
+# docs/benchmarks.md, "The dealt tail"), in chunks of at least 2,048 keys (32 blocks of 64, 128 of 16) while memory
+# sets the pace.
 WGMMA_TMA_DECODE_SM90 = DecodeKernelSpec("paged_mqa_logits_wgmma_tma", units_per_cu=1, head_pass=128,
-                                         persistent=True, stage_keys=64, deal_share=128, deal_grain=128)
+                                         persistent=True, stage_keys=64, deal_share=0, deal_grain=256)
 DECODE = KernelMenu("decode", GENERIC_DECODE)
 DECODE_TUNABLES = ("kernel", "deal_share", "deal_grain")
 # A grid's units as blocks of threads: AMD counts the grid in threads (< 2^32), so that bounds it everywhere.
@@ -181,10 +182,11 @@ def plan_decode(B: int, next_n: int, H: int, D: int, block_size: int, max_model_
     >>> plan_decode(64, 2, 64, 128, 64, 131072, TARGETS["sm_90a"], accumulation="fp32").kernel
     'paged_mqa_logits_generic'
 
-    Dealing (sm_90a's kernel): each unit first takes its share of all but the last deal_share / 1024 of the
-    batch's work, then claims chunks of that tail (at least deal_grain block prices each) as it comes free, so
-    units that stream at different rates end together. deal_share=0 turns it off; None takes the kernel's
-    default. Kernels that do not deal refuse a nonzero deal_share.
+    Dealing (sm_90a's kernel, off by default): with deal_share > 0 each unit first takes its share of all but
+    the last deal_share / 1024 of the batch's work, then claims chunks of that tail (at least deal_grain block
+    prices each) as it comes free, so units that stream at different rates end together (docs/ops.md, "The
+    dealt tail", says which launches may share a stream's counters). None takes the kernel's default. Kernels
+    that do not deal refuse a nonzero deal_share.
     """
     return _plan_decode(B, next_n, H, D, block_size, max_model_len, target, bool(preshuffle), accumulation,
                         kernel, split_kv, deal_share, deal_grain)
