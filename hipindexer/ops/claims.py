@@ -9,9 +9,8 @@ own: launches on one stream run one after another.
 
 The pairs live in the kernel's code object (`hx_claim_pairs`, zero when the driver loads it), so handing one out
 allocates nothing and copies nothing: a stream's first call may come inside a graph capture. A captured graph
-keeps the pair of the stream it was captured on; replaying it on another stream while calls run on that one shares
-the pair, which the op cannot see: replay a graph on its capture stream, or where nothing else of that stream runs
-at the time. Past PAIRS streams on one device, a stream gets no pair and its launches deal nothing (each unit
+keeps the pair of the stream it was captured on, which the op cannot see at replay: two graphs captured on one
+stream must not run at the same time, nor a graph beside calls on its capture stream. Past PAIRS streams on one device, a stream gets no pair and its launches deal nothing (each unit
 keeps its static share, as with deal_share=0).
 """
 from __future__ import annotations
