@@ -743,9 +743,9 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
     _check_decode_kernel(kernel, dev, "fast", heads, (D,), (block_size,))
     tunables = {"kernel": kernel} if kernel else {}
     if deal is not None:
+        from .plan.decode import deal_tunables
         try:
-            share, _, grain = deal.partition(":")
-            tunables |= {"deal_share": int(share)} | ({"deal_grain": int(grain)} if grain else {})
+            tunables |= deal_tunables(deal)
         except ValueError:
             raise click.BadParameter(f"expected SHARE or SHARE:GRAIN (integers), got {deal!r}",
                                      param_hint="--deal") from None

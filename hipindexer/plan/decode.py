@@ -224,6 +224,13 @@ def _plan_decode(B, next_n, H, D, block_size, max_model_len, target, preshuffle,
                       spec.accumulation, share, grain)
 
 
+def deal_tunables(text: str | None) -> dict:
+    """The op's deal tunables from "SHARE" or "SHARE:GRAIN" (the benchmarks' spelling); {} for None or "".
+    ValueError when a part is not an integer."""
+    share, _, grain = (text or "").partition(":")
+    return ({"deal_share": int(share)} if share else {}) | ({"deal_grain": int(grain)} if grain else {})
+
+
 def _deal(spec: DecodeKernelSpec, block_size: int, share, grain) -> tuple:
     """(deal_share, deal_grain) of a launch: the kernel's defaults (the grain priced for 64-key blocks, so as many
     keys at smaller blocks), or the caller's where given."""

@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from hipindexer import fp8_paged_mqa_logits, testing
+from hipindexer.plan.decode import deal_tunables
 from hipindexer.runtime import Device, DeviceArray
 
 
@@ -27,8 +28,7 @@ from hipindexer.runtime import Device, DeviceArray
 def main(shape, heads, next_ns, calls, deal):
     B, ctx = (int(x) for x in shape.split("x"))
     dev = Device()
-    share, _, grain = (deal or "").partition(":")
-    tunables = ({"deal_share": int(share)} if share else {}) | ({"deal_grain": int(grain)} if grain else {})
+    tunables = deal_tunables(deal)
     for n in (int(x) for x in next_ns.split(",")):
         case = testing.DecodeCase(B, n, heads, 128, 64, mean_context=ctx, spread="equal", key_codes=True)
         inp = testing.decode_inputs(np.random.default_rng(0), case)
