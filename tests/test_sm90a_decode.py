@@ -91,8 +91,9 @@ def test_the_kernel_deals_only_when_asked_and_takes_the_callers_deal():
 
 
 def test_each_stream_gets_a_claim_pair_of_its_own_until_they_run_out(hopper):
-    """The kernel's claim pairs (hipindexer/ops/claims.py): one per stream, the same one call after call, 8 bytes
-    apart inside the code object's table; past the table's pairs a stream gets 0, which deals nothing."""
+    """The kernel's claim pairs (hipindexer/ops/claims.py): one per stream of a launch that deals, the same one call
+    after call, 8 bytes apart inside the code object's table; past the table's pairs a stream gets 0, which deals
+    nothing; a launch that deals nothing gets 0 and takes no pair."""
     from hipindexer import fp8_paged_mqa_logits, testing
     from hipindexer.ops import claims
     from hipindexer.ops.launch import kernel_for
@@ -103,17 +104,21 @@ def test_each_stream_gets_a_claim_pair_of_its_own_until_they_run_out(hopper):
     args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
     struct = catalog.STRUCT["DecodeTmaParams"]
 
-    def sent(stream):
-        fp8_paged_mqa_logits(*args, stream=stream)
+    def sent(stream, deal_share=64):
+        fp8_paged_mqa_logits(*args, stream=stream, deal_share=deal_share)
         return struct.ctype().from_buffer_copy(hb.launches[-1][4])
+    kern = kernel_for(dev, TMA, {"HX_HEADS": 64})
+    table, (base, _) = claims.claim_pairs(kern), kern.global_address(claims.SYMBOL)
+    quiet = Stream(dev, external=0x7000)
+    undealt = sent(quiet, deal_share=0)
+    assert undealt.claims == 0 and (undealt.deal_share, undealt.deal_grain) == (0, 0)
+    assert quiet.handle not in table._of  # a launch that deals nothing takes no pair
     first = sent(None)
-    assert first.claims != 0 and (first.deal_share, first.deal_grain) == (0, 0)
+    assert first.claims != 0 and first.deal_share == 64
     assert sent(None).claims == first.claims
     streams = [Stream(dev, external=0x1000 + i) for i in range(3)]
     pairs = [sent(s).claims for s in streams]
     assert len({first.claims, *pairs}) == 4 and all((a - first.claims) % 8 == 0 for a in pairs)
-    kern = kernel_for(dev, TMA, {"HX_HEADS": 64})
-    table, (base, _) = claims.claim_pairs(kern), kern.global_address(claims.SYMBOL)
     assert all(base <= a < base + 8 * claims.PAIRS for a in (first.claims, *pairs))
     while table._given < claims.PAIRS:
         table(0x9000 + table._given)

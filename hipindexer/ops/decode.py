@@ -191,8 +191,9 @@ def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logit
                    extras=None):
     """(launch, extras) of a planned decode kernel for shape s: the launch, a function of (stream,
     DECODE_POINTERS' pointers[, the cache's tensor map, the claim pair]), and for a kernel that reads the cache
-    through a tensor map, f(stream, cache address) -> (that map, the stream's claim pair) (launch_decode passes
-    them; `extras` reuses one made for the same kernel and cache shape), else None."""
+    through a tensor map, f(stream, cache address) -> (that map, the stream's claim pair, 0 where the plan deals
+    nothing) (launch_decode passes them; `extras` reuses one made for the same kernel and cache shape), else
+    None."""
     tma = DECODE.by_key[plan.kernel].kv_map
     deal = dict(deal_share=plan.deal_share, deal_grain=plan.deal_grain) if tma else {}
     launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_DEAL_POINTERS if tma else DECODE_POINTERS,
@@ -205,5 +206,7 @@ def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logit
     if extras is not None:
         return launch, extras
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
+    if not plan.deal_share:  # nothing dealt: the kernel never reads the pair, so no stream takes one
+        return launch, lambda st, address: (map_of(st, address), 0)
     pair_of = claim_pairs(kern)
     return launch, lambda st, address: (map_of(st, address), pair_of(st.handle))
