@@ -259,6 +259,19 @@ _NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"), _TRIMS_NEVER]
 _NO_END_CUT = [_count_to("count_to_top_k", "top_k"),
                Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);\n    hx_cand_write", "    hx_cand_write")]
 _NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= floor[jr]) return;\n", "    if (key != 12345u) return;\n")
+# ... and each row's floor seeded from a word a row at `out` (the fused launch passes out = 0, which seeds nothing;
+# tools/measure/seeded_floor_probe.py passes floors there): a key enters only above both the seed and the row's own
+# floor. What a floor from a sample of the keys would save, given a good one; a seed too high loses keys.
+_SEEDED = [
+    Plant("seed_field", FUSED, "struct Append {\n  hx_cand_rows k;\n", "struct Append {\n  hx_cand_rows k;\n  hx_u32 s0, s1;\n"),
+    Plant("seed_test", FUSED, "    if (key <= floor[jr]) return;\n", "    if (key <= floor[jr] || key <= (jr ? s1 : s0)) return;\n"),
+    Plant("seed_load", FUSED, "    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));\n",
+          "    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));\n"
+          "    const hx_u32* sdp = (const hx_u32*)p.out;\n"
+          "    const hx_u32 sd0 = sdp ? sdp[(hx_i64)b * p.next_n] : 0u;\n"
+          "    const hx_u32 sd1 = sdp && live > 1 ? sdp[(hx_i64)b * p.next_n + 1] : 0u;\n"),
+    Plant("seed_pass", FUSED, "pass<R>(c, ml.b1, ml.b2, w2, Append{k});", "pass<R>(c, ml.b1, ml.b2, w2, Append{k, sd0, sd1});"),
+]
 _NO_MEETINGS = Plant("no_meetings", FUSED, "        if (turn == MATH_WG - 1) {  // a round's end",
                      "        if (turn == MATH_WG + 7) {  // a round's end")
 
@@ -312,7 +325,7 @@ VARIANTS = {
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
                     "no_trims_no_end_cut": [_APPEND_GUARD, _TRIMS_NEVER, *_NO_END_CUT],
                     "no_appends": [_NO_APPENDS], "no_appends_no_meetings": [_NO_APPENDS, _NO_MEETINGS],
-                    "hist_by_match": [_HIST_BY_MATCH]},
+                    "hist_by_match": [_HIST_BY_MATCH], "seeded": _SEEDED},
     # mqa_logits_wgmma_fold: its two math warpgroups taking turns at the tensor cores; the loader, the stores and
     # the unit start; the peak loop at the fold's N and the plain kernel's, on three warpgroups and on two
     "sm90a_prefill_fold": {
