@@ -272,9 +272,7 @@ _DECODE_TOPK_POINTERS = [("parts", "ptr:u64"), ("part_counts", "ptr:i32"), ("seq
 STRUCTS.append(Struct("DecodeTopkParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_TOPK_POINTERS +
                       _DECODE_SHAPE + [("top_k", "i32"),
                                        ("stages", "i32"),  # sm_90a: the ring's depth at most (the buffers take the rest)
-                                       ("cap", "i32"),  # a row's candidates on chip at most (0: what fits)
-                                       # sm_90a: a sampled floor's rank in 16ths of top_k (0: no sample)
-                                       ("keep", "i32")]))
+                                       ("cap", "i32")]))  # a row's candidates on chip at most (0: what fits)
 # The paged K cache's writer and reader (docs/ops.md, "The paged cache layouts"; hipindexer.ops.cache). Optional
 # errors is 0 (no flags).
 STRUCTS.append(Struct("CacheWriteParams", [

@@ -110,38 +110,6 @@ def test_key_orders_that_fill_and_starve_the_on_chip_candidates(gpu_device, orde
             assert (val == val[:, :1]).all()
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("H,bs,preshuffle,next_n", [(64, 64, False, 1), (64, 16, True, 2), (32, 64, False, 2)])
-def test_sampled_floors_select_as_the_composed_path_whatever_their_rank(gpu_device, H, bs, preshuffle, next_n):
-    """Pieces long enough to open with a sample (three units: segments of thousands of keys): keep=1 sets every
-    sampled floor far too high, so every sampled segment is selected again; 24 (the default) and 256 keep fewer
-    or more keys; 0 samples nothing. Each is the composed path's selection bit for bit, within the gate."""
-    top_k = 2048
-    inp = fused_inputs(40 + H + bs + next_n, B=5, ctx=40000, next_n=next_n, H=H, bs=bs, preshuffle=preshuffle,
-                       top_k=top_k)
-    ws = fused_workspace(gpu_device, inp, top_k)
-    composed = C.run(gpu_device, inp, top_k, False, fused=False)
-    for keep in (1, 24, 256, 0):
-        got = C.check(gpu_device, inp, top_k, False, workspace=ws, units=3, keep=keep)
-        for a, b in zip(got, composed):
-            assert (a.view(np.uint32) == b.view(np.uint32)).all(), f"keep {keep}"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("order", ["rising", "falling", "tied", "clustered"])
-def test_key_orders_under_sampled_floors(gpu_device, order):
-    """The key orders over two units (each a sampled segment of 60,000 keys a row), at the default keep and at
-    keep=1 (every segment selected again): exactly the expected selection."""
-    top_k = 2048
-    inp = F.ordered_inputs(order, 2, B=2, ctx=60000)
-    ws = fused_workspace(gpu_device, inp, top_k)
-    composed = C.run(gpu_device, inp, top_k, True, fused=False)
-    for keep in (None, 1):
-        got = C.run(gpu_device, inp, top_k, True, workspace=ws, units=2, keep=keep)
-        for a, b in zip(got, composed):
-            assert (a.view(np.uint32) == b.view(np.uint32)).all(), f"{order}, keep {keep}"
-
-
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
 
 def _resident(dev, inp):
@@ -177,23 +145,13 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, return_values=True, return_slots=True, fused=True)
     assert [fn for fn, *_ in hb.launches[n0:]] == ["hx_paged_mqa_topk_wgmma_tma", "hx_paged_topk_merge"]
     sel = hipindexer.catalog.STRUCT["DecodeTopkParams"].ctype().from_buffer_copy(hb.launches[n0][4])
-    assert (sel.top_k, sel.next_n, sel.out, sel.clean, sel.keep) == (256, 2, 0, 0, paged_topk_fused.FUSED_KEEP)
-    assert sel.kv_map != 0
+    assert (sel.top_k, sel.next_n, sel.out, sel.clean) == (256, 2, 0, 0) and sel.kv_map != 0
     merge = hipindexer.catalog.STRUCT["PagedTopkMergeParams"].ctype().from_buffer_copy(hb.launches[n0 + 1][4])
     assert merge.parts == sel.parts and merge.seq_nparts == sel.seq_nparts and merge.units == hb.launches[n0][1][0]
     assert merge.values != 0 and merge.slots != 0
     n1 = len(hb.launches)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=False)
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n1:]]
-    for keep in (0, 1, 256):  # the sampled floors' rank, as sent
-        hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, keep=keep)
-        sel = hipindexer.catalog.STRUCT["DecodeTopkParams"].ctype().from_buffer_copy(hb.launches[-2][4])
-        assert sel.keep == keep
-    n1 = len(hb.launches)
-    for bad in (-1, 257, True, 2.0):
-        with pytest.raises(ValueError, match="^keep: expected None or an int in"):
-            hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, keep=bad)
-    assert len(hb.launches) == n1
 
 
 def test_few_sequences_over_many_units_merge_in_two_levels(hopper):
@@ -244,10 +202,9 @@ def test_gfx950_takes_its_own_fused_kernel_with_two_units_a_cu(mi355x):
     assert [fn for fn, *_ in launches] == ["hx_paged_mqa_topk_mfma", "hx_paged_topk_merge"]
     assert launches[0][1][0] <= 512 and launches[0][2][0] == 256
     sel = hipindexer.catalog.STRUCT["DecodeTopkParams"].ctype().from_buffer_copy(launches[0][4])
-    assert (sel.top_k, sel.next_n, sel.kv_map, sel.cap, sel.block_size, sel.keep) == (256, 2, 0, 768, 16, 0)
+    assert (sel.top_k, sel.next_n, sel.kv_map, sel.cap, sel.block_size) == (256, 2, 0, 768, 16)
     n0 = len(hb.launches)
-    for kw, name in ((dict(stages=6), "stages"), (dict(cap=767), "cap"), (dict(cap=True), "cap"),
-                     (dict(keep=24), "keep")):
+    for kw, name in ((dict(stages=6), "stages"), (dict(cap=767), "cap"), (dict(cap=True), "cap")):
         with pytest.raises(ValueError, match=f"^{name}"):
             hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, **kw)
     with pytest.raises(ValueError, match="^fused: True, but the fused kernel is the unit of paged_mqa_logits_mfma"):

@@ -39,13 +39,12 @@ from ..runtime.device import as_stream
 from .decode import check_decode_call, decode_pointers, prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
-from .paged_topk_fused import (FUSED_KERNELS, FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap, check_keep,
+from .paged_topk_fused import (FUSED_KERNELS, FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap,
                                check_merge_group, fused_arrays,
                                fused_pays, fused_refusal, fused_units, plan_fused, run_fused)
 from .topk import _grid, _stride, _written
 
-PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units", "cap", "merge_group",
-                                         "keep")
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units", "cap", "merge_group")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
 STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
@@ -217,9 +216,7 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     choice; True: the fused path or ValueError; False: the composed path), stages (the sm_90a fused kernel's ring
     depth, 6 to 24 in sixes), units and cap (the fused kernel's units at most, and its candidates a row on chip at
     most: top_k and two rounds' worth or more), merge_group (the pieces a first merge level takes together: None
-    the op's choice, 0 one level, 2 to 16384 // top_k), keep (the sm_90a fused kernel's sampled floors: a long
-    segment's rows keep about keep / 16 x top_k of its keys; None: 24, 0: no sample; 0 to 256), chunk and
-    step_block (the composed path's chunk width,
+    the op's choice, 0 one level, 2 to 16384 // top_k), chunk and step_block (the composed path's chunk width,
     a multiple of the block size, and its step's threads, 256 or 512). Returns without waiting. Raises before
     anything is copied or launched: what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a
     workspace that does not fit the call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError
@@ -289,7 +286,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
                                     or units_asked < 1):
         raise ValueError(f"units: expected None or an int >= 1 (the fused kernel's units at most), got {units_asked!r}")
     logits_tunables = {k: v for k, v in tunables.items()
-                       if k not in ("chunk", "step_block", "fused", "stages", "units", "cap", "merge_group", "keep")}
+                       if k not in ("chunk", "step_block", "fused", "stages", "units", "cap", "merge_group")}
     c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
                           split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
                           others=outs)
@@ -346,7 +343,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             raise ValueError(f"stages: the depth of a fused kernel's stage ring; {t.arch}'s has none")
         plan = plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n],
                           units_asked, check_cap(t, top_k, tunables.get("cap")),
-                          check_merge_group(top_k, tunables.get("merge_group")), check_keep(t, tunables.get("keep")))
+                          check_merge_group(top_k, tunables.get("merge_group")))
         remember(key, plan)
         c.upload()
         return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,

@@ -25,22 +25,16 @@ from .topk import _grid, _stride
 @dataclass(frozen=True)
 class FusedKernel:
     """A target's fused kernel: the logits kernel whose unit it is (the logits planner must pick that one for the
-    call), the most entries one round of its math adds to a row between two meetings (its SLACK), whether it
-    has a stage ring whose depth the `stages` tunable sets, and whether it samples its long segments' floors (the
-    `keep` tunable)."""
+    call), the most entries one round of its math adds to a row between two meetings (its SLACK), and whether it
+    has a stage ring whose depth the `stages` tunable sets."""
     key: str
     logits: str
     slack: int
     ring: bool
-    samples: bool
 
 
-FUSED_KERNELS = {"sm_90a": FusedKernel("paged_mqa_topk_wgmma_tma", "paged_mqa_logits_wgmma_tma", 2 * 3 * 64, True,
-                                       True),
-                 "gfx950": FusedKernel("paged_mqa_topk_mfma", "paged_mqa_logits_mfma", 4 * 64, False, False)}
-# The sm_90a kernel's sampled floor: a long segment's rows keep about FUSED_KEEP / 16 x top_k of its keys (docs/ops.md,
-# "The sampled floors"); 0 samples nothing.
-FUSED_KEEP = 24
+FUSED_KERNELS = {"sm_90a": FusedKernel("paged_mqa_topk_wgmma_tma", "paged_mqa_logits_wgmma_tma", 2 * 3 * 64, True),
+                 "gfx950": FusedKernel("paged_mqa_topk_mfma", "paged_mqa_logits_mfma", 4 * 64, False)}
 FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running + one piece in the merge's buffer
 # The sm_90a kernel's ring depth by next_n (a multiple of 6): its candidate buffers take the rest, so fewer stages
 # mean fewer cuts, and more keep the copies ahead; docs/benchmarks.md ("The fused path") has the depths measured.
@@ -111,20 +105,6 @@ def check_cap(target, top_k: int, cap) -> int:
     return int(cap)
 
 
-def check_keep(target, keep) -> int:
-    """The `keep` tunable as the kernel takes it (None: FUSED_KEEP where the fused kernel samples, else 0), or
-    ValueError: an int from 0 (no sample) to 256 (16 x top_k), on a target whose fused kernel samples."""
-    samples = FUSED_KERNELS[target.arch].samples
-    if keep is None:
-        return FUSED_KEEP if samples else 0
-    if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or not 0 <= keep <= 256:
-        raise ValueError(f"keep: expected None or an int in [0, 256] (a sampled floor's rank in 16ths of top_k), "
-                         f"got {keep!r}")
-    if keep and not samples:
-        raise ValueError(f"keep: {target.arch}'s fused kernel samples no floors; expected None or 0, got {keep!r}")
-    return int(keep)
-
-
 def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
     """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
     FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units), or a row at least FUSED_LONG_ROW x
@@ -160,8 +140,7 @@ class FusedPlan:
     merge_first: object = None  # the merge's first level, where a row's list is long (merge_group)
 
 
-def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, cap=0, group=None,
-               keep=0) -> FusedPlan:
+def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, cap=0, group=None) -> FusedPlan:
     """The fused kernel on its logits kernel's plan for the whole call (a grid of at most fused_units), and the
     merge."""
     R, t = s.B * s.next_n, target_of(dev)
@@ -175,7 +154,7 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
         (grid, 1, 1), lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
         B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
-        top_k=top_k, stages=stages, cap=cap, keep=keep)
+        top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs
     group = merge_group(s.B, top_k, grid, s.max_model_len) if group is None else group
     groups = -(-grid // group) if group else 1

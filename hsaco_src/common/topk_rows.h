@@ -70,19 +70,18 @@ HX_INLINE HX_DEV void hx_cand_trim(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx
 }
 
 // The segment's rows (cut to top_k) written to slot `slot` of parts / part_counts (next_n rows of top_k entries a
-// slot; rows past live get count 0), and, with `list`, the slot appended to sequence b's list (seq_parts: units
-// words a sequence; a segment selected again rewrites a slot already listed).
+// slot; rows past live get count 0), and the slot appended to sequence b's list (seq_parts: units words a sequence).
 template <hx_u32 G>
 HX_INLINE HX_DEV void hx_cand_write(const hx_cand_rows& k, hx_u32 t, hx_u64* parts, hx_i32* part_counts,
                                     hx_i32* seq_parts, hx_i32* seq_nparts, hx_i64 slot, hx_i32 b, hx_i32 next_n,
-                                    hx_i32 live, hx_u32 top_k, hx_i64 units, bool list = true) {
+                                    hx_i32 live, hx_u32 top_k, hx_i64 units) {
   for (hx_i32 jr = 0; jr < next_n; ++jr) {
     const hx_u32 n = jr < live ? k.count[jr] : 0u;
     hx_u64* dst = parts + (slot * next_n + jr) * (hx_i64)top_k;
     for (hx_u32 i = t; i < n; i += G) dst[i] = k.e[jr * k.stride + i];
     if (t == 0) part_counts[slot * next_n + jr] = (hx_i32)n;
   }
-  if (t == 0 && list) {
+  if (t == 0) {
     const hx_u32 pos = hx_atomic_add_u32((hx_u32*)seq_nparts + b, 1u);
     seq_parts[(hx_i64)b * units + pos] = (hx_i32)slot;
   }

@@ -148,78 +148,38 @@ HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32
   });
 }
 
-// ------------------------------------------------------------------ sampling first, selecting again
-// The fused top-k's unit may open a long segment with a strided sample of its stages (copied again in their turn),
-// whose keys give its rows a floor, and select again, after its last segment, each segment whose floor proved too
-// high (paged_mqa_topk_wgmma_tma.hip). A policy says how many sample stages segment k of ns stages gets when the
-// unit has issued `issued` stages before it, and, once the math warpgroups have judged the unit's first nseg
-// segments, whether any and which are to be selected again; the logits kernel's NoResample does neither.
-struct NoResample {
-  __device__ hx_i32 samples(hx_u32, hx_i32, hx_u32) const { return 0; }
-  __device__ bool any_redo(hx_u32, hx_i32) const { return false; }
-  __device__ bool redo(hx_u32) const { return false; }
-};
-
-// The segment stage whose copy sample stage i of S is (S of ns, evenly spread).
-HX_INLINE __device__ hx_i32 sampled_stage(hx_i32 i, hx_i32 S, hx_i32 ns) { return (hx_i32)((hx_i64)i * ns / S); }
-
-// Calls f(b, s, blk, k) for each segment of the unit's pieces with blocks, k counting them, and returns their count;
-// with `again`, only those the policy selects again.
-template <class P, class R, class F>
-HX_INLINE __device__ hx_u32 each_segment(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane, bool claimer,
-                                       const R& rs, bool again, F&& f) {
-  hx_u32 k = 0;
-  auto seg = [&](hx_range64 own) {
+// Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
+// waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
+template <class P>
+HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane) {
+  const hx_ring<2> q = q_ring(sm);
+  const hx_i32 SB = SK / p.block_size;
+  hx_u32 qit = 0;
+  each_piece(deal, sm, lane, false, [&](hx_range64 own) {
     walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
       const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
       if (blk.hi <= blk.lo) return;
-      if (!again || rs.redo(k)) f(b, s, blk, k);
-      ++k;
+      const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
+      q.wait_empty(qit);
+      if (lane == 0) {
+        sts_i32(rec, hx_ceil_div(blk.hi - blk.lo, SB));
+        sts_i32(rec + 4, b);
+        sts_i32(rec + 8, s.live);
+      }
+      if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
+      const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
+      const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
+      const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
+      for (hx_i32 j = 0; j < s.live; ++j)
+        hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
+      for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
+      hx_cp_async_commit();
+      hx_cp_async_wait<0>();
+      hx_fence_proxy_async();
+      q.arrive_full(qit);
+      ++qit;
     });
-  };
-  if (again) seg(deal.own);  // a unit that selects again deals nothing: its pieces are its own part
-  else each_piece(deal, sm, lane, claimer, seg);
-  return k;
-}
-
-// Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
-// waits for its own copies and fences them into the async proxy the MMA reads through before it arrives. A record
-// counts its sample stages (word 3) among its stages; word 4 marks a segment selected again.
-template <class P, class R = NoResample>
-HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane, const R& rs = R{}) {
-  const hx_ring<2> q = q_ring(sm);
-  const hx_i32 SB = SK / p.block_size;
-  hx_u32 qit = 0, issued = 0;  // segments, stages
-  bool again = false;
-  auto segment = [&](hx_i32 b, const hx_decode_seq& s, hx_range blk, hx_u32 k) {
-    const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
-    const hx_i32 ns = hx_ceil_div(blk.hi - blk.lo, SB), S = again ? 0 : rs.samples(k, ns, issued);
-    issued += (hx_u32)(S + ns);
-    q.wait_empty(qit);
-    if (lane == 0) {
-      sts_i32(rec, S + ns);
-      sts_i32(rec + 4, b);
-      sts_i32(rec + 8, s.live);
-      sts_i32(rec + 12, S);
-      sts_i32(rec + 16, again);
-    }
-    if (lane < p.next_n) sts_i32(rec + 32 + 4 * lane, hx_decode_row_bound(s, lane, p.max_model_len));
-    const hx_u32 qdst = sm.base + Q_OFF + slot * sm.qslot, wdst = sm.base + W_OFF + slot * W_SLOT;
-    const hx_u8* qsrc = p.q + (hx_i64)b * p.next_n * H * D;
-    const float* wsrc = p.weights + (hx_i64)b * p.next_n * H;
-    for (hx_i32 j = 0; j < s.live; ++j)
-      hx_copy_tile_sw128<H>(qdst + j * (H * D), qsrc + (hx_i64)j * H * D, (hx_u32)lane);
-    for (hx_i32 idx = lane; idx < s.live * H; idx += 32) hx_cp_async4(wdst + 4 * weight_slot(idx), wsrc + idx, 4);
-    hx_cp_async_commit();
-    hx_cp_async_wait<0>();
-    hx_fence_proxy_async();
-    q.arrive_full(qit);
-    ++qit;
-  };
-  if (rs.any_redo(each_segment(p, sm, deal, lane, false, rs, false, segment), lane)) {
-    again = true;
-    each_segment(p, sm, deal, lane, false, rs, true, segment);
-  }
+  });
   q.wait_empty(qit);
   if (lane == 0) sts_i32(sm.base + QREC_OFF + (qit & 1) * QREC_BYTES, 0);
   q.arrive_full(qit);

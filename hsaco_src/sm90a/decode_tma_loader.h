@@ -27,9 +27,9 @@ HX_INLINE __device__ void copy_keys(const P& p, hx_u32 dst, hx_i32 id, hx_u32 ba
 // which, which + warps, ... into the stage ring, the other page warps the rest. A warp issues one copy at a time, and
 // a stage of four 16-token blocks is eight copies (each block's keys and scales), which two warps issue more slowly
 // than the cache streams; the ring's depth, a multiple of 6, gives each slot one page warp either way.
-template <class P, class R = NoResample>
+template <class P>
 HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane, hx_u32 which,
-                                    hx_u32 warps, const R& rs = R{}) {
+                                    hx_u32 warps) {
   const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
   const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
   if (lane < SB) {
@@ -37,78 +37,63 @@ HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, const Deal& deal
     hx_tma_prefetch_map(p.kv_map);
   }
   StagePos at;
-  hx_u32 turn = 0, issued = 0;  // the page warp of this stage; stages so far
-  // The stage of blocks [c, c + SB) (those below hi), lane i < SB holding block c + i's id: its record and copies
-  // by the page warp whose turn it is; every page warp takes the turn.
-  auto stage = [&](hx_i32 c, hx_i32 id, hx_i32 hi) {
-    if (turn == which) {
-      const bool mine = lane < SB && c + lane < hi;
-      const bool ok = mine && id >= 0;
-      const hx_u32 good = hx_ballot(ok), used = hx_ballot(mine);
-      hx_mbar_wait(stage_empty(sm, at.slot), at.phase ^ 1);
-      const hx_u32 full = stage_full(sm, at.slot), keys = sm.base + sm.keys + at.slot * K_STRIDE;
-      if (lane == 0) {
-        const hx_i64 cs = (hx_i64)c * bs;
-        hx_i64 ce = cs + (hx_i64)SK;
-        ce = ce < (hx_i64)hi * bs ? ce : (hx_i64)hi * bs;
-        ce = ce < p.max_model_len ? ce : p.max_model_len;
-        const hx_u32 rec = sm.base + REC_OFF + at.slot * 16;
-        sts_i32(rec, (hx_i32)cs);
-        sts_i32(rec + 4, (hx_i32)ce);
-        sts_i32(rec + 8, (hx_i32)(used & ~good));
-        hx_mbar_arrive_expect_tx(full, (hx_u32)__popc(good) * page);  // releases the record
+  hx_u32 turn = 0;  // the page warp of this stage
+  each_piece(deal, sm, lane, which == 0, [&](hx_range64 own) {
+    walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+      const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
+      hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);  // lane i: column blk.lo + c0 + i of this batch
+      for (hx_i32 c0 = blk.lo; c0 < blk.hi; c0 += 32) {
+        const hx_i32 nxt = table_entry(p, row, c0 + 32 + lane, blk.hi);  // in flight under this batch's stages
+        const hx_i32 nb = hx_min_i32(32, blk.hi - c0);
+        for (hx_i32 k = 0; k < nb; k += SB, turn = turn + 1 == warps ? 0 : turn + 1, at.next(sm.S)) {
+          if (turn != which) continue;
+          const hx_i32 id = hx_shfl_idx_i32(cur, (k + lane) & 31);
+          const bool mine = lane < SB && k + lane < nb;
+          const bool ok = mine && id >= 0;
+          const hx_u32 good = hx_ballot(ok), used = hx_ballot(mine);
+          hx_mbar_wait(stage_empty(sm, at.slot), at.phase ^ 1);
+          const hx_u32 full = stage_full(sm, at.slot), keys = sm.base + sm.keys + at.slot * K_STRIDE;
+          if (lane == 0) {
+            const hx_i64 cs = (hx_i64)(c0 + k) * bs;
+            hx_i64 ce = cs + (hx_i64)SK;
+            ce = ce < (hx_i64)blk.hi * bs ? ce : (hx_i64)blk.hi * bs;
+            ce = ce < p.max_model_len ? ce : p.max_model_len;
+            const hx_u32 rec = sm.base + REC_OFF + at.slot * 16;
+            sts_i32(rec, (hx_i32)cs);
+            sts_i32(rec + 4, (hx_i32)ce);
+            sts_i32(rec + 8, (hx_i32)(used & ~good));
+            hx_mbar_arrive_expect_tx(full, (hx_u32)__popc(good) * page);  // releases the record
+          }
+          if (ok) {
+            copy_keys(p, keys + lane * kbytes, id, full);
+            if (!sm.whole)
+              hx_bulk_g2s(sm.base + SC_OFF + at.slot * SC_BYTES + lane * 4 * bs,
+                          p.kv_cache + (hx_i64)id * page + kbytes, 4 * bs, full);
+          }
+        }
+        cur = nxt;
       }
-      if (ok) {
-        copy_keys(p, keys + lane * kbytes, id, full);
-        if (!sm.whole)
-          hx_bulk_g2s(sm.base + SC_OFF + at.slot * SC_BYTES + lane * 4 * bs,
-                      p.kv_cache + (hx_i64)id * page + kbytes, 4 * bs, full);
-      }
-    }
-    turn = turn + 1 == warps ? 0 : turn + 1;
-    at.next(sm.S);
-    ++issued;
-  };
-  bool again = false;
-  auto segment = [&](hx_i32 b, const hx_decode_seq&, hx_range blk, hx_u32 k) {
-    const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
-    const hx_i32 ns = hx_ceil_div(blk.hi - blk.lo, SB), S = again ? 0 : rs.samples(k, ns, issued);
-    for (hx_i32 i = 0; i < S; ++i) {  // the sample: its lanes' entries looked up one stage at a time
-      const hx_i32 c = blk.lo + SB * sampled_stage(i, S, ns);
-      stage(c, table_entry(p, row, c + hx_min_i32(lane, SB - 1), blk.hi), blk.hi);
-    }
-    hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);  // lane i: column blk.lo + c0 + i of this batch
-    for (hx_i32 c0 = blk.lo; c0 < blk.hi; c0 += 32) {
-      const hx_i32 nxt = table_entry(p, row, c0 + 32 + lane, blk.hi);  // in flight under this batch's stages
-      const hx_i32 nb = hx_min_i32(32, blk.hi - c0);
-      for (hx_i32 k2 = 0; k2 < nb; k2 += SB) stage(c0 + k2, hx_shfl_idx_i32(cur, (k2 + lane) & 31), blk.hi);
-      cur = nxt;
-    }
-  };
-  const hx_u32 nseg = each_segment(p, sm, deal, lane, which == 0, rs, false, segment);
-  if (rs.any_redo(nseg, lane)) {
-    again = true;
-    each_segment(p, sm, deal, lane, which == 0, rs, true, segment);
-  }
+    });
+  });
 }
 
-// The producer warpgroup; a launch that deals its tail (deal_of) passes its claims, else null; the fused top-k its
-// sampling policy (decode_feed.h, NoResample).
-template <class P, class R = NoResample>
+// The producer warpgroup; a launch that deals its tail (deal_of) passes its claims, else null.
+template <class P>
 HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 tid, hx_u32* claims = nullptr,
-                                             hx_i32 share = 0, hx_i32 grain = 0, const R& rs = R{}) {
+                                             hx_i32 share = 0, hx_i32 grain = 0) {
   hx_setmaxnreg_dec<LOAD_REGS>();
   const hx_i32 warp = tid >> 5, lane = tid & 31;
   hx_i64 total_work, total_fill;
   batch_totals(p, sm, tid, total_work, total_fill);
   const Deal deal = deal_of(total_work, claims, share, grain);
   const hx_u32 warps = page_warps(p);
-  if (warp == 0 || warp == 2) page_warp(p, sm, deal, lane, warp >> 1, warps, rs);
-  else if (warp == 1) query_warp(p, sm, deal, lane, rs);
+  if (warp == 0 || warp == 2) page_warp(p, sm, deal, lane, warp >> 1, warps);
+  else if (warp == 1) query_warp(p, sm, deal, lane);
   else {
     prefetch_tail_tables(p, deal, lane);
     if (p.clean) fill_columns(p, hx_balanced_part(total_fill, hx_grid_dim_x(), hx_block_x()), lane, 32);
-    if (warps == 3) page_warp(p, sm, deal, lane, 2, warps, rs);  // after its fill: a third page warp
+    if (warps == 3) page_warp(p, sm, deal, lane, 2, warps);  // after its fill: a third page warp
   }
 }
 

@@ -13,14 +13,6 @@
 // entries a row at most, when set): fewer stages, fewer trims. At a segment's end the warpgroups meet, cut each live
 // row to top_k and write it out.
 //
-// A long segment (SAMPLE_MIN stages or more) opens with a sample: about every SAMPLE_STRIDE-th of its stages copied
-// first, its count padded so that it ends at a round's meeting. There each row's floor becomes its sample's r-th
-// best key less one, r = p.keep / 16 x top_k x the sampled fraction (about p.keep / 16 x top_k of the segment's keys
-// then pass it), and the sample's entries leave the buffer (its keys come again in their turn). A row whose floor
-// proved too high (fewer than top_k keys passed it) has lost keys: the segment is marked in the redo mask, and after
-// the unit's last segment the producer warpgroup, once every segment is judged, feeds the marked ones again, unsampled,
-// whose rows then rewrite their slots exactly as without a sample. p.keep = 0 samples nothing.
-//
 // Nothing is written for columns no key reaches: the merge pads with -1. Block ids and lengths are read, checked
 // and flagged exactly as by the logits kernel (its producer warpgroup); keys behind a bad block never enter.
 #include "decode_tma_loader.h"
@@ -33,9 +25,6 @@ constexpr hx_u32 GROUP = 128 * MATH_WG;      // the math warpgroups' threads
 constexpr hx_u32 BAR_MATH = 2;               // their named barrier (1: the producer warpgroup's)
 constexpr hx_u32 SLACK = 2 * MATH_WG * SK;
 constexpr hx_u32 CAP_MAX = 16384;            // a row's entries on chip, at most
-constexpr hx_i32 SAMPLE_STRIDE = 32;         // a sampled segment's stages per sample stage, about
-constexpr hx_i32 SAMPLE_MIN = 4 * SAMPLE_STRIDE;
-constexpr hx_u32 REDO_WORDS = 64;            // the redo mask: a unit's first 2048 segments may be sampled
 static_assert(TOPK_ROWS <= (hx_u32)RMAX, "a segment's rows are one pass");
 
 // The selection's shared memory after the ring: the cut's scratch and each row's count and floor, then next_n
@@ -45,9 +34,7 @@ constexpr hx_u32 T_SCAN = T_HIST + 4 * HX_TOPK_MAX_BINS;  // a word a wave
 constexpr hx_u32 T_FOUND = T_SCAN + 4 * (GROUP / 32);     // 2 words, then fill
 constexpr hx_u32 T_COUNT = T_FOUND + 16;             // TOPK_ROWS words
 constexpr hx_u32 T_FLOOR = T_COUNT + 4 * TOPK_ROWS;  // TOPK_ROWS words
-constexpr hx_u32 T_JUDGED = T_FLOOR + 4 * TOPK_ROWS; // the unit's first-pass segments judged so far
-constexpr hx_u32 T_REDO = T_JUDGED + 4;              // REDO_WORDS words: bit k, segment k to select again
-constexpr hx_u32 T_ENTRIES = (T_REDO + 4 * REDO_WORDS + 15u) & ~15u;
+constexpr hx_u32 T_ENTRIES = (T_FLOOR + 4 * TOPK_ROWS + 15u) & ~15u;
 // The ring leaves room for at least the scratch and, a row, top_k entries and twice the slack: a cut always frees
 // what two rounds can add.
 HX_INLINE __device__ hx_u32 topk_bytes(hx_i32 next_n, hx_i32 top_k) {
@@ -76,65 +63,9 @@ struct Append {
   }
 };
 
-// The sampling policy (decode_feed.h's NoResample): the producer warpgroup's side.
-struct Resample {
-  hx_i32 keep;
-  hx_u32 judged, mask;  // shared addresses of T_JUDGED and T_REDO
-  // Sample stages of segment k of ns stages after `issued` stages: about ns / SAMPLE_STRIDE, padded so that the unit's
-  // stages before the sample's end are a whole number of rounds (its last stage is a round's last).
-  __device__ hx_i32 samples(hx_u32 k, hx_i32 ns, hx_u32 issued) const {
-    if (keep <= 0 || k >= 32 * REDO_WORDS || ns < SAMPLE_MIN) return 0;
-    const hx_i32 S = hx_ceil_div(ns, SAMPLE_STRIDE);
-    return S + (hx_i32)((MATH_WG - (issued + (hx_u32)S) % MATH_WG) % MATH_WG);
-  }
-  // Whether any of the first nseg segments is to be selected again, once all are judged (every lane of a warp).
-  __device__ bool any_redo(hx_u32 nseg, hx_i32 lane) const {
-    if (keep <= 0) return false;
-    while ((hx_u32)lds_i32(judged) < nseg) __nanosleep(128);
-    __threadfence_block();
-    const hx_i32 w = lds_i32(mask + 4 * lane) | lds_i32(mask + 4 * (lane + 32));
-    return hx_ballot(w != 0) != 0;
-  }
-  __device__ bool redo(hx_u32 k) const { return k < 32 * REDO_WORDS && ((lds_i32(mask + 4 * (k / 32)) >> (k % 32)) & 1); }
-};
-static_assert(2 * 32 == REDO_WORDS, "a warp reads the mask two words a lane");
-
-HX_INLINE __device__ Resample resample(const Smem& sm, hx_i32 keep) {
-  return {keep, sm.base + sm.tail + T_JUDGED, sm.base + sm.tail + T_REDO};
-}
-
 struct MathBar {
   HX_MEMBER __device__ void operator()() const { hx_bar_sync(BAR_MATH, GROUP); }
 };
-
-// At the round's meeting that ends a segment's sample: each of rows [0, R) with more than r sampled entries gets
-// the floor one below its r-th best key (the entries are unique, so hx_group_select's cut is that entry), r =
-// ceil(keep / 16 x top_k x S / main) of its S sample stages and main stages (bit jr of `seeded` set); every sampled
-// entry leaves the buffer.
-template <class Bar>
-HX_INLINE __device__ void seed_floors(const hx_cand_rows& k, hx_u32 gt, Bar& bar, hx_i32 R, hx_u32 top_k,
-                                      hx_u32 keep, hx_u32 S, hx_u32 main, hx_u32& seeded) {
-  const hx_u32 r = (hx_u32)(((hx_u64)keep * top_k * S + 16ull * main - 1ull) / (16ull * main));
-  for (hx_i32 jr = 0; jr < R; ++jr) {
-    const hx_u32 n = ((volatile hx_u32*)k.count)[jr];  // uniform: read by all after the meeting
-    const hx_u64* e = k.e + jr * k.stride;
-    hx_u32 floor = 0u;
-    if (n > r) {
-      const hx_u64 cut = hx_group_select<GROUP>(gt, bar, [&](auto&& f) {
-        for (hx_u32 i = gt; i < n; i += GROUP) f(e[i]);
-      }, r, k.hist, k.scan, k.found);
-      const hx_u32 key = (hx_u32)(cut >> 32);
-      floor = key > 0u ? key - 1u : 0u;
-    }
-    seeded |= (n > r ? 1u : 0u) << jr;
-    bar();  // every count and entry read
-    if (gt == 0) {
-      k.count[jr] = 0u;
-      k.floor[jr] = floor;
-    }
-    bar();
-  }
-}
 
 template <class P>
 HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
@@ -148,14 +79,9 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
   const hx_u32 high = k.cap - SLACK;
   MathBar bar;
   hx_cand_reset(k, gt, TOPK_ROWS);
-  hx_u32* mask = (hx_u32*)(sm.ptr + sm.tail + T_REDO);
-  volatile hx_u32* judged = (volatile hx_u32*)(sm.ptr + sm.tail + T_JUDGED);
-  if (gt < REDO_WORDS) mask[gt] = 0u;
-  if (gt == 0) *judged = 0u;
   bar();
   StagePos at;
   hx_i32 turn = 0;  // this stage's warpgroup, it % 3
-  hx_u32 seg = 0;   // first-pass segments done
   for (hx_u32 qit = 0;; ++qit) {
     q.wait_full(qit);
     const hx_u32 qb = qit & 1, rec = sm.base + QREC_OFF + qb * QREC_BYTES;
@@ -163,9 +89,6 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
     if (ns == 0) break;
     const hx_i32 b = hx_uniform_i32(lds_i32(rec + 4));
     const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));
-    const hx_i32 S = hx_uniform_i32(lds_i32(rec + 12));  // sample stages first
-    const bool again = lds_i32(rec + 16) != 0;
-    hx_u32 seeded = 0;  // uniform: bit jr, row jr's floor came from the sample
     const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
     const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (ml.l & 3) * WGROUP;
     hx_static_for<TOPK_ROWS>([&](auto i) {
@@ -189,27 +112,14 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
           bool hot = false;
           for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
           if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim<GROUP>(k, gt, bar, R, top_k, high);
-          if (s == S - 1) seed_floors(k, gt, bar, R, top_k, (hx_u32)p.keep, (hx_u32)S, (hx_u32)(ns - S), seeded);
         }
       }
     });
-    // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b (once: a
-    // segment selected again rewrites it); a seeded row with fewer than top_k entries marks the segment for that.
+    // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.
     bar();
-    bool short_row = false;
-    for (hx_i32 jr = 0; jr < live && jr < (hx_i32)TOPK_ROWS; ++jr)
-      short_row |= ((seeded >> jr) & 1u) && ((volatile hx_u32*)k.count)[jr] < top_k;
     hx_cand_cut<GROUP>(k, gt, bar, live, top_k);
     hx_cand_write<GROUP>(k, gt, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, u + b, b, p.next_n, live, top_k,
-                         hx_grid_dim_x(), !again);
-    if (!again) {
-      if (gt == 0) {
-        if (short_row) atomicOr(mask + seg / 32, 1u << (seg % 32));
-        __threadfence_block();
-        *judged = seg + 1;
-      }
-      ++seg;
-    }
+                         hx_grid_dim_x());
     bar();  // every entry is read before the rows start again
     hx_cand_reset(k, gt, TOPK_ROWS);
     bar();
@@ -224,7 +134,7 @@ HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_topk_wgmma_tma(const 
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);
   const Smem sm = setup(smem_raw, p, topk_bytes(p.next_n, p.top_k), (hx_u32)p.stages);
-  if (wg == 0) producer_warpgroup(p, sm, tid, nullptr, 0, 0, resample(sm, p.keep));
+  if (wg == 0) producer_warpgroup(p, sm, tid);
   else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
   hx_barrier();
 }

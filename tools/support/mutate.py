@@ -365,9 +365,7 @@ PLANTS = {
     # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, a cut that keeps
     # one entry too few (the buffer's count still top_k; common/topk_rows.h), a piece's slot the unit's alone (a
     # unit's two pieces on a sequence boundary then share it), a trim that never falls back to the exact cut, each
-    # stage's last key never offered; and of the sampled floors: a segment whose floor proved too high never marked
-    # (never selected again), the sample's entries left in the buffer beside the same keys' own, a segment selected
-    # again that lists its slot a second time.
+    # stage's last key never offered.
     "paged_topk_fused": [
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip", "if (key <= floor[jr]) return;",
               "if (key <= floor[0]) return;"),
@@ -377,12 +375,6 @@ PLANTS = {
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
               "          c.clean = false;\n"
               "          c.in = c.in && c.n + 1 < lds_i32(sm.base + REC_OFF + at.slot * 16 + 4);\n"),
-        Plant("fused_short_row_never_marked", "sm90a/paged_mqa_topk_wgmma_tma.hip",
-              "if (short_row) atomicOr(", "if (short_row && !short_row) atomicOr("),
-        Plant("fused_sample_entries_kept", "sm90a/paged_mqa_topk_wgmma_tma.hip",
-              "      k.count[jr] = 0u;\n      k.floor[jr] = floor;", "      k.floor[jr] = floor;"),
-        Plant("fused_redo_listed_again", "sm90a/paged_mqa_topk_wgmma_tma.hip", "hx_grid_dim_x(), !again);",
-              "hx_grid_dim_x(), true);"),
     ],
     # The gfx950 fused decode top-k kernel (gfx950/paged_mqa_topk_mfma.hip) on the emulator (its suite is
     # tests/emu/paged_topk_fused_cases.py, SET_TESTS): every row filtered by the first row's floor, keys the unit
