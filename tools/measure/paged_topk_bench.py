@@ -26,6 +26,22 @@ from hipindexer.runtime import Device, DeviceArray
 H, D, BLOCK, TOP_K = 64, 128, 64, 2048
 
 
+def sequences_of(rng, B: int, ctx: int, dev):
+    """B sequences of ctx keys in a paged cache on dev (block BLOCK, key codes): (inputs, cache, lengths, tables),
+    the last three device arrays."""
+    base = testing.decode_inputs(rng, testing.DecodeCase(B, 2, H, D, BLOCK, False, mean_context=ctx, spread="equal",
+                                                         key_codes=True))
+    return (base, *(DeviceArray.from_numpy(a, dev) for a in (base.kv_cache, base.context_lens, base.block_tables)))
+
+
+def rows_of(rng, B: int, n: int, max_model_len: int, dev):
+    """Queries and weights for B sequences of next_n = n on dev, with a logits output and an indices output."""
+    return (DeviceArray.from_numpy(testing.random_fp8(rng, (B, n, H, D)), dev),
+            DeviceArray.from_numpy(rng.standard_normal((B * n, H), dtype=np.float32), dev),
+            DeviceArray.empty((B * n, max_model_len), np.float32, dev),
+            DeviceArray.empty((B * n, TOP_K), np.int32, dev))
+
+
 @click.command()
 @click.option("--device", "device_name", default=None)
 @click.option("--rows", default="64x131072,64x32768,16x32768,4x8192")
@@ -44,16 +60,10 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
     cases = []
     for shape in rows.split(","):
         B, ctx = (int(x) for x in shape.split("x"))
-        base = testing.decode_inputs(rng, testing.DecodeCase(B, 2, H, D, BLOCK, False, mean_context=ctx,
-                                                             spread="equal", key_codes=True))
+        base, cache, lens, table = sequences_of(rng, B, ctx, dev)
         mml = base.max_model_len
-        cache, lens, table = (DeviceArray.from_numpy(a, dev) for a in (base.kv_cache, base.context_lens,
-                                                                      base.block_tables))
         for n in (int(x) for x in next_ns.split(",")):
-            q = DeviceArray.from_numpy(testing.random_fp8(rng, (B, n, H, D)), dev)
-            w = DeviceArray.from_numpy(rng.standard_normal((B * n, H), dtype=np.float32), dev)
-            logits = DeviceArray.empty((B * n, mml), np.float32, dev)
-            idx = DeviceArray.empty((B * n, TOP_K), np.int32, dev)
+            q, w, logits, idx = rows_of(rng, B, n, mml, dev)
             ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D)
             try:  # the fused path forced, where it serves
                 fws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,

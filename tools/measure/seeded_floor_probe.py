@@ -26,13 +26,13 @@ import click
 import numpy as np
 
 import hipindexer
-from hipindexer import testing
 from hipindexer.bench.timing import time_batches, time_graph
 from hipindexer.ops import paged_topk
 from hipindexer.runtime import Device, DeviceArray
+from tools.measure.paged_topk_bench import BLOCK, D, H, TOP_K, rows_of, sequences_of
 
-H, D, BLOCK, TOP_K = 64, 128, 64, 2048
 _SEEDS = [0]  # the device address the fused launch gets as `out`
+_RUN_FUSED = paged_topk.run_fused
 
 
 def order_keys(x: np.ndarray) -> np.ndarray:
@@ -58,27 +58,32 @@ _ONLY = [None]  # None: both launches; "select": the fused kernel, its lists the
 _LISTS = [None]  # "merge": the lists the select left (seq_nparts), restored before each merge
 
 
-def run_seeded(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals, slots):
-    """paged_topk_fused.run_fused with the seeds' address where it passes out = 0 (and, for the split times, one
-    of its launches alone)."""
-    ws = plan.workspace
-    pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
-    h = st.handle
-    if _ONLY[0] != "merge":
-        plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr,
-                    0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, _SEEDS[0],
-                    0 if errors is None else errors.ptr, plan.map_of(st, kv_cache.ptr) if plan.map_of else 0, *pieces)
-    if _ONLY[0] in ("select", "select_keep"):
+def run_seeded(plan, st, *args):
+    """paged_topk_fused.run_fused with the seeds' address in the fused launch's `out` (which it passes as 0) and,
+    for the split times, one of its launches alone: the plan's launches wrapped for the one call."""
+    ws, select, merge, first = plan.workspace, plan.select, plan.merge, plan.merge_first
+
+    def seeded_select(h, *ptrs):  # ptrs[6]: out
+        if _ONLY[0] != "merge":
+            select(h, *ptrs[:6], _SEEDS[0], *ptrs[7:])
         if _ONLY[0] == "select":
             ws.seq_nparts.fill(0, st)
-        return
-    if _ONLY[0] == "merge":
-        ws.seq_nparts.copy_from(_LISTS[0], st)
-    outs = (ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
-            block_tables.ptr)
-    if plan.merge_first is not None:
-        plan.merge_first(h, *pieces, *outs)
-    plan.merge(h, *pieces, *outs)
+
+    def merge_level(launch, opens):
+        def run(h, *ptrs):
+            if _ONLY[0] in ("select", "select_keep"):
+                return
+            if opens and _ONLY[0] == "merge":
+                ws.seq_nparts.copy_from(_LISTS[0], st)
+            launch(h, *ptrs)
+        return run
+    plan.select = seeded_select
+    plan.merge = merge_level(merge, first is None)
+    plan.merge_first = None if first is None else merge_level(first, True)
+    try:
+        _RUN_FUSED(plan, st, *args)
+    finally:
+        plan.select, plan.merge, plan.merge_first = select, merge, first
 
 
 def graph_us(dev, fn, repeats) -> float:
@@ -128,17 +133,11 @@ def main(device_name, rows, next_ns, keeps, repeats, split, depths, as_json):
     cases = []
     for shape in rows.split(","):
         B, ctx = (int(x) for x in shape.split("x"))
-        base = testing.decode_inputs(rng, testing.DecodeCase(B, 2, H, D, BLOCK, False, mean_context=ctx,
-                                                             spread="equal", key_codes=True))
+        base, cache, lens, table = sequences_of(rng, B, ctx, dev)
         mml = base.max_model_len
-        cache, lens, table = (DeviceArray.from_numpy(a, dev) for a in (base.kv_cache, base.context_lens,
-                                                                      base.block_tables))
         short = DeviceArray.from_numpy(np.maximum(base.context_lens // 16, 2).astype(np.int32), dev)
         for n in (int(x) for x in next_ns.split(",")):
-            q = DeviceArray.from_numpy(testing.random_fp8(rng, (B, n, H, D)), dev)
-            w = DeviceArray.from_numpy(rng.standard_normal((B * n, H), dtype=np.float32), dev)
-            logits = DeviceArray.empty((B * n, mml), np.float32, dev)
-            idx = DeviceArray.empty((B * n, TOP_K), np.int32, dev)
+            q, w, logits, idx = rows_of(rng, B, n, mml, dev)
             ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
                                                  fused=True)
 
