@@ -305,7 +305,8 @@ def check_decode(device_spec, quick, seed, max_cases, max_context, heads, dims, 
                  accumulation, fail_fast, as_json, verbose) -> None:
     """fp8_paged_mqa_logits on a device against the reference: a seeded sample of the decode matrix (printed
     first), the two cache layouts, untrusted device values, [B, next_n] lengths, a batch dealt whole (kernels
-    that deal their work); without --quick also bitwise reruns and caches past 4 GiB. A forced kernel that serves fixed shapes restricts the matrix to them."""
+    that deal their work); without --quick also bitwise reruns and caches past 4 GiB. A forced kernel that serves
+    fixed shapes restricts the matrix to them."""
     from .check import sweep
     dev = _device_or_exit(device_spec)
     heads, dims, block_sizes = _decode_filters(kernel, heads, dims, block_sizes)

@@ -10,8 +10,9 @@ own: launches on one stream run one after another.
 The pairs live in the kernel's code object (`hx_claim_pairs`, zero when the driver loads it), so handing one out
 allocates nothing and copies nothing: a stream's first call may come inside a graph capture. A captured graph
 keeps the pair of the stream it was captured on, which the op cannot see at replay: two graphs captured on one
-stream must not run at the same time, nor a graph beside calls on its capture stream. Past PAIRS streams on one device, a stream gets no pair and its launches deal nothing (each unit
-keeps its static share, as with deal_share=0).
+stream must not run at the same time, nor a graph beside calls on its capture stream. Past PAIRS streams on one
+device, a stream gets no pair and its launches deal nothing (each unit keeps its static share, as with
+deal_share=0). A launch that deals nothing (the default) takes no pair (hipindexer.ops.decode.prepare_decode).
 """
 from __future__ import annotations
 
