@@ -92,6 +92,6 @@ def compile_job(job: Job, tc: Toolchain, src: Path, work: Path, out: Path) -> di
         "params": k.params,
         "param_size": param_size,
         "block": k.block,
-        "dynamic_smem": k.smem,
+        "dynamic_smem": k.smem_for(job.target),
         "resources": res,
     }

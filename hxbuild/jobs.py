@@ -33,8 +33,8 @@ def flags_for(target: str, mode: str, kernel, variant: dict) -> list[str]:
     """Compiler flags, with <src>/<work> placeholders; "|" splits nvcc's from ptxas's in nvcc+ptxas mode."""
     defines = [f"-DHX_BLOCK={kernel.block}"] + [f"-D{k}={variant[k]}" for k in sorted(variant)]
     defines += [f"-D{k}={v}" for k, v in kernel.defines]
-    if kernel.smem:
-        defines.append(f"-DHX_SMEM={kernel.smem}")
+    if kernel.smem_for(target):
+        defines.append(f"-DHX_SMEM={kernel.smem_for(target)}")
     incs = ["-I<src>/common", "-I<work>/include"]
     if target == "gfx950":
         return [

@@ -169,7 +169,7 @@ def test_manifest_entries_carry_every_field_the_runtime_and_tools_read(built):
         assert set(_manifest(d, tree)) == {"schema", "kernels", "toolchains", "driver_floor"}
     for _, e in _entries(d):
         assert set(e) == ENTRY_FIELDS, e["variant_key"]
-        assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem
+        assert e["dynamic_smem"] == catalog.KERNEL[e["name"]].smem_for(e["target"])
         assert "<src>" in " ".join(e["flags"]) and str(d) not in " ".join(e["flags"])  # hashes survive a move
 
 

@@ -156,8 +156,9 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
 
 def test_few_sequences_over_many_units_merge_in_two_levels(hopper):
     hb, dev = hopper
-    inp = _resident(dev, fused_inputs(8, B=4, next_n=2, ctx=3000, top_k=256))  # 16384 // 256 = 64 pieces a group
-    assert paged_topk_fused.merge_group(4, 256, 132) == 0 and paged_topk_fused.merge_group(1, 2048, 132) == 8
+    inp = _resident(dev, fused_inputs(8, B=4, next_n=2, ctx=3000, top_k=256))  # 24576 // 256 = 96 pieces a group
+    assert paged_topk_fused.merge_group("sm_90a", 4, 256, 132) == 0
+    assert paged_topk_fused.merge_group("sm_90a", 1, 2048, 132) == 12
     for kw, levels in ((dict(), [0]), (dict(merge_group=4), [4, 0]), (dict(merge_group=0), [0])):
         n0 = len(hb.launches)
         hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, units=40, **kw)
@@ -170,8 +171,8 @@ def test_few_sequences_over_many_units_merge_in_two_levels(hopper):
             assert merges[0].groups == 10 and launches[1][1][0] == 8 * 10 and merges[1].stride == 4
         assert merges[-1].stride == (levels[0] or 1)
     n0 = len(hb.launches)
-    for bad in (1, 65, -1, True, 2.0):
-        with pytest.raises(ValueError, match=r"^merge_group: expected None, 0 or an int in \[2, 64\]"):
+    for bad in (1, 97, -1, True, 2.0):
+        with pytest.raises(ValueError, match=r"^merge_group: expected None, 0 or an int in \[2, 96\]"):
             hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, merge_group=bad)
     assert len(hb.launches) == n0
 

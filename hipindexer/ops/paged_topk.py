@@ -216,8 +216,9 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     choice; True: the fused path or ValueError; False: the composed path), stages (the sm_90a fused kernel's ring
     depth, 6 to 24 in sixes), units and cap (the fused kernel's units at most, and its candidates a row on chip at
     most: top_k and two rounds' worth or more), merge_group (the pieces a first merge level takes together: None
-    the op's choice, 0 one level, 2 to 16384 // top_k), chunk and step_block (the composed path's chunk width,
-    a multiple of the block size, and its step's threads, 256 or 512). Returns without waiting. Raises before
+    the op's choice, 0 one level, 2 to the entries the merge holds // top_k: 24576 on sm_90a, 16384 on gfx950),
+    chunk and step_block (the composed path's chunk width, a multiple of the block size, and its step's threads,
+    256 or 512). Returns without waiting. Raises before
     anything is copied or launched: what fp8_paged_mqa_logits raises, ValueError for a top_k outside 1..4096, a
     workspace that does not fit the call, or (with return_slots) a cache whose slots int32 cannot hold; TypeError
     for wrong dtypes or options.
@@ -343,7 +344,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             raise ValueError(f"stages: the depth of a fused kernel's stage ring; {t.arch}'s has none")
         plan = plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n],
                           units_asked, check_cap(t, top_k, tunables.get("cap")),
-                          check_merge_group(top_k, tunables.get("merge_group")))
+                          check_merge_group(t.arch, top_k, tunables.get("merge_group")))
         remember(key, plan)
         c.upload()
         return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,

@@ -43,7 +43,8 @@ FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, 
 FUSED_LONG_ROW = 16       # ... or a row's keys, in top_k's (its merge then runs in two levels where pieces are many)
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
-MERGE_ENTRIES = KERNEL["paged_topk_merge"].smem // 8  # a row's list entries the merge holds in shared memory at once
+# A row's list entries the merge holds in shared memory at once, by target.
+MERGE_ENTRIES = {t: KERNEL["paged_topk_merge"].smem_for(t) // 8 for t in KERNEL["paged_topk_merge"].targets}
 MERGE_POINTERS = FUSED_POINTERS + ("seq_done", "indices", "values", "slots", "block_tables")
 
 
@@ -156,7 +157,7 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
         top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs
-    group = merge_group(s.B, top_k, grid, s.max_model_len) if group is None else group
+    group = merge_group(t.arch, s.B, top_k, grid, s.max_model_len) if group is None else group
     groups = -(-grid // group) if group else 1
     merges = [kernel_for(dev, "paged_topk_merge").prepare(
         _grid(R * (groups if level else 1)), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS,
@@ -170,26 +171,31 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
     return FusedPlan(dev, R, top_k, ws, select, map_of, merges[-1], merges[0] if group else None)
 
 
-def check_merge_group(top_k: int, group) -> int | None:
+def check_merge_group(arch: str, top_k: int, group) -> int | None:
     """The `merge_group` tunable (None: merge_group's choice; 0: the merge in one level; else the pieces its first
-    level takes together, 2 to MERGE_ENTRIES // top_k, so that a group fits the merge's buffer), or ValueError."""
-    most = MERGE_ENTRIES // top_k
+    level takes together, 2 to MERGE_ENTRIES[arch] // top_k, so that a group fits the merge's buffer), or
+    ValueError."""
+    held = MERGE_ENTRIES[arch]
+    most = held // top_k
     if group is None or (not isinstance(group, bool) and isinstance(group, (int, np.integer))
                          and (group == 0 or 2 <= group <= most)):
         return None if group is None else int(group)
-    raise ValueError(f"merge_group: expected None, 0 or an int in [2, {most}] (16384 // top_k), got {group!r}")
+    raise ValueError(f"merge_group: expected None, 0 or an int in [2, {most}] ({held} // top_k on {arch}), "
+                     f"got {group!r}")
 
 
-def merge_group(B: int, top_k: int, units: int, max_model_len: int | None = None) -> int:
+def merge_group(arch: str, B: int, top_k: int, units: int, max_model_len: int | None = None) -> int:
     """The pieces a first level of the merge takes together (0: the merge in one level): as many top_k-entry pieces
     as it holds at once, where the units leave a row's list at least two such groups (units >= 2 group B) and more
     entries than the merge holds (units x top_k / B pieces' worth, and max_model_len keys, both past
-    MERGE_ENTRIES): few long sequences over many units, whose one block a row would otherwise walk a long list."""
-    group = MERGE_ENTRIES // top_k
+    MERGE_ENTRIES[arch]): few long sequences over many units, whose one block a row would otherwise walk a long
+    list."""
+    held = MERGE_ENTRIES[arch]
+    group = held // top_k
     entries = units * top_k // max(B, 1)  # a row's list: its pieces of up to top_k entries, at most its keys
     if max_model_len is not None:
         entries = min(entries, max_model_len)
-    return group if units >= 2 * group * B and entries > MERGE_ENTRIES else 0
+    return group if units >= 2 * group * B and entries > held else 0
 
 
 def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,

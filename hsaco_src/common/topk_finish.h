@@ -77,8 +77,9 @@ struct HxFinishRow {
   template <class Write>
   HX_MEMBER HX_DEV hx_u32 write_in_order(hx_i64 lo, hx_i64 len, bool sorted, Write&& write) {
     const hx_u32 tid = hx_thread_x();
-    const hx_u32 words = (hx_u32)((len + 31) / 32);
-    if (sorted || len > (hx_i64)WORDS * 32) {
+    const hx_u32 words = len > (hx_i64)WORDS * 32 ? WORDS + 1u : (hx_u32)((len + 31) / 32);
+    const hx_bitmap_runs runs = hx_bitmap_runs_for(words, HX_BLOCK, WORDS);
+    if (sorted || HX_BLOCK * runs.pitch > WORDS) {
       if (!sorted)  // ascending position: the complemented position above the key sorts descending
         for (hx_u32 i = tid; i < have; i += HX_BLOCK) {
           const hx_u64 x = e[i];
@@ -94,8 +95,8 @@ struct HxFinishRow {
       return have;
     }
     hx_u32* const bits = (hx_u32*)(e + SEL);
-    const hx_u32 per = (words + HX_BLOCK - 1) / HX_BLOCK;
-    for (hx_u32 v = tid * per; v < (tid + 1) * per && v < words; ++v) bits[v] = 0u;
+    const hx_u32 own = tid * runs.per, first = tid * runs.pitch;  // the thread's words, and where they lie
+    for (hx_u32 i = 0; i < runs.per && own + i < words; ++i) bits[first + i] = 0u;
     hx_barrier();
     hx_u64 mine[PER];
     HX_UNROLL
@@ -105,20 +106,29 @@ struct HxFinishRow {
       if ((hx_u32)(hx_topk_entry_index(mine[k]) - lo) / 32 >= words) mine[k] = 0ull;  // only a bad workspace
       if (mine[k]) {
         const hx_u32 b = (hx_u32)(hx_topk_entry_index(mine[k]) - lo);
-        hx_atomic_or((hx_i32*)&bits[b / 32], (hx_i32)(1u << (b % 32)));
+        hx_atomic_or((hx_i32*)&bits[runs.at(b / 32)], (hx_i32)(1u << (b % 32)));
       }
     }
     hx_barrier();
     hx_u32 mine_bits = 0;
-    for (hx_u32 v = tid * per; v < (tid + 1) * per && v < words; ++v) mine_bits += hx_popc(bits[v]);
+    for (hx_u32 i = 0; i < runs.per && own + i < words; ++i) mine_bits += hx_popc(bits[first + i]);
     hx_u32 all;
-    hist[tid] = hx_block_exclusive_sum(mine_bits, scan, &all);
+    const hx_u32 below = hx_block_exclusive_sum(mine_bits, scan, &all);
+    hist[tid] = below;
+    // where the room after the bitmap holds a word a word, each word's count of set bits before it: a place is then
+    // two reads, where it would walk the thread's words before it
+    hx_u32* const counted = runs.pitch * HX_BLOCK + words <= WORDS ? bits + runs.pitch * HX_BLOCK : nullptr;
+    if (counted)
+      for (hx_u32 i = 0, n = below; i < runs.per && own + i < words; ++i) {
+        counted[own + i] = n;
+        n += hx_popc(bits[first + i]);
+      }
     hx_barrier();
     // each entry to its place in e (whose entries every thread holds by now), then the row written in slot order: a
     // warp's stores land in a few sectors, where stores at the ranks spread over the row's
     HX_UNROLL
     for (hx_u32 k = 0; k < PER; ++k)
-      if (mine[k]) e[hx_bitmap_rank(bits, hist, per, (hx_u32)(hx_topk_entry_index(mine[k]) - lo))] = mine[k];
+      if (mine[k]) e[hx_bitmap_rank(bits, hist, runs, (hx_u32)(hx_topk_entry_index(mine[k]) - lo), counted)] = mine[k];
     hx_barrier();
     // set bits: fewer than the entries only where a bad workspace repeated or misplaced one
     for (hx_u32 s = tid; s < all; s += HX_BLOCK) write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));

@@ -185,15 +185,26 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
 // want; kept: e >= cut). hx_group_select finds the cut (in `passes` digits at most: then the entries kept are the
 // top want and the rest of the cut's bin, and their count is what it returns); then every entry at or above it is
 // moved down, a tile of HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes
-// past the tile). Shared: hist, scan and found as hx_group_select's, fill (1); all free again on return.
+// past the tile). The select's passes read U entries a thread at a time. Shared: hist, scan and found as
+// hx_group_select's, fill (1); all free again on return.
 #define HX_CUT_ITEMS 8
-template <hx_u32 G, class Bar>
+template <hx_u32 G, int U = 1, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want, hx_u32* hist,
                                      hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut, int passes = 64) {
   cut = 0;
   if (count <= want) return count;
   cut = hx_group_select<G>(t, bar, [&](auto&& f) {
-    for (hx_u32 i = t; i < count; i += G) f(e[i]);
+    hx_u32 i = t;
+    if constexpr (U > 1) {  // U loads in flight before the first is used
+      for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {
+        hx_u64 x[U];
+        HX_UNROLL
+        for (int k = 0; k < U; ++k) x[k] = e[i + (hx_u32)k * G];
+        HX_UNROLL
+        for (int k = 0; k < U; ++k) f(x[k]);
+      }
+    }
+    for (; i < count; i += G) f(e[i]);
   }, want, hist, scan, found, passes);
   if (t == 0) *fill = 0u;
   for (hx_u32 base = 0; base < count; base += G * HX_CUT_ITEMS) {
@@ -219,13 +230,29 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
   return kept;
 }
 
-// The place of bit b among the set bits of a bitmap whose words a group's threads own `per` at a time (thread t:
-// words [t per, t per + per)), below[t] holding the set bits of the words before thread t's (an exclusive sum):
-// where an entry goes when a selection is written in ascending position (the decode merge, the prefill finish).
-HX_INLINE HX_DEV hx_u32 hx_bitmap_rank(const hx_u32* bits, const hx_u32* below, hx_u32 per, hx_u32 b) {
-  const hx_u32 v = b / 32, t = v / per;
-  hx_u32 rank = below[t] + hx_popc(bits[v] & ((1u << (b % 32)) - 1u));
-  for (hx_u32 u = t * per; u < v; ++u) rank += hx_popc(bits[u]);
+// A bitmap whose words a group's threads own `per` at a time (thread t: words [t per, t per + per)), each thread's run
+// stored `pitch` words after the one before: an odd pitch where the room allows (`cap` words), since with an even one
+// the runs of a wave's threads start in a few banks, which then serve the wave's accesses one after another.
+struct hx_bitmap_runs {
+  hx_u32 per, pitch;
+  HX_MEMBER HX_HD hx_u32 at(hx_u32 v) const { return v / per * pitch + v % per; }
+};
+HX_INLINE HX_HD hx_bitmap_runs hx_bitmap_runs_for(hx_u32 words, hx_u32 threads, hx_u32 cap) {
+  const hx_u32 per = (words + threads - 1) / threads;
+  return {per, (per & 1u) == 0u && threads * (per + 1u) <= cap ? per + 1u : per};
+}
+
+// The place of bit b among the set bits of such a bitmap: where an entry goes when a selection is written in
+// ascending position (the decode merge, the prefill finish). From counted[v], the set bits of the words before word
+// v, where given; else from below[t], those before thread t's words (an exclusive sum), and the thread's words
+// before b's, walked.
+HX_INLINE HX_DEV hx_u32 hx_bitmap_rank(const hx_u32* bits, const hx_u32* below, const hx_bitmap_runs& r, hx_u32 b,
+                                       const hx_u32* counted = nullptr) {
+  const hx_u32 v = b / 32, t = v / r.per, first = t * r.pitch, last = first + (v - t * r.per);
+  const hx_u32 part = hx_popc(bits[last] & ((1u << (b % 32)) - 1u));
+  if (counted) return counted[v] + part;
+  hx_u32 rank = below[t] + part;
+  for (hx_u32 u = first; u < last; ++u) rank += hx_popc(bits[u]);
   return rank;
 }
 

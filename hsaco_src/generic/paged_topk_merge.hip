@@ -81,30 +81,29 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     bar();
     // 2. the row's top_k of the list: its entries [lo, hi) that pass the last cut appended to the selection so far,
     //    e[0, have), and the whole cut to top_k in shared memory once it is half full, until the list has passed.
-    // f(x, at) for each of this thread's entries x of the list in [lo, hi), `at` its place there. Pieces of a block's
-    // width or more: piece by piece, a tile of loads of each at a time (back to back); else every HX_BLOCK-th entry,
-    // walking the pieces' starts forward from a search for the first (no search per entry), so many small pieces
-    // spread over the block too.
+    // f(x, in) for each of this thread's tiles of the list's entries in [lo, hi): x[k] one entry, in[k] whether it
+    // is one (a slot past the range holds 0). Pieces of a block's width or more: piece by piece, a tile of loads of
+    // each at a time (back to back); else every HX_BLOCK-th entry, walking the pieces' starts forward from a search
+    // for the first (no search per entry), so many small pieces spread over the block too. Every thread calls f
+    // as often as the others (uniform trip counts), so f may meet its wave.
     const bool wide = total >= np * HX_BLOCK;  // uniform
     auto pieces = [&](hx_u32 lo, hx_u32 hi, auto&& f) {
+      hx_u64 x[HX_CUT_ITEMS];
+      bool in[HX_CUT_ITEMS];
       if (wide) {
         for (hx_u32 q = 0; q < np; ++q) {
           const hx_u32 p0 = piece_at[q], p1 = piece_at[q + 1];
           if (p1 <= lo || p0 >= hi) continue;  // uniform
           const hx_u32 i1 = (p1 < hi ? p1 : hi) - p0;
           const hx_u64* src = p.parts + ((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k;
-          for (hx_u32 i0 = (p0 < lo ? lo - p0 : 0u) + tid; i0 < i1; i0 += HX_BLOCK * HX_CUT_ITEMS) {
-            hx_u64 x[HX_CUT_ITEMS];
+          for (hx_u32 i0 = p0 < lo ? lo - p0 : 0u; i0 < i1; i0 += HX_BLOCK * HX_CUT_ITEMS) {  // uniform
             HX_UNROLL
             for (int k = 0; k < HX_CUT_ITEMS; ++k) {
-              const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
-              x[k] = i < i1 ? src[i] : 0ull;
+              const hx_u32 i = i0 + tid + (hx_u32)k * HX_BLOCK;
+              in[k] = i < i1;
+              x[k] = in[k] ? src[i] : 0ull;
             }
-            HX_UNROLL
-            for (int k = 0; k < HX_CUT_ITEMS; ++k) {
-              const hx_u32 i = i0 + (hx_u32)k * HX_BLOCK;
-              if (i < i1) f(x[k], p0 + i);
-            }
+            f(x, in);
           }
         }
         return;
@@ -115,20 +114,18 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
         if (piece_at[q + half] <= lo + tid) q += half;
         span -= half;
       }
-      for (hx_u32 base = lo + tid; base < hi; base += HX_BLOCK * HX_CUT_ITEMS) {
-        hx_u64 x[HX_CUT_ITEMS];
+      for (hx_u32 base = lo; base < hi; base += HX_BLOCK * HX_CUT_ITEMS) {  // uniform
         HX_UNROLL
         for (int k = 0; k < HX_CUT_ITEMS; ++k) {
-          const hx_u32 at = base + (hx_u32)k * HX_BLOCK;
+          const hx_u32 at = base + tid + (hx_u32)k * HX_BLOCK;
+          in[k] = at < hi;
           x[k] = 0ull;
-          if (at < hi) {
+          if (in[k]) {
             while (piece_at[q + 1] <= at) ++q;
             x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];
           }
         }
-        HX_UNROLL
-        for (int k = 0; k < HX_CUT_ITEMS; ++k)
-          if (base + (hx_u32)k * HX_BLOCK < hi) f(x[k], base + (hx_u32)k * HX_BLOCK);
+        f(x, in);
       }
     };
     hx_u32 have = 0;
@@ -137,8 +134,15 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
       const hx_u32 n = total - lo < HX_MERGE_CAP - have ? total - lo : HX_MERGE_CAP - have;
       if (tid == 0) found[2] = have;
       bar();
-      pieces(lo, lo + n, [&](hx_u64 x, hx_u32) {
-        if (x > cut) e[hx_atomic_add_u32(&found[2], 1u)] = x;
+      pieces(lo, lo + n, [&](const hx_u64(&x)[HX_CUT_ITEMS], const bool(&in)[HX_CUT_ITEMS]) {
+        bool keep[HX_CUT_ITEMS];
+        hx_u32 at[HX_CUT_ITEMS];
+        HX_UNROLL
+        for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = in[k] && x[k] > cut;
+        hx_append_each(keep, &found[2], at);  // one add a warp and tile: a lane's add each queued on one word
+        HX_UNROLL
+        for (int k = 0; k < HX_CUT_ITEMS; ++k)
+          if (keep[k]) e[at[k]] = x[k];
       });
       bar();
       have = found[2];
@@ -146,7 +150,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
       bar();  // found[2] is read by all before the cut takes it
       if (have > HX_MERGE_CAP / 2 || lo == total) {
         hx_u64 c;
-        have = hx_group_cut<HX_BLOCK>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);
+        have = hx_group_cut<HX_BLOCK, 4>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);
         have = have < top_k ? have : top_k;  // more only from a workspace in a bad state (equal entries)
         cut = c > cut ? c : cut;
       }

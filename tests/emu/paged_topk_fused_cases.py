@@ -143,7 +143,7 @@ def one_sequence_over_many_units_merges_in_two_levels(dev):
         rng = np.random.default_rng(60 + n)
         inp = testing.decode_inputs(rng, testing.DecodeCase(1, n, 32, D, 64, False, mean_context=24_000,
                                                             spread="equal", key_codes=True))
-        group = merge_group(1, top_k, units, inp.max_model_len)
+        group = merge_group("gfx950", 1, top_k, units, inp.max_model_len)
         assert group > 0 and -(-units // group) > 2
         got = C.check(dev, inp, top_k, sorted, fused=True, units=units)
         composed = C.run(dev, inp, top_k, sorted, fused=False)
