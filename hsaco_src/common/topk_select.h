@@ -60,6 +60,16 @@ HX_INLINE HX_HD float hx_topk_value(hx_u32 key) {
   return hx_bits_to_f32((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
 }
 
+// The least value whose key (hx_topk_key(., false)) reaches `floor`: a selectable logit x has a key >= floor exactly
+// when x >= it (keys follow values, -0 and +0 share one, hx_topk_value inverts a key), and NaN and -inf never reach
+// it; so a filter compares each logit once and keys only those that pass. A floor at or below the lowest
+// selectable key gives the lowest finite value, one above the highest key a NaN (nothing passes).
+HX_INLINE HX_HD float hx_topk_floor_value(hx_u32 floor) {
+  if (floor <= 0x00800000u) return hx_bits_to_f32(0xFF7FFFFFu);
+  if (floor > 0xFF800000u) return hx_bits_to_f32(0x7FC00000u);
+  return hx_topk_value(floor);
+}
+
 // *p += v from many threads at once, returning the old value: a count is the
 // same in any order, and a slot handed out this way only says where an entry
 // waits for a sort, so the output stays deterministic. The emulator runs one

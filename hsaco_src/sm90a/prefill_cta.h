@@ -29,6 +29,15 @@
 #define HX_TOPK_KEYS_ONLY  // the order keys and entries only: the block-wide selection is not this kernel's
 #include "topk_select.h"
 
+template <bool C, class T, class F>
+struct hx_pick {
+  using type = T;
+};
+template <class T, class F>
+struct hx_pick<false, T, F> {
+  using type = F;
+};
+
 // One CTA of a prefill kernel at H heads with MATH_WGS math warpgroups, whose Q halves carry NX B rows beyond
 // their RQ x H (query row, head) rows, on parameters Params (PrefillTopkParams when FILTER). A kernel derives from
 // it and adds its math warpgroups.
@@ -36,6 +45,11 @@ template <int HEADS, int MATH_WARPGROUPS, int EXTRA_ROWS, class Params = Prefill
 struct PrefillCta {
   static constexpr int H = HEADS, MATH_WGS = MATH_WARPGROUPS, NX = EXTRA_ROWS;
   static constexpr bool FILTER = FILTER_KEYS;
+  // FILTER: each logit compared with its row's floor as a value (hx_topk_floor_value), keyed only once it passes;
+  // the H = 64 (fold) build compares order keys instead, since with values ptxas spills more of its math
+  // warpgroups' registers (docs/benchmarks.md, "the filters' floors as values").
+  static constexpr bool VALUE_FLOORS = FILTER && H != 64;
+  using Floor = typename hx_pick<VALUE_FLOORS, float, hx_u32>::type;
   static constexpr int D = 128;        // bytes of one key / query-head row
   static constexpr int NQ = 256;       // (query row, head) pairs of a row block
   static constexpr int BQ = NQ / H;    // query rows per row block
@@ -346,11 +360,12 @@ struct PrefillCta {
     float* row[BQ / 4];             // this lane's output rows (half h: h RQ + b2 RQ/2 + kq), at its key
     hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
     bool fill[BQ / 4];              // clean and the row exists (hi -1 marks a row past M)
-    // FILTER: the rows' floors (order keys), the entry index of each row's region for the unit's part (32 bits:
-    // the op keeps a group's regions below 2^32 entries; ptxas spilled the math warpgroups' registers when a 64-bit
-    // region pointer per row was kept), the shared address of the first row's count (the others' follow), and the
-    // key of e = 0.
-    hx_u32 floor[BQ / 4], region0[BQ / 4];
+    // FILTER: the rows' floors (VALUE_FLOORS: as values), the entry index of each row's region for the unit's part
+    // (32 bits: the op keeps a group's regions below 2^32 entries; ptxas spilled the math warpgroups' registers when
+    // a 64-bit region pointer per row was kept), the shared address of the first row's count (the others' follow),
+    // and the key of e = 0.
+    Floor floor[BQ / 4];
+    hx_u32 region0[BQ / 4];
     hx_u32 count0;
     hx_i32 work_hi;
   };
@@ -360,7 +375,9 @@ struct PrefillCta {
     for (int kq = 0; kq < RQ / 2; ++kq) {
       const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
       if constexpr (FILTER) {
-        t.floor[kq] = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
+        const hx_u32 floor = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
+        if constexpr (VALUE_FLOORS) t.floor[kq] = hx_topk_floor_value(floor);
+        else t.floor[kq] = floor;
         t.region0[kq] = ((hx_u32)(m0 + r) * (hx_u32)p.split + (hx_u32)rec[REC_PART]) * (hx_u32)p.region;
       } else {
         t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
@@ -395,8 +412,17 @@ struct PrefillCta {
       const float z = keep + hx_shfl_xor(send, 2);
       const bool inside = (e >= t.lo[kq]) & (e < t.hi[kq]);
       if constexpr (FILTER) {
-        const hx_u32 key = hx_topk_key(z * scale, false);
-        if ((e < 0) & inside & (key >= t.floor[kq]) & (key != 0u)) {
+        const float x = z * scale;
+        bool pass;
+        hx_u32 key;
+        if constexpr (VALUE_FLOORS) {
+          pass = (e < 0) & inside & (x >= t.floor[kq]);
+        } else {
+          key = hx_topk_key(x, false);
+          pass = (e < 0) & inside & (key >= t.floor[kq]) & (key != 0u);
+        }
+        if (pass) {
+          if constexpr (VALUE_FLOORS) key = hx_topk_key(x, false);
           const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
           if (at < (hx_u32)p.region)
             p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);
