@@ -29,14 +29,15 @@ HX_INLINE HX_DEV void hx_cand_reset(const hx_cand_rows& k, hx_u32 t, hx_u32 rows
 }
 
 // Rows [0, live) holding more than top_k entries cut to their top_k and their floors raised; by every thread of the
-// group, after a meeting that made every append visible.
-template <hx_u32 G, class Bar>
+// group, after a meeting that made every append visible. U: the entries a thread's radix passes read at once
+// (hx_group_cut).
+template <hx_u32 G, int U = 1, class Bar>
 HX_INLINE HX_DEV void hx_cand_cut(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_i32 live, hx_u32 top_k) {
   for (hx_i32 jr = 0; jr < live; ++jr) {
     const hx_u32 n = k.count[jr];
     if (n <= top_k) continue;  // uniform: read by all between two meetings (each a compiler fence)
     hx_u64 cut;
-    hx_group_cut<G>(t, bar, k.e + jr * k.stride, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
+    hx_group_cut<G, U>(t, bar, k.e + jr * k.stride, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
     if (t == 0) {
       k.count[jr] = top_k;
       k.floor[jr] = (hx_u32)(cut >> 32);
@@ -50,17 +51,17 @@ HX_INLINE HX_DEV void hx_cand_cut(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_
 // rest of that bin: one pass over the entries where the exact cut takes two or more), its floor that bin's lowest
 // key. A later key equal to it comes after every kept entry, which all rank above it, so the floor still filters
 // exactly, and the segment's end cuts exactly. A row that keeps more than half the way from top_k to high is cut
-// exactly after all.
-template <hx_u32 G, class Bar>
+// exactly after all. U as hx_cand_cut's.
+template <hx_u32 G, int U = 1, class Bar>
 HX_INLINE HX_DEV void hx_cand_trim(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_i32 live, hx_u32 top_k, hx_u32 high) {
   for (hx_i32 jr = 0; jr < live; ++jr) {
     const hx_u32 n = k.count[jr];
     if (n <= high) continue;  // uniform: read by all between two meetings (each a compiler fence)
     hx_u64* e = k.e + jr * k.stride;
     hx_u64 cut;
-    hx_u32 kept = hx_group_cut<G>(t, bar, e, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut, 1);
+    hx_u32 kept = hx_group_cut<G, U>(t, bar, e, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut, 1);
     if (kept > top_k + (high - top_k) / 2)
-      kept = hx_group_cut<G>(t, bar, e, kept, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
+      kept = hx_group_cut<G, U>(t, bar, e, kept, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
     if (t == 0) {
       k.count[jr] = kept;
       k.floor[jr] = (hx_u32)(cut >> 32);

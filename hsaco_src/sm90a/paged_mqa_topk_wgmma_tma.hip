@@ -25,6 +25,7 @@ constexpr hx_u32 GROUP = 128 * MATH_WG;      // the math warpgroups' threads
 constexpr hx_u32 BAR_MATH = 2;               // their named barrier (1: the producer warpgroup's)
 constexpr hx_u32 SLACK = 2 * MATH_WG * SK;
 constexpr hx_u32 CAP_MAX = 16384;            // a row's entries on chip, at most
+constexpr int CUT_READS = 4;                 // entries a thread's radix passes read at once in the trims and cuts
 static_assert(TOPK_ROWS <= (hx_u32)RMAX, "a segment's rows are one pass");
 
 // The selection's shared memory after the ring: the cut's scratch and each row's count and floor, then next_n
@@ -111,13 +112,13 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
         if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
           bool hot = false;
           for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
-          if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim<GROUP>(k, gt, bar, R, top_k, high);
+          if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim<GROUP, CUT_READS>(k, gt, bar, R, top_k, high);
         }
       }
     });
     // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.
     bar();
-    hx_cand_cut<GROUP>(k, gt, bar, live, top_k);
+    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);
     hx_cand_write<GROUP>(k, gt, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, u + b, b, p.next_n, live, top_k,
                          hx_grid_dim_x());
     bar();  // every entry is read before the rows start again
