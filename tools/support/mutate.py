@@ -427,7 +427,7 @@ PLANTS = {
               "(true ||"),
         Plant("fused_finish_regions_overlap", "common/topk_finish.h", "      have += count;\n", "\n"),
         Plant("fused_finish_rank_one_late", "common/topk_select.h",
-              "hx_popc(bits[v] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[v] & ((2u << (b % 32)) - 1u))"),
+              "hx_popc(bits[last] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[last] & ((2u << (b % 32)) - 1u))"),
         Plant("fused_filter_entry_a_key_late", "generic/mqa_logits.hip",
               "p.cand[slot * p.region + at] = hx_topk_entry(key, n);",
               "p.cand[slot * p.region + at] = hx_topk_entry(key, n + 1);"),
