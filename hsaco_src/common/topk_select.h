@@ -23,10 +23,15 @@
 // and +inf then lands in [0x00800000, 0xFF800000], -inf just below (0x007FFFFF)
 // and a NaN outside both ends, so one range test says what is selectable
 // (branch-free: the fused kernels key every logit they compute).
-HX_INLINE HX_HD hx_u32 hx_topk_key(float v, bool minus_inf_selectable) {
+// hx_topk_order_key is the order alone, for a value known to be selectable (a filter whose value test left NaN and
+// -inf out): the same key for those.
+HX_INLINE HX_HD hx_u32 hx_topk_order_key(float v) {
   hx_u32 u = hx_f32_to_bits(v);
   u = u == 0x80000000u ? 0u : u;
-  const hx_u32 key = u ^ ((hx_u32)((hx_i32)u >> 31) | 0x80000000u);
+  return u ^ ((hx_u32)((hx_i32)u >> 31) | 0x80000000u);
+}
+HX_INLINE HX_HD hx_u32 hx_topk_key(float v, bool minus_inf_selectable) {
+  const hx_u32 key = hx_topk_order_key(v);
   const hx_u32 lowest = minus_inf_selectable ? 0x007FFFFFu : 0x00800000u;
   return key - lowest <= 0xFF800000u - lowest ? key : 0u;
 }

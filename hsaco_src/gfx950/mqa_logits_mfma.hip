@@ -167,7 +167,7 @@ struct hx_wave_rows {
   hx_i32 whi;                   // end of this part's work range
 #if HX_FILTER
   hx_rsrc ca, cb;               // rows ma's and mb's regions of this part (empty for a row past M)
-  hx_u32 floor;                 // the lane's row's floor (an order key, at least 1; above every key past M)
+  float floor;                  // the lane's row's floor as a value (hx_topk_floor_value; NaN past M)
   hx_u32* count;                // and its count in LDS
   hx_u32 region;
 #endif
@@ -200,8 +200,9 @@ HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v
   const float lim = hx_bits_to_f32(inside ? 0x7F800000u : 0xFF800000u);  // +inf inside, -inf outside
 #if HX_FILTER
   (void)lim;
-  const hx_u32 key = hx_topk_key(st[t] * (x + y), false);
-  const bool take = inside && key >= r.floor;  // inside: also before the part's end (len); floor >= 1: no NaN
+  const float z = st[t] * (x + y);
+  const bool take = inside && z >= r.floor;  // inside: also before the part's end (len); no NaN or -inf passes
+  const hx_u32 key = hx_topk_order_key(z);   // a lane that does not take stores nowhere
   hx_u32 off = HX_OOB;
   if (take) {
     const hx_u32 at = hx_atomic_add_u32(r.count, 1u);
@@ -349,7 +350,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT 
   r.cb = hx_make_buffer_rsrc(p.cand + ((hx_i64)mb * p.split + (hx_i64)hx_block_y()) * p.region,
                              mb < m1 ? region_bytes : 0u);
   const hx_u32 fl = row_ok ? p.floors[(hx_i64)ml * p.floor_stride] : 0xFFFFFFFFu;
-  r.floor = fl > 1u ? fl : 1u;
+  r.floor = hx_topk_floor_value(fl);
   // the part's end folded into the window (parts end on whole tiles, so this only guards a split that did not)
   r.len = (hx_u32)hx_max_i32(hx_min_i32(win.hi, part.work.hi) - win.lo, 0);
   r.count = &counts[RW * w + g];
