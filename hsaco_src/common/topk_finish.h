@@ -15,7 +15,7 @@ template <hx_u32 SEL, hx_u32 CAP>
 struct HxFinishRow {
   static_assert(CAP >= 2 * SEL && SEL % HX_BLOCK == 0, "a selection and as many entries again");
   static constexpr hx_u32 PER = SEL / HX_BLOCK;        // a thread's entries of a selection
-  static constexpr hx_u32 WORDS = (CAP - SEL) * 2;     // the bitmap's words, after the selection
+  static constexpr hx_u32 WORDS = (CAP - SEL) * 2;     // the words after the selection: the bitmap, then its counts
   hx_u64* e;
   hx_u32 *hist, *scan, *found;  // found: 3 words
   hx_u32 top_k;
@@ -77,6 +77,7 @@ struct HxFinishRow {
   template <class Write>
   HX_MEMBER HX_DEV hx_u32 write_in_order(hx_i64 lo, hx_i64 len, bool sorted, Write&& write) {
     const hx_u32 tid = hx_thread_x();
+    // a window past the room counts one word too many, so that the test below sends it to the sort
     const hx_u32 words = len > (hx_i64)WORDS * 32 ? WORDS + 1u : (hx_u32)((len + 31) / 32);
     const hx_bitmap_runs runs = hx_bitmap_runs_for(words, HX_BLOCK, WORDS);
     if (sorted || HX_BLOCK * runs.pitch > WORDS) {
