@@ -422,7 +422,7 @@ struct PrefillCta {
           pass = (e < 0) & inside & (key >= t.floor[kq]) & (key != 0u);
         }
         if (pass) {
-          if constexpr (VALUE_FLOORS) key = hx_topk_key(x, false);
+          if constexpr (VALUE_FLOORS) key = hx_topk_order_key(x);  // passed a finite floor: selectable
           const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
           if (at < (hx_u32)p.region)
             p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 
 import click
 import numpy as np
@@ -42,6 +43,43 @@ def rows_of(rng, B: int, n: int, max_model_len: int, dev):
             DeviceArray.empty((B * n, TOP_K), np.int32, dev))
 
 
+@dataclass
+class Case:
+    """One (B, ctx, next_n) of a run on its device: the drawn inputs (base), their cache, lengths and tables, the
+    queries and weights, and the logits and indices outputs."""
+    B: int
+    ctx: int
+    n: int
+    base: object
+    cache: DeviceArray
+    lens: DeviceArray
+    table: DeviceArray
+    q: DeviceArray
+    w: DeviceArray
+    logits: DeviceArray
+    idx: DeviceArray
+
+    @property
+    def mml(self) -> int:
+        return self.base.max_model_len
+
+    def logits_op(self, lens=None, clean_logits=True):
+        """The decode logits op over the case (its own lengths, or `lens`) into its logits output."""
+        hipindexer.fp8_paged_mqa_logits(self.q, self.cache, self.w, self.lens if lens is None else lens, self.table,
+                                        self.mml, None, False, clean_logits=clean_logits, out=self.logits,
+                                        device=self.cache.device)
+
+
+def cases_of(rng, rows: str, next_ns: str, dev):
+    """The cases of a run, in order: each BxCTX of `rows` (comma-separated) drawn once, then each next_n of
+    `next_ns` over it."""
+    for shape in rows.split(","):
+        B, ctx = (int(x) for x in shape.split("x"))
+        base, cache, lens, table = sequences_of(rng, B, ctx, dev)
+        for n in (int(x) for x in next_ns.split(",")):
+            yield Case(B, ctx, n, base, cache, lens, table, *rows_of(rng, B, n, base.max_model_len, dev))
+
+
 @click.command()
 @click.option("--device", "device_name", default=None)
 @click.option("--rows", default="64x131072,64x32768,16x32768,4x8192")
@@ -58,65 +96,61 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
         rows = "2x256"
     rng = np.random.default_rng(0)
     cases = []
-    for shape in rows.split(","):
-        B, ctx = (int(x) for x in shape.split("x"))
-        base, cache, lens, table = sequences_of(rng, B, ctx, dev)
-        mml = base.max_model_len
-        for n in (int(x) for x in next_ns.split(",")):
-            q, w, logits, idx = rows_of(rng, B, n, mml, dev)
-            ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D)
-            try:  # the fused path forced, where it serves
-                fws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
-                                                      fused=True)
-            except ValueError:
-                fws = None
-            cws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, fused=False)
+    for c in cases_of(rng, rows, next_ns, dev):
+        B, ctx, n, mml = c.B, c.ctx, c.n, c.mml
+        q, cache, w, lens, table, logits, idx = c.q, c.cache, c.w, c.lens, c.table, c.logits, c.idx
+        ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D)
+        try:  # the fused path forced, where it serves
+            fws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
+                                                  fused=True)
+        except ValueError:
+            fws = None
+        cws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, fused=False)
 
-            def alone(i):
-                hipindexer.fp8_paged_mqa_logits(q, cache, w, lens, table, mml, None, False, clean_logits=True,
-                                                 out=logits, device=dev)
+        def alone(i):
+            c.logits_op()
 
-            def two(i):
-                alone(i)
-                hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev)
+        def two(i):
+            alone(i)
+            hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev)
 
-            def topk(i):
-                hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx, device=dev)
+        def topk(i):
+            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx, device=dev)
 
-            def fused(i):
-                hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws, out=idx,
-                                              device=dev)
+        def fused(i):
+            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws, out=idx,
+                                          device=dev)
 
-            def composed(i):
-                hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=cws, out=idx,
-                                              device=dev)
-            def at_stages(st):
-                return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
-                                                               out=idx, device=dev, stages=st)
-            def at_group(g):
-                return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
-                                                               out=idx, device=dev, merge_group=g)
-            depths = [int(x) for x in stage_list.split(",") if x] if fws else []
-            groups = [int(x) for x in group_list.split(",") if x] if fws else []
-            us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
-                  for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
-                               ("fused", fused if fws else None), ("composed", composed),
-                               *((f"fused_stages_{d}", at_stages(d)) for d in depths),
-                               *((f"fused_merge_group_{g}", at_group(g)) for g in groups))}
-            case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
-                    **{f"us_{k}": v for k, v in us.items()},
-                    "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
-                    "workspace_bound": ws.bound}
-            cases.append(case)
-            if not as_json:
-                print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, logits + topk_logits "
-                      f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
-                      f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits); "
-                      f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
-                      f"{ws.nbytes} B (bound {case['workspace_bound']} B)" +
-                      "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths) +
-                      "".join(f"; merge groups of {g} {us[f'fused_merge_group_{g}']:.1f} us" for g in groups),
-                      flush=True)
+        def composed(i):
+            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=cws, out=idx,
+                                          device=dev)
+        def at_stages(st):
+            return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
+                                                           out=idx, device=dev, stages=st)
+        def at_group(g):
+            return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
+                                                           out=idx, device=dev, merge_group=g)
+        depths = [int(x) for x in stage_list.split(",") if x] if fws else []
+        groups = [int(x) for x in group_list.split(",") if x] if fws else []
+        us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
+              for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
+                           ("fused", fused if fws else None), ("composed", composed),
+                           *((f"fused_stages_{d}", at_stages(d)) for d in depths),
+                           *((f"fused_merge_group_{g}", at_group(g)) for g in groups))}
+        case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
+                **{f"us_{k}": v for k, v in us.items()},
+                "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
+                "workspace_bound": ws.bound}
+        cases.append(case)
+        if not as_json:
+            print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, logits + topk_logits "
+                  f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
+                  f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits); "
+                  f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
+                  f"{ws.nbytes} B (bound {case['workspace_bound']} B)" +
+                  "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths) +
+                  "".join(f"; merge groups of {g} {us[f'fused_merge_group_{g}']:.1f} us" for g in groups),
+                  flush=True)
     if as_json:
         click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))
 

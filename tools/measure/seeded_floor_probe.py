@@ -29,7 +29,7 @@ import hipindexer
 from hipindexer.bench.timing import time_batches, time_graph
 from hipindexer.ops import paged_topk
 from hipindexer.runtime import Device, DeviceArray
-from tools.measure.paged_topk_bench import BLOCK, D, H, TOP_K, rows_of, sequences_of
+from tools.measure.paged_topk_bench import BLOCK, D, H, TOP_K, cases_of
 
 _SEEDS = [0]  # the device address the fused launch gets as `out`
 _RUN_FUSED = paged_topk.run_fused
@@ -131,70 +131,65 @@ def main(device_name, rows, next_ns, keeps, repeats, split, depths, as_json):
         print(f"hipindexer from {hipindexer.__file__}", flush=True)
     rng = np.random.default_rng(0)
     cases = []
-    for shape in rows.split(","):
-        B, ctx = (int(x) for x in shape.split("x"))
-        base, cache, lens, table = sequences_of(rng, B, ctx, dev)
-        mml = base.max_model_len
-        short = DeviceArray.from_numpy(np.maximum(base.context_lens // 16, 2).astype(np.int32), dev)
-        for n in (int(x) for x in next_ns.split(",")):
-            q, w, logits, idx = rows_of(rng, B, n, mml, dev)
-            ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
-                                                 fused=True)
+    for c in cases_of(rng, rows, next_ns, dev):
+        B, ctx, n, mml = c.B, c.ctx, c.n, c.mml
+        q, cache, w, lens, table, logits, idx = c.q, c.cache, c.w, c.lens, c.table, c.logits, c.idx
+        short = DeviceArray.from_numpy(np.maximum(c.base.context_lens // 16, 2).astype(np.int32), dev)
+        ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
+                                             fused=True)
 
-            def alone(i):
-                hipindexer.fp8_paged_mqa_logits(q, cache, w, lens, table, mml, None, False, clean_logits=True,
-                                                 out=logits, device=dev)
+        def alone(i):
+            c.logits_op()
 
-            def sample(i):
-                hipindexer.fp8_paged_mqa_logits(q, cache, w, short, table, mml, None, False, clean_logits=False,
-                                                 out=logits, device=dev)
+        def sample(i):
+            c.logits_op(short, clean_logits=False)
 
-            def fused(i, stream=None, stages=None):
-                hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx,
-                                              device=dev, stream=stream, stages=stages)
-            alone(0)
-            dev.synchronize()
-            host = logits.numpy()
-            _SEEDS[0] = 0
+        def fused(i, stream=None, stages=None):
+            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx,
+                                          device=dev, stream=stream, stages=stages)
+        alone(0)
+        dev.synchronize()
+        host = logits.numpy()
+        _SEEDS[0] = 0
+        fused(0)
+        dev.synchronize()
+        plain = idx.numpy()
+        us = {"logits": statistics.median(time_batches(dev, alone, repeats)[0]),
+              "logits_sixteenth": statistics.median(time_batches(dev, sample, repeats)[0]),
+              "fused": statistics.median(time_batches(dev, fused, repeats)[0])}
+        parts = {}
+        if split:
+            parts[0] = split_times(dev, ws, fused, repeats)
+        same = {}
+        for keep in (float(x) for x in keeps.split(",") if x):
+            seeds = DeviceArray.from_numpy(floors_of(host, math.ceil(keep * TOP_K)), dev)
+            _SEEDS[0] = seeds.ptr
             fused(0)
             dev.synchronize()
-            plain = idx.numpy()
-            us = {"logits": statistics.median(time_batches(dev, alone, repeats)[0]),
-                  "logits_sixteenth": statistics.median(time_batches(dev, sample, repeats)[0]),
-                  "fused": statistics.median(time_batches(dev, fused, repeats)[0])}
-            parts = {}
+            same[keep] = bool(np.array_equal(idx.numpy(), plain))
+            us[f"seeded_{keep}"] = statistics.median(time_batches(dev, fused, repeats)[0])
             if split:
-                parts[0] = split_times(dev, ws, fused, repeats)
-            same = {}
-            for keep in (float(x) for x in keeps.split(",") if x):
-                seeds = DeviceArray.from_numpy(floors_of(host, math.ceil(keep * TOP_K)), dev)
-                _SEEDS[0] = seeds.ptr
-                fused(0)
-                dev.synchronize()
-                same[keep] = bool(np.array_equal(idx.numpy(), plain))
-                us[f"seeded_{keep}"] = statistics.median(time_batches(dev, fused, repeats)[0])
-                if split:
-                    parts[keep] = split_times(dev, ws, fused, repeats)
-                for d in (int(x) for x in depths.split(",") if x):
-                    us[f"seeded_{keep}_stages_{d}"] = statistics.median(
-                        time_batches(dev, lambda i: fused(i, stages=d), repeats)[0])
-                _SEEDS[0] = 0
-                del seeds
-            case = {"B": B, "ctx": ctx, "next_n": n, **{f"us_{k}": v for k, v in us.items()},
-                    **{f"same_{k}": v for k, v in same.items()},
-                    **{f"split_{k}": dict(zip(("us_graph", "us_select", "us_merge", "entries_a_sequence"), v))
-                       for k, v in parts.items()}}
-            cases.append(case)
-            if not as_json:
-                print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, a sixteenth "
-                      f"{us['logits_sixteenth']:.1f} us, fused {us['fused']:.1f} us ({us['fused'] / us['logits']:.2f}x)"
-                      + "".join(f"; seeded at {k} top_k {us[f'seeded_{k}']:.1f} us "
-                                f"({us[f'seeded_{k}'] / us['logits']:.2f}x, {'same' if same[k] else 'DIFFERENT'})"
-                                for k in same), flush=True)
-                for k, (g, a, m, e) in parts.items():
-                    print(f"    {'unseeded' if k == 0 else f'seeded at {k}'}, graph replays: whole {g:.1f} us, select "
-                          f"alone {a:.1f} us, merge alone {m:.1f} us; {e:.0f} entries a sequence's rows", flush=True)
-                print("".join(f"    {k}: {v:.1f} us\n" for k, v in us.items() if "_stages_" in k), end="", flush=True)
+                parts[keep] = split_times(dev, ws, fused, repeats)
+            for d in (int(x) for x in depths.split(",") if x):
+                us[f"seeded_{keep}_stages_{d}"] = statistics.median(
+                    time_batches(dev, lambda i: fused(i, stages=d), repeats)[0])
+            _SEEDS[0] = 0
+            del seeds
+        case = {"B": B, "ctx": ctx, "next_n": n, **{f"us_{k}": v for k, v in us.items()},
+                **{f"same_{k}": v for k, v in same.items()},
+                **{f"split_{k}": dict(zip(("us_graph", "us_select", "us_merge", "entries_a_sequence"), v))
+                   for k, v in parts.items()}}
+        cases.append(case)
+        if not as_json:
+            print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, a sixteenth "
+                  f"{us['logits_sixteenth']:.1f} us, fused {us['fused']:.1f} us ({us['fused'] / us['logits']:.2f}x)"
+                  + "".join(f"; seeded at {k} top_k {us[f'seeded_{k}']:.1f} us "
+                            f"({us[f'seeded_{k}'] / us['logits']:.2f}x, {'same' if same[k] else 'DIFFERENT'})"
+                            for k in same), flush=True)
+            for k, (g, a, m, e) in parts.items():
+                print(f"    {'unseeded' if k == 0 else f'seeded at {k}'}, graph replays: whole {g:.1f} us, select "
+                      f"alone {a:.1f} us, merge alone {m:.1f} us; {e:.0f} entries a sequence's rows", flush=True)
+            print("".join(f"    {k}: {v:.1f} us\n" for k, v in us.items() if "_stages_" in k), end="", flush=True)
     if as_json:
         click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))
 
