@@ -51,14 +51,16 @@ HX_INLINE __device__ hx_cand_rows cands(const Smem& sm, hx_i32 next_n, hx_i32 ca
           (hx_u32*)(t + T_COUNT), (hx_u32*)(t + T_FLOOR)};
 }
 
-// The pass's emit: a valid key's logit, if its key is above the row's floor, appended to the row's buffer.
+// The pass's emit: a valid key's logit, if its key is above the row's floor, appended to the row's buffer. The
+// floors change only in a meeting's trims, so the math warpgroups keep them in registers from one to the next (a
+// shared load in every lane's path of every pass, else).
 struct Append {
   hx_cand_rows k;
+  hx_u32 floor0, floor1;  // rows 0 and 1's floors as the last meeting left them
   HX_MEMBER __device__ void operator()(const Pass& c, hx_i32 jr, bool row, bool valid, float z) const {
     if (!(row && c.in && valid && !c.bad)) return;
     const hx_u32 key = hx_topk_key(z * c.scale, false);
-    volatile hx_u32* floor = k.floor;
-    if (key <= floor[jr]) return;
+    if (key <= (jr ? floor1 : floor0)) return;
     const hx_u32 at = hx_atomic_add_u32(&k.count[jr], 1u);
     k.e[jr * k.stride + at] = hx_topk_entry(key, c.n);
   }
@@ -97,6 +99,8 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
       if (live != R) return;
       float w2[R][2 * JQ];
       load_row_weights<R>(wt, w2);
+      const auto floors = [&]() { return Append{k, k.floor[0], R > 1 ? k.floor[1] : 0u}; };
+      Append emit = floors();  // after the meeting that reset the rows
       for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
         if (turn == m) {
           hx_mbar_wait(stage_full(sm, at.slot), at.phase);
@@ -106,13 +110,16 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
           c.out = nullptr;
           c.bdesc = hx_wgmma_desc_sw128(qtile);
           c.bounds = rec + 32;
-          pass<R>(c, ml.b1, ml.b2, w2, Append{k});
+          pass<R>(c, ml.b1, ml.b2, w2, emit);
           hx_mbar_arrive(stage_empty(sm, at.slot));
         }
         if (turn == MATH_WG - 1) {  // a round's end: every warpgroup meets here, whoever took the stage
           bool hot = false;
           for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
-          if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim<GROUP, CUT_READS>(k, gt, bar, R, top_k, high);
+          if (hx_bar_any(BAR_MATH, GROUP, hot)) {
+            hx_cand_trim<GROUP, CUT_READS>(k, gt, bar, R, top_k, high);
+            emit = floors();  // its closing meeting made the new floors visible
+          }
         }
       }
     });

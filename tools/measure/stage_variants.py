@@ -211,13 +211,12 @@ _NO_SCALES = [Plant("no_scale_copy", TMA_LOADER, "hx_bulk_g2s(sm.base + SC_OFF",
 _WARP_APPEND = Plant("warp_append", FUSED, """\
     if (!(row && c.in && valid && !c.bad)) return;
     const hx_u32 key = hx_topk_key(z * c.scale, false);
-    volatile hx_u32* floor = k.floor;
-    if (key <= floor[jr]) return;
+    if (key <= (jr ? floor1 : floor0)) return;
     const hx_u32 at = hx_atomic_add_u32(&k.count[jr], 1u);
     k.e[jr * k.stride + at] = hx_topk_entry(key, c.n);
 """, """\
     const hx_u32 key = row && c.in && valid && !c.bad ? hx_topk_key(z * c.scale, false) : 0u;
-    const bool take = key > ((volatile hx_u32*)k.floor)[row ? jr : 0];
+    const bool take = key > (row && jr ? floor1 : floor0);
     const hx_u32 m = __ballot_sync(0xFFFFFFFFu, take);
     if (m == 0u) return;
     const hx_u32 lane = threadIdx.x & 31u;
@@ -253,24 +252,25 @@ def _count_to(name: str, most: str) -> Plant:
                  "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);\n")
 
 
-_TRIMS_NEVER = Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) hx_cand_trim",
-                     "if (hot && !hot) hx_cand_trim")
+_TRIMS_NEVER = Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) {", "if (hot && !hot) {")
 _NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"), _TRIMS_NEVER]
 _NO_END_CUT = [_count_to("count_to_top_k", "top_k"),
                Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);\n    hx_cand_write", "    hx_cand_write")]
-_NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= floor[jr]) return;\n", "    if (key != 12345u) return;\n")
+_NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= (jr ? floor1 : floor0)) return;\n", "    if (key != 12345u) return;\n")
 # ... and each row's floor seeded from a word a row at `out` (the fused launch passes out = 0, which seeds nothing;
 # tools/measure/seeded_floor_probe.py passes floors there): a key enters only above both the seed and the row's own
 # floor. What a floor from a sample of the keys would save, given a good one; a seed too high loses keys.
 _SEEDED = [
-    Plant("seed_field", FUSED, "struct Append {\n  hx_cand_rows k;\n", "struct Append {\n  hx_cand_rows k;\n  hx_u32 s0, s1;\n"),
-    Plant("seed_test", FUSED, "    if (key <= floor[jr]) return;\n", "    if (key <= floor[jr] || key <= (jr ? s1 : s0)) return;\n"),
+    Plant("seed_field", FUSED, "  hx_u32 floor0, floor1;", "  hx_u32 floor0, floor1, s0, s1;"),
+    Plant("seed_test", FUSED, "    if (key <= (jr ? floor1 : floor0)) return;\n",
+          "    if (key <= (jr ? floor1 : floor0) || key <= (jr ? s1 : s0)) return;\n"),
     Plant("seed_load", FUSED, "    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));\n",
           "    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));\n"
           "    const hx_u32* sdp = (const hx_u32*)p.out;\n"
           "    const hx_u32 sd0 = sdp ? sdp[(hx_i64)b * p.next_n] : 0u;\n"
           "    const hx_u32 sd1 = sdp && live > 1 ? sdp[(hx_i64)b * p.next_n + 1] : 0u;\n"),
-    Plant("seed_pass", FUSED, "pass<R>(c, ml.b1, ml.b2, w2, Append{k});", "pass<R>(c, ml.b1, ml.b2, w2, Append{k, sd0, sd1});"),
+    Plant("seed_pass", FUSED, "Append{k, k.floor[0], R > 1 ? k.floor[1] : 0u}",
+          "Append{k, k.floor[0], R > 1 ? k.floor[1] : 0u, sd0, sd1}"),
 ]
 _NO_MEETINGS = Plant("no_meetings", FUSED, "        if (turn == MATH_WG - 1) {  // a round's end",
                      "        if (turn == MATH_WG + 7) {  // a round's end")

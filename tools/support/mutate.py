@@ -367,8 +367,8 @@ PLANTS = {
     # unit's two pieces on a sequence boundary then share it), a trim that never falls back to the exact cut, each
     # stage's last key never offered.
     "paged_topk_fused": [
-        Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip", "if (key <= floor[jr]) return;",
-              "if (key <= floor[0]) return;"),
+        Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip",
+              "if (key <= (jr ? floor1 : floor0)) return;", "if (key <= floor0) return;"),
         *_fused_rows_plants("fused"),
         Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + b, b,",
               "p.seq_nparts, u, b,"),
