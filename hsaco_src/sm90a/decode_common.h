@@ -69,7 +69,25 @@ HX_INLINE __device__ hx_decode_seq sequence(const P& p, hx_i32 ctx, hx_i32 live)
 HX_INLINE __device__ hx_i64 block_price(const hx_decode_seq& s) {
   return s.live > 0 ? (hx_i64)hx_max_i32(MEMW, 2 * s.live) : 0;
 }
-HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) { return (hx_i64)s.blocks * block_price(s); }
+// A sequence's fixed price besides its blocks', for a kernel that spends time on each segment whatever its length
+// (the fused top-k's cut at a segment's end): the price sits before the sequence's first block, so a unit whose
+// piece crosses into a sequence takes that much less of the blocks. 0 unless a kernel specialises it for its
+// parameters.
+template <class P>
+struct SegmentPrice {
+  static constexpr hx_i64 value = 0;
+};
+template <class P>
+HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) {
+  const hx_i64 blocks = (hx_i64)s.blocks * block_price(s);
+  if constexpr (SegmentPrice<P>::value == 0) return blocks;
+  else return s.blocks > 0 ? blocks + SegmentPrice<P>::value : 0;
+}
+// Blocks [lo, hi) of the sequence whose price starts at `start` that a unit owning [own.lo, own.hi) takes.
+template <class P>
+HX_INLINE __device__ hx_range owned_blocks(hx_range64 own, hx_i64 start, const hx_decode_seq& s) {
+  return hx_owned_blocks_priced(own, start + SegmentPrice<P>::value, s.blocks, block_price(s));
+}
 
 // Calls f(b, seq, start) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
 // prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls. Lane i reads sequence

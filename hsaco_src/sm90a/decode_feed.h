@@ -17,7 +17,7 @@ HX_INLINE __device__ void batch_totals(const P& p, const Smem& sm, hx_i32 tid, h
   for (hx_i32 b = tid; b < p.B; b += 128) {
     const hx_decode_seq s = hx_decode_sequence_of(p, b);
     malformed |= s.malformed;
-    work += work_price(s);
+    work += work_price<P>(s);
     fill += hx_decode_fill(s, p.max_model_len);
   }
   if (malformed && hx_block_x() == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
@@ -139,8 +139,8 @@ HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32
   if (d.chunks == 0) return;
   const hx_range64 r = hx_balanced_part(d.tail, hx_grid_dim_x(), hx_block_x());
   const hx_range64 mine = {d.tail_lo + r.lo, d.tail_lo + r.hi};
-  walk(p, mine, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-    const hx_range blk = hx_owned_blocks_priced(mine, start, s.blocks, block_price(s));
+  walk(p, mine, lane, work_price<P>, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+    const hx_range blk = owned_blocks<P>(mine, start, s);
     const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
     const hx_i32 hi = hx_min_i32(blk.hi, p.max_blocks);  // entries past the table: never named
     if (hi <= blk.lo) return;
@@ -156,8 +156,8 @@ HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& dea
   const hx_i32 SB = SK / p.block_size;
   hx_u32 qit = 0;
   each_piece(deal, sm, lane, false, [&](hx_range64 own) {
-    walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-      const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+    walk(p, own, lane, work_price<P>, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+      const hx_range blk = owned_blocks<P>(own, start, s);
       if (blk.hi <= blk.lo) return;
       const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
       q.wait_empty(qit);

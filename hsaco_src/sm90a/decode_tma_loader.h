@@ -39,8 +39,8 @@ HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, const Deal& deal
   StagePos at;
   hx_u32 turn = 0;  // the page warp of this stage
   each_piece(deal, sm, lane, which == 0, [&](hx_range64 own) {
-    walk(p, own, lane, work_price, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-      const hx_range blk = hx_owned_blocks_priced(own, start, s.blocks, block_price(s));
+    walk(p, own, lane, work_price<P>, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
+      const hx_range blk = owned_blocks<P>(own, start, s);
       const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
       hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);  // lane i: column blk.lo + c0 + i of this batch
       for (hx_i32 c0 = blk.lo; c0 < blk.hi; c0 += 32) {

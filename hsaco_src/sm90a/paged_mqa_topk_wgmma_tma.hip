@@ -28,6 +28,16 @@ constexpr hx_u32 CAP_MAX = 16384;            // a row's entries on chip, at most
 constexpr int CUT_READS = 4;                 // entries a thread's radix passes read at once in the trims and cuts
 static_assert(TOPK_ROWS <= (hx_u32)RMAX, "a segment's rows are one pass");
 
+// Besides its blocks, a segment costs this kernel its end (the rows' exact cut and write) and, its rows starting
+// empty with their floors at 0, a trim more than the same keys would cost a unit already under way: together about
+// what 48 blocks' keys take to stream in (docs/benchmarks.md has the prices timed), so a unit whose piece crosses
+// into a sequence takes that many fewer blocks.
+constexpr hx_i64 SEGMENT_BLOCKS = 48;
+template <>
+struct SegmentPrice<DecodeTopkParams> {
+  static constexpr hx_i64 value = SEGMENT_BLOCKS * MEMW;
+};
+
 // The selection's shared memory after the ring: the cut's scratch and each row's count and floor, then next_n
 // rows of cap entries.
 constexpr hx_u32 T_HIST = 0;                         // 2048 words
