@@ -69,6 +69,11 @@ class Case:
                                         self.mml, None, False, clean_logits=clean_logits, out=self.logits,
                                         device=self.cache.device)
 
+    def topk_op(self, workspace, **kw):
+        """The decode top-k op over the case into its indices output, in `workspace` (its path), with tunables."""
+        hipindexer.fp8_paged_mqa_topk(self.q, self.cache, self.w, self.lens, self.table, self.mml, TOP_K,
+                                      workspace=workspace, out=self.idx, device=self.cache.device, **kw)
+
 
 def cases_of(rng, rows: str, next_ns: str, dev):
     """The cases of a run, in order: each BxCTX of `rows` (comma-separated) drawn once, then each next_n of
@@ -98,7 +103,7 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
     cases = []
     for c in cases_of(rng, rows, next_ns, dev):
         B, ctx, n, mml = c.B, c.ctx, c.n, c.mml
-        q, cache, w, lens, table, logits, idx = c.q, c.cache, c.w, c.lens, c.table, c.logits, c.idx
+        logits, idx = c.logits, c.idx
         ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D)
         try:  # the fused path forced, where it serves
             fws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
@@ -115,21 +120,19 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
             hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev)
 
         def topk(i):
-            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx, device=dev)
+            c.topk_op(ws)
 
         def fused(i):
-            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws, out=idx,
-                                          device=dev)
+            c.topk_op(fws)
 
         def composed(i):
-            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=cws, out=idx,
-                                          device=dev)
+            c.topk_op(cws)
+
         def at_stages(st):
-            return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
-                                                           out=idx, device=dev, stages=st)
+            return lambda i: c.topk_op(fws, stages=st)
+
         def at_group(g):
-            return lambda i: hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=fws,
-                                                           out=idx, device=dev, merge_group=g)
+            return lambda i: c.topk_op(fws, merge_group=g)
         depths = [int(x) for x in stage_list.split(",") if x] if fws else []
         groups = [int(x) for x in group_list.split(",") if x] if fws else []
         us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")

@@ -133,7 +133,7 @@ def main(device_name, rows, next_ns, keeps, repeats, split, depths, as_json):
     cases = []
     for c in cases_of(rng, rows, next_ns, dev):
         B, ctx, n, mml = c.B, c.ctx, c.n, c.mml
-        q, cache, w, lens, table, logits, idx = c.q, c.cache, c.w, c.lens, c.table, c.logits, c.idx
+        logits, idx = c.logits, c.idx
         short = DeviceArray.from_numpy(np.maximum(c.base.context_lens // 16, 2).astype(np.int32), dev)
         ws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, heads=H, head_dim=D,
                                              fused=True)
@@ -145,8 +145,7 @@ def main(device_name, rows, next_ns, keeps, repeats, split, depths, as_json):
             c.logits_op(short, clean_logits=False)
 
         def fused(i, stream=None, stages=None):
-            hipindexer.fp8_paged_mqa_topk(q, cache, w, lens, table, mml, TOP_K, workspace=ws, out=idx,
-                                          device=dev, stream=stream, stages=stages)
+            c.topk_op(ws, stream=stream, stages=stages)
         alone(0)
         dev.synchronize()
         host = logits.numpy()
