@@ -43,7 +43,7 @@ def main(shape, heads, next_ns, calls, deal):
         for o in outs:
             fp8_paged_mqa_logits(*args, clean_logits=True, out=o[:B * n], device=dev, **tunables)
         dev.synchronize()
-        summary, by_sm, blocks_sm = [], [], []
+        summary, placed = [], []  # per call: each block's (SM, duration)
         for i, o in enumerate(outs):
             words = o[B * n:].numpy().view(np.uint64).reshape(-1)
             units = int(np.count_nonzero(words[1::4]))  # CTAs that wrote an exit time
@@ -54,8 +54,7 @@ def main(shape, heads, next_ns, calls, deal):
             row = ((end.max() - start.min()) / 1e3, dur.min(), float(np.median(dur)), dur.max(),
                    (start.max() - start.min()) / 1e3, ghz.min(), ghz.max())
             summary.append(row)
-            by_sm.append(dict(zip(sm.tolist(), dur.tolist())))
-            blocks_sm.append(sm.tolist())
+            placed.append(list(zip(sm.tolist(), dur.tolist())))
             click.echo(f"next_n {n} call {i:2d}: span {row[0]:6.1f} us; CTA fastest {row[1]:6.1f}, median {row[2]:6.1f}, "
                        f"slowest {row[3]:6.1f} (SM {sm[dur.argmax()]}); start skew {row[4]:4.1f} us; "
                        f"{row[5]:.3f}-{row[6]:.3f} GHz")
@@ -63,22 +62,29 @@ def main(shape, heads, next_ns, calls, deal):
         click.echo(f"next_n {n}, medians over {calls} calls: span {med[0]:.1f} us; CTA fastest {med[1]:.1f}, median "
                    f"{med[2]:.1f}, slowest {med[3]:.1f}; clock {min(r[5] for r in summary):.3f}-"
                    f"{max(r[6] for r in summary):.3f} GHz")
-        # whether a CTA's time is its SM's: each SM's median over the even calls against over the odd ones
-        sms = sorted(set().union(*by_sm))
-        half = [np.array([statistics.median([c[s] for c in by_sm[k::2] if s in c] or [np.nan]) for s in sms])
-                for k in (0, 1)]
-        ok = ~np.isnan(half[0]) & ~np.isnan(half[1])
-        r = float(np.corrcoef(half[0][ok], half[1][ok])[0, 1])
-        both = (half[0] + half[1]) / 2
-        order = np.argsort(both)
-        click.echo(f"next_n {n}, by SM ({len(sms)} SMs): even/odd calls' medians correlate {r:.3f}; SM medians "
-                   f"{np.nanmin(both):.1f}-{np.nanmax(both):.1f} us, spread of one SM between halves "
-                   f"{float(np.nanmedian(np.abs(half[0] - half[1]))):.2f} us (median)")
-        click.echo("  slowest SMs: " + ", ".join(f"{sms[k]} {both[k]:.1f}" for k in order[::-1][:12]))
-        click.echo("  fastest SMs: " + ", ".join(f"{sms[k]} {both[k]:.1f}" for k in order[:12]))
-        same = sum(len(set(col)) == 1 for col in zip(*blocks_sm))
-        click.echo(f"  one CTA an SM in every call: {all(len(set(c)) == len(c) for c in blocks_sm)}; blocks on the "
-                   f"same SM in every call: {same} of {len(blocks_sm[0])}")
+        by_sm_report(n, placed)
+
+
+def by_sm_report(n, placed):
+    """Whether a CTA's time is its SM's: each SM's median over the even calls against over the odd ones, the
+    slowest and fastest SMs, and whether the blocks kept their SMs (placed: per call, each block's (SM, us))."""
+    by_sm = [dict(c) for c in placed]
+    sms = sorted(set().union(*by_sm))
+    half = [np.array([statistics.median([c[s] for c in by_sm[k::2] if s in c] or [np.nan]) for s in sms])
+            for k in (0, 1)]
+    ok = ~np.isnan(half[0]) & ~np.isnan(half[1])
+    r = float(np.corrcoef(half[0][ok], half[1][ok])[0, 1])
+    both = (half[0] + half[1]) / 2
+    order = np.argsort(both)
+    click.echo(f"next_n {n}, by SM ({len(sms)} SMs): even/odd calls' medians correlate {r:.3f}; SM medians "
+               f"{np.nanmin(both):.1f}-{np.nanmax(both):.1f} us, spread of one SM between halves "
+               f"{float(np.nanmedian(np.abs(half[0] - half[1]))):.2f} us (median)")
+    click.echo("  slowest SMs: " + ", ".join(f"{sms[k]} {both[k]:.1f}" for k in order[::-1][:12]))
+    click.echo("  fastest SMs: " + ", ".join(f"{sms[k]} {both[k]:.1f}" for k in order[:12]))
+    blocks = [[s for s, _ in c] for c in placed]
+    same = sum(len(set(col)) == 1 for col in zip(*blocks))
+    click.echo(f"  one CTA an SM in every call: {all(len(set(c)) == len(c) for c in blocks)}; blocks on the "
+               f"same SM in every call: {same} of {len(blocks[0])}")
 
 
 if __name__ == "__main__":
