@@ -7,6 +7,7 @@ benchmark does. Timeit-style: the median over repeats of the mean over a batch o
     python -m tools.measure.host_overhead --arch sm_90a --shapes 128x1024,4096x32768 --heads 64
     python -m tools.measure.host_overhead --op topk          # fp8_mqa_topk, top_k 2048, a workspace made once
     python -m tools.measure.host_overhead --op paged_topk    # fp8_paged_mqa_topk: --shapes BxCONTEXT, next_n 1
+    python -m tools.measure.host_overhead --op paged_logits  # fp8_paged_mqa_logits: --shapes BxCONTEXT, next_n 1
 
 The composed top-k ops launch two kernels per key chunk, so their cost is reported with the launches per call.
 """
@@ -102,12 +103,27 @@ def _prefill_call(dev, op, M, N, H, sets):
     return call
 
 
-def _paged_topk_call(dev, B, ctx, H, sets, block=64, next_n=1):
+def _paged_args(dev, B, ctx, H, sets, block, next_n):
     u8, f32, i32 = np.uint8, np.float32, np.int32
     blocks = -(-ctx // block)
-    args = [(DeviceArray.empty((B, next_n, H, 128), np.dtype("float8_e4m3fn"), dev),
-             DeviceArray.empty((B * blocks, block, 132), u8, dev), DeviceArray.empty((B * next_n, H), f32, dev),
-             DeviceArray.empty(B, i32, dev), DeviceArray.empty((B, blocks), i32, dev)) for _ in range(sets)]
+    return blocks, [(DeviceArray.empty((B, next_n, H, 128), np.dtype("float8_e4m3fn"), dev),
+                     DeviceArray.empty((B * blocks, block, 132), u8, dev), DeviceArray.empty((B * next_n, H), f32, dev),
+                     DeviceArray.empty(B, i32, dev), DeviceArray.empty((B, blocks), i32, dev)) for _ in range(sets)]
+
+
+def _paged_logits_call(dev, B, ctx, H, sets, block=64, next_n=1):
+    blocks, args = _paged_args(dev, B, ctx, H, sets, block, next_n)
+    outs = [DeviceArray.empty((B * next_n, blocks * block), np.float32, dev) for _ in range(sets)]
+
+    def call(i):
+        j = i % sets
+        hipindexer.fp8_paged_mqa_logits(*args[j], blocks * block, clean_logits=True, out=outs[j])
+    return call
+
+
+def _paged_topk_call(dev, B, ctx, H, sets, block=64, next_n=1):
+    i32 = np.int32
+    blocks, args = _paged_args(dev, B, ctx, H, sets, block, next_n)
     ws = hipindexer.paged_topk_workspace(B, next_n, TOP_K, blocks * block, block, device=dev, heads=H)
     outs = [DeviceArray.empty((B * next_n, TOP_K), i32, dev) for _ in range(sets)]
 
@@ -122,7 +138,7 @@ TOP_K = 2048
 
 @click.command()
 @click.option("--arch", type=click.Choice(sorted(WAVE)), default="sm_90a")
-@click.option("--op", type=click.Choice(["logits", "topk", "paged_topk"]), default="logits")
+@click.option("--op", type=click.Choice(["logits", "topk", "paged_topk", "paged_logits"]), default="logits")
 @click.option("--shapes", default=None, help="MxN,... (paged_topk: BxCONTEXT,...); default by op")
 @click.option("--heads", default="64,32")
 @click.option("--sets", default=4, help="input sets the calls rotate between")
@@ -132,18 +148,19 @@ def main(arch, op, shapes, heads, sets):
     register_backend("null", lambda: backend)
     dev = Device("null:0")
     shapes = shapes or {"logits": "128x1024,4096x32768", "topk": "4096x32768,1024x131072",
-                        "paged_topk": "64x131072,16x32768"}[op]
+                        "paged_topk": "64x131072,16x32768", "paged_logits": "64x131072,16x32768,4x8192"}[op]
     for shape in shapes.split(","):
         a, b = (int(x) for x in shape.split("x"))
         for H in (int(h) for h in heads.split(",")):
-            call = _paged_topk_call(dev, a, b, H, sets) if op == "paged_topk" else _prefill_call(dev, op, a, b, H, sets)
+            paged = {"paged_topk": _paged_topk_call, "paged_logits": _paged_logits_call}.get(op)
+            call = paged(dev, a, b, H, sets) if paged else _prefill_call(dev, op, a, b, H, sets)
             call(0)
             n0 = backend.launches
             call(1)
             per = backend.launches - n0
             assert per > 0
             wall, cpu = us_per_call(call, calls=2000 if op == "logits" else 200)
-            name = f"B={a} context={b}" if op == "paged_topk" else f"M={a} N={b}"
+            name = f"B={a} context={b}" if paged else f"M={a} N={b}"
             print(f"{arch} {op} {name} H={H}: {wall:.2f} us per call, {cpu:.2f} us of CPU, {per} launches "
                   f"(medians of 15 batches)")
 
