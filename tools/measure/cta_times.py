@@ -52,16 +52,16 @@ def main(shape, heads, next_ns, calls, deal):
             dur = (end - start) / 1e3
             ghz = cycles / (end - start)
             row = ((end.max() - start.min()) / 1e3, dur.min(), float(np.median(dur)), dur.max(),
-                   (start.max() - start.min()) / 1e3, ghz.min(), ghz.max())
+                   (start.max() - start.min()) / 1e3, ghz.min(), ghz.max(), float(np.median(ghz)))
             summary.append(row)
             placed.append(list(zip(sm.tolist(), dur.tolist())))
             click.echo(f"next_n {n} call {i:2d}: span {row[0]:6.1f} us; CTA fastest {row[1]:6.1f}, median {row[2]:6.1f}, "
                        f"slowest {row[3]:6.1f} (SM {sm[dur.argmax()]}); start skew {row[4]:4.1f} us; "
-                       f"{row[5]:.3f}-{row[6]:.3f} GHz")
+                       f"{row[5]:.3f}-{row[6]:.3f} GHz (median {row[7]:.3f})")
         med = [statistics.median(c) for c in zip(*summary)]
         click.echo(f"next_n {n}, medians over {calls} calls: span {med[0]:.1f} us; CTA fastest {med[1]:.1f}, median "
                    f"{med[2]:.1f}, slowest {med[3]:.1f}; clock {min(r[5] for r in summary):.3f}-"
-                   f"{max(r[6] for r in summary):.3f} GHz")
+                   f"{max(r[6] for r in summary):.3f} GHz, the median CTA's {med[7]:.3f}")
         by_sm_report(n, placed)
 
 

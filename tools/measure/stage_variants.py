@@ -388,6 +388,9 @@ VARIANTS = {
         "ring_12": [_RING_12],
         # every CTA's start, end, cycles and SM (tools/measure/cta_times.py only)
         "cta_clock": _CTA_CLOCK,
+        # ... in the MMA-only build and the loader alone: the SM clock each ran at
+        "mma_only_cta_clock": [_mma_only(), *_CTA_CLOCK],
+        "no_math_cta_clock": [_no_math(), *_CTA_CLOCK],
         # relu(x) x w as max(x, 0) x w (FMNMX on the ALU pipe beside the FFMA, instead of the FADD of x + |x|)
         "relu_fmax": [_RELU_FMAX],
         # each stage released once its MMA has retired (its keys read), not after the sums and stores (valid for
