@@ -25,7 +25,10 @@ class KernelSpec(CatalogFacts):
     rows: dict | None = None   # H -> the fixed rows per block of a kernel built per H (None: free)
     persistent: bool = False    # grid of at most one block per CU walking every (row block, part) unit
     min_part_tiles: int = 1     # the planner's own split keeps >= this many tiles per part (per-part costs)
-    unit_cost_tiles: int = 0    # persistent: what starting a unit costs, in tiles of work (timed on the hardware)
+    unit_cost_tiles: int = 0    # what starting a unit costs, in tiles of work, where the split is priced in rounds
+    # H -> the workgroups a CU holds at once: the split is then priced in rounds of that many a CU (None: the split
+    # aims at about two a CU)
+    blocks_per_cu: dict | None = None
 
     def refuses(self, H: int, D: int) -> str | None:
         if self.fits and (H, D) not in self.fits:
@@ -55,8 +58,11 @@ register_prefill("sm_90a", WGMMA_FOLD_SM90)
 register_prefill("sm_90a", WGMMA_SM90)
 # gfx950 scaled-MFMA kernel (hsaco_src/gfx950/mqa_logits_mfma.hip): 4 waves x 2 rows share each K tile
 # (32 keys, staged through LDS); the split cuts the work range at 32-key tiles, >= 8 per part (two
-# 128-key LDS chunks: each part reloads its 8 rows of Q and weights, 32-64 KiB).
-MFMA_GFX950 = KernelSpec("mqa_logits_mfma", tile=32, max_rows=8, rows={32: 8, 64: 8}, min_part_tiles=8)
+# 128-key LDS chunks: each part reloads its 8 rows of Q and weights, 32-64 KiB). A CU holds three of its
+# workgroups at H = 32 (168 VGPRs a lane), two at H = 64; a unit starts with one loaded latency, about four
+# tiles at either H (docs/gfx950.md's estimator, not timed on the hardware).
+MFMA_GFX950 = KernelSpec("mqa_logits_mfma", tile=32, max_rows=8, rows={32: 8, 64: 8}, min_part_tiles=8,
+                         blocks_per_cu={32: 3, 64: 2}, unit_cost_tiles=4)
 register_prefill("gfx950", MFMA_GFX950)
 
 
@@ -143,9 +149,14 @@ def _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, spli
     row_blocks = -(-M // rows_per_block)
     max_split = tiles if spec.persistent else min(tiles, target.max_grid_y)
     if split is None:
-        split = _persistent_split(row_blocks, tiles, target.num_cus, spec.unit_cost_tiles) if spec.persistent else \
-            min(max_split, max(1, -(-2 * target.num_cus // row_blocks)),  # ~2 blocks per CU
-                max(1, tiles // spec.min_part_tiles))
+        if spec.persistent:
+            split = _persistent_split(row_blocks, tiles, target.num_cus, spec.unit_cost_tiles)
+        elif spec.blocks_per_cu:  # rounds of the workgroups the CUs hold at once, priced as a persistent grid's
+            split = _persistent_split(row_blocks, tiles, target.num_cus * _blocks_per_cu(spec, H),
+                                      spec.unit_cost_tiles, min(max_split, max(1, tiles // spec.min_part_tiles)))
+        else:
+            split = min(max_split, max(1, -(-2 * target.num_cus // row_blocks)),  # ~2 blocks per CU
+                        max(1, tiles // spec.min_part_tiles))
     split = forced_int("split", split, 1, max_split)
     if reverse_rows is None:
         reverse_rows = N > 2048
@@ -161,12 +172,17 @@ def _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, spli
                        variant, spec.accumulation)
 
 
-def _persistent_split(row_blocks: int, tiles: int, cus: int, unit_cost: int) -> int:
-    """Key split of a persistent kernel: the one whose rounds of units cost least, a round costing its
-    longest unit (tiles per part) plus the kernel's cost of starting a unit; ties go to fewer parts. A
-    last round left part empty can beat many short units (each pays the start)."""
+def _blocks_per_cu(spec: KernelSpec, H: int) -> int:
+    return (spec.blocks_per_cu or {}).get(H, 2)
+
+
+def _persistent_split(row_blocks: int, tiles: int, cus: int, unit_cost: int, most: int | None = None) -> int:
+    """Key split of a persistent kernel (cus: the units that run at once): the one whose rounds of units cost
+    least, a round costing its longest unit (tiles per part) plus the kernel's cost of starting a unit; ties go
+    to fewer parts. A last round left part empty can beat many short units (each pays the start). most: parts at
+    most (default: tiles)."""
     best, best_cost = 1, None
-    for s in range(1, tiles + 1):
+    for s in range(1, (most or tiles) + 1):
         units = row_blocks * s
         if units >= MAX_UNITS:
             break

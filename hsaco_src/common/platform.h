@@ -29,6 +29,8 @@ static_assert(sizeof(hx_u64) == 8 && sizeof(void*) == 8, "LP64 expected");
 #define __constant__ __attribute__((constant))
 #define HX_LAUNCH_BOUNDS(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #define HX_LAUNCH_BOUNDS_NV(n, blocks) HX_LAUNCH_BOUNDS(n)
+// Also the fewest waves a SIMD must hold: a cap on the VGPRs a lane may take (512 / waves).
+#define HX_LAUNCH_BOUNDS_WAVES(n, waves) __attribute__((amdgpu_flat_work_group_size(1, n), amdgpu_waves_per_eu(waves)))
 #define HX_UNROLL _Pragma("unroll")
 #define HX_GRID_CONSTANT
 #define HX_HD __host__ __device__
@@ -37,6 +39,7 @@ static_assert(sizeof(hx_u64) == 8 && sizeof(void*) == 8, "LP64 expected");
 #define HX_LAUNCH_BOUNDS(n) __launch_bounds__(n)
 // Also the fewest resident blocks per SM ptxas must allow: a cap on its registers (gfx950 takes no such hint).
 #define HX_LAUNCH_BOUNDS_NV(n, blocks) __launch_bounds__(n, blocks)
+#define HX_LAUNCH_BOUNDS_WAVES(n, waves) HX_LAUNCH_BOUNDS(n)
 #define HX_UNROLL _Pragma("unroll")
 // Keeps a by-value param struct in param space (no local copy), so &params
 // and TMA descriptors inside it stay valid.
@@ -51,6 +54,7 @@ static_assert(sizeof(hx_u64) == 8 && sizeof(void*) == 8, "LP64 expected");
 #define __constant__
 #define HX_LAUNCH_BOUNDS(n)
 #define HX_LAUNCH_BOUNDS_NV(n, blocks)
+#define HX_LAUNCH_BOUNDS_WAVES(n, waves)
 #define HX_UNROLL  // host builds (the tests' g++) take no unroll pragma
 #define HX_GRID_CONSTANT
 #define HX_HD

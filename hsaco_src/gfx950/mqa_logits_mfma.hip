@@ -65,6 +65,15 @@ typedef PrefillParams Params;
 
 #define H HX_HEADS
 #define HT (H / 32)           // 32-head tiles
+// Waves a SIMD holds. At H = 32 the compiler fits the kernel in 168 VGPRs when asked (512 / 3), so a CU holds
+// three workgroups: a wave's tile is mostly waiting (LDS, the next chunk, the MFMA results), which a third wave
+// fills, and the SIMD's MFMA pipe, a third of it idle at two, nears full. H = 64 needs 240 and stays at two
+// (asked for three, it spills). The planner sizes the key split to the CU's workgroups (hipindexer/plan/prefill.py).
+#if H == 32
+#define HX_MFMA_BOUNDS HX_LAUNCH_BOUNDS_WAVES(HX_BLOCK, 3)
+#else
+#define HX_MFMA_BOUNDS HX_LAUNCH_BOUNDS(HX_BLOCK)
+#endif
 #define D 128
 #define TN 32                 // keys per MFMA tile
 #define NW (HX_BLOCK / 64)    // waves per workgroup
@@ -280,7 +289,7 @@ HX_WAVE_FN void hx_chunk(const Params& p, const hx_wave_rows& r, hx_i32 c, hx_i3
 }
 
 // grid = (row blocks, split), block = HX_BLOCK (NW waves).
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_MFMA_KERNEL(const HX_GRID_CONSTANT Params p) {
+HX_KERNEL HX_MFMA_BOUNDS void HX_MFMA_KERNEL(const HX_GRID_CONSTANT Params p) {
   HX_SHARED(hx_v4u, kbuf0, SLOTS);
   HX_SHARED(hx_v4u, kbuf1, SLOTS);
   HX_SHARED(float, sbuf0, CK);
