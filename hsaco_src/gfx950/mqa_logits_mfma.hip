@@ -67,12 +67,14 @@ typedef PrefillParams Params;
 #define HT (H / 32)           // 32-head tiles
 // Waves a SIMD holds. At H = 32 the compiler fits the kernel in 168 VGPRs when asked (512 / 3), so a CU holds
 // three workgroups: a wave's tile is mostly waiting (LDS, the next chunk, the MFMA results), which a third wave
-// fills, and the SIMD's MFMA pipe, a third of it idle at two, nears full. H = 64 needs 240 and stays at two
-// (asked for three, it spills). The planner sizes the key split to the CU's workgroups (hipindexer/plan/prefill.py).
+// fills, and the SIMD's MFMA pipe, a third of it idle at two, nears full. H = 64 stays at two (asked for three,
+// it spills); asked for two it fits the next tile's keys beside the epilogue's live values in 256 VGPRs, where
+// left to itself it takes AGPRs too and one wave. The planner sizes the key split to the CU's workgroups
+// (hipindexer/plan/prefill.py).
 #if H == 32
 #define HX_MFMA_BOUNDS HX_LAUNCH_BOUNDS_WAVES(HX_BLOCK, 3)
 #else
-#define HX_MFMA_BOUNDS HX_LAUNCH_BOUNDS(HX_BLOCK)
+#define HX_MFMA_BOUNDS HX_LAUNCH_BOUNDS_WAVES(HX_BLOCK, 2)
 #endif
 #define D 128
 #define TN 32                 // keys per MFMA tile
@@ -182,22 +184,32 @@ struct hx_wave_rows {
 #endif
 };
 
-HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f acc_a[HT], hx_v16f acc_b[HT]) {
+// A tile's B operands (its 32 keys, both k-steps) from the LDS chunk at kt (this lane's slot of the tile).
+struct hx_tile_keys {
+  hx_v8i kb0, kb1;
+};
+HX_WAVE_FN hx_tile_keys hx_read_tile_keys(const hx_v4u* kt) {
   const hx_v4u k0 = kt[0], k1 = kt[64], k2 = kt[128], k3 = kt[192];
-  const hx_v8i kb0 = {(int)k0.x, (int)k0.y, (int)k0.z, (int)k0.w, (int)k1.x, (int)k1.y, (int)k1.z, (int)k1.w};
-  const hx_v8i kb1 = {(int)k2.x, (int)k2.y, (int)k2.z, (int)k2.w, (int)k3.x, (int)k3.y, (int)k3.z, (int)k3.w};
-  for (int ht = 0; ht < HT; ht++) {
-    const hx_v16f zero = {};
-    acc_a[ht] = hx_mfma_32x32x64_fp8_scaled(r.qa[ht][0], kb0, zero, r.unit, r.unit);
-    acc_b[ht] = hx_mfma_32x32x64_fp8_scaled(r.qb[ht][0], kb0, zero, r.unit, r.unit);
-    acc_a[ht] = hx_mfma_32x32x64_fp8_scaled(r.qa[ht][1], kb1, acc_a[ht], r.unit, r.unit);
-    acc_b[ht] = hx_mfma_32x32x64_fp8_scaled(r.qb[ht][1], kb1, acc_b[ht], r.unit, r.unit);
-  }
+  return {hx_v8i{(int)k0.x, (int)k0.y, (int)k0.z, (int)k0.w, (int)k1.x, (int)k1.y, (int)k1.z, (int)k1.w},
+          hx_v8i{(int)k2.x, (int)k2.y, (int)k2.z, (int)k2.w, (int)k3.x, (int)k3.y, (int)k3.z, (int)k3.w}};
 }
 
-// Head reduction, kv_scale, window and ownership of keys [n0, n0 + 32) for the row pair.
+HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_tile_keys& k, hx_v16f acc_a[HT], hx_v16f acc_b[HT]) {
+  for (int ht = 0; ht < HT; ht++) {
+    const hx_v16f zero = {};
+    acc_a[ht] = hx_mfma_32x32x64_fp8_scaled(r.qa[ht][0], k.kb0, zero, r.unit, r.unit);
+    acc_b[ht] = hx_mfma_32x32x64_fp8_scaled(r.qb[ht][0], k.kb0, zero, r.unit, r.unit);
+    acc_a[ht] = hx_mfma_32x32x64_fp8_scaled(r.qa[ht][1], k.kb1, acc_a[ht], r.unit, r.unit);
+    acc_b[ht] = hx_mfma_32x32x64_fp8_scaled(r.qb[ht][1], k.kb1, acc_b[ht], r.unit, r.unit);
+  }
+}
+HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f acc_a[HT], hx_v16f acc_b[HT]) {
+  hx_tile_mfmas(r, hx_read_tile_keys(kt), acc_a, acc_b);
+}
+
+// Head reduction, kv_scale (this lane's key's, kvs), window and ownership of keys [n0, n0 + 32) for the row pair.
 HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
-                              const hx_v16f acc_b[HT], const float* st, hx_i32 n0, hx_u32 t) {
+                              const hx_v16f acc_b[HT], float kvs, hx_i32 n0, hx_u32 t) {
   float x, y;
   hx_head_sums(acc_a, acc_b, r.wa, r.wb, x, y);
   hx_permlane32_swap(x, y);  // lanes 0-31: row ma's two halves, lanes 32-63: row mb's
@@ -209,7 +221,7 @@ HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v
   const float lim = hx_bits_to_f32(inside ? 0x7F800000u : 0xFF800000u);  // +inf inside, -inf outside
 #if HX_FILTER
   (void)lim;
-  const float z = st[t] * (x + y);
+  const float z = kvs * (x + y);
   const bool take = inside && z >= r.floor;  // inside: also before the part's end (len); no NaN or -inf passes
   const hx_u32 key = hx_topk_order_key(z);   // a lane that does not take stores nowhere
   hx_u32 off = HX_OOB;
@@ -223,7 +235,7 @@ HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v
   hx_buffer_store_b64(r.cb, r.lo_half ? HX_OOB : off, 0, ev);
   return;
 #endif
-  const float v = __builtin_fminf((x + y) * st[t], lim);
+  const float v = __builtin_fminf((x + y) * kvs, lim);
   // Buffer stores over [n0, min(n0 + 32, whi)) of each row: a uniform
   // 64-bit base, the lane's 32-bit offset, and the range check drops the keys
   // past this part's work range (another part owns them). Two stores a tile,
@@ -270,20 +282,25 @@ HX_WAVE_FN void hx_chunk(const Params& p, const hx_wave_rows& r, hx_i32 c, hx_i3
     const hx_i32 n0 = c0 + TN * tt;
     const bool more1 = FULL || n0 + TN < r.whi;
     if (more1) hx_tile_mfmas(r, kc + 256 * (tt + 1) + lane, a1, b1);
-    hx_tile_store(p, r, a0, b0, sc + TN * tt, n0, t);
+    hx_tile_store(p, r, a0, b0, sc[TN * tt + t], n0, t);
     if (!more1) break;
     const bool more2 = tt + 2 < CT && (FULL || n0 + 2 * TN < r.whi);
     if (more2) hx_tile_mfmas(r, kc + 256 * (tt + 2) + lane, a0, b0);
-    hx_tile_store(p, r, a1, b1, sc + TN * (tt + 1), n0 + TN, t);
+    hx_tile_store(p, r, a1, b1, sc[TN * (tt + 1) + t], n0 + TN, t);
     if (!more2) break;
   }
 #else
+  // One accumulator set: the keys of tile tt + 1 are read from LDS once tile tt's MFMAs are issued, so their
+  // round trip passes under tile tt's epilogue instead of before tile tt + 1's first MFMA.
+  hx_tile_keys k = hx_read_tile_keys(kc + lane);
   for (hx_i32 tt = 0; tt < CT; tt++) {
     const hx_i32 n0 = c0 + TN * tt;
     if (!FULL && n0 >= r.whi) break;
     hx_v16f acc_a[HT], acc_b[HT];
-    hx_tile_mfmas(r, kc + 256 * tt + lane, acc_a, acc_b);
-    hx_tile_store(p, r, acc_a, acc_b, sc + TN * tt, n0, t);
+    hx_tile_mfmas(r, k, acc_a, acc_b);
+    const float kvs = sc[TN * tt + t];  // read before the next keys: the epilogue's wait for it leaves them out
+    if (tt + 1 < CT) k = hx_read_tile_keys(kc + 256 * (tt + 1) + lane);
+    hx_tile_store(p, r, acc_a, acc_b, kvs, n0, t);
   }
 #endif
 }

@@ -146,11 +146,11 @@ PLANTS = {
               "r.whi = hx_max_i32(part.work.lo, part.work.hi - p.tile);"),
         Plant("row_block_tail_overrun", "gfx950/mqa_logits_mfma.hip", "const hx_i32 m1 = hx_min_i32(p.M, m0 + BM);",
               "const hx_i32 m1 = m0 + BM;"),
-        Plant("dropped_kv_scale_gfx950", "gfx950/mqa_logits_mfma.hip", "(x + y) * st[t]", "(x + y)"),
+        Plant("dropped_kv_scale_gfx950", "gfx950/mqa_logits_mfma.hip", "(x + y) * kvs", "(x + y)"),
         Plant("lds_buffers_swapped", "gfx950/mqa_logits_mfma.hip", "<false>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0",
               "<false>(p, r, c, wlo, kbuf0, sbuf0, kbuf1, sbuf1"),
-        Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "__builtin_fminf((x + y) * st[t], lim)",
-              "__builtin_fminf((x + y) * st[t] * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f), lim)"),
+        Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "__builtin_fminf((x + y) * kvs, lim)",
+              "__builtin_fminf((x + y) * kvs * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f), lim)"),
         # the first chunk staged before the windows: a wrong guess never staged again, or the guess taken as right
         # whatever the windows say
         Plant("wrong_guess_kept", "gfx950/mqa_logits_mfma.hip",
@@ -161,6 +161,10 @@ PLANTS = {
         # the window union from the first half of the block's rows only
         Plant("union_of_half_the_rows", "gfx950/mqa_logits_mfma.hip", "for (hx_u32 d = 1; d < BM; d *= 2) {",
               "for (hx_u32 d = 1; d < BM / 2; d *= 2) {"),
+        # the keys read under a tile's epilogue (H = 64) are that tile's again, not the next one's
+        Plant("next_tile_keys_of_this_tile", "gfx950/mqa_logits_mfma.hip",
+              "if (tt + 1 < CT) k = hx_read_tile_keys(kc + 256 * (tt + 1) + lane);",
+              "if (tt + 1 < CT) k = hx_read_tile_keys(kc + 256 * tt + lane);"),
     ],
     # The generic paged decode kernel and the decode index math (both targets): run with --set decode.
     "decode": [
