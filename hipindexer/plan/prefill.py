@@ -155,7 +155,7 @@ def _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, spli
             split = _persistent_split(row_blocks, tiles, target.num_cus * _blocks_per_cu(spec, H),
                                       spec.unit_cost_tiles, min(max_split, max(1, tiles // spec.min_part_tiles)))
         else:
-            split = min(max_split, max(1, -(-2 * target.num_cus // row_blocks)),  # ~2 blocks per CU
+            split = min(max_split, max(1, -(-_blocks_per_cu(spec, H) * target.num_cus // row_blocks)),
                         max(1, tiles // spec.min_part_tiles))
     split = forced_int("split", split, 1, max_split)
     if reverse_rows is None:
@@ -173,6 +173,7 @@ def _plan_prefill(M, N, H, D, target, accumulation, kernel, rows_per_block, spli
 
 
 def _blocks_per_cu(spec: KernelSpec, H: int) -> int:
+    """The workgroups a CU holds at once for this kernel at H; two where its spec does not say."""
     return (spec.blocks_per_cu or {}).get(H, 2)
 
 
