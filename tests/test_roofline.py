@@ -125,6 +125,10 @@ def test_the_table_rows_carry_their_goals():
         assert r["estimate_us"] >= max(r["memory_floor_us"], r["compute_floor_us"]), r
         if r["source"].startswith("aiter") or r["H"] == 64 or r["N"] == 32768 and r["M"] == 128:
             assert r["goal"] and r["meets"] in (True, False), r
+        if (r["M"], r["N"]) == (128, 32768):
+            assert r["compute_floor_us"] + 2.0 < r["fixed_floor_us"] <= r["estimate_us"], r
+            assert r["fixed_floor_of_large_rate"] >= r["of_large_rate"], r
+            assert r["launch_free_of_large_rate"] > r["of_large_rate"], r
     (g64,) = [r for r in rows if r["source"] == "aiter 5216" and r["H"] == 64]
     assert g64["aiter_us"] == round(2 * 64 * 128 * R.valid_pairs(8192, 32768, "causal") / 2317e12 * 1e6, 1)
     assert R.prefill_rows({}) == []
