@@ -423,6 +423,10 @@ KERNELS.append(Kernel("topk_split_gather", "generic/topk_split_gather.hip", "hx_
                       block=256))
 KERNELS.append(Kernel("topk_split_finish", "generic/topk_split_finish.hip", "hx_topk_split_finish", "TopkSplitParams",
                       block=512, smem=65536))  # 8192 entries: a selection of MAX_TOP_K and as many again
+# The same three steps by one block a row in one launch, the kept keys in shared memory (16,384 entries): the path
+# for rows few enough that the split path's launches are most of its time.
+KERNELS.append(Kernel("topk_rowwise", "generic/topk_rowwise.hip", "hx_topk_rowwise", "TopkSplitParams", block=512,
+                      smem=131072))
 KERNELS.append(Kernel("logits_tile", "gfx950/logits_tile.hip", "hx_logits_tile", "LogitsTileParams", block=64,
                       targets=("gfx950",), accumulation="fp32", test_only=True))
 # gfx950 fast prefill path (H in {32, 64}, D = 128): scaled MFMAs, K through LDS, 8 rows per block.

@@ -40,22 +40,26 @@ def test_long_rows_on_the_gpu(gpu_device, top_k, sorted):
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, N", [(64, 1 << 17), (128, 1 << 15), (128, 1 << 17), (512, 1 << 17)])
 @pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
-def test_split_shapes_on_the_gpu(gpu_device, rows, N, sorted):
-    """The benchmark's shapes (half of each row -inf, top_k 2048) on the split path the op picks for them, against
-    the reference and bit for bit against the single-block kernel; then rows of few distinct values, whose
-    candidates overflow the workspace."""
+@pytest.mark.parametrize("path", [{"split": True}, {"rowwise": True}], ids=["split", "rowwise"])
+def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
+    """The benchmark's shapes (half of each row -inf, top_k 2048) on the split and the row-wise path, against the
+    reference and bit for bit against the single-block kernel; then rows of few distinct values, whose candidates
+    overflow the split path's workspace and the row-wise buffer (cut mid-row)."""
     from hipindexer.plan import plan_topk
+    from hipindexer.plan.topk import ROWWISE_MAX_ROWS
     from hipindexer.ops.launch import target_of
-    assert plan_topk(rows, N, 2048, target_of(gpu_device)).split
+    plan = plan_topk(rows, N, 2048, target_of(gpu_device))
+    assert plan.rowwise == (rows <= ROWWISE_MAX_ROWS) and plan.split == (not plan.rowwise)
     rng = np.random.default_rng(rows + N + sorted)
     x = rng.standard_normal((rows, N), dtype=np.float32)
     x[rng.random(x.shape) < 0.5] = -np.inf
-    got = C.run(gpu_device, x, 2048, sorted)
+    got = C.run_with(gpu_device, path, x, 2048, sorted)
     C.expect_exact(*got, x, 2048, sorted)
     single = C.run_with(gpu_device, {"split": False}, x, 2048, sorted)
     assert (got[0] == single[0]).all() and (got[1].view(np.uint32) == single[1].view(np.uint32)).all()
     x[: rows // 2] = np.round(x[: rows // 2])  # a handful of values: a cut digit holding thousands of keys
-    C.check(gpu_device, x, 2048, sorted)
+    got = C.run_with(gpu_device, path, x, 2048, sorted)
+    C.expect_exact(*got, x, 2048, sorted)
 
 
 # ------------------------------------------------------------------ the host side, over a backend that runs no kernel
@@ -131,9 +135,9 @@ def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
     rows, N, top_k = 64, 1 << 17, 2048
     logits = DeviceArray.empty((rows, N), np.float32, dev)
     out = DeviceArray.empty((rows, top_k), np.int32, dev)
-    plan = plan_topk(rows, N, top_k, topk.target_of(dev))
+    plan = plan_topk(rows, N, top_k, topk.target_of(dev), split=True)
     assert plan.split and plan.parts * plan.part_len >= N > (plan.parts - 1) * plan.part_len
-    topk_logits(logits, top_k, out=out, sorted=True)
+    topk_logits(logits, top_k, out=out, sorted=True, split=True)
     sent3 = hb.launches[-3:]
     assert [s[0] for s in sent3] == ["hx_topk_split_floor", "hx_topk_split_gather", "hx_topk_split_finish"]
     assert [s[1][0] for s in sent3] == [rows, rows * plan.parts, rows]
@@ -146,13 +150,36 @@ def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
     assert workspace_bytes(rows, top_k) == rows * plan.row_bytes
     copies, buffers = hb.htod, len(hb.bufs)
     for _ in range(3):
-        topk_logits(logits, top_k, out=out, sorted=True)
+        topk_logits(logits, top_k, out=out, sorted=True, split=True)
         assert SPLIT.ctype().from_buffer_copy(hb.launches[-1][4]).work == f.work
     assert hb.htod == copies and len(hb.bufs) == buffers
     with pytest.raises(ValueError, match="^workspace"):
-        topk_logits(logits, top_k, out=out, workspace=DeviceArray.empty((100,), np.uint8, dev))
+        topk_logits(logits, top_k, out=out, workspace=DeviceArray.empty((100,), np.uint8, dev), split=True)
     with pytest.raises(TypeError, match="tunable"):
         topk_logits(logits, top_k, out=out, parts=3)
+
+
+def test_few_long_rows_take_one_rowwise_launch_and_no_workspace(hopper):
+    """64 x 131072 by default: one launch of a block a row, the whole row one part, no workspace, the split path's
+    floor sample and rank; a prepared call copies and allocates nothing; rowwise=True with a split tunable raises."""
+    from hipindexer.plan import plan_topk
+    hb, dev = hopper
+    rows, N, top_k = 64, 1 << 17, 2048
+    logits = DeviceArray.empty((rows, N), np.float32, dev)
+    out = DeviceArray.empty((rows, top_k), np.int32, dev)
+    assert plan_topk(rows, N, top_k, topk.target_of(dev)).rowwise
+    n0 = len(hb.launches)
+    topk_logits(logits, top_k, out=out)
+    (fn, grid, block, _, raw), = hb.launches[n0:]
+    assert (fn, grid[0], block[0]) == ("hx_topk_rowwise", rows, catalog.KERNEL["topk_rowwise"].block)
+    f = SPLIT.ctype().from_buffer_copy(raw)
+    assert (f.work, f.parts, f.part_len, f.rows, f.N, f.top_k, f.sorted, f.step, f.r) == \
+        (0, 1, N, rows, N, top_k, 0, 16, 224)
+    copies, buffers = hb.htod, len(hb.bufs)
+    topk_logits(logits, top_k, out=out)
+    assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == n0 + 2
+    with pytest.raises(ValueError, match="^rowwise"):
+        topk_logits(logits, top_k, out=out, rowwise=True, split=True)
 
 
 def test_rows_past_a_group_launch_the_split_path_group_by_group(hopper):

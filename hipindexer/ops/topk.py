@@ -22,7 +22,7 @@ TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-ca
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
 SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap", "group_rows")  # hipindexer.plan.topk.plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise")  # hipindexer.plan.topk.plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -69,7 +69,9 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
-    Paths (hipindexer.plan.topk): rows of N >= 16384 columns take the split path, in groups of up to 1024 rows: a
+    Paths (hipindexer.plan.topk): up to 256 rows of N >= 16384 columns take the row-wise path, one block a row in
+    one launch doing the split path's steps below with the kept keys in shared memory, no workspace. More such rows
+    take the split path, in groups of up to 1024 rows: a
     floor per row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut
     into parts so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or
     above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows
@@ -79,7 +81,7 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
     zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
     the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
-    slower. Tunables: split (bool), part_columns, cap, group_rows (plan_topk's).
+    slower. Tunables: rowwise (bool), split (bool), part_columns, cap, group_rows (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
@@ -189,6 +191,18 @@ def _split_launch(dev, p, common, rows: int):
     return launch
 
 
+def _rowwise_launch(dev, p, common):
+    """The row-wise path's one launch, as a function of (stream, 4 pointers): TopkSplitParams with the whole row one
+    part and no workspace."""
+    k = kernel_for(dev, "topk_rowwise").prepare(p.grid_rows, KERNEL["topk_rowwise"].block, pointers=SPLIT_POINTERS,
+                                                **common, row_bytes=0, cand_off=0, parts=1, part_len=common["N"],
+                                                cap=0, step=p.step, r=p.r)
+
+    def launch(handle, logits, lengths, out, values):
+        k(handle, logits, lengths, out, values, 0)
+    return launch
+
+
 def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables, key):
     """The full path: check, upload host arrays, prepare the launch (kept under `key`), launch."""
     check_tunables("topk_logits", tunables, TUNABLES)
@@ -230,6 +244,8 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables,
                   rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
     if p.split:
         launch, split = _split_launch(dev, p, common, rows), (p.group_rows, p.row_bytes)
+    elif p.rowwise:
+        launch, split = _rowwise_launch(dev, p, common), None
     else:
         launch, split = kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS,
                                                                **common), None

@@ -4,6 +4,9 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
+- rowwise: one block a row runs the split path's three steps below in one launch (hsaco_src/generic/topk_rowwise.hip),
+  the kept keys in its shared memory: no workspace, one round of blocks for up to ROWWISE_MAX_ROWS rows, and none of
+  the split path's launch latencies, which are most of its time at such row counts.
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -33,6 +36,7 @@ REC_BYTES = 256          # the floor and the count, then the kept entries (hsaco
 SAMPLE_STEP = 16         # one column in this many is sampled for a floor, at most (sample_step)
 SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a row's keys
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
+ROWWISE_MAX_ROWS = 256   # long rows up to this many take the row-wise path
 
 
 def _pow2(n: int) -> int:
@@ -66,7 +70,8 @@ def default_cap(top_k: int) -> int:
 
 @dataclass(frozen=True)
 class TopkPlan:
-    """split=False: the single-block kernel on grid_rows blocks. split=True: kernels 1 and 3 on grid_rows blocks,
+    """split=False: the single-block kernel on grid_rows blocks, or with rowwise=True the row-wise kernel (floors at
+    rank r of a step-th of each row). split=True: kernels 1 and 3 on grid_rows blocks,
     kernel 2 on grid_parts blocks over rows x parts items of part_len columns, over a workspace of workspace_bytes
     (row_bytes per row of a group of group_rows rows, cap kept entries at cand_off); floors at rank r of a step-th of
     each row. The launches cover groups of group_rows rows in turn, the last holding what is left."""
@@ -82,6 +87,7 @@ class TopkPlan:
     step: int = 0
     r: int = 0
     group_rows: int = 0
+    rowwise: bool = False
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -98,21 +104,35 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              group_rows=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
-    """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): split (bool:
-    force a path), part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
+              group_rows=None, rowwise=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
+    """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): rowwise (bool:
+    force the row-wise path, or keep it out), split (bool: force the split path or the single-block kernel),
+    part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
     per row; a smaller one sends more rows to the fallback), group_rows (rows of a split group, at most
     SPLIT_MAX_ROWS).
 
     >>> from hipindexer.plan import TARGETS
-    >>> p = plan_topk(64, 131072, 2048, TARGETS["sm_90a"])
+    >>> plan_topk(64, 131072, 2048, TARGETS["sm_90a"]).rowwise
+    True
+    >>> p = plan_topk(512, 131072, 2048, TARGETS["sm_90a"])
     >>> p.split, p.parts, p.part_len, p.grid_parts
-    (True, 8, 16384, 512)
+    (True, 1, 131072, 512)
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
     if split is not None and not isinstance(split, bool):
         raise ValueError(f"split: expected a bool or None, got {split!r}")
+    if rowwise is not None and not isinstance(rowwise, bool):
+        raise ValueError(f"rowwise: expected a bool or None, got {rowwise!r}")
+    split_tunables = {k: v for k, v in dict(split=split, part_columns=part_columns, cap=cap,
+                                            group_rows=group_rows).items() if v is not None}
+    if rowwise and split_tunables:
+        raise ValueError(f"rowwise=True: the row-wise path takes none of {sorted(split_tunables)}")
+    if rowwise is None:
+        rowwise = not split_tunables and N >= SPLIT_MIN_N and rows <= ROWWISE_MAX_ROWS
+    if rowwise:
+        return TopkPlan(False, max(1, min(rows, max_blocks)), step=sample_step(top_k), r=floor_rank(top_k),
+                        rowwise=True)
     if part_columns is not None:
         forced_int("part_columns", part_columns, 4, 1 << 30)
         if part_columns % 4:

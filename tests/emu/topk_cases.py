@@ -1,8 +1,10 @@
 """hipindexer.topk_logits on a device, against hipindexer.reference.topk_logits and the top-k gate.
 
 Every case is a named function of a device in CASES, run once per path in PATHS (FORCED holds the path's
-tunables while a case runs; every call goes through topk()): the single-block kernel, and the split path cut
-into parts small enough that an emulated case has many of them. tests/test_topk_logits.py runs them on the
+tunables while a case runs; every call goes through topk()): the single-block kernel, the split path cut
+into parts small enough that an emulated case has many of them, and the row-wise path (whose buffer is cut
+mid-row where a floor keeps more than 7168 keys of a row, and which reads a row again where its floor kept
+fewer than top_k). tests/test_topk_logits.py runs them on the
 emulated MI355X (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked
 gpu, on a real GPU. Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the kernel
 leaves unwritten fails; inputs are fresh random arrays per case. A result must pass gate_topk with zero
@@ -21,7 +23,7 @@ from hipindexer.runtime import Device, DeviceArray
 
 POISON_INDEX = np.iinfo(np.int32).min
 FORCED: dict = {}  # the tunables every call of a case passes: the path under test (PATHS)
-PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}}
+PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}, "rowwise": {"rowwise": True}}
 
 
 def topk(*args, **kw):

@@ -4,12 +4,12 @@
     python -m tools.measure.topk_bench --shapes 64x131072 --json
 
 Per shape (rows x N float32, half of each row -inf at random, top_k 2048): device microseconds per call of
-the op's own choice (the split path at these shapes), of the single-block kernel (split=False), and of
-torch.topk (sorted as asked; when torch with CUDA is importable), by the method of hipindexer.bench.timing
+the op's own choice, of each path forced (--paths: the single-block kernel, the split path, the row-wise path), and
+of torch.topk (sorted as asked; when torch with CUDA is importable), by the method of hipindexer.bench.timing
 (events around back-to-back calls, median of repeats, input sets rotated past 3x the L2). The goal is
 3 x rows x N x 4 bytes at the read ceiling measured in the same run (our streaming read kernel, 4.4 TB/s on
 an H200 today) + 10 us, and faster than torch.topk. The outputs are checked against each other first (the
-paths bit for bit, torch's index sets where it is there).
+paths bit for bit against the single-block kernel, torch's index sets where it is there).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from hipindexer.bench.timing import L2_BYTES, emulated, read_bandwidth, time_bat
 from hipindexer.runtime import Device, DeviceArray
 
 SHAPES = ((64, 131072), (128, 131072), (128, 32768), (512, 131072))
+PATHS = {"op": {}, "single": {"split": False}, "split": {"split": True}, "rowwise": {"rowwise": True}}
 EMULATOR_SHAPES = ((2, 20000),)
 TOP_K = 2048
 
@@ -53,25 +54,28 @@ def _torch_topk(xs, sorted: bool):
     return call, np.sort(call(0).indices.cpu().numpy(), axis=1)
 
 
-def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: int) -> dict:
+def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: int, paths=("op", "single")) -> dict:
     nbytes = rows * N * 4
     sets = 1 if emulated(dev) else max(2, -(-3 * L2_BYTES.get(dev.arch, 64 << 20) // nbytes))
     xs = _inputs(rows, N, sets, dev)
-    out = [DeviceArray.empty((rows, TOP_K), np.int32, dev) for _ in range(2)]
-    val = [DeviceArray.empty((rows, TOP_K), np.float32, dev) for _ in range(2)]
+    paths = ("op", "single", *(p for p in paths if p not in ("op", "single")))
+    out = {p: DeviceArray.empty((rows, TOP_K), np.int32, dev) for p in paths}
+    val = {p: DeviceArray.empty((rows, TOP_K), np.float32, dev) for p in paths}
     row = {"rows": rows, "N": N, "top_k": TOP_K, "sorted": sorted,
            "goal_us": 3 * nbytes / ceiling * 1e6 + 10.0, "read_ceiling_us": nbytes / ceiling * 1e6}
     results = {}
-    for path, kw in (("op", {}), ("single", {"split": False})):
-        def call(i, kw=kw, path=path):
+    for path in paths:
+        def call(i, kw=PATHS[path], path=path):
             return hipindexer.topk_logits(xs[i % sets], TOP_K, sorted=sorted, return_values=True,
-                                          out=out[path == "single"], values=val[path == "single"], **kw)
+                                          out=out[path], values=val[path], **kw)
         times, _, _ = time_batches(dev, call, repeats)
         row[f"{path}_us"] = statistics.median(times)
         call(0)
-        results[path] = (out[path == "single"].numpy(), val[path == "single"].numpy())
-    a, b = results["op"], results["single"]
-    row["paths_equal"] = bool((a[0] == b[0]).all() and (a[1].view(np.uint32) == b[1].view(np.uint32)).all())
+        results[path] = (out[path].numpy(), val[path].numpy())
+    b = results["single"]
+    row["paths_equal"] = all(bool((a[0] == b[0]).all() and (a[1].view(np.uint32) == b[1].view(np.uint32)).all())
+                             for a in results.values())
+    a = results["op"]
     t = None if emulated(dev) else _torch_topk(xs, sorted)
     if t is not None:
         call, want = t
@@ -87,29 +91,36 @@ def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: i
 @click.option("--device", "device_spec", default=None, help="Device spec (default: the first GPU).")
 @click.option("--shapes", default=None, help="ROWSxN,... (default: 64x131072,128x131072,128x32768,512x131072).")
 @click.option("--repeats", default=20, show_default=True)
+@click.option("--paths", default="op,single", show_default=True, help=f"Paths timed, of {','.join(PATHS)}.")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_spec, shapes, repeats, as_json) -> None:
+def main(device_spec, shapes, repeats, paths, as_json) -> None:
+    paths = tuple(p for p in paths.split(",") if p)
+    bad = [p for p in paths if p not in PATHS]
+    if bad:
+        raise click.BadParameter(f"unknown path(s) {bad}; expected some of {list(PATHS)}", param_hint="--paths")
     dev = Device(device_spec) if device_spec else Device()
     if shapes:
         todo = [tuple(int(v) for v in s.split("x")) for s in shapes.split(",")]
     else:
         todo = EMULATOR_SHAPES if emulated(dev) else SHAPES
     ceiling = read_bandwidth(dev, 8 << 20) if emulated(dev) else read_bandwidth(dev)
-    rows = [bench_shape(dev, r, n, s, ceiling, 3 if emulated(dev) else repeats) for r, n in todo for s in (True, False)]
+    rows = [bench_shape(dev, r, n, s, ceiling, 3 if emulated(dev) else repeats, paths)
+            for r, n in todo for s in (True, False)]
+    shown = [p for p in PATHS if f"{p}_us" in rows[0]]
     if as_json:
         click.echo(json.dumps({"device": dev.name, "read_ceiling_GBps": ceiling / 1e9, "rows": rows}, indent=1))
         return
     click.echo(f"{dev.name}: read ceiling {ceiling / 1e12:.2f} TB/s (this run); goal = 3 x bytes / ceiling + 10 us, "
                f"and below torch.topk" + ("  [emulator: times measure the CPU]" if emulated(dev) else ""))
-    click.echo(f"{'shape':>12} {'sorted':>6} {'op us':>9} {'single us':>10} {'torch us':>9} {'goal us':>8} "
-               f"{'1 read us':>9}  verdict")
+    click.echo(f"{'shape':>12} {'sorted':>6} " + " ".join(f"{p + ' us':>10}" for p in shown)
+               + f" {'torch us':>9} {'goal us':>8} {'1 read us':>9}  verdict")
     for r in rows:
         torch_us = f"{r['torch_us']:9.1f}" if "torch_us" in r else f"{'-':>9}"
         checks = [] if r["paths_equal"] else ["PATHS DIFFER"]
         if r.get("torch_sets_equal") is False:
             checks.append("TORCH SETS DIFFER")
-        click.echo(f"{r['rows']:>5}x{r['N']:<6} {str(r['sorted']):>6} {r['op_us']:9.1f} {r['single_us']:10.1f} "
-                   f"{torch_us} {r['goal_us']:8.1f} {r['read_ceiling_us']:9.1f}  "
+        click.echo(f"{r['rows']:>5}x{r['N']:<6} {str(r['sorted']):>6} " + " ".join(f"{r[p + '_us']:10.1f}" for p in shown)
+                   + f" {torch_us} {r['goal_us']:8.1f} {r['read_ceiling_us']:9.1f}  "
                    f"{'meets' if r['meets_goal'] else 'MISSES'}{' ' + ', '.join(checks) if checks else ''}")
 
 

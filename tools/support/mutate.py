@@ -321,6 +321,14 @@ PLANTS = {
               "(true || floor == 0u)"),
         Plant("split_finish_trusts_an_overflowed_row", "generic/topk_split_finish.hip",
               "if (count <= (hx_u32)p.cap && ", "if ("),
+        # The row-wise path (generic/topk_rowwise.hip): a kept entry naming the next column, a row whose floor kept
+        # fewer than top_k keys trusted, or read again on top of what its first reading kept.
+        Plant("rowwise_entry_a_column_late", "generic/topk_rowwise.hip", "hx_split_col(s, t, k));",
+              "hx_split_col(s, t, k) + 1);"),
+        Plant("rowwise_trusts_a_short_row", "generic/topk_rowwise.hip", "if (f.have >= top_k || fl == 0u) break;",
+              "break;"),
+        Plant("rowwise_second_reading_on_the_first", "generic/topk_rowwise.hip", "      f.have = 0;\n      f.cut = 0;\n",
+              ""),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
