@@ -46,10 +46,10 @@ def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
     reference and bit for bit against the single-block kernel; then rows of few distinct values, whose candidates
     overflow the split path's workspace and the row-wise buffer (cut mid-row)."""
     from hipindexer.plan import plan_topk
-    from hipindexer.plan.topk import ROWWISE_MAX_ROWS
+    from hipindexer.plan.topk import rowwise_pays
     from hipindexer.ops.launch import target_of
     plan = plan_topk(rows, N, 2048, target_of(gpu_device))
-    assert plan.rowwise == (rows <= ROWWISE_MAX_ROWS) and plan.split == (not plan.rowwise)
+    assert plan.rowwise == rowwise_pays(rows, N, target_of(gpu_device).num_cus) and plan.split == (not plan.rowwise)
     rng = np.random.default_rng(rows + N + sorted)
     x = rng.standard_normal((rows, N), dtype=np.float32)
     x[rng.random(x.shape) < 0.5] = -np.inf
@@ -160,11 +160,11 @@ def test_long_rows_launch_the_split_path_over_one_workspace(hopper):
 
 
 def test_few_long_rows_take_one_rowwise_launch_and_no_workspace(hopper):
-    """64 x 131072 by default: one launch of a block a row, the whole row one part, no workspace, the split path's
+    """128 x 32768 by default: one launch of a block a row, the whole row one part, no workspace, the split path's
     floor sample and rank; a prepared call copies and allocates nothing; rowwise=True with a split tunable raises."""
     from hipindexer.plan import plan_topk
     hb, dev = hopper
-    rows, N, top_k = 64, 1 << 17, 2048
+    rows, N, top_k = 128, 1 << 15, 2048
     logits = DeviceArray.empty((rows, N), np.float32, dev)
     out = DeviceArray.empty((rows, top_k), np.int32, dev)
     assert plan_topk(rows, N, top_k, topk.target_of(dev)).rowwise

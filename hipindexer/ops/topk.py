@@ -69,9 +69,10 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
-    Paths (hipindexer.plan.topk): up to 256 rows of N >= 16384 columns take the row-wise path, one block a row in
-    one launch doing the split path's steps below with the kept keys in shared memory, no workspace. More such rows
-    take the split path, in groups of up to 1024 rows: a
+    Paths (hipindexer.plan.topk): rows of N >= 16384 columns take the row-wise path where plan.topk.rowwise_pays
+    (about a device's worth of rows up to 65536 columns): one block a row in one launch doing the split path's
+    steps below with the kept keys in shared memory, no workspace. Other such rows take the split path, in groups
+    of up to 1024 rows: a
     floor per row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut
     into parts so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or
     above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows

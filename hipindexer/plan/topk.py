@@ -5,8 +5,8 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
 - rowwise: one block a row runs the split path's three steps below in one launch (hsaco_src/generic/topk_rowwise.hip),
-  the kept keys in its shared memory: no workspace, one round of blocks for up to ROWWISE_MAX_ROWS rows, and none of
-  the split path's launch latencies, which are most of its time at such row counts.
+  the kept keys in its shared memory: no workspace and none of the split path's launch latencies, but a row's bytes
+  go through one unit. Taken for long rows where rowwise_us(...) < split_us(...) (rowwise_pays).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -36,7 +36,11 @@ REC_BYTES = 256          # the floor and the count, then the kept entries (hsaco
 SAMPLE_STEP = 16         # one column in this many is sampled for a floor, at most (sample_step)
 SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a row's keys
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
-ROWWISE_MAX_ROWS = 256   # long rows up to this many take the row-wise path
+# The two paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path"), which the
+# planner compares: a row-wise round of blocks costs about ROWWISE_US + ROWWISE_US_PER_32K per 32,768 columns; the
+# split path about SPLIT_US plus the logits' bytes at SPLIT_BYTES_PER_US.
+ROWWISE_US, ROWWISE_US_PER_32K = 21.0, 8.7
+SPLIT_US, SPLIT_BYTES_PER_US = 30.0, 1.9e6
 
 
 def _pow2(n: int) -> int:
@@ -48,6 +52,21 @@ def _parts(rows: int, N: int, slots: int) -> int:
     fewer parts on a tie, parts of at least MIN_PART columns. `slots` parts already reach the least possible,
     rows / slots, so no more are tried (a row of 2^31 columns would otherwise try 262,144 cuts)."""
     return min(range(1, max(1, min(N // MIN_PART, slots)) + 1), key=lambda p: (-(-rows * p // slots) / p, p))
+
+
+def rowwise_us(rows: int, N: int, units: int) -> float:
+    """The row-wise path's time by the H200 fit: whole rounds of a block a unit."""
+    return -(-rows // units) * (ROWWISE_US + ROWWISE_US_PER_32K * N / 32768)
+
+
+def split_us(rows: int, N: int) -> float:
+    """The split path's time by the H200 fit."""
+    return SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US
+
+
+def rowwise_pays(rows: int, N: int, units: int) -> bool:
+    """Whether long rows (N >= SPLIT_MIN_N) take the row-wise path by default."""
+    return N >= SPLIT_MIN_N and rowwise_us(rows, N, units) < split_us(rows, N)
 
 
 def sample_step(top_k: int) -> int:
@@ -112,11 +131,11 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     SPLIT_MAX_ROWS).
 
     >>> from hipindexer.plan import TARGETS
-    >>> plan_topk(64, 131072, 2048, TARGETS["sm_90a"]).rowwise
+    >>> plan_topk(128, 32768, 2048, TARGETS["sm_90a"]).rowwise
     True
-    >>> p = plan_topk(512, 131072, 2048, TARGETS["sm_90a"])
+    >>> p = plan_topk(64, 131072, 2048, TARGETS["sm_90a"])
     >>> p.split, p.parts, p.part_len, p.grid_parts
-    (True, 1, 131072, 512)
+    (True, 8, 16384, 512)
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
@@ -129,7 +148,7 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     if rowwise and split_tunables:
         raise ValueError(f"rowwise=True: the row-wise path takes none of {sorted(split_tunables)}")
     if rowwise is None:
-        rowwise = not split_tunables and N >= SPLIT_MIN_N and rows <= ROWWISE_MAX_ROWS
+        rowwise = not split_tunables and rowwise_pays(rows, N, target.num_cus)
     if rowwise:
         return TopkPlan(False, max(1, min(rows, max_blocks)), step=sample_step(top_k), r=floor_rank(top_k),
                         rowwise=True)

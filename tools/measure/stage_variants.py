@@ -317,7 +317,20 @@ FILTER_VARIANTS = {
                            '"l"(hx_topk_entry(key, e + t.work_hi)) : "memory");')],
 }
 
+ROWWISE = "generic/topk_rowwise.hip"
+_ROWWISE_FLOOR = ("    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(\n"
+                  "        (hx_i64)0, hx_split_samples(n, p.step), [&](hx_i64 i) { return x[hx_split_sample_col(i, p.step)]; },\n"
+                  "        by_lengths, (hx_u32)p.r, hist, scan, found, ext);\n")
+
 VARIANTS = {
+    # topk_logits' row-wise kernel (tools/measure/topk_bench.py --paths rowwise from each build's package): without
+    # its floor (every key kept until the buffer's cuts raise the bar), and its floor alone (no row read)
+    "topk_rowwise": {
+        "shipped": [],
+        "no_floor": [Plant("no_floor", ROWWISE, _ROWWISE_FLOOR, "    const hx_u32 floor = 0u;\n")],
+        "floor_alone": [Plant("floor_alone", ROWWISE, "for (hx_u32 t = 0; t < s.tiles; ++t) {",
+                              "for (hx_u32 t = 0; t < 0u; ++t) {")],
+    },
     "sm90a_prefill_filter": FILTER_VARIANTS,
     "paged_topk_merge": {"shipped": [], "flat_walk": [_FLAT_WALK]},
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
