@@ -15,6 +15,9 @@
 // The first kernel writes a row's floor and zeroes its count, so a call needs no zeroed workspace.
 #pragma once
 #include "topk_select.h"
+#if defined(HX_BLOCK)
+#include "topk_floor.h"
+#endif
 
 #define HX_SPLIT_VEC 4  // float4 loads in flight per thread per tile
 #define HX_SPLIT_SLOTS (4 * HX_SPLIT_VEC + 2)  // a thread's columns per tile: its float4s, one head and one tail column
@@ -36,6 +39,18 @@ HX_INLINE HX_DEV hx_i64 hx_split_samples(hx_i64 n, hx_i64 s) {
   const hx_i64 rest = n % (8 * s);
   return n / (8 * s) * 8 + (rest < 8 ? rest : 8);
 }
+
+#if defined(HX_BLOCK)
+#define HX_SPLIT_FLOOR_BATCH 16  // samples a thread loads at once: a row of 131072 columns at top_k >= 2048 in one batch
+
+// The floor of row x (n columns) from its sample at rank p.r, by the whole block (common/topk_floor.h's shared arrays).
+HX_INLINE HX_DEV hx_u32 hx_split_row_floor(const TopkSplitParams& p, const float* x, hx_i64 n, hx_u32* hist,
+                                           hx_u32* scan, hx_u32* found, hx_u32* ext) {
+  return hx_block_floor_of<HX_SPLIT_FLOOR_BATCH>(
+      (hx_i64)0, hx_split_samples(n, p.step), [&](hx_i64 i) { return x[hx_split_sample_col(i, p.step)]; },
+      p.lengths != 0, (hx_u32)p.r, hist, scan, found, ext);
+}
+#endif
 
 // Block item b = row * parts + part covers columns [lo, hi) of its row's
 // extent; their float4 body starts at the first 16-byte aligned column, with

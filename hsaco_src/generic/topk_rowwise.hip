@@ -9,10 +9,7 @@
 // read again keeping every selectable key. No launch stands between the steps and nothing but the output is
 // written: what the split path's small-row calls pay for is the launches' latencies.
 #include "topk_split.h"
-#include "topk_floor.h"
 #include "topk_finish.h"
-
-#define FLOOR_BATCH 16  // samples a thread loads at once, as topk_split_floor
 
 using Finish = HxFinishRow<MAX_TOP_K, HX_SMEM / 8>;
 static constexpr hx_u32 ROWWISE_CAP = HX_SMEM / 8;
@@ -31,9 +28,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const float* const x = p.logits + row * p.logits_stride;
     const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
-    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(
-        (hx_i64)0, hx_split_samples(n, p.step), [&](hx_i64 i) { return x[hx_split_sample_col(i, p.step)]; },
-        by_lengths, (hx_u32)p.r, hist, scan, found, ext);
+    const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);
     hx_barrier();  // the floor's shared arrays are the selection's
     const HxSplitPart s = hx_split_part(p, row);  // parts = 1: the whole row
     Finish f{e, hist, scan, found, top_k};

@@ -3,9 +3,6 @@
 // workspace and zeroes the row's count of kept keys. A row's three passes over its sample wait on their loads, and
 // few rows are all the grid has: 512 threads a row, each pass a batch or two of loads.
 #include "topk_split.h"
-#include "topk_floor.h"
-
-#define FLOOR_BATCH 16  // samples a thread loads at once: a row of 131072 columns at top_k >= 2048 in one batch
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_floor(const HX_GRID_CONSTANT TopkSplitParams p) {
   HX_SHARED(hx_u32, hist, HX_FLOOR_BINS);
@@ -13,13 +10,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_floor(const HX_GRID_CONS
   HX_SHARED(hx_u32, found, 2);
   HX_SHARED(hx_u32, ext, 2 * HX_FLOOR_WAVES);
   const hx_u32 tid = hx_thread_x();
-  const bool by_lengths = p.lengths != 0;
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const float* const x = p.logits + row * p.logits_stride;
-    const hx_i64 samples = hx_split_samples(hx_topk_row_extent(p.lengths, row, p.N), p.step);
-    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(
-        (hx_i64)0, samples, [&](hx_i64 i) { return x[hx_split_sample_col(i, p.step)]; }, by_lengths, (hx_u32)p.r, hist,
-        scan, found, ext);
+    const hx_u32 floor = hx_split_row_floor(p, x, hx_topk_row_extent(p.lengths, row, p.N), hist, scan, found, ext);
     if (tid < 2) ((hx_u32*)hx_split_row(p, row))[tid] = tid == 0 ? floor : 0u;
     hx_barrier();  // the shared arrays are the next row's
   }
