@@ -318,9 +318,7 @@ FILTER_VARIANTS = {
 }
 
 ROWWISE = "generic/topk_rowwise.hip"
-_ROWWISE_FLOOR = ("    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(\n"
-                  "        (hx_i64)0, hx_split_samples(n, p.step), [&](hx_i64 i) { return x[hx_split_sample_col(i, p.step)]; },\n"
-                  "        by_lengths, (hx_u32)p.r, hist, scan, found, ext);\n")
+_ROWWISE_FLOOR = "    const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);\n"
 
 VARIANTS = {
     # topk_logits' row-wise kernel (tools/measure/topk_bench.py --paths rowwise from each build's package): without
