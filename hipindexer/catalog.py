@@ -346,14 +346,15 @@ STRUCTS.append(Struct("TopkStepParams", [
 ]))
 # The split path of topk_logits (hipindexer.ops.topk, hsaco_src/common/topk_split.h): TopkParams' fields, then the
 # workspace (per row at row * row_bytes: the floor and the count of kept keys, up to cap kept entries at cand_off,
-# which ops.topk lays out), the cut of each row into `parts` column ranges of part_len columns, and the floor's
-# sample (a step-th of the row) and rank r.
+# which ops.topk lays out), the cut of each row into `parts` column ranges of part_len columns, the floor's sample
+# (a step-th of the row) and rank r, and the row-wise kernel's `held`: rows of at most that many of its tiles are
+# read into registers and selected there (0: none).
 STRUCTS.append(Struct("TopkSplitParams", [
     ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"), ("work", "ptr:u8"),
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),
     ("row_bytes", "i64"), ("cand_off", "i64"),
     ("rows", "i32"), ("N", "i32"), ("top_k", "i32"), ("sorted", "i32"),
-    ("parts", "i32"), ("part_len", "i32"), ("cap", "i32"), ("step", "i32"), ("r", "i32"),
+    ("parts", "i32"), ("part_len", "i32"), ("cap", "i32"), ("step", "i32"), ("r", "i32"), ("held", "i32"),
 ]))
 # Read-only streaming: the benchmark's read ceiling (one sum per block written, so nothing is optimised away).
 STRUCTS.append(Struct("StreamReadParams", [("src", "ptr"), ("out", "ptr:u32"), ("n16", "u64")]))

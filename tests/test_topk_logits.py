@@ -40,7 +40,8 @@ def test_long_rows_on_the_gpu(gpu_device, top_k, sorted):
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, N", [(64, 1 << 17), (128, 1 << 15), (128, 1 << 17), (512, 1 << 17)])
 @pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
-@pytest.mark.parametrize("path", [{"split": True}, {"rowwise": True}], ids=["split", "rowwise"])
+@pytest.mark.parametrize("path", [{"split": True}, {"rowwise": True}, {"rowwise": True, "held": False}],
+                         ids=["split", "rowwise", "rowwise_floor"])
 def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
     """The benchmark's shapes (half of each row -inf, top_k 2048) on the split and the row-wise path, against the
     reference and bit for bit against the single-block kernel; then rows of few distinct values, whose candidates
@@ -173,13 +174,32 @@ def test_few_long_rows_take_one_rowwise_launch_and_no_workspace(hopper):
     (fn, grid, block, _, raw), = hb.launches[n0:]
     assert (fn, grid[0], block[0]) == ("hx_topk_rowwise", rows, catalog.KERNEL["topk_rowwise"].block)
     f = SPLIT.ctype().from_buffer_copy(raw)
-    assert (f.work, f.parts, f.part_len, f.rows, f.N, f.top_k, f.sorted, f.step, f.r) == \
-        (0, 1, N, rows, N, top_k, 0, 16, 224)
+    assert (f.work, f.parts, f.part_len, f.rows, f.N, f.top_k, f.sorted, f.step, f.r, f.held) == \
+        (0, 1, N, rows, N, top_k, 0, 16, 224, 4)
     copies, buffers = hb.htod, len(hb.bufs)
     topk_logits(logits, top_k, out=out)
     assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == n0 + 2
+    topk_logits(logits, top_k, out=out, rowwise=True, held=False)
+    assert SPLIT.ctype().from_buffer_copy(hb.launches[-1][4]).held == 0
     with pytest.raises(ValueError, match="^rowwise"):
         topk_logits(logits, top_k, out=out, rowwise=True, split=True)
+    with pytest.raises(ValueError, match="^held"):
+        topk_logits(logits, top_k, out=out, split=True, held=True)
+    with pytest.raises(ValueError, match="^held"):
+        topk_logits(logits, top_k, out=out, rowwise=True, held=1)
+
+
+def test_the_planners_held_columns_are_the_row_wise_kernels():
+    """plan.topk.HELD_COLUMNS: the tiles the row-wise kernel holds (ROWWISE_HELD_TILES) of its block's float4 loads
+    (HX_SPLIT_VEC a thread), 4 columns each."""
+    import re
+    from pathlib import Path
+    from hipindexer.plan import topk as plan
+    src = Path(__file__).resolve().parents[1] / "hsaco_src"
+    tiles = int(re.search(r"#define ROWWISE_HELD_TILES (\d+)", (src / "generic/topk_rowwise.hip").read_text())[1])
+    vec = int(re.search(r"#define HX_SPLIT_VEC (\d+)", (src / "common/topk_split.h").read_text())[1])
+    assert tiles == plan.HELD_TILES
+    assert plan.HELD_COLUMNS == tiles * catalog.KERNEL["topk_rowwise"].block * vec * 4
 
 
 def test_rows_past_a_group_launch_the_split_path_group_by_group(hopper):

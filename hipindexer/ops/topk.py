@@ -22,7 +22,7 @@ TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-ca
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
 SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise")  # hipindexer.plan.topk.plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held")  # hipindexer.plan.topk.plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -197,7 +197,7 @@ def _rowwise_launch(dev, p, common):
     part and no workspace."""
     k = kernel_for(dev, "topk_rowwise").prepare(p.grid_rows, KERNEL["topk_rowwise"].block, pointers=SPLIT_POINTERS,
                                                 **common, row_bytes=0, cand_off=0, parts=1, part_len=common["N"],
-                                                cap=0, step=p.step, r=p.r)
+                                                cap=0, step=p.step, r=p.r, held=p.held)
 
     def launch(handle, logits, lengths, out, values):
         k(handle, logits, lengths, out, values, 0)

@@ -4,9 +4,11 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
-- rowwise: one block a row runs the split path's three steps below in one launch (hsaco_src/generic/topk_rowwise.hip),
-  the kept keys in its shared memory: no workspace and none of the split path's launch latencies, but a row's bytes
-  go through one unit. Taken for long rows where rowwise_us(...) < split_us(...) (rowwise_pays).
+- rowwise: one block a row, one launch (hsaco_src/generic/topk_rowwise.hip): no workspace and none of the split
+  path's launch latencies, but a row's bytes go through one unit. A row of at most HELD_COLUMNS columns is read once
+  into the block's registers and selected there (its floor from every key, then the exact cut among the keys that
+  reach it); a longer one runs the split path's three steps below, the kept keys in the block's shared memory.
+  Taken where rowwise_us(...) < split_us(...) (rowwise_pays).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -35,6 +37,8 @@ PART_ALIGN = 1024        # part lengths are multiples of this (of 4 at least: ev
 REC_BYTES = 256          # the floor and the count, then the kept entries (hsaco_src/common/topk_split.h)
 SAMPLE_STEP = 16         # one column in this many is sampled for a floor, at most (sample_step)
 SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a row's keys
+HELD_TILES = 4           # tiles of 8,192 columns a row-wise block holds in registers (ROWWISE_HELD_TILES)
+HELD_COLUMNS = 32768     # so a row of at most this many columns is held, however its start is aligned
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 # The two paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path"), which the
 # planner compares: a row-wise round of blocks costs about ROWWISE_US + ROWWISE_US_PER_32K per 32,768 columns; the
@@ -107,6 +111,7 @@ class TopkPlan:
     r: int = 0
     group_rows: int = 0
     rowwise: bool = False
+    held: int = 0
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -123,9 +128,10 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              group_rows=None, rowwise=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
+              group_rows=None, rowwise=None, held=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): rowwise (bool:
-    force the row-wise path, or keep it out), split (bool: force the split path or the single-block kernel),
+    force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
+    HELD_COLUMNS in registers; True unless told), split (bool: force the split path or the single-block kernel),
     part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
     per row; a smaller one sends more rows to the fallback), group_rows (rows of a split group, at most
     SPLIT_MAX_ROWS).
@@ -145,13 +151,17 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
         raise ValueError(f"rowwise: expected a bool or None, got {rowwise!r}")
     split_tunables = {k: v for k, v in dict(split=split, part_columns=part_columns, cap=cap,
                                             group_rows=group_rows).items() if v is not None}
+    if held is not None and not isinstance(held, bool):
+        raise ValueError(f"held: expected a bool or None, got {held!r}")
     if rowwise and split_tunables:
         raise ValueError(f"rowwise=True: the row-wise path takes none of {sorted(split_tunables)}")
     if rowwise is None:
         rowwise = not split_tunables and rowwise_pays(rows, N, target.num_cus)
+    if held is not None and not rowwise:
+        raise ValueError(f"held={held}: only the row-wise path holds rows (pass rowwise=True)")
     if rowwise:
         return TopkPlan(False, max(1, min(rows, max_blocks)), step=sample_step(top_k), r=floor_rank(top_k),
-                        rowwise=True)
+                        rowwise=True, held=0 if held is False else HELD_TILES)
     if part_columns is not None:
         forced_int("part_columns", part_columns, 4, 1 << 30)
         if part_columns % 4:

@@ -1,5 +1,7 @@
-// topk_logits' row-wise path: one block a row does the split path's three steps (common/topk_split.h) in one
-// launch, with the kept keys in the block's shared memory instead of a workspace:
+// topk_logits' row-wise path: one block a row, one launch, the kept keys in the block's shared memory instead of a
+// workspace. A row of at most p.held tiles (ROWWISE_HELD_TILES at most: 32,768 columns at 512 threads) is read once
+// into registers and selected there (hx_rowwise_held): its floor from every key, then the exact cut among the keys
+// at or above it, with no further read. A longer row does the split path's three steps (common/topk_split.h):
 // 1. the row's floor from its sample (runs of 8 columns, a step-th of the row) at rank r, as topk_split_floor;
 // 2. the row read once as float4s, every key at or above the floor appended to the buffer e, as topk_split_gather;
 //    e is cut to its top_k before a tile that might not fit (common/topk_finish.h), so any number of kept keys is
@@ -15,6 +17,141 @@ using Finish = HxFinishRow<MAX_TOP_K, HX_SMEM / 8>;
 static constexpr hx_u32 ROWWISE_CAP = HX_SMEM / 8;
 static constexpr hx_u32 TILE_KEYS = HX_BLOCK * HX_SPLIT_SLOTS;  // the most a tile appends
 static_assert(ROWWISE_CAP >= MAX_TOP_K + TILE_KEYS, "a selection and a whole tile fit the buffer");
+#define ROWWISE_HELD_TILES 4  // tiles of a row a block holds: HX_SPLIT_SLOTS keys a thread each,
+#define ROWWISE_REG_TILES 2   // the first this many in registers, the rest in the thread's own words of e's end
+static constexpr hx_u32 ROWWISE_SHARED_KEYS = (ROWWISE_HELD_TILES - ROWWISE_REG_TILES) * 4 * HX_SPLIT_VEC * HX_BLOCK;
+static constexpr hx_u32 ROWWISE_HELD_ROOM = ROWWISE_CAP - ROWWISE_SHARED_KEYS / 2;  // entries an append may fill
+static_assert(ROWWISE_HELD_ROOM >= 2 * MAX_TOP_K, "the keys at e's end leave room for a selection and its bitmap");
+
+// The top_k of row s (at most ROWWISE_HELD_TILES tiles) by the whole block, read once with every load in flight and
+// its keys held: the floor of every key at rank top_k (common/topk_floor.h: bins even in value, so that the
+// increments spread over the histogram), then every key at or above it appended to e[0, f.have) (the top_k and the
+// rest of the floor's bin), for the caller's cut. Returns false, having appended nothing, where more keys than
+// ROWWISE_HELD_ROOM reach the floor (a row of many equal keys): the caller then reads the row as a long one.
+// Keys past the register tiles wait in e's last ROWWISE_SHARED_KEYS words, which only their thread reads (16-byte
+// runs, a thread's after the thread before's: no bank is met twice a wave), so that the block fits its registers.
+HX_INLINE HX_DEV bool hx_rowwise_held(const HxSplitPart& s, bool by_lengths, Finish& f, hx_u32* hist, hx_u32* scan,
+                                      hx_u32* found, hx_u32* ext) {
+  const hx_u32 tid = hx_thread_x();
+  hx_u32x4* const spill = (hx_u32x4*)(f.e + ROWWISE_HELD_ROOM);
+  auto spill_at = [&](hx_u32 t, int j) { return ((t - ROWWISE_REG_TILES) * HX_SPLIT_VEC + j) * HX_BLOCK + tid; };
+  hx_u32 key[ROWWISE_REG_TILES][HX_SPLIT_SLOTS];
+  {
+    float val[ROWWISE_HELD_TILES][HX_SPLIT_SLOTS];
+    HX_UNROLL
+    for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
+      if (t < s.tiles) {
+        hx_split_load(s, t, val[t]);
+      } else {
+        HX_UNROLL
+        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) val[t][k] = hx_bits_to_f32(0x7FC00000u);
+      }
+    }
+    HX_UNROLL
+    for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
+      if (t < ROWWISE_REG_TILES) {
+        HX_UNROLL
+        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) key[t][k] = hx_topk_key(val[t][k], by_lengths);  // no column: 0
+      } else {  // past tile 0: no head or tail column
+        HX_UNROLL
+        for (int j = 0; j < HX_SPLIT_VEC; ++j)
+          spill[spill_at(t, j)] = {hx_topk_key(val[t][4 * j], by_lengths), hx_topk_key(val[t][4 * j + 1], by_lengths),
+                                   hx_topk_key(val[t][4 * j + 2], by_lengths), hx_topk_key(val[t][4 * j + 3], by_lengths)};
+      }
+    }
+  }
+  // slot k of tile t's column (only for a selectable key): a constant step from the thread's first float4, or the
+  // head's or the tail's column (tile 0's last two slots), which hx_split_col names
+  const hx_i32 first = s.body + 4 * (hx_i32)tid, head = s.lo + (hx_i32)tid, tail = s.body + 4 * s.nvec + (hx_i32)tid;
+  auto col = [&](hx_u32 t, int k) -> hx_i32 {
+    if (k < 4 * HX_SPLIT_VEC) return first + 4 * HX_BLOCK * ((hx_i32)t * HX_SPLIT_VEC + k / 4) + k % 4;
+    return k == 4 * HX_SPLIT_VEC ? head : tail;
+  };
+  auto keys = [&](auto&& g) {  // g(t, k, key) for each selectable key
+    HX_UNROLL
+    for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
+      if (t < ROWWISE_REG_TILES) {
+        HX_UNROLL
+        for (int k = 0; k < HX_SPLIT_SLOTS; ++k)
+          if (key[t][k]) g(t, k, key[t][k]);
+      } else {
+        HX_UNROLL
+        for (int j = 0; j < HX_SPLIT_VEC; ++j) {
+          const hx_u32x4 q = spill[spill_at(t, j)];
+          if (q.x) g(t, 4 * j, q.x);
+          if (q.y) g(t, 4 * j + 1, q.y);
+          if (q.z) g(t, 4 * j + 2, q.z);
+          if (q.w) g(t, 4 * j + 3, q.w);
+        }
+      }
+    }
+  };
+  const hx_u32 floor = hx_block_floor([&](auto&& g) { keys([&](hx_u32, int, hx_u32 x) { g(x); }); }, f.top_k,
+                                      hist, scan, found, ext);
+  hx_u32 mine = 0;
+  keys([&](hx_u32, int, hx_u32 x) { mine += x >= floor; });
+  if (tid == 0) found[2] = 0u;  // the appends' count
+  hx_u32 reach;
+  hx_block_exclusive_sum(mine, scan, &reach);  // its meetings also free the floor's arrays
+  if (reach > ROWWISE_HELD_ROOM) return false;  // uniform: the block's count
+  hx_u32 at = hx_wave_append_count(mine, &found[2]);
+  keys([&](hx_u32 t, int k, hx_u32 x) {  // hx_topk_entry's two words (little-endian) stored apart: as one 8-byte
+    if (x >= floor) {                    // store (a register pair a key) the block spilled its registers
+      hx_u32* const w = (hx_u32*)&f.e[at++];
+      w[0] = ~(hx_u32)col(t, k);
+      w[1] = x;
+    }
+  });
+  hx_barrier();
+  f.have = found[2];
+  hx_barrier();  // found[2] is read by all before the finish reuses it
+  return true;
+}
+
+// The top_k of row s (any length) by the whole block, the split path's three steps: its floor from the sample, then
+// its tiles read in turn keeping the keys that reach it in e (cut to top_k whenever a tile might not fit), read again
+// keeping every key where the floor kept fewer than top_k. The selection: e[0, f.have), cut to top_k by the caller.
+HX_INLINE HX_DEV void hx_rowwise_floored(const TopkSplitParams& p, const HxSplitPart& s, const float* x, hx_i32 n,
+                                         bool by_lengths, Finish& f, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                         hx_u32* ext) {
+  const hx_u32 tid = hx_thread_x();
+  hx_u64* const e = f.e;
+  const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);
+  hx_barrier();  // the floor's shared arrays are the selection's
+  for (hx_u32 fl = floor;; fl = 0u) {  // uniform: the floor is the block's
+    const float least = hx_split_floor_value(fl, by_lengths);
+    f.have = 0;
+    f.cut = 0;
+    float val[HX_SPLIT_SLOTS], next[HX_SPLIT_SLOTS];
+    hx_split_load(s, 0, next);
+    for (hx_u32 t = 0; t < s.tiles; ++t) {
+      HX_UNROLL
+      for (int k = 0; k < HX_SPLIT_SLOTS; ++k) val[k] = next[k];
+      if (t + 1 < s.tiles) hx_split_load(s, t + 1, next);  // in flight under this tile's appends
+      if (f.have > ROWWISE_CAP - TILE_KEYS) f.cut_to_top_k();  // uniform
+      if (tid == 0) found[2] = f.have;
+      hx_barrier();
+      hx_u32 mine = 0;
+      hx_u64 ent[HX_SPLIT_SLOTS];
+      HX_UNROLL
+      for (int k = 0; k < HX_SPLIT_SLOTS; ++k) {
+        ent[k] = 0ull;
+        if (val[k] >= least) {  // a NaN (or no column): never
+          ent[k] = hx_topk_entry(hx_topk_key(val[k], by_lengths), hx_split_col(s, t, k));
+          mine |= (hx_u32)(ent[k] > f.cut) << k;
+        }
+      }
+      hx_u32 at = hx_wave_append_count(hx_popc(mine), &found[2]);
+      HX_UNROLL
+      for (int k = 0; k < HX_SPLIT_SLOTS; ++k)
+        if (mine >> k & 1u) e[at++] = ent[k];
+      hx_barrier();
+      f.have = found[2];
+      hx_barrier();  // found[2] is read by all before a cut takes it
+    }
+    if (f.have >= f.top_k || fl == 0u) break;
+  }
+}
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT TopkSplitParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
@@ -25,46 +162,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT
   const hx_u32 tid = hx_thread_x();
   const hx_u32 top_k = (hx_u32)p.top_k;
   const bool by_lengths = p.lengths != 0;
+  const hx_u32 held = p.held < 0 ? 0u : (p.held > ROWWISE_HELD_TILES ? ROWWISE_HELD_TILES : (hx_u32)p.held);
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const float* const x = p.logits + row * p.logits_stride;
     const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
-    const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);
-    hx_barrier();  // the floor's shared arrays are the selection's
     const HxSplitPart s = hx_split_part(p, row);  // parts = 1: the whole row
     Finish f{e, hist, scan, found, top_k};
-    for (hx_u32 fl = floor;; fl = 0u) {  // uniform: the floor is the block's
-      const float least = hx_split_floor_value(fl, by_lengths);
-      f.have = 0;
-      f.cut = 0;
-      float val[HX_SPLIT_SLOTS], next[HX_SPLIT_SLOTS];
-      hx_split_load(s, 0, next);
-      for (hx_u32 t = 0; t < s.tiles; ++t) {
-        HX_UNROLL
-        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) val[k] = next[k];
-        if (t + 1 < s.tiles) hx_split_load(s, t + 1, next);  // in flight under this tile's appends
-        if (f.have > ROWWISE_CAP - TILE_KEYS) f.cut_to_top_k();  // uniform
-        if (tid == 0) found[2] = f.have;
-        hx_barrier();
-        hx_u32 mine = 0;
-        hx_u64 ent[HX_SPLIT_SLOTS];
-        HX_UNROLL
-        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) {
-          ent[k] = 0ull;
-          if (val[k] >= least) {  // a NaN (or no column): never
-            ent[k] = hx_topk_entry(hx_topk_key(val[k], by_lengths), hx_split_col(s, t, k));
-            mine |= (hx_u32)(ent[k] > f.cut) << k;
-          }
-        }
-        hx_u32 at = hx_wave_append_count(hx_popc(mine), &found[2]);
-        HX_UNROLL
-        for (int k = 0; k < HX_SPLIT_SLOTS; ++k)
-          if (mine >> k & 1u) e[at++] = ent[k];
-        hx_barrier();
-        f.have = found[2];
-        hx_barrier();  // found[2] is read by all before a cut takes it
-      }
-      if (f.have >= top_k || fl == 0u) break;
-    }
+    if (s.tiles > held || !hx_rowwise_held(s, by_lengths, f, hist, scan, found, ext))  // uniform: the row's
+      hx_rowwise_floored(p, s, x, n, by_lengths, f, hist, scan, found, ext);
     f.cut_to_top_k();
     hx_i32* const out_idx = p.indices + row * p.indices_stride;
     float* const out_val = p.values ? p.values + row * p.values_stride : 0;

@@ -4,7 +4,8 @@ Every case is a named function of a device in CASES, run once per path in PATHS 
 tunables while a case runs; every call goes through topk()): the single-block kernel, the split path cut
 into parts small enough that an emulated case has many of them, and the row-wise path (whose buffer is cut
 mid-row where a floor keeps more than 7168 keys of a row, and which reads a row again where its floor kept
-fewer than top_k). tests/test_topk_logits.py runs them on the
+fewer than top_k), where rows of up to 32,768 columns are held in the block and selected there, and that path again
+with no row held. tests/test_topk_logits.py runs them on the
 emulated MI355X (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked
 gpu, on a real GPU. Outputs are poisoned before each call (indices INT32_MIN, values NaN), so a slot the kernel
 leaves unwritten fails; inputs are fresh random arrays per case. A result must pass gate_topk with zero
@@ -23,7 +24,8 @@ from hipindexer.runtime import Device, DeviceArray
 
 POISON_INDEX = np.iinfo(np.int32).min
 FORCED: dict = {}  # the tunables every call of a case passes: the path under test (PATHS)
-PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}, "rowwise": {"rowwise": True}}
+PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}, "rowwise": {"rowwise": True},
+         "rowwise_floor": {"rowwise": True, "held": False}}
 
 
 def topk(*args, **kw):
@@ -306,6 +308,28 @@ def bad_arguments_raise_naming_them(dev):
     y = x.copy()
     y[0, 5:] = np.nan
     topk(y, 4, lengths=np.array([5, 10], np.int32), out=out, device=dev)
+
+
+@case
+def rows_as_long_as_a_block_holds(dev):
+    """Rows about as long as the row-wise path holds (32,768 columns), starting 4 bytes past a 16-byte boundary (three
+    head columns, a tail): random; of five values (ties at the cut); all equal, so that every key reaches the floor
+    and the row goes the long way; a -inf inside the row with lengths; lengths past the held columns (the long way),
+    at them, below top_k and 0."""
+    rng = np.random.default_rng(31)
+    R, N, top_k = 6, 32771, 2048
+    wide = rng.standard_normal((R, N + 1), dtype=np.float32)
+    wide[1] = rng.choice(np.array([-1.0, 0.0, 0.5, 1.0, 2.0], np.float32), N + 1, p=[0.3, 0.3, 0.3, 0.07, 0.03])
+    wide[2] = 0.25
+    wide[3, rng.permutation(N)[:5000] + 1] = -np.inf
+    logits = DeviceArray.from_numpy(wide, dev)[:, 1:]
+    x = wide[:, 1:]
+    for sorted in (False, True):
+        idx, val = run(dev, x, top_k, sorted, logits=logits)
+        expect_exact(idx, val, x, top_k, sorted)
+    lengths = np.array([N, 32768, 30000, 20000, 1000, 0], np.int32)
+    idx, val = run(dev, x, top_k, False, lengths=lengths, logits=logits)
+    expect_exact(idx, val, x, top_k, False, lengths)
 
 
 # ------------------------------------------------------------------ the split path's own cases (on either path)
