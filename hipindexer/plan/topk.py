@@ -8,7 +8,7 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
   path's launch latencies, but a row's bytes go through one unit. A row of at most HELD_COLUMNS columns is read once
   into the block's registers and selected there (its floor from every key, then the exact cut among the keys that
   reach it); a longer one runs the split path's three steps below, the kept keys in the block's shared memory.
-  Taken where rowwise_us(...) < split_us(...) (rowwise_pays).
+  Taken where rowwise_us(...) is below the other path's time, split_us(...) or single_us(...) (rowwise_pays).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -40,11 +40,14 @@ SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a ro
 HELD_TILES = 4           # tiles of 8,192 columns a row-wise block holds in registers (ROWWISE_HELD_TILES)
 HELD_COLUMNS = 32768     # so a row of at most this many columns is held, however its start is aligned
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
-# The two paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path"), which the
-# planner compares: a row-wise round of blocks costs about ROWWISE_US + ROWWISE_US_PER_32K per 32,768 columns; the
-# split path about SPLIT_US plus the logits' bytes at SPLIT_BYTES_PER_US.
-ROWWISE_US, ROWWISE_US_PER_32K = 21.0, 8.7
+# The paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path" and "rows held in
+# the block"), which the planner compares: a row-wise round of blocks costs about ROWWISE_US (HELD_US where the rows
+# are held) + ROWWISE_US_PER_32K per 32,768 columns; the split path about SPLIT_US plus the logits' bytes at
+# SPLIT_BYTES_PER_US; the single-block kernel, on rows shorter than SPLIT_MIN_N, SINGLE_US plus the bytes at
+# SINGLE_BYTES_PER_US.
+ROWWISE_US, HELD_US, ROWWISE_US_PER_32K = 21.0, 14.3, 8.7
 SPLIT_US, SPLIT_BYTES_PER_US = 30.0, 1.9e6
+SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
 
 
 def _pow2(n: int) -> int:
@@ -60,7 +63,7 @@ def _parts(rows: int, N: int, slots: int) -> int:
 
 def rowwise_us(rows: int, N: int, units: int) -> float:
     """The row-wise path's time by the H200 fit: whole rounds of a block a unit."""
-    return -(-rows // units) * (ROWWISE_US + ROWWISE_US_PER_32K * N / 32768)
+    return -(-rows // units) * ((HELD_US if N <= HELD_COLUMNS else ROWWISE_US) + ROWWISE_US_PER_32K * N / 32768)
 
 
 def split_us(rows: int, N: int) -> float:
@@ -68,9 +71,16 @@ def split_us(rows: int, N: int) -> float:
     return SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US
 
 
+def single_us(rows: int, N: int) -> float:
+    """The single-block kernel's time by the H200 fit, for rows shorter than SPLIT_MIN_N."""
+    return SINGLE_US + 4 * rows * N / SINGLE_BYTES_PER_US
+
+
 def rowwise_pays(rows: int, N: int, units: int) -> bool:
-    """Whether long rows (N >= SPLIT_MIN_N) take the row-wise path by default."""
-    return N >= SPLIT_MIN_N and rowwise_us(rows, N, units) < split_us(rows, N)
+    """Whether the rows take the row-wise path by default: against the split path for long rows (N >= SPLIT_MIN_N),
+    against the single-block kernel for shorter ones."""
+    other = split_us(rows, N) if N >= SPLIT_MIN_N else single_us(rows, N)
+    return rowwise_us(rows, N, units) < other
 
 
 def sample_step(top_k: int) -> int:

@@ -17,89 +17,108 @@ using Finish = HxFinishRow<MAX_TOP_K, HX_SMEM / 8>;
 static constexpr hx_u32 ROWWISE_CAP = HX_SMEM / 8;
 static constexpr hx_u32 TILE_KEYS = HX_BLOCK * HX_SPLIT_SLOTS;  // the most a tile appends
 static_assert(ROWWISE_CAP >= MAX_TOP_K + TILE_KEYS, "a selection and a whole tile fit the buffer");
-#define ROWWISE_HELD_TILES 4  // tiles of a row a block holds: HX_SPLIT_SLOTS keys a thread each,
+#define ROWWISE_HELD_TILES 4  // tiles of a row a block holds: HX_SPLIT_SLOTS values a thread each,
 #define ROWWISE_REG_TILES 2   // the first this many in registers, the rest in the thread's own words of e's end
-static constexpr hx_u32 ROWWISE_SHARED_KEYS = (ROWWISE_HELD_TILES - ROWWISE_REG_TILES) * 4 * HX_SPLIT_VEC * HX_BLOCK;
-static constexpr hx_u32 ROWWISE_HELD_ROOM = ROWWISE_CAP - ROWWISE_SHARED_KEYS / 2;  // entries an append may fill
-static_assert(ROWWISE_HELD_ROOM >= 2 * MAX_TOP_K, "the keys at e's end leave room for a selection and its bitmap");
+#define ROWWISE_SAMPLES 4     // floor samples a thread holds (2,048 at 512 threads: a step-16 sample of 32,768)
+static constexpr hx_u32 ROWWISE_SHARED_VALUES = (ROWWISE_HELD_TILES - ROWWISE_REG_TILES) * 4 * HX_SPLIT_VEC * HX_BLOCK;
+static constexpr hx_u32 ROWWISE_HELD_ROOM = ROWWISE_CAP - ROWWISE_SHARED_VALUES / 2;  // entries an append may fill
+static_assert(ROWWISE_HELD_ROOM >= 2 * MAX_TOP_K, "the values at e's end leave room for a selection and its bitmap");
 
-// The top_k of row s (at most ROWWISE_HELD_TILES tiles) by the whole block, read once with every load in flight and
-// its keys held: the floor of every key at rank top_k (common/topk_floor.h: bins even in value, so that the
-// increments spread over the histogram), then every key at or above it appended to e[0, f.have) (the top_k and the
-// rest of the floor's bin), for the caller's cut. Returns false, having appended nothing, where more keys than
-// ROWWISE_HELD_ROOM reach the floor (a row of many equal keys): the caller then reads the row as a long one.
-// Keys past the register tiles wait in e's last ROWWISE_SHARED_KEYS words, which only their thread reads (16-byte
-// runs, a thread's after the thread before's: no bank is met twice a wave), so that the block fits its registers.
-HX_INLINE HX_DEV bool hx_rowwise_held(const HxSplitPart& s, bool by_lengths, Finish& f, hx_u32* hist, hx_u32* scan,
-                                      hx_u32* found, hx_u32* ext) {
+// The top_k of row s (at most ROWWISE_HELD_TILES tiles) by the whole block, read once with every load in flight
+// and its values held: the floor from the row's sample (held too where it is at most ROWWISE_SAMPLES a thread, so
+// that its three passes load nothing), then every value at or above it appended to e[0, f.have) for the caller's
+// cut; where fewer than top_k reach it, every selectable value. Returns false, having appended nothing, where more
+// than ROWWISE_HELD_ROOM reach it (a row of many equal values): the caller then reads the row as a long one. Values
+// past the register tiles wait in e's last ROWWISE_SHARED_VALUES words, which only their thread reads (16-byte runs,
+// a thread's after the thread before's: no bank is met twice a wave), so that the block fits its registers.
+HX_INLINE HX_DEV bool hx_rowwise_held(const TopkSplitParams& p, const HxSplitPart& s, const float* x, hx_i32 n,
+                                      bool by_lengths, Finish& f, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                      hx_u32* ext) {
   const hx_u32 tid = hx_thread_x();
-  hx_u32x4* const spill = (hx_u32x4*)(f.e + ROWWISE_HELD_ROOM);
+  const hx_i64 samples = hx_split_samples(n, p.step);
+  const bool sample_held = samples <= (hx_i64)ROWWISE_SAMPLES * HX_BLOCK;  // uniform
+  float smp[ROWWISE_SAMPLES];
+  HX_UNROLL
+  for (int b = 0; b < ROWWISE_SAMPLES; ++b) {
+    const hx_i64 i = tid + b * HX_BLOCK;
+    smp[b] = sample_held && i < samples ? x[hx_split_sample_col(i, p.step)] : hx_bits_to_f32(0x7FC00000u);
+  }
+  hx_f32x4* const spill = (hx_f32x4*)(f.e + ROWWISE_HELD_ROOM);
   auto spill_at = [&](hx_u32 t, int j) { return ((t - ROWWISE_REG_TILES) * HX_SPLIT_VEC + j) * HX_BLOCK + tid; };
-  hx_u32 key[ROWWISE_REG_TILES][HX_SPLIT_SLOTS];
+  float val[ROWWISE_REG_TILES][HX_SPLIT_SLOTS];
   {
-    float val[ROWWISE_HELD_TILES][HX_SPLIT_SLOTS];
+    float all[ROWWISE_HELD_TILES][HX_SPLIT_SLOTS];
     HX_UNROLL
     for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
       if (t < s.tiles) {
-        hx_split_load(s, t, val[t]);
+        hx_split_load(s, t, all[t]);
       } else {
         HX_UNROLL
-        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) val[t][k] = hx_bits_to_f32(0x7FC00000u);
+        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) all[t][k] = hx_bits_to_f32(0x7FC00000u);
       }
     }
     HX_UNROLL
     for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
       if (t < ROWWISE_REG_TILES) {
         HX_UNROLL
-        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) key[t][k] = hx_topk_key(val[t][k], by_lengths);  // no column: 0
+        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) val[t][k] = all[t][k];
       } else {  // past tile 0: no head or tail column
         HX_UNROLL
         for (int j = 0; j < HX_SPLIT_VEC; ++j)
-          spill[spill_at(t, j)] = {hx_topk_key(val[t][4 * j], by_lengths), hx_topk_key(val[t][4 * j + 1], by_lengths),
-                                   hx_topk_key(val[t][4 * j + 2], by_lengths), hx_topk_key(val[t][4 * j + 3], by_lengths)};
+          spill[spill_at(t, j)] = {all[t][4 * j], all[t][4 * j + 1], all[t][4 * j + 2], all[t][4 * j + 3]};
       }
     }
   }
-  // slot k of tile t's column (only for a selectable key): a constant step from the thread's first float4, or the
-  // head's or the tail's column (tile 0's last two slots), which hx_split_col names
+  // slot k of tile t's column: a constant step from the thread's first float4, or the head's or the tail's column
+  // (tile 0's last two slots), which hx_split_col names
   const hx_i32 first = s.body + 4 * (hx_i32)tid, head = s.lo + (hx_i32)tid, tail = s.body + 4 * s.nvec + (hx_i32)tid;
   auto col = [&](hx_u32 t, int k) -> hx_i32 {
     if (k < 4 * HX_SPLIT_VEC) return first + 4 * HX_BLOCK * ((hx_i32)t * HX_SPLIT_VEC + k / 4) + k % 4;
     return k == 4 * HX_SPLIT_VEC ? head : tail;
   };
-  auto keys = [&](auto&& g) {  // g(t, k, key) for each selectable key
+  auto values = [&](auto&& g) {  // g(t, k, value) for each slot (a NaN where it has no column)
     HX_UNROLL
     for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
       if (t < ROWWISE_REG_TILES) {
         HX_UNROLL
-        for (int k = 0; k < HX_SPLIT_SLOTS; ++k)
-          if (key[t][k]) g(t, k, key[t][k]);
+        for (int k = 0; k < HX_SPLIT_SLOTS; ++k) g(t, k, val[t][k]);
       } else {
         HX_UNROLL
         for (int j = 0; j < HX_SPLIT_VEC; ++j) {
-          const hx_u32x4 q = spill[spill_at(t, j)];
-          if (q.x) g(t, 4 * j, q.x);
-          if (q.y) g(t, 4 * j + 1, q.y);
-          if (q.z) g(t, 4 * j + 2, q.z);
-          if (q.w) g(t, 4 * j + 3, q.w);
+          const hx_f32x4 q = spill[spill_at(t, j)];
+          g(t, 4 * j, q.x);
+          g(t, 4 * j + 1, q.y);
+          g(t, 4 * j + 2, q.z);
+          g(t, 4 * j + 3, q.w);
         }
       }
     }
   };
-  const hx_u32 floor = hx_block_floor([&](auto&& g) { keys([&](hx_u32, int, hx_u32 x) { g(x); }); }, f.top_k,
-                                      hist, scan, found, ext);
-  hx_u32 mine = 0;
-  keys([&](hx_u32, int, hx_u32 x) { mine += x >= floor; });
+  const hx_u32 floor = sample_held ? hx_block_floor([&](auto&& g) {
+    HX_UNROLL
+    for (int b = 0; b < ROWWISE_SAMPLES; ++b) {
+      const hx_u32 key = hx_topk_key(smp[b], by_lengths);
+      if (key) g(key);
+    }
+  }, (hx_u32)p.r, hist, scan, found, ext) : hx_split_row_floor(p, x, n, hist, scan, found, ext);
+  float least;
+  hx_u32 mine, reach;
+  for (hx_u32 fl = floor;; fl = 0u) {  // uniform: the floor and the count are the block's
+    least = hx_split_floor_value(fl, by_lengths);
+    mine = 0;
+    values([&](hx_u32, int, float v) { mine += v >= least; });  // a NaN: never
+    hx_block_exclusive_sum(mine, scan, &reach);  // its meetings also free the floor's arrays
+    if (reach >= f.top_k || fl == 0u) break;
+  }
+  if (reach > ROWWISE_HELD_ROOM) return false;  // uniform
   if (tid == 0) found[2] = 0u;  // the appends' count
-  hx_u32 reach;
-  hx_block_exclusive_sum(mine, scan, &reach);  // its meetings also free the floor's arrays
-  if (reach > ROWWISE_HELD_ROOM) return false;  // uniform: the block's count
+  hx_barrier();
   hx_u32 at = hx_wave_append_count(mine, &found[2]);
-  keys([&](hx_u32 t, int k, hx_u32 x) {  // hx_topk_entry's two words (little-endian) stored apart: as one 8-byte
-    if (x >= floor) {                    // store (a register pair a key) the block spilled its registers
+  values([&](hx_u32 t, int k, float v) {  // hx_topk_entry's two words (little-endian) stored apart: as one 8-byte
+    if (v >= least) {                     // store (a register pair a value) the block spilled its registers
       hx_u32* const w = (hx_u32*)&f.e[at++];
       w[0] = ~(hx_u32)col(t, k);
-      w[1] = x;
+      w[1] = hx_topk_key(v, by_lengths);
     }
   });
   hx_barrier();
@@ -168,7 +187,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT
     const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
     const HxSplitPart s = hx_split_part(p, row);  // parts = 1: the whole row
     Finish f{e, hist, scan, found, top_k};
-    if (s.tiles > held || !hx_rowwise_held(s, by_lengths, f, hist, scan, found, ext))  // uniform: the row's
+    if (s.tiles > held || !hx_rowwise_held(p, s, x, n, by_lengths, f, hist, scan, found, ext))  // uniform: the row's
       hx_rowwise_floored(p, s, x, n, by_lengths, f, hist, scan, found, ext);
     f.cut_to_top_k();
     hx_i32* const out_idx = p.indices + row * p.indices_stride;

@@ -329,14 +329,14 @@ PLANTS = {
               "break;"),
         Plant("rowwise_second_reading_on_the_first", "generic/topk_rowwise.hip", "    f.have = 0;\n    f.cut = 0;\n",
               ""),
-        # A held row (hx_rowwise_held): its head columns named as its tail's, the keys in shared memory read from the
-        # thread's next float4 of them, a key equal to the floor left out of what the cut chooses from.
+        # A held row (hx_rowwise_held): its head columns named as its tail's, the values in shared memory read from the
+        # thread's next float4 of them, a value equal to the floor left out of what the cut chooses from.
         Plant("rowwise_held_head_as_tail", "generic/topk_rowwise.hip", "k == 4 * HX_SPLIT_VEC ? head : tail;",
               "k == 4 * HX_SPLIT_VEC ? tail : head;"),
         Plant("rowwise_held_shared_keys_read_a_float4_late", "generic/topk_rowwise.hip",
-              "const hx_u32x4 q = spill[spill_at(t, j)];", "const hx_u32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
-        Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (x >= floor) {",
-              "    if (x > floor) {"),
+              "const hx_f32x4 q = spill[spill_at(t, j)];", "const hx_f32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
+        Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (v >= least) {",
+              "    if (v > least) {"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
