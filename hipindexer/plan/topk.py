@@ -43,10 +43,10 @@ MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 # The paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path" and "rows held in
 # the block"), which the planner compares: a row-wise round of blocks costs about ROWWISE_US (HELD_US where the rows
 # are held) + ROWWISE_US_PER_32K per 32,768 columns; the split path about SPLIT_US plus the logits' bytes at
-# SPLIT_BYTES_PER_US; the single-block kernel, on rows shorter than SPLIT_MIN_N, SINGLE_US plus the bytes at
-# SINGLE_BYTES_PER_US.
+# SPLIT_BYTES_PER_US, and at least SPLIT_US_PER_ROW a row (its last kernel's block a row, at hundreds of rows); the
+# single-block kernel, on rows shorter than SPLIT_MIN_N, SINGLE_US plus the bytes at SINGLE_BYTES_PER_US.
 ROWWISE_US, HELD_US, ROWWISE_US_PER_32K = 21.0, 14.3, 8.7
-SPLIT_US, SPLIT_BYTES_PER_US = 30.0, 1.9e6
+SPLIT_US, SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW = 30.0, 1.9e6, 0.19
 SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
 
 
@@ -68,7 +68,7 @@ def rowwise_us(rows: int, N: int, units: int) -> float:
 
 def split_us(rows: int, N: int) -> float:
     """The split path's time by the H200 fit."""
-    return SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US
+    return max(SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW * rows)
 
 
 def single_us(rows: int, N: int) -> float:
