@@ -318,14 +318,15 @@ FILTER_VARIANTS = {
 }
 
 ROWWISE = "generic/topk_rowwise.hip"
-_ROWWISE_FLOOR = "    const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);\n"
+_ROWWISE_FLOOR = "  const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);\n"
 
 VARIANTS = {
-    # topk_logits' row-wise kernel (tools/measure/topk_bench.py --paths rowwise from each build's package): without
-    # its floor (every key kept until the buffer's cuts raise the bar), and its floor alone (no row read)
+    # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
+    # each build's package; rows of up to 32,768 columns are held unless told): without its floor (every key kept
+    # until the buffer's cuts raise the bar), and its floor alone (no row read)
     "topk_rowwise": {
         "shipped": [],
-        "no_floor": [Plant("no_floor", ROWWISE, _ROWWISE_FLOOR, "    const hx_u32 floor = 0u;\n")],
+        "no_floor": [Plant("no_floor", ROWWISE, _ROWWISE_FLOOR, "  const hx_u32 floor = 0u;\n")],
         "floor_alone": [Plant("floor_alone", ROWWISE, "for (hx_u32 t = 0; t < s.tiles; ++t) {",
                               "for (hx_u32 t = 0; t < 0u; ++t) {")],
     },
