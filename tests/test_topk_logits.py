@@ -97,14 +97,15 @@ def test_each_launch_sends_what_its_call_asked_for(hopper, monkeypatch):
     out = DeviceArray.empty((rows, top_k + 3), np.int32, dev)[:, :top_k]
     values = DeviceArray.empty((rows, top_k + 7), np.float32, dev)[:, :top_k]
     lengths = DeviceArray.from_numpy(np.full(rows, 7, np.int32), dev)
-    topk_logits(wide[:, :N], top_k, lengths=lengths, sorted=True, return_values=True, out=out, values=values)
+    topk_logits(wide[:, :N], top_k, lengths=lengths, sorted=True, return_values=True, out=out, values=values,
+                split=False)
     fn, grid, block, p = sent(hb)
     assert fn == "hx_topk_logits" and grid[0] == rows and block[0] == catalog.KERNEL["topk_logits"].block
     assert (p["logits_stride"], p["indices_stride"], p["values_stride"]) == (N + 20, top_k + 3, top_k + 7)
     assert (p["rows"], p["N"], p["top_k"], p["sorted"]) == (rows, N, top_k, 1)
     assert (p["logits"], p["lengths"], p["indices"], p["values"]) == (wide.ptr, lengths.ptr, out.ptr, values.ptr)
     monkeypatch.setattr(topk, "MAX_BLOCKS", 2)
-    idx = topk_logits(np.zeros((rows, N), np.float32), top_k, device=dev)
+    idx = topk_logits(np.zeros((rows, N), np.float32), top_k, device=dev, split=False)
     fn, grid, block, p = sent(hb)
     assert grid[0] == 2 and p["rows"] == rows and p["lengths"] == 0 and p["values"] == 0 and p["sorted"] == 0
     assert p["indices"] == idx.ptr and p["indices_stride"] == top_k and p["logits_stride"] == N
@@ -116,10 +117,10 @@ def test_a_prepared_call_copies_and_allocates_nothing_and_options_key_their_laun
     out = DeviceArray.empty((4, 8), np.int32, dev)
     values = DeviceArray.empty((4, 8), np.float32, dev)
     for sorted in (False, True):
-        topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values)
+        topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values, split=False)
     copies, buffers = hb.htod, len(hb.bufs)
     for sorted in (False, True, False):
-        got = topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values)
+        got = topk_logits(logits, 8, sorted=sorted, return_values=True, out=out, values=values, split=False)
         assert got == (out, values) and sent(hb)[3]["sorted"] == int(sorted)
     assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == 5
 
@@ -208,7 +209,7 @@ def test_rows_past_a_group_launch_the_split_path_group_by_group(hopper):
     from hipindexer.plan import plan_topk
     from hipindexer.plan.topk import SPLIT_MAX_ROWS, workspace_bytes
     hb, dev = hopper
-    assert plan_topk(2500, 1 << 14, 2048, topk.target_of(dev)).group_rows == SPLIT_MAX_ROWS
+    assert plan_topk(2500, 1 << 14, 2048, topk.target_of(dev), split=True).group_rows == SPLIT_MAX_ROWS
     assert workspace_bytes(2500, 2048) == workspace_bytes(SPLIT_MAX_ROWS, 2048)
     rows, N, top_k = 10, 1 << 14, 64
     logits = DeviceArray.empty((rows, N), np.float32, dev)
