@@ -348,7 +348,7 @@ STRUCTS.append(Struct("TopkStepParams", [
 # workspace (per row at row * row_bytes: the floor and the count of kept keys, up to cap kept entries at cand_off,
 # which ops.topk lays out), the cut of each row into `parts` column ranges of part_len columns, the floor's sample
 # (a step-th of the row) and rank r, and the row-wise kernel's `held`: rows of at most that many of its tiles are
-# read into registers and selected there (0: none).
+# held in the block and selected there (0: none).
 STRUCTS.append(Struct("TopkSplitParams", [
     ("logits", "ptr:f32"), ("lengths", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"), ("work", "ptr:u8"),
     ("logits_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),

@@ -6,8 +6,9 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
 - rowwise: one block a row, one launch (hsaco_src/generic/topk_rowwise.hip): no workspace and none of the split
   path's launch latencies, but a row's bytes go through one unit. A row of at most HELD_COLUMNS columns is read once
-  into the block's registers and selected there (its floor from every key, then the exact cut among the keys that
-  reach it); a longer one runs the split path's three steps below, the kept keys in the block's shared memory.
+  and held in the block (registers and shared memory), its floor taken from its held sample and the values that
+  reach it kept with no further read; a longer one runs the split path's three steps below, the kept keys in the
+  block's shared memory.
   Taken where rowwise_us(...) is below the other path's time, split_us(...) or single_us(...) (rowwise_pays).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
@@ -37,7 +38,7 @@ PART_ALIGN = 1024        # part lengths are multiples of this (of 4 at least: ev
 REC_BYTES = 256          # the floor and the count, then the kept entries (hsaco_src/common/topk_split.h)
 SAMPLE_STEP = 16         # one column in this many is sampled for a floor, at most (sample_step)
 SAMPLE_MARGIN = 1.75     # a floor aims at keeping this many times top_k of a row's keys
-HELD_TILES = 4           # tiles of 8,192 columns a row-wise block holds in registers (ROWWISE_HELD_TILES)
+HELD_TILES = 4           # tiles of 8,192 columns a row-wise block holds (ROWWISE_HELD_TILES)
 HELD_COLUMNS = 32768     # so a row of at most this many columns is held, however its start is aligned
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 # The paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path" and "rows held in
@@ -141,7 +142,7 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
               group_rows=None, rowwise=None, held=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
-    HELD_COLUMNS in registers; True unless told), split (bool: force the split path or the single-block kernel),
+    HELD_COLUMNS in the block; True unless told), split (bool: force the split path or the single-block kernel),
     part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
     per row; a smaller one sends more rows to the fallback), group_rows (rows of a split group, at most
     SPLIT_MAX_ROWS).

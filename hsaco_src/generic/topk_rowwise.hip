@@ -1,7 +1,7 @@
 // topk_logits' row-wise path: one block a row, one launch, the kept keys in the block's shared memory instead of a
 // workspace. A row of at most p.held tiles (ROWWISE_HELD_TILES at most: 32,768 columns at 512 threads) is read once
-// into registers and selected there (hx_rowwise_held): its floor from every key, then the exact cut among the keys
-// at or above it, with no further read. A longer row does the split path's three steps (common/topk_split.h):
+// and held in the block (hx_rowwise_held): its floor from its held sample, then the values that reach it kept, with
+// no further read. A longer row does the split path's three steps (common/topk_split.h):
 // 1. the row's floor from its sample (runs of 8 columns, a step-th of the row) at rank r, as topk_split_floor;
 // 2. the row read once as float4s, every key at or above the floor appended to the buffer e, as topk_split_gather;
 //    e is cut to its top_k before a tile that might not fit (common/topk_finish.h), so any number of kept keys is
@@ -69,13 +69,6 @@ HX_INLINE HX_DEV bool hx_rowwise_held(const TopkSplitParams& p, const HxSplitPar
       }
     }
   }
-  // slot k of tile t's column: a constant step from the thread's first float4, or the head's or the tail's column
-  // (tile 0's last two slots), which hx_split_col names
-  const hx_i32 first = s.body + 4 * (hx_i32)tid, head = s.lo + (hx_i32)tid, tail = s.body + 4 * s.nvec + (hx_i32)tid;
-  auto col = [&](hx_u32 t, int k) -> hx_i32 {
-    if (k < 4 * HX_SPLIT_VEC) return first + 4 * HX_BLOCK * ((hx_i32)t * HX_SPLIT_VEC + k / 4) + k % 4;
-    return k == 4 * HX_SPLIT_VEC ? head : tail;
-  };
   auto values = [&](auto&& g) {  // g(t, k, value) for each slot (a NaN where it has no column)
     HX_UNROLL
     for (hx_u32 t = 0; t < ROWWISE_HELD_TILES; ++t) {
@@ -117,7 +110,7 @@ HX_INLINE HX_DEV bool hx_rowwise_held(const TopkSplitParams& p, const HxSplitPar
   values([&](hx_u32 t, int k, float v) {  // hx_topk_entry's two words (little-endian) stored apart: as one 8-byte
     if (v >= least) {                     // store (a register pair a value) the block spilled its registers
       hx_u32* const w = (hx_u32*)&f.e[at++];
-      w[0] = ~(hx_u32)col(t, k);
+      w[0] = ~(hx_u32)hx_split_col(s, t, k);
       w[1] = hx_topk_key(v, by_lengths);
     }
   });

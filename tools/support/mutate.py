@@ -329,10 +329,10 @@ PLANTS = {
               "break;"),
         Plant("rowwise_second_reading_on_the_first", "generic/topk_rowwise.hip", "    f.have = 0;\n    f.cut = 0;\n",
               ""),
-        # A held row (hx_rowwise_held): its head columns named as its tail's, the values in shared memory read from the
-        # thread's next float4 of them, a value equal to the floor left out of what the cut chooses from.
-        Plant("rowwise_held_head_as_tail", "generic/topk_rowwise.hip", "k == 4 * HX_SPLIT_VEC ? head : tail;",
-              "k == 4 * HX_SPLIT_VEC ? tail : head;"),
+        # A held row (hx_rowwise_held): an entry named by its neighbour slot's column, the values in shared memory
+        # read from the thread's next float4 of them, a value equal to the floor left out of what the cut chooses from.
+        Plant("rowwise_held_entry_names_its_neighbour", "generic/topk_rowwise.hip",
+              "w[0] = ~(hx_u32)hx_split_col(s, t, k);", "w[0] = ~(hx_u32)hx_split_col(s, t, k ^ 1);"),
         Plant("rowwise_held_shared_keys_read_a_float4_late", "generic/topk_rowwise.hip",
               "const hx_f32x4 q = spill[spill_at(t, j)];", "const hx_f32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
         Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (v >= least) {",
