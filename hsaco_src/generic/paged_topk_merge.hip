@@ -22,6 +22,9 @@
 
 #define HX_MAX_PIECES 512                     // units of a fused launch (the op holds them to it)
 #define HX_MERGE_CAP (HX_SMEM / 8)              // the list's entries in shared memory at once
+#ifndef HX_MERGE_LOADS
+#define HX_MERGE_LOADS 16                       // list entries a thread loads at once
+#endif
 static_assert(HX_MAX_PIECES <= 2 * HX_BLOCK, "two pieces a thread in the scan");
 static_assert(HX_MERGE_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");
 
@@ -82,41 +85,23 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     // 2. the row's top_k of the list: its entries [lo, hi) that pass the last cut appended to the selection so far,
     //    e[0, have), and the whole cut to top_k in shared memory once it is half full, until the list has passed.
     // f(x, in) for each of this thread's tiles of the list's entries in [lo, hi): x[k] one entry, in[k] whether it
-    // is one (a slot past the range holds 0). Pieces of a block's width or more: piece by piece, a tile of loads of
-    // each at a time (back to back); else every HX_BLOCK-th entry, walking the pieces' starts forward from a search
-    // for the first (no search per entry), so many small pieces spread over the block too. Every thread calls f
-    // as often as the others (uniform trip counts), so f may meet its wave.
-    const bool wide = total >= np * HX_BLOCK;  // uniform
+    // is one (a slot past the range holds 0). Every HX_BLOCK-th entry of the list, HX_MERGE_LOADS of them a thread in
+    // flight at once, walking the pieces' starts forward from a search for the first (no search per entry): the
+    // fused kernel wrote the list just before, so a tile costs about one trip to L2 however many pieces it spans,
+    // and the trips, not the bytes, are the gather's time. Every thread calls f as often as the others (uniform
+    // trip counts), so f may meet its wave.
     auto pieces = [&](hx_u32 lo, hx_u32 hi, auto&& f) {
-      hx_u64 x[HX_CUT_ITEMS];
-      bool in[HX_CUT_ITEMS];
-      if (wide) {
-        for (hx_u32 q = 0; q < np; ++q) {
-          const hx_u32 p0 = piece_at[q], p1 = piece_at[q + 1];
-          if (p1 <= lo || p0 >= hi) continue;  // uniform
-          const hx_u32 i1 = (p1 < hi ? p1 : hi) - p0;
-          const hx_u64* src = p.parts + ((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k;
-          for (hx_u32 i0 = p0 < lo ? lo - p0 : 0u; i0 < i1; i0 += HX_BLOCK * HX_CUT_ITEMS) {  // uniform
-            HX_UNROLL
-            for (int k = 0; k < HX_CUT_ITEMS; ++k) {
-              const hx_u32 i = i0 + tid + (hx_u32)k * HX_BLOCK;
-              in[k] = i < i1;
-              x[k] = in[k] ? src[i] : 0ull;
-            }
-            f(x, in);
-          }
-        }
-        return;
-      }
+      hx_u64 x[HX_MERGE_LOADS];
+      bool in[HX_MERGE_LOADS];
       hx_u32 q = 0;  // the piece of the thread's last entry: its places only grow
       for (hx_u32 span = np; span > 1u;) {  // the last piece starting at or before the thread's first entry
         const hx_u32 half = span / 2u;
         if (piece_at[q + half] <= lo + tid) q += half;
         span -= half;
       }
-      for (hx_u32 base = lo; base < hi; base += HX_BLOCK * HX_CUT_ITEMS) {  // uniform
+      for (hx_u32 base = lo; base < hi; base += HX_BLOCK * HX_MERGE_LOADS) {  // uniform
         HX_UNROLL
-        for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+        for (int k = 0; k < HX_MERGE_LOADS; ++k) {
           const hx_u32 at = base + tid + (hx_u32)k * HX_BLOCK;
           in[k] = at < hi;
           x[k] = 0ull;
@@ -134,14 +119,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
       const hx_u32 n = total - lo < HX_MERGE_CAP - have ? total - lo : HX_MERGE_CAP - have;
       if (tid == 0) found[2] = have;
       bar();
-      pieces(lo, lo + n, [&](const hx_u64(&x)[HX_CUT_ITEMS], const bool(&in)[HX_CUT_ITEMS]) {
-        bool keep[HX_CUT_ITEMS];
-        hx_u32 at[HX_CUT_ITEMS];
+      pieces(lo, lo + n, [&](const hx_u64(&x)[HX_MERGE_LOADS], const bool(&in)[HX_MERGE_LOADS]) {
+        bool keep[HX_MERGE_LOADS];
+        hx_u32 at[HX_MERGE_LOADS];
         HX_UNROLL
-        for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = in[k] && x[k] > cut;
+        for (int k = 0; k < HX_MERGE_LOADS; ++k) keep[k] = in[k] && x[k] > cut;
         hx_append_each(keep, &found[2], at);  // one add a warp and tile: a lane's add each queued on one word
         HX_UNROLL
-        for (int k = 0; k < HX_CUT_ITEMS; ++k)
+        for (int k = 0; k < HX_MERGE_LOADS; ++k)
           if (keep[k]) e[at[k]] = x[k];
       });
       bar();

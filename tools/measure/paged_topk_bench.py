@@ -3,7 +3,7 @@ whole [rows, max_model_len] array, on one device, by the method of hipindexer.be
 back-to-back calls, median of repeats; one input set):
 
     python -m tools.measure.paged_topk_bench [--rows 64x131072,64x32768,16x32768,4x8192] [--next-n 1,2] [--json]
-        [--stages 6,12] [--merge-groups 0,4,8]
+        [--stages 6,12] [--merge-groups 0,4,8] [--paths logits,fused]
 
 H = 64, D = 128, block 64, equal lengths, top_k 2048, clean logits; the top-k op with a workspace made once
 (hipindexer.paged_topk_workspace, given the heads: the fused kernel's where it serves and pays) and out= given, as
@@ -25,6 +25,7 @@ from hipindexer.bench.timing import emulated, time_batches
 from hipindexer.runtime import Device, DeviceArray
 
 H, D, BLOCK, TOP_K = 64, 128, 64, 2048
+PATHS = ("logits", "logits_then_topk_logits", "paged_topk", "fused", "composed")
 
 
 def sequences_of(rng, B: int, ctx: int, dev):
@@ -94,8 +95,13 @@ def cases_of(rng, rows: str, next_ns: str, dev):
               help="sm_90a: also time the fused path at these ring depths (comma-separated, each 6 to 24 in sixes).")
 @click.option("--merge-groups", "group_list", default="",
               help="Also time the fused path with its merge in these group sizes (comma-separated; 0: one level).")
+@click.option("--paths", default=",".join(PATHS), show_default=True,
+              help="The timed paths (comma-separated): the others report nan.")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
+def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_json):
+    timed = set(paths.split(","))
+    if not timed <= set(PATHS):
+        raise click.BadParameter(f"expected some of {', '.join(PATHS)}, got {paths!r}", param_hint="--paths")
     dev = Device(device_name)
     if emulated(dev):
         rows = "2x256"
@@ -135,11 +141,13 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, as_json):
             return lambda i: c.topk_op(fws, merge_group=g)
         depths = [int(x) for x in stage_list.split(",") if x] if fws else []
         groups = [int(x) for x in group_list.split(",") if x] if fws else []
+        paths_of = (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
+                    ("fused", fused if fws else None), ("composed", composed))
         us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
-              for k, f in (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
-                           ("fused", fused if fws else None), ("composed", composed),
-                           *((f"fused_stages_{d}", at_stages(d)) for d in depths),
-                           *((f"fused_merge_group_{g}", at_group(g)) for g in groups))}
+              for k, f in ((k, f if k in timed else None) for k, f in paths_of)}
+        us.update({k: statistics.median(time_batches(dev, f, repeats)[0])
+                   for k, f in (*((f"fused_stages_{d}", at_stages(d)) for d in depths),
+                                *((f"fused_merge_group_{g}", at_group(g)) for g in groups))})
         case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
                 **{f"us_{k}": v for k, v in us.items()},
                 "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,

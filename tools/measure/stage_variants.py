@@ -295,7 +295,9 @@ _HIST_BY_MATCH = Plant("hist_by_match", SELECT, """\
 # The fused path's merge (generic/paged_topk_merge.hip): a row's list loaded by the walk over every HX_BLOCK-th entry
 # whatever its pieces' widths.
 MERGE = "generic/paged_topk_merge.hip"
-_FLAT_WALK = Plant("flat_walk", MERGE, "const bool wide = total >= np * HX_BLOCK;", "const bool wide = false;")
+def _merge_loads(n: int) -> Plant:
+    """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
+    return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")
 
 # The fused prefill top-k's filter (the fold kernel built with HX_TOPK_FILTER, prefill_cta.h): its appends left out
 # (every logit still keyed and compared), their global stores left out, their shared atomics left out. The first and
@@ -331,7 +333,7 @@ VARIANTS = {
                               "for (hx_u32 t = 0; t < 0u; ++t) {")],
     },
     "sm90a_prefill_filter": FILTER_VARIANTS,
-    "paged_topk_merge": {"shipped": [], "flat_walk": [_FLAT_WALK]},
+    "paged_topk_merge": {"shipped": [], "loads_8": [_merge_loads(8)], "loads_32": [_merge_loads(32)]},
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
                     "no_trims_no_end_cut": [_APPEND_GUARD, _TRIMS_NEVER, *_NO_END_CUT],

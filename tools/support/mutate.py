@@ -337,6 +337,19 @@ PLANTS = {
               "const hx_f32x4 q = spill[spill_at(t, j)];", "const hx_f32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
         Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (v >= least) {",
               "    if (v > least) {"),
+        # A held row written from its values (unsorted): the cut's own value left out, a thread's place counting
+        # its own wave among the waves before it, or blind to the lanes before it, the head column placed after the
+        # row's tail.
+        Plant("rowwise_held_cut_value_left_out", "generic/topk_rowwise.hip", "hx_split_col(s, t, k) <= last_col);",
+              "hx_split_col(s, t, k) < last_col);"),
+        Plant("rowwise_places_count_their_own_wave", "generic/topk_rowwise.hip",
+              "for (hx_u32 u = 0; u < v; ++u) sum += waves[tid - v + u];",
+              "for (hx_u32 u = 0; u <= v; ++u) sum += waves[tid - v + u];"),
+        Plant("rowwise_places_blind_to_the_lanes_before", "generic/topk_rowwise.hip",
+              "next[w * HX_BLOCK] = inclusive - mine;", "next[w * HX_BLOCK] = inclusive - inclusive;"),
+        Plant("rowwise_head_placed_after_the_tail", "generic/topk_rowwise.hip",
+              "return k == 4 * HX_SPLIT_VEC ? 0u : ROWWISE_CHUNKS - 1u;",
+              "return k == 4 * HX_SPLIT_VEC ? ROWWISE_CHUNKS - 1u : 0u;"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
@@ -369,8 +382,8 @@ PLANTS = {
               "listed > p.units ? (hx_u32)p.units : (hx_u32)listed - 1u;"),
         Plant("merge_round_overwrites_the_selection", "generic/paged_topk_merge.hip", "if (tid == 0) found[2] = have;",
               "if (tid == 0) found[2] = 0u;"),
-        Plant("merge_round_restarts_its_piece", "generic/paged_topk_merge.hip", "hx_u32 i0 = p0 < lo ? lo - p0 : 0u;",
-              "hx_u32 i0 = 0u;"),
+        Plant("merge_round_restarts_its_piece", "generic/paged_topk_merge.hip", "+ (at - piece_at[q])];",
+              "+ (at - (piece_at[q] > lo ? piece_at[q] : lo))];"),
         Plant("merge_first_level_count_kept", "generic/paged_topk_merge.hip",
               "if (tid == 0) p.part_counts[slot * p.next_n + j] = (hx_i32)have;", ""),
         Plant("merge_last_level_reads_every_entry", "generic/paged_topk_merge.hip",
