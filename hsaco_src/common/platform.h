@@ -262,18 +262,6 @@ HX_INLINE HX_HD void hx_append_each(const bool (&want)[N], hx_u32* counter, hx_u
 }
 #endif
 
-// x, as a value the compiler no longer knows: what is computed from it is computed there, not hoisted out of an
-// enclosing loop. On gfx950 a kernel at its register limit otherwise keeps such values (a thread's shared addresses)
-// alive across the loop, and spills them.
-#if defined(HX_AMDGPU)
-HX_INLINE __device__ hx_u32 hx_opaque_u32(hx_u32 x) {
-  asm volatile("" : "+v"(x));
-  return x;
-}
-#else
-HX_INLINE HX_HD hx_u32 hx_opaque_u32(hx_u32 x) { return x; }
-#endif
-
 #if defined(HX_EMU) || defined(HX_AMDGPU) || defined(HX_NVIDIA)
 // v summed over this lane and the lanes below it, by shuffles (every lane of the wave taking part).
 HX_INLINE HX_DEV hx_u32 hx_wave_inclusive_sum(hx_u32 v) {

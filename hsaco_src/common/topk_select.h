@@ -195,26 +195,6 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
   return cut;
 }
 
-// The smallest entry of the top `want` of e[0, count) (more than want of them, as hx_group_select takes them), its
-// passes reading U entries a thread before using any: what hx_group_cut keeps at or above.
-template <hx_u32 G, int U = 1, class Bar>
-HX_INLINE HX_DEV hx_u64 hx_group_cut_entry(hx_u32 t, Bar& bar, const hx_u64* e, hx_u32 count, hx_u32 want,
-                                           hx_u32* hist, hx_u32* scan, hx_u32* found, int passes = 64) {
-  return hx_group_select<G>(t, bar, [&](auto&& f) {
-    hx_u32 i = t;
-    if constexpr (U > 1) {  // U loads in flight before the first is used
-      for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {
-        hx_u64 x[U];
-        HX_UNROLL
-        for (int k = 0; k < U; ++k) x[k] = e[i + (hx_u32)k * G];
-        HX_UNROLL
-        for (int k = 0; k < U; ++k) f(x[k]);
-      }
-    }
-    for (; i < count; i += G) f(e[i]);
-  }, want, hist, scan, found, passes);
-}
-
 // The top `want` of the entries e[0, count) (as hx_group_select takes them), kept in e[0, min(count, want)) in no
 // particular order; returns that count, and in cut the smallest entry an entry must reach to be kept (when count >
 // want; kept: e >= cut). hx_group_select finds the cut (in `passes` digits at most: then the entries kept are the
@@ -228,7 +208,19 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
                                      hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut, int passes = 64) {
   cut = 0;
   if (count <= want) return count;
-  cut = hx_group_cut_entry<G, U>(t, bar, e, count, want, hist, scan, found, passes);
+  cut = hx_group_select<G>(t, bar, [&](auto&& f) {
+    hx_u32 i = t;
+    if constexpr (U > 1) {  // U loads in flight before the first is used
+      for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {
+        hx_u64 x[U];
+        HX_UNROLL
+        for (int k = 0; k < U; ++k) x[k] = e[i + (hx_u32)k * G];
+        HX_UNROLL
+        for (int k = 0; k < U; ++k) f(x[k]);
+      }
+    }
+    for (; i < count; i += G) f(e[i]);
+  }, want, hist, scan, found, passes);
   if (t == 0) *fill = 0u;
   for (hx_u32 base = 0; base < count; base += G * HX_CUT_ITEMS) {
     hx_u64 mine[HX_CUT_ITEMS];

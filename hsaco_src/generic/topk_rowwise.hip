@@ -1,8 +1,7 @@
 // topk_logits' row-wise path: one block a row, one launch, the kept keys in the block's shared memory instead of a
 // workspace. A row of at most p.held tiles (ROWWISE_HELD_TILES at most: 32,768 columns at 512 threads) is read once
 // and held in the block (hx_rowwise_held): its floor from its held sample, then the values that reach it kept, with
-// no further read, and (unsorted) the selection written in column order from the held values themselves, placed by
-// counts over the block instead of the finish's compaction and bitmap. A longer row does the split path's three steps (common/topk_split.h):
+// no further read. A longer row does the split path's three steps (common/topk_split.h):
 // 1. the row's floor from its sample (runs of 8 columns, a step-th of the row) at rank r, as topk_split_floor;
 // 2. the row read once as float4s, every key at or above the floor appended to the buffer e, as topk_split_gather;
 //    e is cut to its top_k before a tile that might not fit (common/topk_finish.h), so any number of kept keys is
@@ -24,68 +23,17 @@ static_assert(ROWWISE_CAP >= MAX_TOP_K + TILE_KEYS, "a selection and a whole til
 static constexpr hx_u32 ROWWISE_SHARED_VALUES = (ROWWISE_HELD_TILES - ROWWISE_REG_TILES) * 4 * HX_SPLIT_VEC * HX_BLOCK;
 static constexpr hx_u32 ROWWISE_HELD_ROOM = ROWWISE_CAP - ROWWISE_SHARED_VALUES / 2;  // entries an append may fill
 static_assert(ROWWISE_HELD_ROOM >= 2 * MAX_TOP_K, "the values at e's end leave room for a selection and its bitmap");
-#define HX_ROWWISE_NOT_HELD (-1)  // hx_rowwise_held: the row read the long way instead
-#define HX_ROWWISE_APPENDED (-2)  // hx_rowwise_held: its top_k's candidates appended for the caller's cut and order
-
-// A held row's columns in chunks, each a run of columns that the block's threads hold in thread order (a thread's
-// values of a chunk in column order): the head column, then each float4 of each tile, then the tail column. So a
-// chosen value's place in the row's selection is the chosen of the chunks before its own, of the threads before it
-// in its own, and of its thread's values before it there.
-#define ROWWISE_CHUNKS (2u + ROWWISE_HELD_TILES * HX_SPLIT_VEC)
-#define ROWWISE_CHUNK_WORDS ((ROWWISE_CHUNKS + 1u) / 2u)  // a chunk's count in 16 bits (at most 4 a thread)
-static constexpr hx_u32 ROWWISE_WAVES = HX_BLOCK / HX_WAVE_SIZE;
-static_assert((ROWWISE_WAVES & (ROWWISE_WAVES - 1)) == 0, "waves a block: a power of two");
-static_assert(HX_TOPK_MAX_BINS >= 2 * ROWWISE_WAVES * ROWWISE_CHUNK_WORDS + ROWWISE_CHUNK_WORDS, "the places' sums");
-HX_INLINE HX_DEV hx_u32 hx_rowwise_chunk(hx_u32 t, int k) {
-  if (k < 4 * HX_SPLIT_VEC) return 1u + t * HX_SPLIT_VEC + (hx_u32)k / 4u;
-  return k == 4 * HX_SPLIT_VEC ? 0u : ROWWISE_CHUNKS - 1u;  // head and tail: tile 0 only
-}
-
-// The thread's counts of chosen values a chunk (two 16-bit halves a word, word w at next[w HX_BLOCK]) replaced by
-// the slot of its first one there, by the whole block; returns the count over the block. Counts over a wave stay
-// under 2^16 (4 a thread); the sums over waves are taken by a thread a (wave, word) in hist, free again on return.
-HX_INLINE HX_DEV hx_u32 hx_rowwise_places(hx_u32* next, hx_u32* hist) {
-  const hx_u32 tid = hx_opaque_u32(hx_thread_x()), wave = tid / HX_WAVE_SIZE, lane = hx_lane();
-  hx_u32* const waves = hist;                                        // [word][wave]: the wave's counts
-  hx_u32* const before = hist + ROWWISE_WAVES * ROWWISE_CHUNK_WORDS;  // [word][wave]: the waves' before it
-  hx_u32* const all = before + ROWWISE_WAVES * ROWWISE_CHUNK_WORDS;   // [word]: the block's
-  for (hx_u32 w = 0; w < ROWWISE_CHUNK_WORDS; ++w) {
-    const hx_u32 mine = next[w * HX_BLOCK], inclusive = hx_wave_inclusive_sum(mine);
-    if (lane == HX_WAVE_SIZE - 1) waves[w * ROWWISE_WAVES + wave] = inclusive;
-    next[w * HX_BLOCK] = inclusive - mine;
-  }
-  hx_barrier();
-  if (tid < ROWWISE_WAVES * ROWWISE_CHUNK_WORDS) {
-    const hx_u32 v = tid % ROWWISE_WAVES;  // of word tid / ROWWISE_WAVES
-    hx_u32 sum = 0;
-    for (hx_u32 u = 0; u < v; ++u) sum += waves[tid - v + u];
-    before[tid] = sum;
-    if (v == ROWWISE_WAVES - 1) all[tid / ROWWISE_WAVES] = sum + waves[tid];
-  }
-  hx_barrier();
-  hx_u32 at = 0;  // the chosen of the chunks before
-  for (hx_u32 c = 0; c < ROWWISE_CHUNKS; ++c) {
-    const hx_u32 w = c / 2, shift = 16 * (c % 2);
-    next[w * HX_BLOCK] += (at + (before[w * ROWWISE_WAVES + wave] >> shift & 0xFFFFu)) << shift;
-    at += all[w] >> shift & 0xFFFFu;
-  }
-  hx_barrier();  // hist is free again
-  return at;
-}
 
 // The top_k of row s (at most ROWWISE_HELD_TILES tiles) by the whole block, read once with every load in flight
 // and its values held: the floor from the row's sample (held too where it is at most ROWWISE_SAMPLES a thread, so
-// that its three passes load nothing), then every value at or above it appended to e[0, f.have) (where fewer than
-// top_k reach it, every selectable value). Unsorted, the appended entries give the top_k-th's entry, and the held
-// values that reach it are written in column order to out_idx (out_val): returns the slots written. Sorted, returns
-// HX_ROWWISE_APPENDED for the caller's cut and sort. Returns HX_ROWWISE_NOT_HELD, having appended and written
-// nothing, where more than ROWWISE_HELD_ROOM reach the floor (a row of many equal values): the caller then reads the
-// row as a long one. Values past the register tiles wait in e's last ROWWISE_SHARED_VALUES words, which only their
-// thread reads (16-byte runs, a thread's after the thread before's: no bank is met twice a wave), so that the block
-// fits its registers.
-HX_INLINE HX_DEV hx_i32 hx_rowwise_held(const TopkSplitParams& p, const HxSplitPart& s, const float* x, hx_i32 n,
-                                        bool by_lengths, Finish& f, hx_u32* hist, hx_u32* scan, hx_u32* found,
-                                        hx_u32* ext, hx_i32* out_idx, float* out_val) {
+// that its three passes load nothing), then every value at or above it appended to e[0, f.have) for the caller's
+// cut; where fewer than top_k reach it, every selectable value. Returns false, having appended nothing, where more
+// than ROWWISE_HELD_ROOM reach it (a row of many equal values): the caller then reads the row as a long one. Values
+// past the register tiles wait in e's last ROWWISE_SHARED_VALUES words, which only their thread reads (16-byte runs,
+// a thread's after the thread before's: no bank is met twice a wave), so that the block fits its registers.
+HX_INLINE HX_DEV bool hx_rowwise_held(const TopkSplitParams& p, const HxSplitPart& s, const float* x, hx_i32 n,
+                                      bool by_lengths, Finish& f, hx_u32* hist, hx_u32* scan, hx_u32* found,
+                                      hx_u32* ext) {
   const hx_u32 tid = hx_thread_x();
   const hx_i64 samples = hx_split_samples(n, p.step);
   const bool sample_held = samples <= (hx_i64)ROWWISE_SAMPLES * HX_BLOCK;  // uniform
@@ -155,7 +103,7 @@ HX_INLINE HX_DEV hx_i32 hx_rowwise_held(const TopkSplitParams& p, const HxSplitP
     hx_block_exclusive_sum(mine, scan, &reach);  // its meetings also free the floor's arrays
     if (reach >= f.top_k || fl == 0u) break;
   }
-  if (reach > ROWWISE_HELD_ROOM) return HX_ROWWISE_NOT_HELD;  // uniform
+  if (reach > ROWWISE_HELD_ROOM) return false;  // uniform
   if (tid == 0) found[2] = 0u;  // the appends' count
   hx_barrier();
   hx_u32 at = hx_wave_append_count(mine, &found[2]);
@@ -169,44 +117,7 @@ HX_INLINE HX_DEV hx_i32 hx_rowwise_held(const TopkSplitParams& p, const HxSplitP
   hx_barrier();
   f.have = found[2];
   hx_barrier();  // found[2] is read by all before the finish reuses it
-  if (p.sorted) return HX_ROWWISE_APPENDED;  // uniform
-  // The selection: the values whose entries reach the top_k-th appended one (all of them where top_k or fewer were
-  // appended), written in column order from the held values, which hold each chunk's columns in thread order.
-  // A value is chosen where its entry (key, then lower column) reaches the cut's: where it is above the cut's value,
-  // or equal to it at a column at or below the cut's. A NaN never is.
-  hx_block_bar bar;
-  float at_least = least;
-  hx_i32 last_col = 0x7FFFFFFF;
-  if (f.have > f.top_k) {  // uniform
-    const hx_u64 cut = hx_group_cut_entry<HX_BLOCK, 4>(tid, bar, f.e, f.have, f.top_k, hist, scan, found);
-    at_least = hx_topk_value((hx_u32)(cut >> 32));
-    last_col = hx_topk_entry_index(cut);
-  }
-  auto chosen = [&](hx_u32 t, int k, float v) {
-    return v > at_least || (v == at_least && hx_split_col(s, t, k) <= last_col);
-  };
-  // the thread's chosen values of each chunk, then the slot of its next one there: in the appended entries' room
-  // (read by now), word w at w HX_BLOCK, since the registers are the held values'
-  hx_u32* const next = (hx_u32*)f.e + tid;
-  HX_UNROLL
-  for (hx_u32 w = 0; w < ROWWISE_CHUNK_WORDS; ++w) next[w * HX_BLOCK] = 0u;
-  values([&](hx_u32 t, int k, float v) {
-    const hx_u32 c = hx_rowwise_chunk(t, k);
-    if (chosen(t, k, v)) next[c / 2 * HX_BLOCK] += 1u << (16 * (c % 2));
-  });
-  const hx_u32 total = hx_rowwise_places(next, hist);
-  values([&](hx_u32 t, int k, float v) {
-    const hx_u32 c = hx_rowwise_chunk(t, k), shift = 16 * (c % 2);
-    if (chosen(t, k, v)) {
-      const hx_u32 slot = next[c / 2 * HX_BLOCK] >> shift & 0xFFFFu;
-      next[c / 2 * HX_BLOCK] += 1u << shift;
-      if (slot < f.top_k) {  // always: the chosen are at most top_k
-        out_idx[slot] = hx_split_col(s, t, k);
-        if (out_val) out_val[slot] = v;
-      }
-    }
-  });
-  return (hx_i32)(total < f.top_k ? total : f.top_k);
+  return true;
 }
 
 // The top_k of row s (any length) by the whole block, the split path's three steps: its floor from the sample, then
@@ -269,21 +180,15 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT
     const hx_i32 n = hx_topk_row_extent(p.lengths, row, p.N);
     const HxSplitPart s = hx_split_part(p, row);  // parts = 1: the whole row
     Finish f{e, hist, scan, found, top_k};
+    if (s.tiles > held || !hx_rowwise_held(p, s, x, n, by_lengths, f, hist, scan, found, ext))  // uniform: the row's
+      hx_rowwise_floored(p, s, x, n, by_lengths, f, hist, scan, found, ext);
+    f.cut_to_top_k();
     hx_i32* const out_idx = p.indices + row * p.indices_stride;
     float* const out_val = p.values ? p.values + row * p.values_stride : 0;
-    // uniform: the row's
-    const hx_i32 held_row = s.tiles > held ? HX_ROWWISE_NOT_HELD
-                                           : hx_rowwise_held(p, s, x, n, by_lengths, f, hist, scan, found, ext,
-                                                             out_idx, out_val);
-    if (held_row == HX_ROWWISE_NOT_HELD) hx_rowwise_floored(p, s, x, n, by_lengths, f, hist, scan, found, ext);
-    hx_u32 have = held_row >= 0 ? (hx_u32)held_row : 0u;
-    if (held_row < 0) {  // uniform
-      f.cut_to_top_k();
-      have = f.write_in_order(0, n, p.sorted, [&](hx_u32 slot, hx_i64 i, hx_u32) {
-        out_idx[slot] = (hx_i32)i;
-        if (out_val) out_val[slot] = x[i];  // the logit itself: -0.0 keys as +0.0
-      });
-    }
+    const hx_u32 have = f.write_in_order(0, n, p.sorted, [&](hx_u32 slot, hx_i64 i, hx_u32) {
+      out_idx[slot] = (hx_i32)i;
+      if (out_val) out_val[slot] = x[i];  // the logit itself: -0.0 keys as +0.0
+    });
     for (hx_u32 slot = have + tid; slot < top_k; slot += HX_BLOCK) {
       out_idx[slot] = -1;
       if (out_val) out_val[slot] = hx_bits_to_f32(0xFF800000u);

@@ -332,6 +332,26 @@ def rows_as_long_as_a_block_holds(dev):
     expect_exact(idx, val, x, top_k, False, lengths)
 
 
+@case
+def a_cut_between_two_entries(dev):
+    """Rows whose top_k-th value sits alone in its radix bin, or ties in a bin of the indices' bits, so that the
+    selection's cut is the bin's lowest possible entry, not an entry of the row: 2,047 values above a 1.0 (a key
+    with every low bit 0) and the rest below it; 2,040 above twenty 1.0s; and with lengths, 2,047 finite values above
+    a row of -inf, where the top_k-th is the first -inf."""
+    rng = np.random.default_rng(37)
+    R, N, top_k = 3, 8192, 2048
+    x = rng.uniform(0.0, 0.5, (R, N)).astype(np.float32)
+    for r, above, ones in ((0, 2047, 1), (1, 2040, 20)):
+        at = rng.permutation(N)
+        x[r, at[:above]] = rng.uniform(2.0, 3.0, above).astype(np.float32)
+        x[r, at[above:above + ones]] = 1.0
+    x[2] = -np.inf
+    x[2, rng.permutation(N)[:2047]] = rng.uniform(2.0, 3.0, 2047).astype(np.float32)
+    for sorted in (False, True):
+        check(dev, x[:2], top_k, sorted)
+        check(dev, x, top_k, sorted, lengths=np.full(R, N, np.int32))
+
+
 # ------------------------------------------------------------------ the split path's own cases (on either path)
 
 def _split_records(w, rows, top_k, cap=None):

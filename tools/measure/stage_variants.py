@@ -292,9 +292,11 @@ _HIST_BY_MATCH = Plant("hist_by_match", SELECT, """\
 """)
 
 
-# The fused path's merge (generic/paged_topk_merge.hip): a row's list loaded by the walk over every HX_BLOCK-th entry
-# whatever its pieces' widths.
+# The fused path's merge (generic/paged_topk_merge.hip): its gather with fewer or more list entries a thread in
+# flight.
 MERGE = "generic/paged_topk_merge.hip"
+
+
 def _merge_loads(n: int) -> Plant:
     """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
     return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")

@@ -337,19 +337,6 @@ PLANTS = {
               "const hx_f32x4 q = spill[spill_at(t, j)];", "const hx_f32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
         Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (v >= least) {",
               "    if (v > least) {"),
-        # A held row written from its values (unsorted): the cut's own value left out, a thread's place counting
-        # its own wave among the waves before it, or blind to the lanes before it, the head column placed after the
-        # row's tail.
-        Plant("rowwise_held_cut_value_left_out", "generic/topk_rowwise.hip", "hx_split_col(s, t, k) <= last_col);",
-              "hx_split_col(s, t, k) < last_col);"),
-        Plant("rowwise_places_count_their_own_wave", "generic/topk_rowwise.hip",
-              "for (hx_u32 u = 0; u < v; ++u) sum += waves[tid - v + u];",
-              "for (hx_u32 u = 0; u <= v; ++u) sum += waves[tid - v + u];"),
-        Plant("rowwise_places_blind_to_the_lanes_before", "generic/topk_rowwise.hip",
-              "next[w * HX_BLOCK] = inclusive - mine;", "next[w * HX_BLOCK] = inclusive - inclusive;"),
-        Plant("rowwise_head_placed_after_the_tail", "generic/topk_rowwise.hip",
-              "return k == 4 * HX_SPLIT_VEC ? 0u : ROWWISE_CHUNKS - 1u;",
-              "return k == 4 * HX_SPLIT_VEC ? ROWWISE_CHUNKS - 1u : 0u;"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
