@@ -294,6 +294,14 @@ HX_INLINE HX_DEV hx_u32 hx_topk_find_bin(const hx_u32* hist, hx_u32 bins, hx_u32
   return hx_group_find_bin<HX_BLOCK>(hx_thread_x(), bar, hist, bins, want, scan, found);
 }
 
+// Slots [from, top_k) of a row's outputs, where the selection ended: -1, and -inf for the value. By the whole block.
+HX_INLINE HX_DEV void hx_topk_pad(hx_i32* out_idx, float* out_val, hx_u32 from, hx_u32 top_k) {
+  for (hx_u32 s = from + hx_thread_x(); s < top_k; s += HX_BLOCK) {
+    out_idx[s] = -1;
+    if (out_val) out_val[s] = hx_bits_to_f32(0xFF800000u);
+  }
+}
+
 // entries[0, count) sorted descending in place, by the whole block (bitonic, over
 // count rounded up to a power of two, the slots past count filled with entry 0,
 // which sorts last): entries must hold that many.
@@ -406,11 +414,7 @@ HX_INLINE HX_DEV void hx_topk_select(const float* x, hx_i32 n, bool by_lengths, 
   }
 
   // 4. padding
-  const float neg_inf = hx_bits_to_f32(0xFF800000u);
-  for (hx_u32 s = selected + tid; s < top_k; s += HX_BLOCK) {
-    out_idx[s] = -1;
-    if (out_val) out_val[s] = neg_inf;
-  }
+  hx_topk_pad(out_idx, out_val, selected, top_k);
   hx_barrier();  // the sort buffer is read until here
 }
 

@@ -171,7 +171,6 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT
   HX_SHARED(hx_u32, found, 3);
   HX_SHARED(hx_u32, ext, 2 * HX_FLOOR_WAVES);
   HX_DYNAMIC_SHARED(hx_u64, e);
-  const hx_u32 tid = hx_thread_x();
   const hx_u32 top_k = (hx_u32)p.top_k;
   const bool by_lengths = p.lengths != 0;
   const hx_u32 held = p.held < 0 ? 0u : (p.held > ROWWISE_HELD_TILES ? ROWWISE_HELD_TILES : (hx_u32)p.held);
@@ -189,10 +188,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT
       out_idx[slot] = (hx_i32)i;
       if (out_val) out_val[slot] = x[i];  // the logit itself: -0.0 keys as +0.0
     });
-    for (hx_u32 slot = have + tid; slot < top_k; slot += HX_BLOCK) {
-      out_idx[slot] = -1;
-      if (out_val) out_val[slot] = hx_bits_to_f32(0xFF800000u);
-    }
+    hx_topk_pad(out_idx, out_val, have, top_k);
     hx_barrier();  // the shared arrays are the next row's
   }
 }

@@ -14,7 +14,6 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_finish(const HX_GRID_CON
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 3);
   HX_DYNAMIC_SHARED(hx_u64, e);
-  const hx_u32 tid = hx_thread_x();
   const hx_u32 top_k = (hx_u32)p.top_k;
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const hx_u32* const rec = (const hx_u32*)hx_split_row(p, row);
@@ -31,10 +30,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_finish(const HX_GRID_CON
         out_idx[s] = (hx_i32)i;  // the logit itself, not the key's value: -0.0 keys as +0.0
         if (out_val) out_val[s] = (hx_u64)i < (hx_u64)n ? x[i] : hx_topk_value(key);
       });
-      for (hx_u32 s = have + tid; s < top_k; s += HX_BLOCK) {
-        out_idx[s] = -1;
-        if (out_val) out_val[s] = hx_bits_to_f32(0xFF800000u);
-      }
+      hx_topk_pad(out_idx, out_val, have, top_k);
     } else {
       TopkParams q;
       q.logits = p.logits;
