@@ -119,7 +119,7 @@ def _resident(dev, inp):
 
 def test_which_workspace_and_launches_a_call_gets(hopper):
     hb, dev = hopper
-    inp = _resident(dev, fused_inputs(1, B=4, next_n=2, ctx=3000, top_k=256))
+    inp = _resident(dev, fused_inputs(1, B=9, next_n=2, ctx=3000, top_k=256))
     for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64), (2048, 1, 64, 64, 64)):
         ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
         assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
@@ -132,12 +132,14 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
         hipindexer.paged_topk_workspace(4096, 1, 16, 1 << 17, 64, device=dev, heads=64, fused=True)
     for kw in (dict(heads=16, head_dim=64), dict(heads=64, top_k=4096), dict(heads=64, next_n=3), dict(),
                dict(heads=64), dict(heads=64, B=64, max_model_len=1 << 17, fused=False)):
-        args = dict(B=4, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
+        args = dict(B=9, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
         assert not hipindexer.paged_topk_workspace(**args).fused, kw  # the fused kernel cannot serve, or not pay
-    assert hipindexer.paged_topk_workspace(4, 2, 256, 3000, 64, device=dev, heads=64, fused=True).fused
-    # long rows take the fused path however few (its merge in two levels), short thin ones the composed path
+    assert hipindexer.paged_topk_workspace(9, 2, 256, 3000, 64, device=dev, heads=64, fused=True).fused
+    # long rows take the fused path however few (its merge in two levels), and a few sequences' rows of two top_k
+    # or more; many sequences' short rows (thin pieces) the composed path
     assert [hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64).fused
-            for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (64, 16384))] == [True] * 3 + [False] * 2
+            for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (8, 4096),
+                         (64, 16384), (9, 8192), (8, 4095))] == [True] * 5 + [False] * 3
     n0 = len(hb.launches)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256)  # thin pieces (fused_pays): the composed path
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n0:]]

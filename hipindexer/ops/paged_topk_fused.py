@@ -41,6 +41,8 @@ FUSED_MAX_NEXT_N, FUSED_MAX_TOP_K = 2, 2048  # a segment's rows on chip; running
 FUSED_STAGES = {1: 12, 2: 6}
 FUSED_KEYS_PER_TOP_K = 4  # fused_pays: the keys a unit's piece of a row holds, at least, in top_k's
 FUSED_LONG_ROW = 16       # ... or a row's keys, in top_k's (its merge then runs in two levels where pieces are many)
+FUSED_FEW_SEQUENCES = 8   # ... or this many sequences at most, of rows of at least FUSED_FEW_ROW_KEYS top_k's
+FUSED_FEW_ROW_KEYS = 2
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
 # A row's list entries the merge holds in shared memory at once, by target.
@@ -109,11 +111,14 @@ def check_cap(target, top_k: int, cap) -> int:
 def fused_pays(target, B: int, max_model_len: int, top_k: int) -> bool:
     """Whether the fused path is the faster where it serves: when a unit's piece of a row holds at least
     FUSED_KEYS_PER_TOP_K x top_k keys (B x max_model_len keys over fused_units), or a row at least FUSED_LONG_ROW x
-    top_k. Each unit hands the merge up to top_k entries a row: many thin pieces of short rows leave the merge more
-    to do than the composed path's steps cost, while the pieces of a few long rows are merged in two levels
-    (merge_group) (docs/ops.md, "Which path by default"; the rows measured: docs/benchmarks.md, "The fused path")."""
+    top_k, or the sequences are at most FUSED_FEW_SEQUENCES with rows of at least FUSED_FEW_ROW_KEYS x top_k. Each
+    unit hands the merge up to top_k entries a row: many thin pieces of short rows leave the merge more to do than
+    the composed path's steps cost, while the pieces of a few long rows are merged in two levels (merge_group), and
+    a few rows' merge costs less than the composed path's chain of launches (docs/ops.md, "Which path by default";
+    the rows measured: docs/benchmarks.md, "The fused path" and "Which path for few sequences")."""
     return B * max_model_len >= FUSED_KEYS_PER_TOP_K * top_k * fused_units(target) or \
-        max_model_len >= FUSED_LONG_ROW * top_k
+        max_model_len >= FUSED_LONG_ROW * top_k or \
+        (B <= FUSED_FEW_SEQUENCES and max_model_len >= FUSED_FEW_ROW_KEYS * top_k)
 
 
 def fused_arrays(device, B: int, next_n: int, top_k: int, units: int, stream=None) -> tuple:
