@@ -86,10 +86,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     //    e[0, have), and the whole cut to top_k in shared memory once it is half full, until the list has passed.
     // f(x, in) for each of this thread's tiles of the list's entries in [lo, hi): x[k] one entry, in[k] whether it
     // is one (a slot past the range holds 0). Every HX_BLOCK-th entry of the list, HX_MERGE_LOADS of them a thread in
-    // flight at once, walking the pieces' starts forward from a search for the first (no search per entry): the
-    // fused kernel wrote the list just before, so a tile costs about one trip to L2 however many pieces it spans,
-    // and the trips, not the bytes, are the gather's time. Every thread calls f as often as the others (uniform
-    // trip counts), so f may meet its wave.
+    // flight at once, walking the pieces' starts forward from a search for the first (no search per entry): one walk
+    // for wide pieces and narrow ones, a tile spanning as many pieces as it meets. Every thread calls f as often as
+    // the others (uniform trip counts), so f may meet its wave.
     auto pieces = [&](hx_u32 lo, hx_u32 hi, auto&& f) {
       hx_u64 x[HX_MERGE_LOADS];
       bool in[HX_MERGE_LOADS];
