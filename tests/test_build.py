@@ -1,6 +1,7 @@
-"""build.py end to end: both targets from scratch into a temp dir, manifest
-contents, resources cross-checks, --check staleness, missing toolchains; and
-the hxbuild modules behind it."""
+"""build.py end to end: both targets into a temp dir (seeded with the
+checkout's objects, one kernel a target compiled fresh), manifest contents,
+resources cross-checks, --check staleness, missing toolchains; and the hxbuild
+modules behind it."""
 
 import json
 import shutil
@@ -31,6 +32,28 @@ TARGETS = [t for t in build.TARGETS if _have(t)]
 pytestmark = pytest.mark.toolchain
 
 
+FRESH = "fill_u32"  # the kernel the seeded build compiles for every target
+
+
+def _seed(out: Path) -> None:
+    """The checkout's objects and manifests (hipindexer/kernels, shipped and test-only trees), where it has them,
+    copied into `out` but FRESH's objects: the build keeps what is current there (source, flags, toolchain and
+    sha256 as recorded: anything stale is compiled) and compiles FRESH for every target, where a whole build would
+    repeat what `python build.py` has just done (CI's step before the tests)."""
+    kernels = ROOT / "hipindexer" / "kernels"
+    for tree in ("", "test-only"):
+        src = kernels / tree / "manifest.json"
+        if not src.is_file():
+            continue
+        for e in json.loads(src.read_text())["kernels"]:
+            obj = kernels / tree / e["object"]
+            if e["name"] != FRESH and obj.is_file():
+                (out / tree / e["object"]).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(obj, out / tree / e["object"])
+        (out / tree).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out / tree / "manifest.json")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     if not TARGETS:
@@ -38,6 +61,7 @@ def built(tmp_path_factory):
     pytest.importorskip("msgpack")
     d = tmp_path_factory.mktemp("build")
     shutil.copytree(ROOT / "hsaco_src", d / "src")
+    _seed(d / "out")
     args = ["--src", str(d / "src"), "--out", str(d / "out"), "--work", str(d / "work"), "-j", "2", "--quiet"]
     args += [a for t in TARGETS for a in ("--target", t)]
     assert build.main(args) == 0
@@ -66,6 +90,13 @@ def test_manifest_lists_every_kernel_for_every_target(built):
         assert got == _keys(k for k in catalog.KERNELS if k.test_only == test_only), tree
         for t in TARGETS:
             assert m["toolchains"][t]["compiler_version"]
+
+
+def test_the_kernel_left_out_of_the_seed_is_compiled_for_every_target(built):
+    d, _ = built
+    fresh = [e for e in _manifest(d)["kernels"] if e["name"] == FRESH]
+    assert sorted(e["target"] for e in fresh) == sorted(TARGETS)
+    assert all((d / "out" / e["object"]).stat().st_size > 0 for e in fresh)
 
 
 def test_test_only_kernels_are_built_apart_from_the_shipped_ones(built):
