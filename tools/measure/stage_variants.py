@@ -400,6 +400,10 @@ VARIANTS = {
         # half into the MMA would leave)
         "no_relu_fadd": [Plant("no_relu_fadd", COMMON, "sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
                                "sum = __fmaf_rn(__builtin_fabsf(x), w2[jr][2 * jj + cc], sum);")],
+        # every sum, reduce and bound computed, the stores predicated off (their value still an operand, so none of
+        # it is dropped): what the logits' stores cost
+        "no_store": [Plant("no_store", COMMON, "hx_store_f32_if(row && c.in && (valid || c.clean), c.out",
+                           "hx_store_f32_if(row && c.in && (valid || c.clean) && c.n == -7, c.out")],
         # a stage ring of at most 12 stages
         "ring_12": [_RING_12],
         # every CTA's start, end, cycles and SM (tools/measure/cta_times.py only)
