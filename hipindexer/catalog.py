@@ -311,6 +311,14 @@ STRUCTS.append(Struct("TopkParams", [
 # last chunk the outputs), and the next chunk's inputs for the logits op. Optional arrays are 0: next_n_lens (every
 # row live), values and slots (not asked for), rel (absolute indices; else [rows] int32 subtracted from each index
 # written), cols (no filter).
+# The cache slots of a selection of key positions (hsaco_src/generic/topk_slots.hip): the decode top-k's whole-row
+# path, whose selection (topk_logits) knows positions only.
+STRUCTS.append(Struct("TopkSlotsParams", [
+    ("indices", "ptr:i32"), ("slots", "ptr:i32"), ("block_tables", "ptr:i32"),
+    ("indices_stride", "i64"), ("slots_stride", "i64"),  # elements between rows
+    ("num_blocks", "i64"),  # block ids outside [0, num_blocks) give -1
+    ("rows", "i32"), ("top_k", "i32"), ("next_n", "i32"), ("max_blocks", "i32"), ("block_size", "i32"),
+]))
 STRUCTS.append(Struct("PagedTopkStepParams", [
     ("w", "ptr:f32"), ("ws", "ptr:i32"), ("indices", "ptr:i32"), ("values", "ptr:f32"), ("slots", "ptr:i32"),
     ("context_lens", "ptr:i32"), ("next_n_lens", "ptr:i32"), ("block_tables", "ptr:i32"),
@@ -395,6 +403,7 @@ KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits"
 # Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
 # deep, 512 (shorter passes per row) for fewer rows (STEP_WIDE_ROWS in hipindexer.ops.prefill_topk and
 # paged_topk).
+KERNELS.append(Kernel("topk_slots", "generic/topk_slots.hip", "hx_topk_slots", "TopkSlotsParams", block=256))
 KERNELS.append(Kernel("paged_topk_step", "generic/paged_topk_step.hip", "hx_paged_topk_step", "PagedTopkStepParams",
                       block=256))
 KERNELS.append(Kernel("paged_topk_step_wide", "generic/paged_topk_step.hip", "hx_paged_topk_step",

@@ -11,7 +11,7 @@ import pytest
 import emu_harness as H
 import paged_topk_cases as C
 from hipindexer import catalog, fp8_paged_mqa_topk, paged_topk_workspace, testing
-from hipindexer.ops import paged_topk
+from hipindexer.ops import paged_topk, paged_topk_whole
 from hipindexer.runtime import DeviceArray
 
 
@@ -121,6 +121,74 @@ def test_chunks_and_what_each_launch_is_sent(hopper, H, D):
     whole = paged_topk_workspace(2, 2, 64, mml, 64, device=dev)
     fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=whole)
     assert _symbols(hb, n1) == [logits, "hx_paged_topk_step"]
+
+
+def test_the_whole_row_path_is_the_logits_op_then_topk_logits_then_the_slots(hopper):
+    """whole=True: the logits op into the workspace (clean, at its row stride), topk_logits' launches over it, and
+    topk_slots only where slots are asked for; a prepared call sends what the first sent and allocates nothing."""
+    hb, dev = hopper
+    inp = _inputs(dev)
+    mml = inp.max_model_len
+    ws = paged_topk_workspace(2, 2, 64, mml, 64, device=dev, whole=True)
+    assert ws.whole and not ws.fused and ws.width == mml and ws.nbytes <= ws.bound
+    assert ws.nbytes == paged_topk_whole.whole_workspace_bytes(2, 2, 64, mml)
+    outs = tuple(DeviceArray.empty((4, 64), dt, dev) for dt in (np.int32, np.float32, np.int32))
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
+    kw = dict(workspace=ws, out=outs, errors=errors, return_values=True, return_slots=True)
+    n0 = len(hb.launches)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, **kw)
+    got = _symbols(hb, n0)
+    assert got[0] == "hx_paged_mqa_logits_generic" and got[-1] == "hx_topk_slots"
+    assert "hx_paged_topk_step" not in got and all("topk" in fn for fn in got[1:-1]) and len(got) >= 3
+    sent = catalog.STRUCT["DecodeParams"].ctype().from_buffer_copy(hb.launches[n0][4])
+    assert sent.out == ws.w.ptr and sent.clean == 1 and sent.out_stride == paged_topk_whole.whole_width(mml)
+    slots = catalog.STRUCT["TopkSlotsParams"].ctype().from_buffer_copy(hb.launches[-1][4])
+    assert (slots.indices, slots.slots, slots.rows, slots.top_k, slots.next_n) == (outs[0].ptr, outs[2].ptr, 4, 64, 2)
+    mallocs = []
+    real = hb.malloc
+    hb.malloc = lambda n, s: mallocs.append(n) or real(n, s)
+    try:
+        copies, n1 = hb.htod, len(hb.launches)
+        fp8_paged_mqa_topk(*inp.args()[:6], 64, **kw)
+        assert [l[4] for l in hb.launches[n1:]] == [l[4] for l in hb.launches[n0:n1]]
+        assert not mallocs and hb.htod == copies
+    finally:
+        hb.malloc = real
+    n2 = len(hb.launches)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, whole=True)
+    assert "hx_topk_slots" not in _symbols(hb, n2) and "hx_paged_topk_step" not in _symbols(hb, n2)
+
+
+def test_the_whole_row_path_is_taken_where_it_pays_and_refused_where_it_cannot_serve(hopper):
+    hb, dev = hopper
+    for B, n, mml, whole in ((1, 1, 131072, True), (4, 2, 131072, True), (8, 2, 65536, True), (16, 2, 32768, True),
+                             (1, 1, 16384, False), (2, 1, 32768, False), (16, 1, 131072, False),
+                             (64, 1, 32768, False)):
+        assert paged_topk_workspace(B, n, 2048, mml, 64, device=dev).whole == whole, (B, n, mml)
+        assert paged_topk_whole.whole_pays(B, n, 2048, mml, 132) == whole
+    assert not paged_topk_workspace(1, 1, 2048, 131072, 64, device=dev, whole=False).whole
+    assert not paged_topk_workspace(1, 1, 2048, 131072, 64, device=dev, chunk=4096).whole
+    inp = _inputs(dev, device_resident=False)
+    mml = inp.max_model_len
+    args = inp.args()[:6]
+    n0, copies = len(hb.launches), hb.htod
+    for kw, match in [(dict(whole=True, fused=True), "^whole: True asks for the whole-row path"),
+                      (dict(whole=True, chunk=64), "^whole: True asks for the whole-row path"),
+                      (dict(whole="yes"), "^whole: expected None"),
+                      (dict(whole=True, workspace=paged_topk_workspace(2, 2, 64, mml, 64, device=dev, chunk=64)),
+                       "^whole: True needs a whole-row workspace"),
+                      (dict(workspace=paged_topk_workspace(2, 2, 64, mml - 1, 64, device=dev, whole=True)),
+                       "^workspace: holds rows of up to"),
+                      (dict(fused=False, workspace=paged_topk_workspace(2, 2, 64, mml, 64, device=dev, whole=True)),
+                       "^workspace: made for the whole-row path"),
+                      (dict(whole=True, top_k=4096, max_model_len=1 << 20), "^whole: True, but the logits")]:
+        call = dict(zip(("q", "kv_cache", "weights", "context_lens", "block_tables", "max_model_len"), args),
+                    top_k=64, device=dev) | kw
+        with pytest.raises(ValueError, match=match):
+            fp8_paged_mqa_topk(**call)
+    assert hb.htod == copies and len(hb.launches) == n0
+    with pytest.raises(ValueError, match="^whole: True, but the logits"):
+        paged_topk_workspace(64, 1, 2048, 32768, 64, device=dev, whole=True)
 
 
 def test_a_prepared_call_still_refuses_a_misaligned_pointer(hopper):

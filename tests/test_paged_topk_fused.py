@@ -121,7 +121,7 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     hb, dev = hopper
     inp = _resident(dev, fused_inputs(1, B=9, next_n=2, ctx=3000, top_k=256))
     for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (1, 1, 7, 64, 64), (2048, 1, 64, 64, 64)):
-        ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
+        ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H, whole=False)
         assert ws.fused and ws.units == 132 and ws.nbytes <= ws.bound, ws
         assert ws.nbytes == paged_topk_fused.fused_workspace_bytes(B, n, k, 132)
     # thousands of sequences at a tiny top_k: the per-sequence lists would pass the bound, so the composed path
@@ -135,11 +135,17 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
         args = dict(B=9, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
         assert not hipindexer.paged_topk_workspace(**args).fused, kw  # the fused kernel cannot serve, or not pay
     assert hipindexer.paged_topk_workspace(9, 2, 256, 3000, 64, device=dev, heads=64, fused=True).fused
-    # long rows take the fused path however few (its merge in two levels), and a few sequences' rows of two top_k
-    # or more; many sequences' short rows (thin pieces) the composed path
-    assert [hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64).fused
+    # a few sequences of rows of 32,768 keys or more, whose logits fit the bound, take the whole-row path; past
+    # it, long rows take the fused path however few (its merge in two levels), and a few sequences' rows of two
+    # top_k or more; many sequences' short rows (thin pieces) the composed path
+    def path(ws):
+        return "whole" if ws.whole else "fused" if ws.fused else "composed"
+    assert [path(hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64))
             for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (8, 4096),
-                         (64, 16384), (9, 8192), (8, 4095))] == [True] * 5 + [False] * 3
+                         (64, 16384), (9, 8192), (8, 4095), (16, 131072), (64, 32768))] == \
+        ["whole"] * 3 + ["fused"] * 2 + ["composed"] * 3 + ["fused"] * 2
+    assert [path(hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64, whole=False))
+            for B, L in ((1, 131072), (8, 65536), (16, 32768))] == ["fused"] * 3
     n0 = len(hb.launches)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256)  # thin pieces (fused_pays): the composed path
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n0:]]
@@ -197,7 +203,7 @@ def test_gfx950_takes_its_own_fused_kernel_with_two_units_a_cu(mi355x):
     hb, dev = mi355x
     inp = _resident(dev, fused_inputs(6, B=4, next_n=2, ctx=3000, top_k=256, bs=16))
     for B, n, k, bs, H in ((64, 1, 2048, 64, 64), (256, 2, 2048, 16, 32), (64, 2, 512, 128, 64)):
-        ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H)
+        ws = hipindexer.paged_topk_workspace(B, n, k, 1 << 17, bs, device=dev, heads=H, whole=False)
         assert ws.fused and ws.units == 512 and ws.nbytes <= ws.bound, ws
     n0 = len(hb.launches)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, return_values=True, fused=True, cap=256 + 512)

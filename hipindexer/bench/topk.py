@@ -64,7 +64,8 @@ def bench_topk_decode(device, B: int, ctx: int, H: int, next_n: int, top_k: int,
     row = _three(device, fused, alone, logits, top_k, repeats, R, mml)
     keys = float(np.minimum(inp.context_lens, mml).sum()) * next_n
     return {"op": "decode", "B": B, "ctx": ctx, "H": H, "next_n": next_n, "block_size": BLOCK_SIZE, "top_k": top_k,
-            "path": "fused" if ws.fused else "composed", "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound,
+            "path": "fused" if ws.fused else "whole" if ws.whole else "composed", "workspace_bytes": ws.nbytes,
+            "workspace_bound": ws.bound,
             "chunk": ws.chunk,
             "tflops": 2 * H * D * keys / (row["us"] * 1e-6) / 1e12, **row}
 

@@ -1,6 +1,8 @@
-"""The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"). Two paths, neither of which holds a
-row's logits in memory:
+"""The decode top-k on a device: ``fp8_paged_mqa_topk`` (docs/ops.md, "Top-k"). Three paths, each within the
+workspace bound:
 
+- whole-row (every target, for a few sequences of long rows whose logits fit the bound): the logits op into the
+  workspace, topk_logits over it, the slots mapped from the selection (hipindexer/ops/paged_topk_whole.py).
 - fused (sm_90a and gfx950, where the target's fast decode kernel serves the shape, next_n <= 2, top_k <= 2048):
   one launch of that kernel's unit selecting on chip (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip,
   hsaco_src/gfx950/paged_mqa_topk_mfma.hip), each unit writing the top_k of its piece of every row, then one merge
@@ -42,9 +44,11 @@ from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, pre
 from .paged_topk_fused import (FUSED_KERNELS, FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap,
                                check_merge_group, fused_arrays,
                                fused_pays, fused_refusal, fused_units, plan_fused, run_fused)
+from .paged_topk_whole import WholePlan, plan_whole, run_whole, whole_arrays, whole_fits, whole_pays
 from .topk import _grid, _stride, _written
 
-PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "stages", "units", "cap", "merge_group")
+PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "whole", "stages", "units", "cap",
+                                         "merge_group")
 STEP_POINTERS = ("w", "ws", "indices", "values", "slots", "context_lens", "next_n_lens", "block_tables", "chunk_lens",
                  "chunk_table")
 STEP_WIDE_ROWS = 4  # batches of up to this many rows per CU (SM) take the step's 512-thread build
@@ -68,16 +72,20 @@ def widest_chunk(B: int, next_n: int, top_k: int, block_size: int, units: int) -
 class PagedTopkWorkspace:
     """The device memory of fp8_paged_mqa_topk for batches of up to B sequences of next_n rows at one top_k and
     block_size, on one device: make it once (paged_topk_workspace), before capturing a graph, and pass it as
-    workspace= to every call. `chunk` is its key-chunk width C, `nbytes` what it holds, `bound` the formula's
-    bytes (workspace_bound) for its batch."""
+    workspace= to every call. `chunk` is its key-chunk width C (composed path), `width` the longest max_model_len
+    it holds a row of (whole-row path), `nbytes` what it holds, `bound` the formula's bytes (workspace_bound) for
+    its batch."""
 
     def __init__(self, device: Device, B: int, next_n: int, top_k: int, block_size: int, chunk: int | None,
-                 units: int, stream=None, fused_units: int = 0):
+                 units: int, stream=None, fused_units: int = 0, whole_len: int = 0):
         self.device, self.B, self.next_n, self.top_k, self.block_size, self.chunk = \
             device, B, next_n, top_k, block_size, chunk
         self.fused, self.units = fused_units > 0, fused_units
+        self.whole, self.width = whole_len > 0, whole_len
         R = B * next_n
-        if self.fused:  # the fused kernel's pieces and the sequences' lists (paged_topk_fused.fused_arrays)
+        if self.whole:  # the logits of every row and topk_logits' workspace (paged_topk_whole.whole_arrays)
+            self.w, self.topk = arrays = whole_arrays(device, B, next_n, top_k, whole_len, stream)
+        elif self.fused:  # the fused kernel's pieces and the sequences' lists (paged_topk_fused.fused_arrays)
             arrays = fused_arrays(device, B, next_n, top_k, fused_units, stream)
             for name, a in zip(FUSED_POINTERS + ("seq_done",), arrays):
                 setattr(self, name, a)
@@ -91,7 +99,8 @@ class PagedTopkWorkspace:
         self.bound = workspace_bound(B, next_n, top_k, fused_units if self.fused else units)
 
     def __repr__(self):
-        form = f"fused, units={self.units}" if self.fused else f"chunk={self.chunk}"
+        form = f"fused, units={self.units}" if self.fused else \
+            f"whole, width={self.width}" if self.whole else f"chunk={self.chunk}"
         return (f"PagedTopkWorkspace(B={self.B}, next_n={self.next_n}, top_k={self.top_k}, "
                 f"block_size={self.block_size}, {form}, nbytes={self.nbytes}, device={self.device!r})")
 
@@ -114,7 +123,8 @@ def _chunk_of(B, next_n, top_k, block_size, max_model_len, units, chunk) -> int:
 
 
 def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, block_size: int, device=None,
-                         stream=None, chunk=None, heads=None, head_dim=128, fused=None) -> PagedTopkWorkspace:
+                         stream=None, chunk=None, heads=None, head_dim=128, fused=None,
+                         whole=None) -> PagedTopkWorkspace:
     """The workspace of fp8_paged_mqa_topk calls of up to B sequences of next_n rows with this top_k and
     block_size, on `device` (None: Device()). Allocated on `stream`; make it before capturing a graph.
 
@@ -124,8 +134,11 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     (fused_pays, from B and max_model_len; fused=True: wherever it serves, fused=False: never) the workspace is the
     fused path's, which only calls of that shape (accumulation="fast", no split_kv) may use; else it is the
     composed path's, whose chunk is the widest the bound allows (workspace_bound, with the device's CU or SM
-    count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). The
-    workspace's `fused` says which it is.
+    count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). Before
+    either, where the whole-row path pays (whole_pays: rows of at least 32,768 keys, at least 2^17 keys in all,
+    the batch's logits and topk_logits' workspace within the bound; whole=True: wherever they fit, whole=False:
+    never; not with chunk= or fused=) the workspace is the whole-row path's, for calls of max_model_len up to the
+    one given. The workspace's `fused` and `whole` say which it is.
 
     >>> import hipindexer
     >>> ws = hipindexer.paged_topk_workspace(4, 2, 64, 100_000, 16, device="emu:gfx950")
@@ -145,6 +158,19 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     st = as_stream(stream, dev)
     if fused not in (None, True, False):
         raise ValueError(f"fused: expected None, True or False, got {fused!r}")
+    if whole not in (None, True, False):
+        raise ValueError(f"whole: expected None, True or False, got {whole!r}")
+    if whole and (fused or chunk is not None):
+        raise ValueError("whole: True asks for the whole-row path, which takes neither fused=True nor chunk=")
+    fits = whole_fits(int(B), int(next_n), top_k, int(max_model_len), t.num_cus)
+    if whole and not fits:
+        bound = workspace_bound(int(B), int(next_n), top_k, t.num_cus)
+        raise ValueError(f"whole: True, but the logits of B={B} x next_n={next_n} rows of {max_model_len} keys and "
+                         f"topk_logits' workspace do not fit the bound of {bound} bytes")
+    if whole or (whole is None and fused is None and chunk is None and
+                 whole_pays(int(B), int(next_n), top_k, int(max_model_len), t.num_cus)):
+        return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), None, t.num_cus, st,
+                                  whole_len=int(max_model_len))
     why = "needs heads=" if heads is None else \
         fused_refusal(t, int(next_n), top_k, int(heads), int(head_dim), int(block_size), B=int(B))
     if fused and (why or chunk is not None):
@@ -207,13 +233,16 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     and at least B sequences, of the path the call takes; None makes one for the call. Its bytes stay within
     workspace_bound, whatever max_model_len.
 
-    Two paths (docs/ops.md, "Top-k"). Fused (sm_90a and gfx950, where fused_refusal finds nothing against the
-    call's shape: H in {32, 64}, D = 128, the target's fast block sizes, next_n <= 2, top_k <= 2048,
-    accumulation="fast", no split_kv):
+    Three paths (docs/ops.md, "Top-k"). Whole-row (every target, where whole_pays: rows of at least 32,768 keys, at
+    least 2^17 keys in the batch, and its logits with topk_logits' workspace within the bound): the logits op into
+    the workspace, topk_logits over it, and a kernel that maps the selection to cache slots. Fused (sm_90a and
+    gfx950, where fused_refusal finds nothing against the call's shape: H in {32, 64}, D = 128, the target's fast
+    block sizes, next_n <= 2, top_k <= 2048, accumulation="fast", no split_kv):
     the decode kernel's unit selects on chip and a merge kernel joins the units' pieces; the op takes it where
-    fused_pays. Composed (everywhere else): the logits kernel on one key chunk at a time, never on the whole row,
-    then a step kernel that selects over the running candidates and that chunk. Tunables: fused (None: the op's
-    choice; True: the fused path or ValueError; False: the composed path), stages (the sm_90a fused kernel's ring
+    fused_pays. Composed (everywhere else): the logits kernel on one key chunk at a time, then a step kernel that
+    selects over the running candidates and that chunk. Tunables: whole (None: the op's choice; True: the
+    whole-row path or ValueError; False: never), fused (None: the op's choice; True: the fused path or ValueError;
+    False: the composed path), stages (the sm_90a fused kernel's ring
     depth, 6 to 24 in sixes), units and cap (the fused kernel's units at most, and its candidates a row on chip at
     most: top_k and two rounds' worth or more), merge_group (the pieces a first merge level takes together: None
     the op's choice, 0 one level, 2 to the entries the merge holds // top_k: 24576 on sm_90a, 16384 on gfx950),
@@ -275,6 +304,11 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     q, kv_cache, weights, context_lens, block_tables, _, errors = arrays[:7]
     check_tunables("paged top-k", tunables, PAGED_TOPK_TUNABLES)
     chunk, step_block, fused = tunables.get("chunk"), tunables.get("step_block"), tunables.get("fused")
+    whole = tunables.get("whole")
+    if whole not in (None, True, False):
+        raise ValueError(f"whole: expected None (where it pays), True or False, got {whole!r}")
+    if whole and (fused or chunk is not None):
+        raise ValueError("whole: True asks for the whole-row path, which takes neither fused=True nor chunk=")
     if step_block not in (None, 256, 512):
         raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
     if fused not in (None, True, False):
@@ -287,7 +321,8 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
                                     or units_asked < 1):
         raise ValueError(f"units: expected None or an int >= 1 (the fused kernel's units at most), got {units_asked!r}")
     logits_tunables = {k: v for k, v in tunables.items()
-                       if k not in ("chunk", "step_block", "fused", "stages", "units", "cap", "merge_group")}
+                       if k not in ("chunk", "step_block", "fused", "whole", "stages", "units", "cap",
+                                    "merge_group")}
     c = check_decode_call(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens, preshuffle,
                           split_kv, accumulation, errors, stream, device, logits_tunables, DECODE_TUNABLES,
                           others=outs)
@@ -316,6 +351,14 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             raise ValueError(f"workspace: made for top_k={made[0]}, next_n={made[1]}, block_size={made[2]} and "
                              f"B <= {workspace.B}; the call has top_k={top_k}, next_n={s.next_n}, "
                              f"block_size={s.block_size}, B={s.B}")
+        if workspace.whole and (fused is not None or whole is False or chunk is not None):
+            raise ValueError("workspace: made for the whole-row path (paged_topk_workspace's whole=), which this "
+                             "call cannot use: it asks for another path (fused=, whole=False or chunk=)")
+        if workspace.whole and s.max_model_len > workspace.width:
+            raise ValueError(f"workspace: holds rows of up to {workspace.width} keys (the max_model_len it was made "
+                             f"for); the call has max_model_len={s.max_model_len}")
+        if whole and not workspace.whole:
+            raise ValueError("whole: True needs a whole-row workspace (paged_topk_workspace with whole=True) or none")
         if workspace.fused and (why or fused is False or chunk is not None):
             raise ValueError("workspace: made for the fused kernel (paged_topk_workspace with heads=), which this "
                              "call cannot use: " + (f"the fused kernel {why}" if why else
@@ -324,19 +367,37 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
             raise ValueError("fused: True needs a fused workspace (paged_topk_workspace with heads=) or none")
         if chunk is not None and chunk != workspace.chunk:
             raise ValueError(f"chunk: the workspace's chunk is {workspace.chunk}, got {chunk!r}")
-        use_fused = workspace.fused
+        use_fused, use_whole = workspace.fused, workspace.whole
     else:
         if fused and why:
             raise ValueError(f"fused: True, but the fused kernel {why}")
-        use_fused = why is None and chunk is None and (fused or (fused is None and
-                                                                 fused_pays(t, s.B, s.max_model_len, top_k)))
+        fits = whole_fits(s.B, s.next_n, top_k, s.max_model_len, units)
+        if whole and s.B and not fits:
+            raise ValueError(f"whole: True, but the logits of {R} rows of {s.max_model_len} keys and topk_logits' "
+                             f"workspace do not fit the bound of {workspace_bound(s.B, s.next_n, top_k, units)} bytes")
+        use_whole = bool(whole) or (whole is None and fused is None and chunk is None and
+                                    whole_pays(s.B, s.next_n, top_k, s.max_model_len, units))
+        use_fused = not use_whole and why is None and chunk is None and \
+            (fused or (fused is None and fused_pays(t, s.B, s.max_model_len, top_k)))
         if s.B == 0:
             workspace = None
+        elif use_whole:
+            workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, None, units, st,
+                                           whole_len=s.max_model_len)
         elif use_fused:
             workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, None, units, st, fused_units(t))
         else:
             C = _chunk_of(s.B, s.next_n, top_k, s.block_size, s.max_model_len, units, chunk)
             workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, C, units, st)
+    if s.B and use_whole:
+        given = list(outs) if _has_out(outs) else [None] * asked
+        fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
+        plan = plan_whole(dev, s, top_k, workspace, sorted, fixed,
+                          dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
+        remember(key, plan)
+        c.upload()
+        return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
+                    _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
     if s.B and use_fused:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
@@ -416,6 +477,9 @@ def _run(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens
     ws = plan.workspace
     if isinstance(plan, FusedPlan):
         run_fused(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals, slots)
+        return result if len(result) > 1 else idx
+    if isinstance(plan, WholePlan):
+        run_whole(plan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals, slots)
         return result if len(result) > 1 else idx
     ptrs = (ws.w.ptr, ws.ws.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr, block_tables.ptr, ws.lens.ptr,

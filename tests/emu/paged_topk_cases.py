@@ -207,7 +207,7 @@ def a_workspace_reused_within_its_bound(dev):
                                 (256, 2, 2048, 16, 1 << 17), (8, 4, 1, 16, 1 << 17), (1, 1, 7, 1, 10)):
         w = hipindexer.paged_topk_workspace(B_, n_, k_, mml, bs, device=dev)
         assert w.nbytes <= 8 * k_ * n_ * (2 * B_ + units) + (1 << 20) == w.bound, w
-        assert w.chunk % bs == 0 and w.chunk >= bs, w
+        assert w.whole or (w.chunk % bs == 0 and w.chunk >= bs), w  # a few long rows: the whole-row path's
 
 
 @case
@@ -240,6 +240,57 @@ def untrusted_device_values(dev):
             assert int(errors.numpy()[0]) == ERROR_BLOCK_ID | ERROR_LENGTH, chunk
             assert (idx == want).all(), chunk
         assert not np.isin(np.arange(32, 48), idx[2:4]).any()  # the keys of sequence 1's bad block
+
+
+@case
+def the_whole_row_path(dev):
+    """whole=True (the logits op into the workspace, topk_logits over it, the slots from the table): within the gate,
+    exactly the composed path's indices, values and slots, over short, empty and dead rows in both forms of the
+    lengths, sorted or not, into padded outputs, with block ids outside the cache and malformed lengths in device
+    memory (never selected, their bits in errors=), through a workspace reused on the prepared path."""
+    for rows in (False, True):
+        inp = case_inputs(111 + rows, B=5, next_n=4, ctx=300, ragged=True, live_min=1, zero_live=1,
+                          zero_contexts=1, lens_per_row=rows, max_model_len=340)
+        for sorted in (False, True):
+            idx, val, slots = check(dev, inp, 280, sorted, whole=True, pad=5)
+            want = run(dev, inp, 280, sorted, fused=False)
+            assert all((a.view(np.uint32) == b.view(np.uint32)).all() for a, b in zip((idx, val, slots), want))
+        count = (idx >= 0).sum(axis=1)
+        assert (count == 0).any() and (count == 280).any() and ((count > 0) & (count < 280)).any(), count
+    inp = case_inputs(113, B=4, ctx=400, spread="equal", ragged=True, live_min=1)
+    bt, ctx = inp.block_tables.copy(), inp.context_lens.copy()
+    bt[1, 2], bt[2, 20] = inp.kv_cache.shape[0], -5
+    ctx[3] = -7
+    d = lambda a: None if a is None else DeviceArray.from_numpy(a, dev)  # noqa: E731
+    bad = testing.DecodeInputs(inp.q, inp.kv_cache, inp.weights, d(ctx), d(bt), inp.max_model_len,
+                               d(inp.next_n_lens), False)
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
+    logits = hipindexer.fp8_paged_mqa_logits(*bad.args(), errors=errors, device=dev).numpy()
+    want, _ = reference.topk_logits(logits, 50, sorted=True)
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
+    outs = poisoned(dev, 8, 50)
+    idx, _, slots = hipindexer.fp8_paged_mqa_topk(*bad.args()[:6], 50, next_n_lens=bad.next_n_lens, sorted=True,
+                                                  return_values=True, return_slots=True, out=outs, errors=errors,
+                                                  device=dev, whole=True)
+    idx, slots = idx.numpy(), slots.numpy()
+    assert int(errors.numpy()[0]) == ERROR_BLOCK_ID | ERROR_LENGTH and (idx == want).all()
+    bs = inp.kv_cache.shape[1]
+    table = np.repeat(bt, 2, axis=0)
+    picked = np.where(idx >= 0, table[np.arange(8)[:, None], np.maximum(idx, 0) // bs] * bs + idx % bs, -1)
+    assert (slots == picked).all() and not np.isin(np.arange(32, 48), idx[2:4]).any()
+    ws = hipindexer.paged_topk_workspace(3, 2, 64, 2000, 16, device=dev, whole=True)
+    assert ws.whole and ws.nbytes <= ws.bound
+    for seed, b in ((114, 3), (115, 2)):
+        inp = case_inputs(seed, B=b, ctx=1000, ragged=True, live_min=1)
+        on = testing.DecodeInputs(*[DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a
+                                    for a in inp.args()])
+        outs = poisoned(dev, b * 2, 64)
+        for _ in range(2):
+            hipindexer.fp8_paged_mqa_topk(*on.args()[:6], 64, next_n_lens=on.next_n_lens, return_values=True,
+                                          return_slots=True, workspace=ws, out=outs, device=dev)
+        g = gate.gate_paged_topk(*(o.numpy() for o in outs[:2]), inp, 64, accumulation_of(dev, inp),
+                                 slots=outs[2].numpy())
+        assert g, g.message
 
 
 @case

@@ -148,7 +148,8 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
         us.update({k: statistics.median(time_batches(dev, f, repeats)[0])
                    for k, f in (*((f"fused_stages_{d}", at_stages(d)) for d in depths),
                                 *((f"fused_merge_group_{g}", at_group(g)) for g in groups))})
-        case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused,
+        path = "fused" if ws.fused else "whole" if ws.whole else "composed"
+        case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused, "path": path,
                 **{f"us_{k}": v for k, v in us.items()},
                 "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
                 "workspace_bound": ws.bound}
@@ -156,7 +157,7 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
         if not as_json:
             print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, logits + topk_logits "
                   f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
-                  f"({'fused' if ws.fused else 'composed'}, {case['paged_topk_over_logits']:.2f}x the logits); "
+                  f"({path}, {case['paged_topk_over_logits']:.2f}x the logits); "
                   f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
                   f"{ws.nbytes} B (bound {case['workspace_bound']} B)" +
                   "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths) +

@@ -1,0 +1,93 @@
+"""The whole-row path of the decode top-k (hipindexer.ops.paged_topk; docs/ops.md, "The whole-row path"). Where a
+call's logits, [B * next_n, max_model_len] float32, fit the workspace bound beside topk_logits' own workspace, the
+logits op writes them into the workspace, topk_logits selects each row's top_k among them, and topk_slots
+(hsaco_src/generic/topk_slots.hip) maps the selection to cache slots when they are asked for. A few sequences of long
+rows run faster so than through the fused kernel's pieces and merge (docs/benchmarks.md, "at small batches").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..catalog import KERNEL
+from ..plan.bounds import workspace_bound
+from ..runtime import DeviceArray
+from .decode import fp8_paged_mqa_logits
+from .launch import kernel_for
+from .topk import _grid, _stride, topk_logits
+from .topk import workspace_bytes as topk_workspace_bytes
+
+WHOLE_MIN_ROW = 32768      # whole_pays: rows of at least this many keys (max_model_len)
+WHOLE_MIN_KEYS = 1 << 17   # ... in a batch of at least this many (B x max_model_len)
+SLOTS_POINTERS = ("indices", "slots", "block_tables")
+
+
+def whole_width(max_model_len: int) -> int:
+    """The row stride of the workspace's logits: max_model_len rounded up to 16 bytes."""
+    return -(-max_model_len // 4) * 4
+
+
+def whole_workspace_bytes(B: int, next_n: int, top_k: int, max_model_len: int) -> int:
+    """What a whole-row workspace takes: the logits [B * next_n, whole_width] float32 and topk_logits' workspace
+    for B * next_n rows."""
+    R = B * next_n
+    return 4 * R * whole_width(max_model_len) + topk_workspace_bytes(R, top_k)
+
+
+def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, units: int) -> bool:
+    """Whether a whole-row workspace stays within the bound (workspace_bound, with the device's units)."""
+    return B > 0 and whole_workspace_bytes(B, next_n, top_k, max_model_len) <= workspace_bound(B, next_n, top_k,
+                                                                                              units)
+
+
+def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, units: int) -> bool:
+    """Whether the op takes the whole-row path by default: it fits, its rows have at least WHOLE_MIN_ROW keys and the
+    batch at least WHOLE_MIN_KEYS (the rows measured: docs/benchmarks.md, "at small batches")."""
+    return max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS and \
+        whole_fits(B, next_n, top_k, max_model_len, units)
+
+
+def whole_arrays(device, B: int, next_n: int, top_k: int, max_model_len: int, stream=None) -> tuple:
+    """A whole-row workspace's arrays: the logits and topk_logits' workspace."""
+    R = B * next_n
+    return (DeviceArray.empty((R, whole_width(max_model_len)), np.float32, device, stream),
+            DeviceArray.empty((topk_workspace_bytes(R, top_k),), np.uint8, device, stream))
+
+
+@dataclass
+class WholePlan:
+    """A whole-row call: the logits op's and topk_logits' arguments besides the per-call arrays (each op keeps its
+    own prepared launch), and the slots' launch, prepared but its pointers."""
+    dev: object
+    R: int
+    top_k: int
+    workspace: object  # a whole-row PagedTopkWorkspace
+    logits: DeviceArray  # the workspace's logits, [R, max_model_len] of its rows
+    max_model_len: int
+    sorted: bool
+    logits_kw: dict
+    slots: object
+
+
+def plan_whole(dev, s, top_k, ws, sorted, outs, logits_kw) -> WholePlan:
+    """The call's view of the workspace's logits, and the slots' launch (rows x top_k elements)."""
+    R = s.B * s.next_n
+    idx, _, slots = outs
+    launch = kernel_for(dev, "topk_slots").prepare(
+        _grid(-(-R * top_k // KERNEL["topk_slots"].block)), KERNEL["topk_slots"].block, pointers=SLOTS_POINTERS,
+        indices_stride=_stride(idx, R, top_k), slots_stride=_stride(slots, R, top_k), num_blocks=s.num_blocks,
+        rows=R, top_k=top_k, next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size)
+    return WholePlan(dev, R, top_k, ws, ws.w[:R, :s.max_model_len], s.max_model_len, bool(sorted), logits_kw, launch)
+
+
+def run_whole(plan: WholePlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,
+              slots) -> None:
+    """The logits op into the workspace (-inf past every row's bound), topk_logits over it, then the slots."""
+    fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, plan.max_model_len, next_n_lens,
+                         clean_logits=True, errors=errors, out=plan.logits, stream=st, device=plan.dev,
+                         **plan.logits_kw)
+    topk_logits(plan.logits, plan.top_k, sorted=plan.sorted, return_values=vals is not None, out=idx, values=vals,
+                stream=st, device=plan.dev, workspace=plan.workspace.topk)
+    if slots is not None:
+        plan.slots(st.handle, idx.ptr, slots.ptr, block_tables.ptr)
