@@ -44,7 +44,7 @@ from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, pre
 from .paged_topk_fused import (FUSED_KERNELS, FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap,
                                check_merge_group, fused_arrays,
                                fused_pays, fused_refusal, fused_units, plan_fused, run_fused)
-from .paged_topk_whole import WholePlan, plan_whole, run_whole, whole_arrays, whole_fits, whole_pays
+from .paged_topk_whole import WholePlan, check_whole, plan_whole, run_whole, takes_whole, whole_arrays
 from .topk import _grid, _stride, _written
 
 PAGED_TOPK_TUNABLES = DECODE_TUNABLES + ("chunk", "step_block", "fused", "whole", "stages", "units", "cap",
@@ -158,17 +158,8 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     st = as_stream(stream, dev)
     if fused not in (None, True, False):
         raise ValueError(f"fused: expected None, True or False, got {fused!r}")
-    if whole not in (None, True, False):
-        raise ValueError(f"whole: expected None, True or False, got {whole!r}")
-    if whole and (fused or chunk is not None):
-        raise ValueError("whole: True asks for the whole-row path, which takes neither fused=True nor chunk=")
-    fits = whole_fits(int(B), int(next_n), top_k, int(max_model_len), t.num_cus)
-    if whole and not fits:
-        bound = workspace_bound(int(B), int(next_n), top_k, t.num_cus)
-        raise ValueError(f"whole: True, but the logits of B={B} x next_n={next_n} rows of {max_model_len} keys and "
-                         f"topk_logits' workspace do not fit the bound of {bound} bytes")
-    if whole or (whole is None and fused is None and chunk is None and
-                 whole_pays(int(B), int(next_n), top_k, int(max_model_len), t.num_cus)):
+    check_whole(whole, fused, chunk)
+    if takes_whole(whole, fused, chunk, int(B), int(next_n), top_k, int(max_model_len), t.num_cus):
         return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), None, t.num_cus, st,
                                   whole_len=int(max_model_len))
     why = "needs heads=" if heads is None else \
@@ -305,10 +296,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     check_tunables("paged top-k", tunables, PAGED_TOPK_TUNABLES)
     chunk, step_block, fused = tunables.get("chunk"), tunables.get("step_block"), tunables.get("fused")
     whole = tunables.get("whole")
-    if whole not in (None, True, False):
-        raise ValueError(f"whole: expected None (where it pays), True or False, got {whole!r}")
-    if whole and (fused or chunk is not None):
-        raise ValueError("whole: True asks for the whole-row path, which takes neither fused=True nor chunk=")
+    check_whole(whole, fused, chunk)
     if step_block not in (None, 256, 512):
         raise ValueError(f"step_block: expected None, 256 or 512, got {step_block!r}")
     if fused not in (None, True, False):
@@ -371,12 +359,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     else:
         if fused and why:
             raise ValueError(f"fused: True, but the fused kernel {why}")
-        fits = whole_fits(s.B, s.next_n, top_k, s.max_model_len, units)
-        if whole and s.B and not fits:
-            raise ValueError(f"whole: True, but the logits of {R} rows of {s.max_model_len} keys and topk_logits' "
-                             f"workspace do not fit the bound of {workspace_bound(s.B, s.next_n, top_k, units)} bytes")
-        use_whole = bool(whole) or (whole is None and fused is None and chunk is None and
-                                    whole_pays(s.B, s.next_n, top_k, s.max_model_len, units))
+        use_whole = takes_whole(whole, fused, chunk, s.B, s.next_n, top_k, s.max_model_len, units)
         use_fused = not use_whole and why is None and chunk is None and \
             (fused or (fused is None and fused_pays(t, s.B, s.max_model_len, top_k)))
         if s.B == 0:

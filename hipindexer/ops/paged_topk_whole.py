@@ -48,6 +48,26 @@ def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, units: int) 
         whole_fits(B, next_n, top_k, max_model_len, units)
 
 
+def check_whole(whole, fused, chunk) -> None:
+    """The `whole` tunable against the call's other path tunables, or ValueError."""
+    if whole not in (None, True, False):
+        raise ValueError(f"whole: expected None (where it pays), True or False, got {whole!r}")
+    if whole and (fused or chunk is not None):
+        raise ValueError("whole: True asks for the whole-row path, which takes neither fused=True nor chunk=")
+
+
+def takes_whole(whole, fused, chunk, B: int, next_n: int, top_k: int, max_model_len: int, units: int) -> bool:
+    """Whether a call (or a workspace) of this batch takes the whole-row path: whole=True wherever it fits (else
+    ValueError), whole=None where it pays and no other path is asked for (fused=, chunk=), whole=False never."""
+    if whole:
+        if B and not whole_fits(B, next_n, top_k, max_model_len, units):
+            raise ValueError(f"whole: True, but the logits of B={B} x next_n={next_n} rows of {max_model_len} keys "
+                             f"and topk_logits' workspace do not fit the bound of "
+                             f"{workspace_bound(B, next_n, top_k, units)} bytes")
+        return True
+    return whole is None and fused is None and chunk is None and whole_pays(B, next_n, top_k, max_model_len, units)
+
+
 def whole_arrays(device, B: int, next_n: int, top_k: int, max_model_len: int, stream=None) -> tuple:
     """A whole-row workspace's arrays: the logits and topk_logits' workspace."""
     R = B * next_n
