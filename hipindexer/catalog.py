@@ -481,7 +481,7 @@ KERNELS.append(Kernel("mqa_topk_wgmma", "sm90a/mqa_logits_wgmma.hip", "hx_mqa_to
                       block=640, targets=("sm_90a",), variants=({"HX_HEADS": 32},), smem=204800,
                       defines=(("HX_TOPK_FILTER", 1),), accumulation="fp8_tc", fits=((32, 128),)))
 KERNELS.append(Kernel("mqa_topk_wgmma_fold", "sm90a/mqa_logits_wgmma_fold.hip", "hx_mqa_topk_wgmma_fold",
-                      "PrefillTopkParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=217088,
+                      "PrefillTopkParams", block=384, targets=("sm_90a",), variants=({"HX_HEADS": 64},), smem=226304,
                       defines=(("HX_TOPK_FILTER", 1),), accumulation="fp8_tc", fits=((64, 128),)))
 # sm_90a tensor-core decode (H in {32, 64}, D = 128, block_size 16 or 64, both layouts): keys by the tensor copy
 # engine, landing in the wgmma operand layouts, three math warpgroups, every live row of a sequence from one read

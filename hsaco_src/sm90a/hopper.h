@@ -181,6 +181,9 @@ struct hx_ring {
   __device__ void arrive_full_expect_tx(hx_u32 it, hx_u32 bytes) const {
     hx_mbar_arrive_expect_tx(full_at(it % S), bytes);
   }
+  // Producer at a place: wait until the stage's previous use is released; this thread's share is in place.
+  __device__ void wait_empty(const hx_ring_pos<S>& at) const { hx_mbar_wait(empty_at(at.slot), at.phase ^ 1u); }
+  __device__ void arrive_full(const hx_ring_pos<S>& at) const { hx_mbar_arrive(full_at(at.slot)); }
   // Consumer: wait until use it (or the stage at a place) is in place; release it when done reading.
   __device__ void wait_full(hx_u32 it) const { hx_mbar_wait(full_at(it % S), (it / S) & 1); }
   __device__ void arrive_empty(hx_u32 it) const { hx_mbar_arrive(empty_at(it % S)); }

@@ -94,7 +94,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_PLAIN_FILTER> {
       const hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the unit's first stage
       hx_i32 e = n - work_hi;
       Tile t;
-      make_tile(t, p, rec, m0, work_hi, h, b2, n);
+      make_tile(t, p, sm, rec, m0, work_hi, h, b2, n);
       const float* wt = weights_of(sm, qb, h);
       float w0[2 * JQ];
       load_weights(wt, 0, w0);

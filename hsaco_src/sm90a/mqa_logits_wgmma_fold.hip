@@ -18,7 +18,7 @@
 // warpgroup g computes q_eff of query row g of both halves (fold_query); the two warpgroups then meet.
 //
 // Built with -DHX_TOPK_FILTER=1 it is the fused prefill top-k's filter (hx_mqa_topk_wgmma_fold, PrefillTopkParams):
-// the same unit appending each row's keys that reach its floor instead of storing logits (prefill_cta.h, FILTER).
+// the same unit staging its logits for warpgroup 0's filter warps instead of storing them (prefill_cta.h, STAGED).
 #include "prefill_cta.h"
 
 #if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
@@ -155,7 +155,8 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
     float acc[2][NACC];
     // Stage s's A descriptor is stage 0's plus s BK D / 16 in its address field.
     const hx_u64 adesc0 = hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));
-    hx_ring_pos<S> at;  // the next K stage
+    hx_ring_pos<S> at;    // the next K stage
+    hx_ring_pos<LS> lat;  // STAGED: the next slot of staged logits
     for (hx_u32 qit = 0;; ++qit) {
       sm.q.wait_full(qit);
       const hx_u32 qb = qit & 1;
@@ -170,7 +171,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
       const float* wt[2];
       float wq[2][RQ][2 * JQ];
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) make_tile(t[hh], p, rec, m0, work_hi, hh, b2, n);
+      for (int hh = 0; hh < 2; ++hh) make_tile(t[hh], p, sm, rec, m0, work_hi, hh, b2, n);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         wt[hh] = weights_of(sm, qb, hh);
@@ -208,8 +209,10 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
         at.next();
       };
       auto store = [&](const V& v, float scale) {
+        const hx_u32 slot = stage_slot(sm, lat);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) reduce_store(p, t[hh], v[hh], e, scale, b1, b2);
+        for (int hh = 0; hh < 2; ++hh) reduce_store(p, t[hh], v[hh], e, scale, b1, b2, slot);
+        stage_staged(sm, lat);
         e += BK;
       };
       run_stages<true, V>(ns, issue, sum, store);

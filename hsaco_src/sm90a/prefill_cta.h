@@ -22,21 +22,20 @@
 // split, at a place counted in the unit record (a shared atomic: the order of a region's entries is arbitrary, the
 // selection after it is not). Warp 0 writes a record's counts to cand_counts once the math warpgroups release its Q
 // slot, and zeros for the rows of a unit with no stages; so every (row, part) is written on every call.
+//
+// STAGED (FILTER at H = 64, the fold kernel): the math warpgroups leave the compare and the appends to warps 2 and 3
+// instead. They store each stage's logits to shared memory (a ring of LS slots, [BQ rows][LROW]), and each filter
+// warp compares half the row block's rows against their windows and floors (as values, hx_topk_floor_value) and
+// appends the passes, one ballot per key column placing the lanes. A row's count is then one warp's register,
+// written to cand_counts at the unit's end. The fold's math warpgroups keep every weight in registers and spilled
+// around the appends; at H = 32, where four math warpgroups share each stage, two filter warps cannot keep up
+// (docs/benchmarks.md, "the filter warps").
 #pragma once
 #include "index_math.h"
 #include "hx_params.h"
 #include "hopper.h"
 #define HX_TOPK_KEYS_ONLY  // the order keys and entries only: the block-wide selection is not this kernel's
 #include "topk_select.h"
-
-template <bool C, class T, class F>
-struct hx_pick {
-  using type = T;
-};
-template <class T, class F>
-struct hx_pick<false, T, F> {
-  using type = F;
-};
 
 // One CTA of a prefill kernel at H heads with MATH_WGS math warpgroups, whose Q halves carry NX B rows beyond
 // their RQ x H (query row, head) rows, on parameters Params (PrefillTopkParams when FILTER). A kernel derives from
@@ -45,11 +44,9 @@ template <int HEADS, int MATH_WARPGROUPS, int EXTRA_ROWS, class Params = Prefill
 struct PrefillCta {
   static constexpr int H = HEADS, MATH_WGS = MATH_WARPGROUPS, NX = EXTRA_ROWS;
   static constexpr bool FILTER = FILTER_KEYS;
-  // FILTER: each logit compared with its row's floor as a value (hx_topk_floor_value), keyed only once it passes;
-  // the H = 64 (fold) build compares order keys instead, since with values ptxas spills more of its math
-  // warpgroups' registers (docs/benchmarks.md, "the filters' floors as values").
-  static constexpr bool VALUE_FLOORS = FILTER && H != 64;
-  using Floor = typename hx_pick<VALUE_FLOORS, float, hx_u32>::type;
+  // FILTER: each logit compared with its row's floor as a value (hx_topk_floor_value), keyed only once it passes.
+  // STAGED: by the filter warps (H = 64, the fold kernel), else by the math warpgroups.
+  static constexpr bool STAGED = FILTER && H == 64;
   static constexpr int D = 128;        // bytes of one key / query-head row
   static constexpr int NQ = 256;       // (query row, head) pairs of a row block
   static constexpr int BQ = NQ / H;    // query rows per row block
@@ -79,7 +76,16 @@ struct PrefillCta {
   static constexpr hx_u32 W_BYTES = BQ * WROW * 4;
   static constexpr hx_u32 REC_OFF = W_OFF + 2 * W_BYTES;  // 2 slots x unit record (record())
   static constexpr hx_u32 REC_BYTES = 128;
-  static constexpr hx_u32 FX_OFF = REC_OFF + 2 * REC_BYTES;  // then a kernel's own scratch, then the barriers
+  // STAGED: LS slots of staged logits, row r's key k at r LROW + k. A math store instruction's 32 lanes hold 16
+  // consecutive keys of rows r and r + RQ / 2 (lane bit 1): LROW puts the two rows 16 banks apart.
+  static constexpr int LS = 4;
+  static constexpr int LROW = BK + 16 / (RQ / 2);
+  static constexpr hx_u32 LG_BYTES = BQ * LROW * 4;
+  static_assert(((RQ / 2) * LROW) % 32 == 16 && (LROW * 4) % 16 == 0, "staged rows: conflict-free, 16-byte rows");
+  static constexpr hx_u32 LG_OFF = REC_OFF + 2 * REC_BYTES;
+  static constexpr hx_u32 FX_OFF = LG_OFF + (STAGED ? LS * LG_BYTES : 0);  // then a kernel's own scratch, then the
+                                                                           // barriers
+  static constexpr int FILTER_THREADS = STAGED ? 64 : 0;  // warps 2 and 3
   static constexpr int REC_PART = 4 + 2 * BQ, REC_COUNT = REC_PART + 1;  // FILTER: the unit's part, its rows' counts
   static_assert((REC_COUNT + BQ) * 4 <= REC_BYTES, "unit record");
 
@@ -87,22 +93,25 @@ struct PrefillCta {
     hx_u8* ptr;      // the 1024-aligned base, generic
     hx_u32 base;     // and as a shared address
     hx_ring<S> k;    // K (and kv_scale) stages: full after both loader warps, empty after every math thread
-    hx_ring<2> q;    // Q slots (Q, weights, unit record): full after warp 0 and its copies, empty as k
+    hx_ring<2> q;    // Q slots (Q, weights, unit record): full after warp 0 and its copies, empty after every
+                     // math (and STAGED: filter) thread
+    hx_ring<LS> lg;  // STAGED: staged logits, full after every math thread, empty after the filter warps
   };
   // The layout over the dynamic shared memory, its barriers after `bar_off`; thread 0 initialises them and the
   // CTA meets.
   HX_INLINE __device__ Smem setup(hx_u8* raw, hx_u32 bar_off) {
     const hx_u32 r = hx_smem_u32(raw), base = (r + 1023u) & ~1023u;
-    const hx_u32 kbar = base + bar_off, qbar = kbar + 16 * S;
-    const Smem s{raw + (base - r), base, {kbar, kbar + 8 * S}, {qbar, qbar + 16}};
+    const hx_u32 kbar = base + bar_off, qbar = kbar + 16 * S, lbar = qbar + 32;
+    const Smem s{raw + (base - r), base, {kbar, kbar + 8 * S}, {qbar, qbar + 16}, {lbar, lbar + 8 * LS}};
     if (hx_thread_x() == 0) {
       s.k.init(64, 128 * MATH_WGS);
-      s.q.init(64, 128 * MATH_WGS);
+      s.q.init(64, 128 * MATH_WGS + FILTER_THREADS);
+      if constexpr (STAGED) s.lg.init(128 * MATH_WGS, FILTER_THREADS);
     }
     hx_barrier();
     return s;
   }
-  static constexpr hx_u32 BAR_BYTES = (2 * S + 4) * 8;
+  static constexpr hx_u32 BAR_BYTES = (2 * S + 4 + (STAGED ? 2 * LS : 0)) * 8;
 
   // ------------------------------------------------------------------ the unit walk
   struct Unit {
@@ -282,7 +291,7 @@ struct PrefillCta {
           publish_upto(kit);
           s.q.wait_empty(qit);
         }
-        if constexpr (FILTER) {
+        if constexpr (FILTER && !STAGED) {
           if (qit >= 2) flush_counts(p, s, s.q.slot(qit), lane);
         }
         load_unit(p, s, qit, wu, ns, lane);  // Q rides in the copy group of the unit's first stage
@@ -304,7 +313,7 @@ struct PrefillCta {
     publish_upto(kit);
     if (warp == 0) {  // the end marker: a record with no stages, both of warp 0's arrivals
       s.q.wait_empty(qit);
-      if constexpr (FILTER) {  // the last two units' counts (uses qit - 2 and qit - 1)
+      if constexpr (FILTER && !STAGED) {  // the last two units' counts (uses qit - 2 and qit - 1)
         if (qit >= 2) flush_counts(p, s, s.q.slot(qit), lane);
         if (qit >= 1) {
           s.q.wait_empty(qit + 1);
@@ -334,12 +343,72 @@ struct PrefillCta {
     }
   }
 
-  // Warpgroup 0 with its registers cut to REGS: loads, and fills when clean.
+  // STAGED, warp 2 + fw: rows [fw FR, fw FR + FR) of every unit, FR = BQ / 2. Lane l reads keys [4l, 4l + 4) of a
+  // staged stage's rows (16-byte loads); a key passes inside its row's window and the unit's work range when its
+  // logit reaches the row's floor value. One ballot per key column places the passing lanes after the row's count;
+  // entries past the region are counted, not stored (the finish recomputes that row).
+  HX_INLINE __device__ void filter_warp(const Params& p, const Smem& s, hx_i32 fw, hx_i32 lane) {
+    constexpr int FR = BQ / 2;
+    const hx_u32 below = (1u << lane) - 1u;
+    const float none = hx_bits_to_f32(0x7FC00000u);  // a NaN floor: nothing passes
+    hx_ring_pos<LS> at;
+    for (hx_u32 qit = 0;; ++qit) {
+      s.q.wait_full(qit);
+      const hx_i32* rec = record(s, s.q.slot(qit));
+      const hx_i32 ns = rec[0];
+      if (ns == 0) break;
+      const hx_i32 m0 = rec[1], work_lo = rec[2], work_hi = rec[3], part = rec[REC_PART];
+      float floor[FR];
+      hx_u32 count[FR];
+#pragma unroll
+      for (int r = 0; r < FR; ++r) {
+        const hx_i32 row = fw * FR + r;
+        floor[r] = rec[5 + 2 * row] >= 0 ? hx_topk_floor_value(p.floors[(hx_i64)(m0 + row) * p.floor_stride]) : none;
+        count[r] = 0;
+      }
+      for (hx_i32 st = 0; st < ns; ++st) {
+        s.lg.wait_full(at);
+        const hx_i32 n = work_lo + st * BK + 4 * lane;
+        const float* lg = (const float*)(s.ptr + LG_OFF + at.slot * LG_BYTES) + fw * FR * LROW + 4 * lane;
+#pragma unroll
+        for (int r = 0; r < FR; ++r) {
+          const hx_i32 row = fw * FR + r;
+          const hx_f32x4 x4 = *(const hx_f32x4*)(lg + r * LROW);
+          const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+          // n + c in [lo, min(hi, work.hi)) as one unsigned compare of n + c - lo
+          const hx_i32 lo = rec[4 + 2 * row];
+          const hx_u32 len = (hx_u32)hx_max_i32(hx_min_i32(rec[5 + 2 * row], work_hi) - lo, 0), d = (hx_u32)(n - lo);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const bool pass = (d + c < len) & (x[c] >= floor[r]);
+            const hx_u32 b = hx_ballot(pass);
+            const hx_u32 at_row = count[r] + hx_popc(b & below);
+            if (pass && at_row < (hx_u32)p.region) {
+              const hx_i64 region0 = ((hx_i64)(m0 + row) * p.split + part) * p.region;
+              p.cand[region0 + at_row] = hx_topk_entry(hx_topk_order_key(x[c]), n + c);
+            }
+            count[r] += hx_popc(b);
+          }
+        }
+        s.lg.arrive_empty(at);
+        at.next();
+      }
+#pragma unroll
+      for (int r = 0; r < FR; ++r) {
+        const hx_i32 row = fw * FR + r;
+        if (lane == 0 && rec[5 + 2 * row] >= 0) p.cand_counts[(hx_i64)(m0 + row) * p.split + part] = (hx_i32)count[r];
+      }
+      s.q.arrive_empty(qit);
+    }
+  }
+
+  // Warpgroup 0 with its registers cut to REGS: loads, and fills when clean (STAGED: filters).
   template <int REGS>
   HX_INLINE __device__ void load_fill_warpgroup(const Params& p, const Smem& s, hx_i32 tid) {
     hx_setmaxnreg_dec<REGS>();
     const hx_i32 warp = tid / 32, lane = tid % 32;
     if (warp < 2) load_warps(p, s, warp, lane);
+    else if constexpr (STAGED) filter_warp(p, s, warp - 2, lane);
     else if (p.clean) fill_warps(p, tid - 64);
   }
 
@@ -360,24 +429,32 @@ struct PrefillCta {
     float* row[BQ / 4];             // this lane's output rows (half h: h RQ + b2 RQ/2 + kq), at its key
     hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
     bool fill[BQ / 4];              // clean and the row exists (hi -1 marks a row past M)
-    // FILTER: the rows' floors (VALUE_FLOORS: as values), the entry index of each row's region for the unit's part
+    // FILTER: the rows' floors as values, the entry index of each row's region for the unit's part
     // (32 bits: the op keeps a group's regions below 2^32 entries; ptxas spilled the math warpgroups' registers when
     // a 64-bit region pointer per row was kept), the shared address of the first row's count (the others' follow),
     // and the key of e = 0.
-    Floor floor[BQ / 4];
+    float floor[BQ / 4];
     hx_u32 region0[BQ / 4];
     hx_u32 count0;
     hx_i32 work_hi;
+    hx_u32 staged;  // STAGED: the shared address of its first row's logit in slot 0 of the ring
   };
-  HX_INLINE __device__ void make_tile(Tile& t, const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 work_hi,
+  HX_INLINE __device__ void make_tile(Tile& t, const Params& p, const Smem& s, const hx_i32* rec, hx_i32 m0,
+                                      hx_i32 work_hi, hx_i32 h, hx_i32 b2, hx_i32 n) {
+    if constexpr (STAGED) {
+      t.staged = s.base + LG_OFF + 4u * (hx_u32)((h * RQ + b2 * (RQ / 2)) * LROW + (n - rec[2]));
+    } else {
+      make_rows(t, p, rec, m0, work_hi, h, b2, n);
+    }
+  }
+  HX_INLINE __device__ void make_rows(Tile& t, const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 work_hi,
                                       hx_i32 h, hx_i32 b2, hx_i32 n) {
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) {
       const hx_i32 r = h * RQ + b2 * (RQ / 2) + kq;
       if constexpr (FILTER) {
         const hx_u32 floor = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
-        if constexpr (VALUE_FLOORS) t.floor[kq] = hx_topk_floor_value(floor);
-        else t.floor[kq] = floor;
+        t.floor[kq] = hx_topk_floor_value(floor);
         t.region0[kq] = ((hx_u32)(m0 + r) * (hx_u32)p.split + (hx_u32)rec[REC_PART]) * (hx_u32)p.region;
       } else {
         t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
@@ -392,11 +469,28 @@ struct PrefillCta {
     }
   }
 
+  // STAGED: a stage's logits go to the ring's next slot once the filter warps released it (returned: its offset),
+  // and are published after every half's stores. No-ops otherwise.
+  HX_INLINE __device__ hx_u32 stage_slot(const Smem& s, const hx_ring_pos<LS>& at) {
+    if constexpr (STAGED) {
+      s.lg.wait_empty(at);
+      return at.slot * LG_BYTES;
+    }
+    return 0;
+  }
+  HX_INLINE __device__ void stage_staged(const Smem& s, hx_ring_pos<LS>& at) {
+    if constexpr (STAGED) {
+      s.lg.arrive_full(at);
+      at.next();
+    }
+  }
+
   // The head sums v[i RQ + q] of key row 8i + l/4 of the warp's 16 and query row q of the half, reduced across
   // the quad (lane bit 0 keeps key row b1, bit 1 keeps query quarter b2), times kv_scale, stored with the -inf of
-  // rows outside their own window fused; branch-free (predicated stores). Then the next stage's keys.
+  // rows outside their own window fused; branch-free (predicated stores). Then the next stage's keys. STAGED: every
+  // logit staged at slot offset `slot`, the windows and floors left to the filter warps.
   HX_INLINE __device__ void reduce_store(const Params& p, Tile& t, const float (&v)[2 * RQ], hx_i32 e, float scale,
-                                         hx_i32 b1, hx_i32 b2) {
+                                         hx_i32 b1, hx_i32 b2, hx_u32 slot = 0) {
     float h1[RQ];
 #pragma unroll
     for (int x = 0; x < RQ; ++x) {
@@ -410,19 +504,16 @@ struct PrefillCta {
       const float send = b2 ? h1[kq] : h1[kq + RQ / 2];
       const float keep = b2 ? h1[kq + RQ / 2] : h1[kq];
       const float z = keep + hx_shfl_xor(send, 2);
+      if constexpr (STAGED) {
+        asm volatile("st.shared.f32 [%0], %1;" :: "r"(t.staged + slot + kq * (LROW * 4)), "f"(z * scale) : "memory");
+        continue;
+      }
       const bool inside = (e >= t.lo[kq]) & (e < t.hi[kq]);
       if constexpr (FILTER) {
         const float x = z * scale;
-        bool pass;
-        hx_u32 key;
-        if constexpr (VALUE_FLOORS) {
-          pass = (e < 0) & inside & (x >= t.floor[kq]);
-        } else {
-          key = hx_topk_key(x, false);
-          pass = (e < 0) & inside & (key >= t.floor[kq]) & (key != 0u);
-        }
+        const bool pass = (e < 0) & inside & (x >= t.floor[kq]);
         if (pass) {
-          if constexpr (VALUE_FLOORS) key = hx_topk_order_key(x);  // passed a finite floor: selectable
+          const hx_u32 key = hx_topk_order_key(x);  // passed a finite floor: selectable
           const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
           if (at < (hx_u32)p.region)
             p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);

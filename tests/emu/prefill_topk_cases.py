@@ -121,6 +121,17 @@ def fast_path_heads(dev):
 
 
 @case
+def fast_path_window_modes(dev):
+    """The fused path at the fast shapes (the target's tensor-core filters, H = 32 and 64, D = 128) in every window
+    mode, relative indices: the filters' own window tests, rows of V = 0 included."""
+    for i, mode in enumerate(("cp", "misaligned", "empty", "past_end", "multi_req")):
+        for H in (32, 64):
+            idx, _ = check(dev, inputs(40 + i, M=10, N=300, H=H, D=128, mode=mode), 16, relative=True, fused=True)
+        if mode in ("empty", "past_end"):
+            assert (counts(idx) == 0).any()
+
+
+@case
 def causal_rows_of_every_kind(dev):
     """Causal rows from V < top_k to V >= 4 top_k; sorted or not, absolute or relative, every shape."""
     inp = inputs(1, M=200, N=240)  # row m sees 41 + m keys

@@ -301,10 +301,12 @@ def _merge_loads(n: int) -> Plant:
     """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
     return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")
 
-# The fused prefill top-k's filter (the fold kernel built with HX_TOPK_FILTER, prefill_cta.h): its appends left out
-# (every logit still keyed and compared), their global stores left out, their shared atomics left out. The first and
-# the last leave rows short of top_k, whose finish then recomputes them: time those by the filter launch alone
-# (tools/measure/prefill_topk_bench.py --stages), not by the op.
+# The fused prefill top-k's filters (the sm_90a kernels built with HX_TOPK_FILTER, prefill_cta.h). At H = 32, where
+# the math warpgroups append: the appends left out (every logit still compared), their global stores left out, their
+# shared atomics left out, the entries stored to shared memory. At H = 64 (STAGED), where the filter warps append:
+# their appends left out (every staged logit still read and compared), and the staged stages released unread (the
+# math warpgroups' side alone). Those that leave rows short of top_k have their finish recompute them: time those
+# by the filter launch alone (tools/measure/prefill_topk_bench.py --stages), not by the op.
 CTA_P = "sm90a/prefill_cta.h"
 _FILTER_TEST = "        if (pass) {\n"
 _FILTER_STORE = "if (at < (hx_u32)p.region)"
@@ -316,6 +318,10 @@ FILTER_VARIANTS = {
     "no_global_store": [Plant("no_global_store", CTA_P, _FILTER_STORE, "if (at > 0xFFFFFFF0u)")],
     "no_atomic": [Plant("no_atomic", CTA_P, _FILTER_ATOM, "const hx_u32 at = (hx_u32)(e & 1023);")],
     # the appends' entries stored to shared memory (the fold's scratch) instead of the regions
+    "staged_no_appends": [Plant("staged_no_appends", CTA_P, "const bool pass = (d + c < len) & (x[c] >= floor[r]);",
+                                "const bool pass = (d + c < len) & (x[c] == -12345.0f);")],
+    "staging_alone": [Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_i32 row",
+                            "        for (int r = 0; r < 0; ++r) {\n          const hx_i32 row")],
     "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
                            'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
                            '"l"(hx_topk_entry(key, e + t.work_hi)) : "memory");')],

@@ -133,8 +133,8 @@ PLANTS = {
               "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
               "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
         Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma_fold.hip",
-              "reduce_store(p, t[hh], v[hh], e, scale, b1, b2);",
-              "reduce_store(p, t[hh], v[hh], e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2);"),
+              "reduce_store(p, t[hh], v[hh], e, scale, b1, b2, slot);",
+              "reduce_store(p, t[hh], v[hh], e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2, slot);"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [
@@ -423,6 +423,21 @@ PLANTS = {
         Plant("mfma_fused_slot_of_the_unit_alone", "gfx950/paged_mqa_topk_mfma.hip", "hx_block_x() + b, b,",
               "hx_block_x(), b,"),
     ],
+    # The sm_90a fused prefill top-k's filters (sm90a/prefill_cta.h, FILTER), on the GPU (its suite is
+    # tests/emu/prefill_topk_cases.py, SET_TESTS): at H = 64 (STAGED, the filter warps) a window taking the key past
+    # its end instead of its first, every part's count written over the first part's, two passing lanes of a column
+    # placed on one entry; at H = 32 (the math warpgroups' appends) an entry naming the next key.
+    "prefill_topk_sm90a": [
+        Plant("staged_window_a_key_late", "sm90a/prefill_cta.h", "const bool pass = (d + c < len) & (x[c] >= floor[r]);",
+              "const bool pass = (d + c - 1u < len) & (x[c] >= floor[r]);"),
+        Plant("staged_counts_of_the_first_part", "sm90a/prefill_cta.h",
+              "p.cand_counts[(hx_i64)(m0 + row) * p.split + part]", "p.cand_counts[(hx_i64)(m0 + row) * p.split]"),
+        Plant("staged_places_collide", "sm90a/prefill_cta.h", "const hx_u32 at_row = count[r] + hx_popc(b & below);",
+              "const hx_u32 at_row = count[r] + hx_popc(b & below) / 2u;"),
+        Plant("sm90a_filter_entry_a_key_late", "sm90a/prefill_cta.h",
+              "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);",
+              "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi + 1);"),
+    ],
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
     # the next row, the filter's threshold the largest candidate rather than the smallest, its kept columns' chunk
@@ -563,7 +578,8 @@ SET_CMDS = {
 SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_topk_cases.py",
              "paged_topk_fused": "tests/test_paged_topk_fused.py",
              "paged_topk_fused_mfma": "tests/emu/paged_topk_fused_cases.py",
-             "prefill_topk": "tests/emu/prefill_topk_cases.py"}
+             "prefill_topk": "tests/emu/prefill_topk_cases.py",
+             "prefill_topk_sm90a": "tests/emu/prefill_topk_cases.py"}
 
 SUITES = {
     "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},
