@@ -301,6 +301,17 @@ def _merge_loads(n: int) -> Plant:
     """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
     return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")
 
+# A warp's one arrival (lane 0, after the warp's shared stores are ordered by bar.warp.sync), predicated: no branch
+# for ptxas to see while a wgmma is in flight.
+def _warp_arrive(bar: str) -> str:
+    return ('__syncwarp(); asm volatile("{ .reg .pred p; .reg .b64 st; setp.eq.u32 p, %1, 0; '
+            '@p mbarrier.arrive.shared::cta.b64 st, [%0]; }" :: "r"(' + bar + '), "r"(hx_lane_reread()) : "memory");')
+
+
+_K_WARP_ARRIVALS = [Plant("k_init_warps", PRE_CTA, "      s.k.init(64, 128 * MATH_WGS);", "      s.k.init(64, 4 * MATH_WGS);"),
+                    Plant("k_arrive_warp", FOLD, "        sm.k.arrive_empty(at);\n",
+                          "        " + _warp_arrive("sm.k.empty_at(at.slot)") + "\n")]
+
 # The fused prefill top-k's filters (the sm_90a kernels built with HX_TOPK_FILTER, prefill_cta.h). At H = 32, where
 # the math warpgroups append: the appends left out (every logit still compared), their global stores left out, their
 # shared atomics left out, the entries stored to shared memory. At H = 64 (STAGED), where the filter warps append:
@@ -322,6 +333,36 @@ FILTER_VARIANTS = {
                                 "const bool pass = (d + c < len) & (x[c] == -12345.0f);")],
     "staging_alone": [Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_i32 row",
                             "        for (int r = 0; r < 0; ++r) {\n          const hx_i32 row")],
+    # ... and with no ring between them either (the math warpgroups' stores alone)
+    "staging_unsynced": [
+        Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_i32 row",
+              "        for (int r = 0; r < 0; ++r) {\n          const hx_i32 row"),
+        Plant("no_wait_empty", CTA_P, "      s.lg.wait_empty(at);\n      return at.slot * LG_BYTES;",
+              "      return at.slot * LG_BYTES;"),
+        Plant("no_wait_full", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 n = work_lo", "        const hx_i32 n = work_lo")],
+    # ... and with the filter warps gone (they exit at once; nobody waits for them)
+    "filter_warps_gone": [
+        Plant("gone", CTA_P, "    else if constexpr (STAGED) filter_warp(p, s, warp - 2, lane);", "    else if constexpr (STAGED) {}"),
+        Plant("not_counted", CTA_P, "static constexpr int FILTER_THREADS = STAGED ? 64 : 0;", "static constexpr int FILTER_THREADS = 0;"),
+        Plant("no_lg_init", CTA_P, "      if constexpr (STAGED) s.lg.init(128 * MATH_WGS, FILTER_THREADS);\n", ""),
+        Plant("no_wait_empty", CTA_P, "      s.lg.wait_empty(at);\n      return at.slot * LG_BYTES;",
+              "      return at.slot * LG_BYTES;")],
+    # the filter warps' waits backing off (nanosleep) instead of spinning
+    "filter_waits_sleep": [
+        Plant("q_sleep", CTA_P, "      s.q.wait_full(qit);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      const hx_i32 m0 = rec[1], work_lo",
+              "      while (!hx_mbar_test(s.q.full_at(s.q.slot(qit)), (qit / 2) & 1)) __nanosleep(100);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      const hx_i32 m0 = rec[1], work_lo"),
+        Plant("lg_sleep", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 n = work_lo",
+              "        while (!hx_mbar_test(s.lg.full_at(at.slot), at.phase)) __nanosleep(100);\n        const hx_i32 n = work_lo")],
+    # the staged stages published by one arrival a warp (and the K ring's stages released so too)
+    "warp_arrivals": [
+        Plant("lg_init_warps", CTA_P, "s.lg.init(128 * MATH_WGS, FILTER_THREADS);", "s.lg.init(4 * MATH_WGS, FILTER_THREADS);"),
+        Plant("lg_arrive_warp", CTA_P, "      s.lg.arrive_full(at);\n      at.next();",
+              "      " + _warp_arrive("s.lg.full_at(at.slot)") + "\n      at.next();")],
+    "all_warp_arrivals": [
+        Plant("lg_init_warps", CTA_P, "s.lg.init(128 * MATH_WGS, FILTER_THREADS);", "s.lg.init(4 * MATH_WGS, FILTER_THREADS);"),
+        Plant("lg_arrive_warp", CTA_P, "      s.lg.arrive_full(at);\n      at.next();",
+              "      " + _warp_arrive("s.lg.full_at(at.slot)") + "\n      at.next();"),
+        *_K_WARP_ARRIVALS],
     "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
                            'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
                            '"l"(hx_topk_entry(key, e + t.work_hi)) : "memory");')],
@@ -367,6 +408,15 @@ VARIANTS = {
         "free_run_light_sums": [*_free_run(FOLD), _light_sums(FOLD)],
         "free_run_single": [*_free_run(FOLD), Plant("single", FOLD, "run_stages<true, V>", "run_stages<false, V>")],
         "free_run_no_store": [*_free_run(FOLD), _NO_STORE],
+        # the logits stored to shared memory instead (the first 8 KiB, over the K ring's first stage: wrong logits,
+        # the shared-memory pipe's share of a stage as the fused prefill top-k's filter takes it)
+        "shared_stores": [Plant("shared_stores", PRE_CTA,
+                                "hx_store_f32_if(store, t.row[kq], inside ? z * scale : ninf);",
+                                'asm volatile("st.shared.f32 [%0], %1;" :: "r"((hx_u32)(size_t)t.row[kq] & 0x1FFCu), '
+                                '"f"(inside ? z * scale : ninf) : "memory");')],
+        "no_store": [_NO_STORE],
+        # the K ring's stages released by one arrival a warp instead of one a thread
+        "k_warp_arrivals": _K_WARP_ARRIVALS,
         "free_run_light_no_store": [*_free_run(FOLD), _light_sums(FOLD), _NO_STORE],
         "free_run_pingpong": [*_free_run(FOLD), *_pingpong(FOLD, "g", 256, _FOLD_START, _FOLD_FENCE, _FOLD_ISSUED)],
         "peak_n136": _peak_at(136),
