@@ -326,6 +326,7 @@ STRUCTS.append(Struct("PagedTopkStepParams", [
     ("w_stride", "i64"), ("ws_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),
     ("slots_stride", "i64"),  # elements between rows
     ("base", "i64"), ("next_key", "i64"),  # the first key of this chunk and of the next
+    ("num_blocks", "i64"),  # the cache's blocks: a slot's block id outside [0, num_blocks) gives -1
     ("rows", "i32"), ("top_k", "i32"), ("width", "i32"),
     ("next_n", "i32"), ("max_blocks", "i32"), ("block_size", "i32"),
     ("chunk_blocks", "i32"),  # columns of chunk_table
@@ -337,6 +338,7 @@ STRUCTS.append(Struct("PagedTopkMergeParams", _DECODE_TOPK_POINTERS + [
     ("seq_done", "ptr:i32"),  # per sequence, its rows merged so far: the last one empties the sequence's list
     ("indices", "ptr:i32"), ("values", "ptr:f32"), ("slots", "ptr:i32"), ("block_tables", "ptr:i32"),
     ("indices_stride", "i64"), ("values_stride", "i64"), ("slots_stride", "i64"),  # elements between rows
+    ("num_blocks", "i64"),  # the cache's blocks: a slot's block id outside [0, num_blocks) gives -1
     ("B", "i32"), ("next_n", "i32"), ("top_k", "i32"), ("units", "i32"), ("max_blocks", "i32"),
     ("block_size", "i32"), ("max_model_len", "i32"), ("sorted", "i32"),
     # A first level (group > 0): groups blocks a row, each merging `group` list entries into the first one's slot;

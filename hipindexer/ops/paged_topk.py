@@ -427,6 +427,7 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
     fixed = dict(w_stride=w_stride, ws_stride=top_k, indices_stride=_stride(idx, R, top_k),
                  values_stride=_stride(vals, R, top_k), slots_stride=_stride(slots, R, top_k), rows=R, top_k=top_k,
                  next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size, chunk_blocks=C // s.block_size,
+                 num_blocks=s.num_blocks,
                  lens_per_row=int(s.lens_per_row), sorted=int(bool(sorted)))
     plan = _Plan(dev, R, top_k, [], ws, ws.lens[:s.B], ws.table[:s.B], ws.w[:R, top_k:])
     later = replace(s, max_blocks=C // s.block_size, lens_per_row=True)  # the workspace's lengths and table

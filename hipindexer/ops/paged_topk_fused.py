@@ -169,7 +169,7 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
         indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
         slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n, top_k=top_k, units=grid,
         max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len, sorted=int(bool(sorted)),
-        group=group if level else 0, groups=groups, stride=group if group and not level else 1)
+        num_blocks=s.num_blocks, group=group if level else 0, groups=groups, stride=group if group and not level else 1)
         for level in ((1, 0) if group else (0,))]
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle)) \
         if DECODE.by_key[fk.logits].kv_map else None

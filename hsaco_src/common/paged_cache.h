@@ -10,6 +10,17 @@
 // every key chunk of every block is 16-byte aligned) iff block_size % 4 == 0.
 HX_INLINE HX_HD hx_i64 hx_block_bytes(hx_i32 block_size, hx_i32 D) { return (hx_i64)block_size * (D + 4); }
 
+// The cache slot of key n of a sequence whose block-table row is `table` (max_blocks columns): the block id of
+// n's column times block_size plus n % block_size. -1 for n < 0, and for a column past the row or a block id outside
+// [0, num_blocks): a decode top-k selects only keys whose logits were computed, so both exist, but the table is
+// only the device's and is checked anyway. The op keeps num_blocks * block_size within int32.
+HX_INLINE HX_HD hx_i32 hx_cache_slot(const hx_i32* table, hx_i32 max_blocks, hx_i32 block_size, hx_i64 num_blocks,
+                                     hx_i64 n) {
+  const hx_i64 col = n >= 0 ? n / block_size : 0;
+  const hx_i64 id = n >= 0 && col < max_blocks ? (hx_i64)table[col] : -1;
+  return id >= 0 && id < num_blocks ? (hx_i32)(id * block_size + n % block_size) : -1;
+}
+
 // Offset of key byte d of in-block token t, block-flat: token t's key at t * D.
 HX_INLINE HX_HD hx_i64 hx_flat_key_offset(hx_i32 t, hx_i32 d, hx_i32 D) { return (hx_i64)t * D + d; }
 

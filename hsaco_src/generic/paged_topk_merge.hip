@@ -19,6 +19,7 @@
 // The order is common/topk_finish.h's: ascending positions without a sort where the row fits a bitmap in the
 // buffer's part past the selection, else (and sorted) a bitonic sort.
 #include "topk_finish.h"
+#include "paged_cache.h"
 
 #define HX_MAX_PIECES 512                     // units of a fused launch (the op holds them to it)
 #define HX_MERGE_CAP (HX_SMEM / 8)              // the list's entries in shared memory at once
@@ -33,12 +34,9 @@ HX_INLINE HX_DEV void hx_merge_write(const PagedTopkMergeParams& p, hx_i64 row, 
                                      hx_u32 key) {
   p.indices[row * p.indices_stride + s] = n;
   if (p.values) p.values[row * p.values_stride + s] = n >= 0 ? hx_topk_value(key) : hx_bits_to_f32(0xFF800000u);
-  if (p.slots) {
-    // a selected key had a finite logit, so its table column exists and named a block; checked anyway
-    const hx_i64 col = n >= 0 ? n / p.block_size : 0;
-    const hx_i64 id = n >= 0 && col < p.max_blocks ? (hx_i64)p.block_tables[b * p.max_blocks + col] : -1;
-    p.slots[row * p.slots_stride + s] = id >= 0 ? (hx_i32)(id * p.block_size + n % p.block_size) : -1;
-  }
+  if (p.slots)
+    p.slots[row * p.slots_stride + s] =
+        hx_cache_slot(p.block_tables + b * p.max_blocks, p.max_blocks, p.block_size, p.num_blocks, n);
 }
 
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRID_CONSTANT PagedTopkMergeParams p) {

@@ -17,6 +17,7 @@
 // op flags only if a length reaches them, as it would have for the missing column
 // itself. Both are written last, read by the next logits launch on the stream.
 #include "topk_chunks.h"
+#include "paged_cache.h"
 
 // Row (b, j)'s key count from key first_key on (0 when none; -1 for a malformed length).
 HX_INLINE HX_DEV hx_i32 hx_chunk_length(const PagedTopkStepParams& p, hx_i64 row, hx_i64 first_key) {
@@ -63,12 +64,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_paged_to
         continue;
       }
       if (p.values) p.values[row * p.values_stride + s] = val[k];
-      if (p.slots) {
-        // a selected key had a finite logit, so its table column exists and named a block; checked anyway
-        const hx_i64 col = n >= 0 ? n / p.block_size : 0;
-        const hx_i64 id = n >= 0 && col < p.max_blocks ? (hx_i64)p.block_tables[b * p.max_blocks + col] : -1;
-        p.slots[row * p.slots_stride + s] = id >= 0 ? (hx_i32)(id * p.block_size + n % p.block_size) : -1;
-      }
+      if (p.slots)
+        p.slots[row * p.slots_stride + s] =
+            hx_cache_slot(p.block_tables + b * p.max_blocks, p.max_blocks, p.block_size, p.num_blocks, n);
     }
     if (!p.last) {
       if (tid == 0) p.chunk_lens[row] = hx_chunk_length(p, row, p.next_key);

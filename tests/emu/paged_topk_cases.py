@@ -406,7 +406,8 @@ def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, 
                 union.setdefault((b, j), []).extend(zip(key.tolist(), pos.tolist(), vals.tolist()))
     if wide_row is not None:
         assert len(union[divmod(wide_row, n)]) > 16384, "the union fits the shared buffer: no second round"
-    tables = rng.integers(0, 1000, size=(B, -(-mml // bs)), dtype=np.int32)
+    # a tenth of the ids past the cache's 1000 blocks: their keys' slots are -1 (hx_cache_slot checks the table)
+    tables = rng.integers(0, 1100, size=(B, -(-mml // bs)), dtype=np.int32)
     d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
     ws = [d(parts.ravel()), d(counts.ravel()), d(seq_parts.ravel()), d(nparts), d(np.zeros(B, np.int32))]
     outs = poisoned(dev, B * n, top_k)
@@ -416,7 +417,7 @@ def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, 
         kernel_for(dev, "paged_topk_merge").prepare(
             3, None, pointers=MERGE_POINTERS, indices_stride=top_k, values_stride=top_k, slots_stride=top_k, B=B,
             next_n=n, top_k=top_k, units=units, max_blocks=tables.shape[1], block_size=bs, max_model_len=mml,
-            sorted=int(by_value), group=group if level else 0, groups=groups, stride=group if not level and group else 1,
+            num_blocks=1000, sorted=int(by_value), group=group if level else 0, groups=groups, stride=group if not level and group else 1,
         )(dev.default_stream.handle, *(a.ptr for a in ws), *(o.ptr for o in outs), bt.ptr)
     idx, val, slot = (o.numpy() for o in outs)
     for r in range(B * n):
@@ -428,7 +429,8 @@ def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, 
         assert (idx[r] == want_idx).all(), f"top_k {top_k}, sorted {by_value}, tied {tied}, row {r}"
         assert (val[r, :m] == np.array([e[2] for e in got], np.float32)).all() and np.isneginf(val[r, m:]).all()
         b = r // n
-        want_slot = [int(tables[b, p // bs]) * bs + p % bs for p in want_idx[:m]] + [-1] * (top_k - m)
+        want_slot = [int(tables[b, p // bs]) * bs + p % bs if tables[b, p // bs] < 1000 else -1
+                     for p in want_idx[:m]] + [-1] * (top_k - m)
         assert (slot[r] == want_slot).all()
     assert (ws[3].numpy() == 0).all() and (ws[4].numpy() == 0).all(), "the lists are emptied"
 

@@ -379,11 +379,12 @@ PLANTS = {
               "if (mine[k]) e[1u + hx_bitmap_rank("),
         Plant("merge_list_not_emptied", "generic/paged_topk_merge.hip", "      p.seq_nparts[b] = 0;\n", ""),
         # The whole-row path's slots (generic/topk_slots.hip; the_whole_row_path runs it): a row's sequence taken
-        # as the row itself (next_n ignored), a key's offset in its block left out.
-        Plant("slots_row_as_sequence", "generic/topk_slots.hip", "p.block_tables[row / p.next_n * p.max_blocks",
-              "p.block_tables[row * p.max_blocks"),
-        Plant("slots_block_offset_left_out", "generic/topk_slots.hip", "(hx_i32)(id * p.block_size + n % p.block_size)",
-              "(hx_i32)(id * p.block_size)"),
+        # as the row itself (next_n ignored), a key's offset in its block left out (hx_cache_slot, common/paged_cache.h,
+        # which every decode top-k's slots share).
+        Plant("slots_row_as_sequence", "generic/topk_slots.hip", "p.block_tables + row / p.next_n * p.max_blocks",
+              "p.block_tables + row * p.max_blocks"),
+        Plant("slots_block_offset_left_out", "common/paged_cache.h", "(hx_i32)(id * block_size + n % block_size)",
+              "(hx_i32)(id * block_size)"),
         Plant("merge_walk_a_piece_short", "generic/paged_topk_merge.hip", "while (piece_at[q + 1] <= at) ++q;",
               "while (piece_at[q + 1] < at) ++q;"),
     ],
