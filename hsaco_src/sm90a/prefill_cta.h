@@ -27,8 +27,8 @@
 // instead. They store each stage's logits to shared memory (a ring of LS slots, [BQ rows][LROW]), and each filter
 // warp compares half the row block's rows against their windows and floors (as values, hx_topk_floor_value) and
 // appends the passes, one ballot per key column placing the lanes. A row's count is then one warp's register,
-// written to cand_counts at the unit's end. The fold's math warpgroups keep every weight in registers and spilled
-// around the appends; at H = 32, where four math warpgroups share each stage, two filter warps cannot keep up
+// written to cand_counts at the unit's end. The fold's math warpgroups keep every weight in registers, which leaves
+// none for the appends; at H = 32, where four math warpgroups share each stage, two filter warps cannot keep up
 // (docs/benchmarks.md, "the filter warps").
 #pragma once
 #include "index_math.h"
