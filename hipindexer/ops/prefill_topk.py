@@ -33,7 +33,7 @@ from .launch import INT32_MAX, check_workspace, kernel_for, prepared, remember, 
 from .prefill import check_prefill_call, prepare_prefill
 from .prefill_topk_fused import (FUSED_TOP_K, FusedPlan, FusedPrefillTopkWorkspace, check_fused_call, fused_fits,
                                  plan_fused_call, run_fused)
-from .topk import MAX_BLOCKS, _written
+from .topk import MAX_BLOCKS, _stride, _written
 
 PREFILL_TOPK_TUNABLES = PREFILL_TUNABLES + ("rows", "chunk", "filtered", "step_block", "fused")
 COMPOSED_ONLY = ("chunk", "filtered", "step_block")
@@ -351,11 +351,6 @@ def _full(arrays, outs, top_k, relative, sorted, return_values, accumulation, wo
     remember(key, plan)
     c.upload()
     return _run(plan, st, c.q, c.k, c.kv_scale, c.weights, c.ks, c.ke, _outputs(plan, outs, return_values, st))
-
-
-def _stride(a, M: int, width: int) -> int:
-    """Elements between rows of a [M, width] array (any value for one row)."""
-    return a.strides[0] // a.itemsize if a is not None and M > 1 else width
 
 
 def chunk_starts(N: int, chunk: int, top_k: int, filtered: bool) -> list[int]:
