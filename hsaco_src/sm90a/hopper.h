@@ -357,6 +357,10 @@ HX_INLINE __device__ void hx_store_f32_if(bool c, float* dst, float v) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
                :: "l"(dst), "f"(v), "r"((hx_u32)c) : "memory");
 }
+HX_INLINE __device__ void hx_store_u64_if(bool c, hx_u64* dst, hx_u64 v) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.u64 [%0], %1; }"
+               :: "l"(dst), "l"(v), "r"((hx_u32)c) : "memory");
+}
 
 // ---------------------------------------------------------------- wgmma (warpgroup)
 // D[64 x N] (+)= A[64 x K] B[N x K]^T, e4m3 x e4m3 -> f32, A and B K-major tiles in shared memory, D in

@@ -346,7 +346,9 @@ struct PrefillCta {
   // STAGED, warp 2 + fw: rows [fw FR, fw FR + FR) of every unit, FR = BQ / 2. Lane l reads keys [4l, 4l + 4) of a
   // staged stage's rows (16-byte loads); a key passes inside its row's window and the unit's work range when its
   // logit reaches the row's floor value. One ballot per key column places the passing lanes after the row's count;
-  // entries past the region are counted, not stored (the finish recomputes that row).
+  // entries past the region are counted, not stored (the finish recomputes that row). The loop is straight-line
+  // (every store predicated, a row's four ballots taken before their counts are summed): these warps issue on the
+  // math warpgroups' schedulers, and at H = 64 they must keep pace with them.
   HX_INLINE __device__ void filter_warp(const Params& p, const Smem& s, hx_i32 fw, hx_i32 lane) {
     constexpr int FR = BQ / 2;
     const hx_u32 below = (1u << lane) - 1u;
@@ -358,12 +360,18 @@ struct PrefillCta {
       const hx_i32 ns = rec[0];
       if (ns == 0) break;
       const hx_i32 m0 = rec[1], work_lo = rec[2], work_hi = rec[3], part = rec[REC_PART];
+      // Row r: its window [lo, lo + len) within the work range (len 0 past M), floor value, the entry index of its
+      // region (32 bits, as the math warpgroups' filter keeps it) and its count.
+      hx_i32 lo[FR];
+      hx_u32 len[FR], region0[FR], count[FR];
       float floor[FR];
-      hx_u32 count[FR];
 #pragma unroll
       for (int r = 0; r < FR; ++r) {
-        const hx_i32 row = fw * FR + r;
-        floor[r] = rec[5 + 2 * row] >= 0 ? hx_topk_floor_value(p.floors[(hx_i64)(m0 + row) * p.floor_stride]) : none;
+        const hx_i32 row = fw * FR + r, hi = rec[5 + 2 * row];
+        lo[r] = rec[4 + 2 * row];
+        len[r] = (hx_u32)hx_max_i32(hx_min_i32(hi, work_hi) - lo[r], 0);
+        floor[r] = hi >= 0 ? hx_topk_floor_value(p.floors[(hx_i64)(m0 + row) * p.floor_stride]) : none;
+        region0[r] = ((hx_u32)(m0 + row) * (hx_u32)p.split + (hx_u32)part) * (hx_u32)p.region;
         count[r] = 0;
       }
       for (hx_i32 st = 0; st < ns; ++st) {
@@ -372,22 +380,22 @@ struct PrefillCta {
         const float* lg = (const float*)(s.ptr + LG_OFF + at.slot * LG_BYTES) + fw * FR * LROW + 4 * lane;
 #pragma unroll
         for (int r = 0; r < FR; ++r) {
-          const hx_i32 row = fw * FR + r;
           const hx_f32x4 x4 = *(const hx_f32x4*)(lg + r * LROW);
           const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-          // n + c in [lo, min(hi, work.hi)) as one unsigned compare of n + c - lo
-          const hx_i32 lo = rec[4 + 2 * row];
-          const hx_u32 len = (hx_u32)hx_max_i32(hx_min_i32(rec[5 + 2 * row], work_hi) - lo, 0), d = (hx_u32)(n - lo);
+          const hx_u32 d = (hx_u32)(n - lo[r]);  // n + c in the window: d + c < len, one unsigned compare
+          bool pass[4];
+          hx_u32 b[4];
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const bool pass = (d + c < len) & (x[c] >= floor[r]);
-            const hx_u32 b = hx_ballot(pass);
-            const hx_u32 at_row = count[r] + hx_popc(b & below);
-            if (pass && at_row < (hx_u32)p.region) {
-              const hx_i64 region0 = ((hx_i64)(m0 + row) * p.split + part) * p.region;
-              p.cand[region0 + at_row] = hx_topk_entry(hx_topk_order_key(x[c]), n + c);
-            }
-            count[r] += hx_popc(b);
+            pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);
+            b[c] = hx_ballot(pass[c]);
+          }
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const hx_u32 at_row = count[r] + hx_popc(b[c] & below);
+            count[r] += hx_popc(b[c]);
+            hx_store_u64_if(pass[c] & (at_row < (hx_u32)p.region), p.cand + (region0[r] + at_row),
+                            hx_topk_entry(hx_topk_order_key(x[c]), n + c));
           }
         }
         s.lg.arrive_empty(at);
