@@ -4,11 +4,12 @@
         python3 -m tools.measure.profile_op prefill --shape 2048x8192 --heads 64 --kernel mqa_logits_wgmma
     ncu ... python3 -m tools.measure.profile_op decode --shape 64x131072 --heads 64 --next-n 1
     ncu ... python3 -m tools.measure.profile_op topk --shape 64x131072 --top-k 2048
+    ncu -k regex:mqa_topk_wgmma ... python3 -m tools.measure.profile_op prefill-topk --shape 4096x32768 --heads 64
 """
 import click
 import numpy as np
 
-from hipindexer import fp8_mqa_logits, fp8_paged_mqa_logits, testing, topk_logits
+from hipindexer import fp8_mqa_logits, fp8_mqa_topk, fp8_paged_mqa_logits, prefill_topk_workspace, testing, topk_logits
 from hipindexer.runtime import Device, DeviceArray
 
 
@@ -26,15 +27,34 @@ def main():
 @click.option("--shape", default="2048x8192", help="MxN")
 @click.option("--heads", default=64)
 @click.option("--kernel", default=None)
+@click.option("--split", default=None, type=int)
+@click.option("--clean/--no-clean", default=True)
 @click.option("--calls", default=2)
-def prefill(shape, heads, kernel, calls):
+def prefill(shape, heads, kernel, split, clean, calls):
     M, N = _shape(shape)
     dev = Device()
     inp = testing.prefill_inputs(np.random.default_rng(0), M, N, heads, 128, "causal")
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     out = DeviceArray.empty((M, N), np.float32, dev)
     for _ in range(calls):
-        fp8_mqa_logits(*args, out=out, **({"kernel": kernel} if kernel else {}))
+        fp8_mqa_logits(*args, clean_logits=clean, out=out, **({"kernel": kernel} if kernel else {}), **({"split": split} if split else {}))
+    dev.synchronize()
+
+
+@main.command()
+@click.option("--shape", default="4096x32768", help="MxN, causal")
+@click.option("--heads", default=64)
+@click.option("--top-k", default=2048)
+@click.option("--calls", default=2)
+def prefill_topk(shape, heads, top_k, calls):
+    M, N = _shape(shape)
+    dev = Device()
+    inp = testing.prefill_inputs(np.random.default_rng(0), M, N, heads, 128, "causal")
+    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    ws = prefill_topk_workspace(M, N, top_k, device=dev, H=heads, D=128)
+    out = DeviceArray.empty((M, top_k), np.int32, dev)
+    for _ in range(calls):
+        fp8_mqa_topk(*args, top_k, workspace=ws, out=out, device=dev)
     dev.synchronize()
 
 
