@@ -7,8 +7,16 @@
 A variant is a list of text substitutions on a copy of hsaco_src/, like a plant of tools/support/mutate.py, but its
 outputs are wrong on purpose: only its time means anything. Each variant is built into its own package copy
 (tools/support/package_copy.py), starting from the shipped build's objects, and the command after `--` (a
-`hipindexer.cli` command that prints --json) runs on each copy in turn; the table lists each case's median
-microseconds per variant and the fraction of the shipped build's time.
+`hipindexer.cli` command that prints --json, or with --module a tools/ script that does) runs on each copy in turn;
+the table lists each case's median microseconds per variant (--field of each case: `us`, or for
+tools.measure.prefill_topk_bench say `us_stage_filter`) and the fraction of the shipped build's time.
+
+    python -m tools.measure.stage_variants --set sm90a_prefill_filter --builds DIR --prebuilt \
+        --module tools.measure.prefill_topk_bench --field us_stage_filter -- --heads 64 --stages
+
+Run a copy only through this script or from the copy's root: `python -m` puts its working folder ahead of
+PYTHONPATH, so a command started in the checkout imports the checkout's package and its shipped objects, whatever
+PYTHONPATH says.
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ from pathlib import Path
 import click
 
 from tools.support.mutate import Plant, build_planted
-from tools.support.package_copy import PackageCopy
+from tools.support.package_copy import ROOT, PackageCopy
 
 TMA = "sm90a/paged_mqa_logits_wgmma_tma.hip"
 TMA_CTA = "sm90a/decode_tma_cta.h"
@@ -329,14 +337,14 @@ FILTER_VARIANTS = {
     "no_global_store": [Plant("no_global_store", CTA_P, _FILTER_STORE, "if (at > 0xFFFFFFF0u)")],
     "no_atomic": [Plant("no_atomic", CTA_P, _FILTER_ATOM, "const hx_u32 at = (hx_u32)(e & 1023);")],
     # the appends' entries stored to shared memory (the fold's scratch) instead of the regions
-    "staged_no_appends": [Plant("staged_no_appends", CTA_P, "const bool pass = (d + c < len) & (x[c] >= floor[r]);",
-                                "const bool pass = (d + c < len) & (x[c] == -12345.0f);")],
-    "staging_alone": [Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_i32 row",
-                            "        for (int r = 0; r < 0; ++r) {\n          const hx_i32 row")],
+    "staged_no_appends": [Plant("staged_no_appends", CTA_P, "pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);",
+                                "pass[c] = (d + c < len[r]) & (x[c] == -12345.0f);")],
+    "staging_alone": [Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_f32x4 x4",
+                            "        for (int r = 0; r < 0; ++r) {\n          const hx_f32x4 x4")],
     # ... and with no ring between them either (the math warpgroups' stores alone)
     "staging_unsynced": [
-        Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_i32 row",
-              "        for (int r = 0; r < 0; ++r) {\n          const hx_i32 row"),
+        Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_f32x4 x4",
+              "        for (int r = 0; r < 0; ++r) {\n          const hx_f32x4 x4"),
         Plant("no_wait_empty", CTA_P, "      s.lg.wait_empty(at);\n      return at.slot * LG_BYTES;",
               "      return at.slot * LG_BYTES;"),
         Plant("no_wait_full", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 n = work_lo", "        const hx_i32 n = work_lo")],
@@ -495,8 +503,10 @@ VARIANTS = {
 @click.option("--prebuilt", is_flag=True)
 @click.option("--timeout", default=300)
 @click.option("--graph", is_flag=True, help="Compare graph-replay times where the benchmark measured them.")
+@click.option("--module", default="hipindexer.cli", help="What the command after -- runs (python -m).")
+@click.option("--field", default="us", help="A case's time in the command's --json cases.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def main(vset, builds, variants, build_only, prebuilt, timeout, graph, cmd):
+def main(vset, builds, variants, build_only, prebuilt, timeout, graph, module, field, cmd):
     chosen = {k: v for k, v in VARIANTS[vset].items() if variants is None or k in variants.split(",") or k == "shipped"}
     if not build_only and not cmd:
         raise click.UsageError("give the command to time after --")
@@ -517,7 +527,7 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, cmd):
         if not (d / "pkg").is_dir():
             click.echo(f"{name}: not built (in {d})")
             continue
-        r = PackageCopy(d / "pkg").run(["-m", "hipindexer.cli", *cmd, "--json"], timeout=timeout)
+        r = PackageCopy(d / "pkg").run(["-m", module, *cmd, "--json"], ROOT, timeout=timeout)
         try:
             doc = json.loads(r.stdout)
         except ValueError:
@@ -530,7 +540,7 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, cmd):
                 case = f"topk M={c['M']} N={c['N']} H={c['H']}"
             else:
                 case = f"B={c['B']} ctx={c['ctx']} H={c['H']} n={c['next_n']} bs={c['block_size']}"
-            times.setdefault(case, {})[name] = c["us_graph"] if graph and c.get("us_graph") else c["us"]
+            times.setdefault(case, {})[name] = c["us_graph"] if graph and c.get("us_graph") else c[field]
         if doc.get("matrix_peak_TFLOPs"):  # TFLOP/s, not us: a peak variant's N changes what it means
             times.setdefault("peak loop TFLOP/s (as N = 256)", {})[name] = doc["matrix_peak_TFLOPs"]
         click.echo(f"{name}: done", err=True)

@@ -429,12 +429,12 @@ PLANTS = {
     # its end instead of its first, every part's count written over the first part's, two passing lanes of a column
     # placed on one entry; at H = 32 (the math warpgroups' appends) an entry naming the next key.
     "prefill_topk_sm90a": [
-        Plant("staged_window_a_key_late", "sm90a/prefill_cta.h", "const bool pass = (d + c < len) & (x[c] >= floor[r]);",
-              "const bool pass = (d + c - 1u < len) & (x[c] >= floor[r]);"),
+        Plant("staged_window_a_key_late", "sm90a/prefill_cta.h", "pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);",
+              "pass[c] = (d + c - 1u < len[r]) & (x[c] >= floor[r]);"),
         Plant("staged_counts_of_the_first_part", "sm90a/prefill_cta.h",
               "p.cand_counts[(hx_i64)(m0 + row) * p.split + part]", "p.cand_counts[(hx_i64)(m0 + row) * p.split]"),
-        Plant("staged_places_collide", "sm90a/prefill_cta.h", "const hx_u32 at_row = count[r] + hx_popc(b & below);",
-              "const hx_u32 at_row = count[r] + hx_popc(b & below) / 2u;"),
+        Plant("staged_places_collide", "sm90a/prefill_cta.h", "const hx_u32 at_row = count[r] + hx_popc(b[c] & below);",
+              "const hx_u32 at_row = count[r] + hx_popc(b[c] & below) / 2u;"),
         Plant("sm90a_filter_entry_a_key_late", "sm90a/prefill_cta.h",
               "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);",
               "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi + 1);"),
