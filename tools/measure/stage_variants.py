@@ -348,13 +348,6 @@ FILTER_VARIANTS = {
         Plant("no_wait_empty", CTA_P, "      s.lg.wait_empty(at);\n      return at.slot * LG_BYTES;",
               "      return at.slot * LG_BYTES;"),
         Plant("no_wait_full", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 n = work_lo", "        const hx_i32 n = work_lo")],
-    # ... and with the filter warps gone (they exit at once; nobody waits for them)
-    "filter_warps_gone": [
-        Plant("gone", CTA_P, "    else if constexpr (STAGED) filter_warp(p, s, warp - 2, lane);", "    else if constexpr (STAGED) {}"),
-        Plant("not_counted", CTA_P, "static constexpr int FILTER_THREADS = STAGED ? 64 : 0;", "static constexpr int FILTER_THREADS = 0;"),
-        Plant("no_lg_init", CTA_P, "      if constexpr (STAGED) s.lg.init(128 * MATH_WGS, FILTER_THREADS);\n", ""),
-        Plant("no_wait_empty", CTA_P, "      s.lg.wait_empty(at);\n      return at.slot * LG_BYTES;",
-              "      return at.slot * LG_BYTES;")],
     # the filter warps' waits backing off (nanosleep) instead of spinning
     "filter_waits_sleep": [
         Plant("q_sleep", CTA_P, "      s.q.wait_full(qit);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      const hx_i32 m0 = rec[1], work_lo",
