@@ -10,7 +10,7 @@ import pytest
 
 import emu_harness as H
 import paged_topk_cases as C
-from hipindexer import catalog, fp8_paged_mqa_topk, paged_topk_workspace, testing
+from hipindexer import catalog, fp8_paged_mqa_logits, fp8_paged_mqa_topk, paged_topk_workspace, testing, topk_logits
 from hipindexer.ops import paged_topk, paged_topk_whole
 from hipindexer.runtime import DeviceArray
 
@@ -157,6 +157,32 @@ def test_the_whole_row_path_is_the_logits_op_then_topk_logits_then_the_slots(hop
     n2 = len(hb.launches)
     fp8_paged_mqa_topk(*inp.args()[:6], 64, whole=True)
     assert "hx_topk_slots" not in _symbols(hb, n2) and "hx_paged_topk_step" not in _symbols(hb, n2)
+
+
+@pytest.mark.parametrize("B,ctx", [(2, 3000), (1, 40000)])  # topk_logits: row-wise, split
+def test_the_whole_row_path_sends_what_the_logits_op_and_topk_logits_send(hopper, B, ctx):
+    """The path holds its own launches (no public op on its hot path): byte for byte those of fp8_paged_mqa_logits
+    into the workspace's logits (clean) and topk_logits over them with the workspace's own, on every topk_logits
+    path the shapes reach, sorted or not, with values or not."""
+    hb, dev = hopper
+    inp = _inputs(dev, B=B, ctx=ctx)
+    mml, R = inp.max_model_len, 2 * B
+    ws = paged_topk_workspace(B, 2, 64, mml, 64, device=dev, whole=True)
+    errors = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
+    idx, vals = (DeviceArray.empty((R, 64), dt, dev) for dt in (np.int32, np.float32))
+    for sort, values in ((False, False), (True, True)):
+        out = (idx, vals) if values else idx
+        for _ in range(2):  # the call that plans, then the prepared one
+            n0 = len(hb.launches)
+            fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=ws, out=out, errors=errors, sorted=sort,
+                               return_values=values)
+            mine = hb.launches[n0:]
+            n1 = len(hb.launches)
+            logits = ws.w[:R, :mml]
+            fp8_paged_mqa_logits(*inp.args()[:6], clean_logits=True, errors=errors, out=logits, device=dev)
+            topk_logits(logits, 64, sorted=sort, return_values=values, out=idx, values=vals if values else None,
+                        workspace=ws.topk, device=dev)
+            assert hb.launches[n1:] == mine
 
 
 def test_the_whole_row_path_is_taken_where_it_pays_and_refused_where_it_cannot_serve(hopper):

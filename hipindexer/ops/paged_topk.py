@@ -375,7 +375,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     if s.B and use_whole:
         given = list(outs) if _has_out(outs) else [None] * asked
         fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-        plan = plan_whole(dev, s, top_k, workspace, sorted, fixed,
+        plan = plan_whole(dev, s, top_k, workspace, sorted, return_values, fixed,
                           dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
         remember(key, plan)
         c.upload()

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..catalog import KERNEL
+from ..plan import plan_decode
 from ..plan.bounds import workspace_bound
+from ..plan.topk import plan_topk
 from ..runtime import DeviceArray
-from .decode import fp8_paged_mqa_logits
-from .launch import kernel_for
-from .topk import _grid, _stride, topk_logits
+from .decode import launch_decode, prepare_decode
+from .launch import kernel_for, target_of
+from .topk import MAX_BLOCKS, _grid, _stride, launch_topk, prepare_topk
 from .topk import workspace_bytes as topk_workspace_bytes
 
 WHOLE_MIN_ROW = 32768      # whole_pays: rows of at least this many keys (max_model_len)
@@ -77,37 +79,52 @@ def whole_arrays(device, B: int, next_n: int, top_k: int, max_model_len: int, st
 
 @dataclass
 class WholePlan:
-    """A whole-row call: the logits op's and topk_logits' arguments besides the per-call arrays (each op keeps its
-    own prepared launch), and the slots' launch, prepared but its pointers."""
+    """A whole-row call's three launches, prepared but for their per-call pointers: the logits op's kernel into the
+    workspace (with its tensor-map extras, prepare_decode's), topk_logits' path over those logits (its launch and
+    split, prepare_topk's), and the slots."""
     dev: object
     R: int
     top_k: int
     workspace: object  # a whole-row PagedTopkWorkspace
     logits: DeviceArray  # the workspace's logits, [R, max_model_len] of its rows
-    max_model_len: int
-    sorted: bool
-    logits_kw: dict
+    decode: object
+    decode_extras: object
+    topk: object
+    topk_split: object
     slots: object
 
 
-def plan_whole(dev, s, top_k, ws, sorted, outs, logits_kw) -> WholePlan:
-    """The call's view of the workspace's logits, and the slots' launch (rows x top_k elements)."""
+def plan_whole(dev, s, top_k, ws, sorted, return_values, outs, logits_kw) -> WholePlan:
+    """The call's view of the workspace's logits and its launches: the logits op's kernel as fp8_paged_mqa_logits
+    plans it for that output (-inf past every row's bound), topk_logits' path as it plans it for those logits and
+    outs (rows x top_k indices, values with return_values, slots when asked: each the given array or None for new
+    ones)."""
     R = s.B * s.next_n
-    idx, _, slots = outs
+    idx, vals, slots = outs
+    logits = ws.w[:R, :s.max_model_len]
+    target = target_of(dev)
+    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target,
+                     **{k: v for k, v in logits_kw.items() if v is not None})
+    decode, extras = prepare_decode(dev, kernel_for(dev, lp.kernel, lp.variant), lp, s,
+                                    _stride(logits, R, s.max_model_len), True, logits_kw["preshuffle"])
+    tp = plan_topk(R, s.max_model_len, top_k, target, max_blocks=MAX_BLOCKS)
+    if tp.split and ws.topk.nbytes < tp.workspace_bytes:
+        raise AssertionError(f"a whole-row workspace holds {ws.topk.nbytes} bytes for topk_logits, which needs "
+                             f"{tp.workspace_bytes}")
+    topk, split = prepare_topk(dev, tp, R, s.max_model_len, top_k, _stride(logits, R, s.max_model_len),
+                               _stride(idx, R, top_k), _stride(vals, R, top_k) if return_values else 0, sorted)
     launch = kernel_for(dev, "topk_slots").prepare(
         _grid(-(-R * top_k // KERNEL["topk_slots"].block)), KERNEL["topk_slots"].block, pointers=SLOTS_POINTERS,
         indices_stride=_stride(idx, R, top_k), slots_stride=_stride(slots, R, top_k), num_blocks=s.num_blocks,
         rows=R, top_k=top_k, next_n=s.next_n, max_blocks=s.max_blocks, block_size=s.block_size)
-    return WholePlan(dev, R, top_k, ws, ws.w[:R, :s.max_model_len], s.max_model_len, bool(sorted), logits_kw, launch)
+    return WholePlan(dev, R, top_k, ws, logits, decode, extras, topk, split, launch)
 
 
 def run_whole(plan: WholePlan, st, q, kv_cache, weights, context_lens, block_tables, next_n_lens, errors, idx, vals,
               slots) -> None:
-    """The logits op into the workspace (-inf past every row's bound), topk_logits over it, then the slots."""
-    fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, plan.max_model_len, next_n_lens,
-                         clean_logits=True, errors=errors, out=plan.logits, stream=st, device=plan.dev,
-                         **plan.logits_kw)
-    topk_logits(plan.logits, plan.top_k, sorted=plan.sorted, return_values=vals is not None, out=idx, values=vals,
-                stream=st, device=plan.dev, workspace=plan.workspace.topk)
+    """The logits into the workspace, the selection over them, then the slots: device arrays only."""
+    launch_decode(plan.decode, plan.decode_extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
+                  plan.logits, errors)
+    launch_topk(plan.topk, plan.dev, st, plan.topk_split, plan.workspace.topk, plan.logits, None, idx, vals)
     if slots is not None:
         plan.slots(st.handle, idx.ptr, slots.ptr, block_tables.ptr)

@@ -108,7 +108,7 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
         out = DeviceArray.empty(shape, np.int32, dev, st)
     if return_values and values is None:
         values = DeviceArray.empty(shape, np.float32, dev, st)
-    _launch(launch, dev, st, split, workspace, logits, lengths, out, values)
+    launch_topk(launch, dev, st, split, workspace, logits, lengths, out, values)
     return (out, values) if return_values else out
 
 
@@ -240,24 +240,31 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables,
     w = _workspace_arg(workspace, p.workspace_bytes, dev, st) if p.split else None
     if rows == 0:
         return (o, v) if return_values else o
-    common = dict(logits_stride=stride, indices_stride=_rows_of("out", o, "the indices", "top_k", top_k),
-                  values_stride=_rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
-                  rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
-    if p.split:
-        launch, split = _split_launch(dev, p, common, rows), (p.group_rows, p.row_bytes)
-    elif p.rowwise:
-        launch, split = _rowwise_launch(dev, p, common), None
-    else:
-        launch, split = kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS,
-                                                               **common), None
+    launch, split = prepare_topk(dev, p, rows, N, top_k, stride, _rows_of("out", o, "the indices", "top_k", top_k),
+                                 _rows_of("values", v, "the values", "top_k", top_k) if v is not None else 0,
+                                 sorted)
     remember(key, (launch, dev, (rows, top_k), split))
     la = upload(la, dev, st)
     ln = None if ln is None else upload(ln, dev, st)
-    _launch(launch, dev, st, split, w, la, ln, o, v)
+    launch_topk(launch, dev, st, split, w, la, ln, o, v)
     return (o, v) if return_values else o
 
 
-def _launch(launch, dev, st, split, workspace, logits, lengths, out, values) -> None:
+def prepare_topk(dev, p, rows: int, N: int, top_k: int, logits_stride: int, indices_stride: int,
+                 values_stride: int, sorted: bool) -> tuple:
+    """(launch, split) of a selection planned by plan_topk (p) for rows x N logits at top_k, over logits, indices
+    and values of the given row strides (elements; values 0 without values): the launch for launch_topk, and the
+    split path's (group rows, row bytes) for its workspace, else None."""
+    common = dict(logits_stride=logits_stride, indices_stride=indices_stride, values_stride=values_stride,
+                  rows=rows, N=N, top_k=top_k, sorted=int(bool(sorted)))
+    if p.split:
+        return _split_launch(dev, p, common, rows), (p.group_rows, p.row_bytes)
+    if p.rowwise:
+        return _rowwise_launch(dev, p, common), None
+    return kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS, **common), None
+
+
+def launch_topk(launch, dev, st, split, workspace, logits, lengths, out, values) -> None:
     """A prepared launch of either path on stream st; the split path's workspace is the caller's or the op's own."""
     ptrs = (logits.ptr, 0 if lengths is None else lengths.ptr, out.ptr, 0 if values is None else values.ptr)
     if split is None:
