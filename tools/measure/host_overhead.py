@@ -5,7 +5,8 @@ device-resident inputs (DeviceArrays), out= given, the arrays rotated between a 
 benchmark does. Timeit-style: the median over repeats of the mean over a batch of calls.
 
     python -m tools.measure.host_overhead --arch sm_90a --shapes 128x1024,4096x32768 --heads 64
-    python -m tools.measure.host_overhead --op topk          # fp8_mqa_topk, top_k 2048, a workspace made once
+    python -m tools.measure.host_overhead --op topk          # fp8_mqa_topk, top_k 2048, a fused workspace made once
+    python -m tools.measure.host_overhead --op topk_composed # ... its composed path (a workspace without H and D)
     python -m tools.measure.host_overhead --op paged_topk    # fp8_paged_mqa_topk: --shapes BxCONTEXT, next_n 1
     python -m tools.measure.host_overhead --op paged_logits  # fp8_paged_mqa_logits: --shapes BxCONTEXT, next_n 1
 
@@ -94,7 +95,8 @@ def _prefill_call(dev, op, M, N, H, sets):
             j = i % sets
             fp8_mqa_logits(*args[j], out=outs[j])
         return call
-    ws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
+    fused = {} if op == "topk_composed" else dict(H=H, D=128)
+    ws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev, **fused)
     outs = [DeviceArray.empty((M, TOP_K), i32, dev) for _ in range(sets)]
 
     def call(i):
@@ -138,7 +140,8 @@ TOP_K = 2048
 
 @click.command()
 @click.option("--arch", type=click.Choice(sorted(WAVE)), default="sm_90a")
-@click.option("--op", type=click.Choice(["logits", "topk", "paged_topk", "paged_logits"]), default="logits")
+@click.option("--op", type=click.Choice(["logits", "topk", "topk_composed", "paged_topk", "paged_logits"]),
+              default="logits")
 @click.option("--shapes", default=None, help="MxN,... (paged_topk: BxCONTEXT,...); default by op")
 @click.option("--heads", default="64,32")
 @click.option("--sets", default=4, help="input sets the calls rotate between")
@@ -148,6 +151,7 @@ def main(arch, op, shapes, heads, sets):
     register_backend("null", lambda: backend)
     dev = Device("null:0")
     shapes = shapes or {"logits": "128x1024,4096x32768", "topk": "4096x32768,1024x131072",
+                        "topk_composed": "4096x32768,1024x131072",
                         "paged_topk": "64x131072,16x32768", "paged_logits": "64x131072,16x32768,4x8192"}[op]
     for shape in shapes.split(","):
         a, b = (int(x) for x in shape.split("x"))
