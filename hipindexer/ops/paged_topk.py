@@ -272,6 +272,13 @@ def _has_out(outs) -> bool:
     return len(outs) > 1 or outs[0] is not None
 
 
+def _fixed_outs(outs, asked, return_values, return_slots) -> tuple:
+    """(indices, values, slots): the out= arrays a plan is made for, None for one the op makes each call (and for
+    values or slots not asked for)."""
+    given = list(outs) if _has_out(outs) else [None] * asked
+    return given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None
+
+
 def _outputs(plan, outs, return_values, return_slots, st):
     """(indices, values or None, slots or None): the caller's out= arrays, else new ones."""
     given = list(outs) if _has_out(outs) else []
@@ -372,40 +379,25 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
         else:
             C = _chunk_of(s.B, s.next_n, top_k, s.block_size, s.max_model_len, units, chunk)
             workspace = PagedTopkWorkspace(dev, s.B, s.next_n, top_k, s.block_size, C, units, st)
+    fixed = _fixed_outs(outs, asked, return_values, return_slots)
+    logits_kw = dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables)
     if s.B and use_whole:
-        given = list(outs) if _has_out(outs) else [None] * asked
-        fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-        plan = plan_whole(dev, s, top_k, workspace, sorted, return_values, fixed,
-                          dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
-        remember(key, plan)
-        c.upload()
-        return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
-                    _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
-    if s.B and use_fused:
-        given = list(outs) if _has_out(outs) else [None] * asked
-        fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
+        plan = plan_whole(dev, s, top_k, workspace, sorted, return_values, fixed, logits_kw)
+    elif s.B and use_fused:
         if stages is not None and not FUSED_KERNELS[t.arch].ring:
             raise ValueError(f"stages: the depth of a fused kernel's stage ring; {t.arch}'s has none")
         plan = plan_fused(dev, s, top_k, workspace, sorted, fixed, preshuffle, stages or FUSED_STAGES[s.next_n],
                           units_asked, check_cap(t, top_k, tunables.get("cap")),
                           check_merge_group(t.arch, top_k, tunables.get("merge_group")))
-        remember(key, plan)
-        c.upload()
-        return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
-                    _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
-    if s.B:  # the logits op's kernel choice is refused here, before anything moves
-        plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, workspace.chunk),
-                    target_of(dev), preshuffle=preshuffle, accumulation=accumulation, split_kv=split_kv,
-                    **logits_tunables)
-    given = list(outs) if _has_out(outs) else [None] * asked
-    fixed = (given.pop(0), given.pop(0) if return_values else None, given.pop(0) if return_slots else None)
-    plan = _plan(dev, s, top_k, workspace, sorted, fixed, step_block,
-                 dict(preshuffle=preshuffle, split_kv=split_kv, accumulation=accumulation, **logits_tunables))
+    else:
+        if s.B:  # the logits op's kernel choice is refused here, before anything moves
+            plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, min(s.max_model_len, workspace.chunk),
+                        target_of(dev), **logits_kw)
+        plan = _plan(dev, s, top_k, workspace, sorted, fixed, step_block, logits_kw)
     remember(key, plan)
     c.upload()
-    result = _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
-                  _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
-    return result
+    return _run(plan, st, c.q, c.kv_cache, c.weights, c.context_lens, c.block_tables, c.next_n_lens, c.errors,
+                _outputs(plan, outs, return_values, return_slots, st), return_values, return_slots)
 
 
 def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
