@@ -364,6 +364,30 @@ FILTER_VARIANTS = {
         Plant("lg_arrive_warp", CTA_P, "      s.lg.arrive_full(at);\n      at.next();",
               "      " + _warp_arrive("s.lg.full_at(at.slot)") + "\n      at.next();"),
         *_K_WARP_ARRIVALS],
+    # H = 32: the math warpgroups' appends with no branch, the shared atomic and the store predicated (485 loop
+    # instructions against 509, cuobjdump; 16 bytes spilled against 8): a candidate build, its output correct
+    "predicated_appends": [Plant("predicated_appends", CTA_P, """        if (pass) {
+          const hx_u32 key = hx_topk_order_key(x);  // passed a finite floor: selectable
+          const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
+          if (at < (hx_u32)p.region)
+            p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);
+        }
+""", """        hx_u32 at = 0xFFFFFFFFu;
+        asm volatile("{ .reg .pred q; setp.ne.b32 q, %3, 0; @q atom.shared.add.u32 %0, [%1], %2; }"
+                     : "+r"(at) : "r"(t.count0 + 4 * kq), "r"(1u), "r"((hx_u32)pass) : "memory");
+        hx_store_u64_if(pass & (at < (hx_u32)p.region), p.cand + (t.region0[kq] + at),
+                        hx_topk_entry(hx_topk_order_key(x), e + t.work_hi));
+""")],
+    # H = 64: a passing logit keyed as v + 0.f (IEEE addition folds -0 into +0, denormals kept), without the order
+    # key's compare: 157 filter-warp instructions a stage against 163 (cuobjdump); a candidate build, output correct
+    "plus0_key": [Plant("plus0_key", CTA_P, "hx_topk_entry(hx_topk_order_key(x[c]), n + c));",
+                        "hx_topk_entry(hx_topk_order_key_plus0(x[c]), n + c));"),
+                  Plant("plus0_helper", CTA_P, "  HX_INLINE __device__ void filter_warp(",
+                        """  HX_INLINE __device__ hx_u32 hx_topk_order_key_plus0(float v) {
+    const hx_u32 u = hx_f32_to_bits(v + 0.f);
+    return u ^ ((hx_u32)((hx_i32)u >> 31) | 0x80000000u);
+  }
+  HX_INLINE __device__ void filter_warp(""")],
     "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
                            'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
                            '"l"(hx_topk_entry(key, e + t.work_hi)) : "memory");')],
