@@ -97,31 +97,13 @@ void hx_emu_permlane32_swap(unsigned* x, unsigned* y, const char* file, int line
   swap_args s = {x, y};
   hx_rendezvous(PRIM_PERMLANE32_SWAP, &s, file, line);
 }
-// v_permlane32_swap vX, vY: the upper half of X (lanes 32-63) trades places
-// with the lower half of Y (lanes 0-31).
-static int permlane32_swap(hx_wave* w) {
-  unsigned x[64], y[64];
-  for (int l = 0; l < 64; l++) {
-    swap_args* s = (swap_args*)w->lanes[l]->args;
-    x[l] = *s->x;
-    y[l] = *s->y;
-  }
-  for (int l = 0; l < 64; l++) {
-    swap_args* s = (swap_args*)w->lanes[l]->args;
-    if (l >= 32) *s->x = y[l - 32];
-    else *s->y = x[l + 32];
-  }
-  return 0;
-}
-
 void hx_emu_permlane16_swap(unsigned* x, unsigned* y, const char* file, int line) {
   swap_args s = {x, y};
   hx_rendezvous(PRIM_PERMLANE16_SWAP, &s, file, line);
 }
-// v_permlane16_swap vX, vY: rows are 16 lanes; the odd rows of X (lanes 16-31,
-// 48-63) trade places with the even rows of Y (lanes 0-15, 32-47): X's row 1
-// with Y's row 0, X's row 3 with Y's row 2.
-static int permlane16_swap(hx_wave* w) {
+// v_permlane32_swap and v_permlane16_swap vX, vY, rows of `row` lanes (32 or 16): the odd rows of X trade places with
+// the even rows of Y, X's row 1 with Y's row 0, X's row 3 with Y's row 2 (for 32: X's lanes 32-63 with Y's 0-31).
+static int permlane_swap(hx_wave* w, int row) {
   unsigned x[64], y[64];
   for (int l = 0; l < 64; l++) {
     swap_args* s = (swap_args*)w->lanes[l]->args;
@@ -130,8 +112,8 @@ static int permlane16_swap(hx_wave* w) {
   }
   for (int l = 0; l < 64; l++) {
     swap_args* s = (swap_args*)w->lanes[l]->args;
-    if ((l / 16) % 2) *s->x = y[l - 16];
-    else *s->y = x[l + 16];
+    if ((l / row) % 2) *s->x = y[l - row];
+    else *s->y = x[l + row];
   }
   return 0;
 }
@@ -345,8 +327,8 @@ int hx_collective(int kind, hx_wave* w) {
   switch (kind) {
     case PRIM_MFMA32: return mfma(w, 32);
     case PRIM_MFMA16: return mfma(w, 16);
-    case PRIM_PERMLANE32_SWAP: return permlane32_swap(w);
-    case PRIM_PERMLANE16_SWAP: return permlane16_swap(w);
+    case PRIM_PERMLANE32_SWAP: return permlane_swap(w, 32);
+    case PRIM_PERMLANE16_SWAP: return permlane_swap(w, 16);
     case PRIM_SCALAR_LOAD: return scalar_load(w);
     case PRIM_BPERMUTE: return bpermute(w);
     case PRIM_READFIRSTLANE: return readfirstlane(w);
