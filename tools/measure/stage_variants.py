@@ -557,6 +557,8 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, module, f
                 case = f"topk M={c['M']} N={c['N']} H={c['H']}"
             else:
                 case = f"B={c['B']} ctx={c['ctx']} H={c['H']} n={c['next_n']} bs={c['block_size']}"
+            if field not in c:  # a row the command did not time so (say, a composed row's launches)
+                continue
             times.setdefault(case, {})[name] = c["us_graph"] if graph and c.get("us_graph") else c[field]
         if doc.get("matrix_peak_TFLOPs"):  # TFLOP/s, not us: a peak variant's N changes what it means
             times.setdefault("peak loop TFLOP/s (as N = 256)", {})[name] = doc["matrix_peak_TFLOPs"]
