@@ -187,6 +187,14 @@ def _fp8_paged_mqa_logits(arrays, max_model_len, preshuffle, split_kv, clean_log
     return o
 
 
+def plan_and_prepare_decode(dev, s: DecodeShape, out_stride: int, clean_logits: bool, extras=None, **plan_kw):
+    """prepare_decode of the kernel plan_decode picks for shape s (its max_model_len the columns written, plan_kw
+    plan_decode's options, preshuffle among them) into rows out_stride floats apart."""
+    plan = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target_of(dev), **plan_kw)
+    return prepare_decode(dev, kernel_for(dev, plan.kernel, plan.variant), plan, s, out_stride, clean_logits,
+                          plan_kw.get("preshuffle", False), extras)
+
+
 def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logits: bool, preshuffle: bool,
                    extras=None):
     """(launch, extras) of a planned decode kernel for shape s: the launch, a function of (stream,

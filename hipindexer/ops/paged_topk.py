@@ -38,7 +38,7 @@ from ..plan.bounds import workspace_bound
 from ..plan.decode import DECODE_TUNABLES
 from ..runtime import Device, DeviceArray
 from ..runtime.device import as_stream
-from .decode import check_decode_call, decode_pointers, prepare_decode
+from .decode import check_decode_call, decode_pointers, plan_and_prepare_decode
 from .launch import (INT32_MAX, check_tunables, check_workspace, kernel_for, prepared, remember, resident_key,
                      target_of)
 from .paged_topk_fused import (FUSED_KERNELS, FUSED_POINTERS, FUSED_STAGES, FusedPlan, check_cap,
@@ -429,10 +429,8 @@ def _plan(dev, s, top_k, ws, sorted, outs, step_block, logits_kw) -> _Plan:
         last = c0 + width == mml
         if (c0 == 0, width) not in made:
             shape = replace(s if c0 == 0 else later, max_model_len=width)
-            lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, width, target_of(dev), **logits_kw)
-            made[c0 == 0, width] = prepare_decode(dev, kernel_for(dev, lp.kernel, lp.variant), lp, shape,
-                                                  w_stride if R > 1 else width, True, logits_kw["preshuffle"],
-                                                  map_of)
+            made[c0 == 0, width] = plan_and_prepare_decode(dev, shape, w_stride if R > 1 else width, True, map_of,
+                                                           **logits_kw)
             map_of = map_of or made[c0 == 0, width][1]
         step = kern.prepare(_grid(R), KERNEL[step_key].block, pointers=STEP_POINTERS, base=c0,
                             next_key=-1 if last else c0 + C, width=width, last=int(last), **fixed)

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..catalog import KERNEL
-from ..plan import plan_decode
 from ..plan.bounds import workspace_bound
 from ..plan.topk import plan_topk
 from ..runtime import DeviceArray
-from .decode import launch_decode, prepare_decode
+from .decode import launch_decode, plan_and_prepare_decode
 from .launch import kernel_for, target_of
 from .topk import MAX_BLOCKS, _grid, _stride, launch_topk, prepare_topk
 from .topk import workspace_bytes as topk_workspace_bytes
@@ -102,12 +101,8 @@ def plan_whole(dev, s, top_k, ws, sorted, return_values, outs, logits_kw) -> Who
     R = s.B * s.next_n
     idx, vals, slots = outs
     logits = ws.w[:R, :s.max_model_len]
-    target = target_of(dev)
-    lp = plan_decode(s.B, s.next_n, s.H, s.D, s.block_size, s.max_model_len, target,
-                     **{k: v for k, v in logits_kw.items() if v is not None})
-    decode, extras = prepare_decode(dev, kernel_for(dev, lp.kernel, lp.variant), lp, s,
-                                    _stride(logits, R, s.max_model_len), True, logits_kw["preshuffle"])
-    tp = plan_topk(R, s.max_model_len, top_k, target, max_blocks=MAX_BLOCKS)
+    decode, extras = plan_and_prepare_decode(dev, s, _stride(logits, R, s.max_model_len), True, **logits_kw)
+    tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS)
     if tp.split and ws.topk.nbytes < tp.workspace_bytes:
         raise AssertionError(f"a whole-row workspace holds {ws.topk.nbytes} bytes for topk_logits, which needs "
                              f"{tp.workspace_bytes}")
