@@ -210,17 +210,11 @@ HX_INLINE __device__ void pass(const Pass& c, hx_i32 b1, hx_i32 b2, const float 
   }
   float h1[RP];
 #pragma unroll
-  for (int jr = 0; jr < R; ++jr) {
-    const float send = b1 ? v[jr] : v[R + jr];
-    const float keep = b1 ? v[R + jr] : v[jr];
-    h1[jr] = keep + hx_shfl_xor(send, 1);
-  }
+  for (int jr = 0; jr < R; ++jr) h1[jr] = hx_pair_fold(v, R, jr, b1, 1);
   if (R & 1) h1[RP - 1] = 0.f;
 #pragma unroll
   for (int k = 0; k < RP / 2; ++k) {
-    const float send = b2 ? h1[k] : h1[RP / 2 + k];
-    const float keep = b2 ? h1[RP / 2 + k] : h1[k];
-    const float z = keep + hx_shfl_xor(send, 2);
+    const float z = hx_pair_fold(h1, RP / 2, k, b2, 2);
     const hx_i32 jr = b2 * (RP / 2) + k;
     const bool row = jr < R;
     const hx_i32 bound = row ? lds_i32(c.bounds + 4 * jr) : 0;

@@ -49,6 +49,13 @@ HX_INLINE __device__ hx_i32 hx_shfl_xor_i32(hx_i32 v, int m) {
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(m));
   return r;
 }
+// Element x of a fold across the lane pair that differs in lane bit `bit`: each lane holds 2n sums, keeps v[x + n]
+// (bit set) or v[x] (bit clear) and adds its partner's other half. Folds over bits 1 and 2 reduce a quad's sums.
+HX_INLINE __device__ float hx_pair_fold(const float* v, int n, int x, hx_i32 upper, int bit) {
+  const float send = upper ? v[x] : v[x + n];
+  const float keep = upper ? v[x + n] : v[x];
+  return keep + hx_shfl_xor(send, bit);
+}
 // Lane src's value, every lane of the warp taking part.
 HX_INLINE __device__ hx_i32 hx_shfl_idx_i32(hx_i32 v, hx_i32 src) {
   hx_i32 r;

@@ -501,17 +501,11 @@ struct PrefillCta {
                                          hx_i32 b1, hx_i32 b2, hx_u32 slot = 0) {
     float h1[RQ];
 #pragma unroll
-    for (int x = 0; x < RQ; ++x) {
-      const float send = b1 ? v[x] : v[x + RQ];
-      const float keep = b1 ? v[x + RQ] : v[x];
-      h1[x] = keep + hx_shfl_xor(send, 1);
-    }
+    for (int x = 0; x < RQ; ++x) h1[x] = hx_pair_fold(v, RQ, x, b1, 1);
     const float ninf = hx_bits_to_f32(0xFF800000u);
 #pragma unroll
     for (int kq = 0; kq < RQ / 2; ++kq) {
-      const float send = b2 ? h1[kq] : h1[kq + RQ / 2];
-      const float keep = b2 ? h1[kq + RQ / 2] : h1[kq];
-      const float z = keep + hx_shfl_xor(send, 2);
+      const float z = hx_pair_fold(h1, RQ / 2, kq, b2, 2);
       if constexpr (STAGED) {
         asm volatile("st.shared.f32 [%0], %1;" :: "r"(t.staged + slot + kq * (LROW * 4)), "f"(z * scale) : "memory");
         continue;
