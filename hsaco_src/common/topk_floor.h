@@ -13,6 +13,12 @@
 
 #define HX_FLOOR_BINS HX_TOPK_MAX_BINS
 #define HX_FLOOR_WAVES (HX_BLOCK / HX_WAVE_SIZE)
+// The shared words of hx_block_floor (hist, scan, found, ext), declared at a floor kernel's scope.
+#define HX_FLOOR_SHARED                         \
+  HX_SHARED(hx_u32, hist, HX_FLOOR_BINS);       \
+  HX_SHARED(hx_u32, scan, HX_FLOOR_WAVES);      \
+  HX_SHARED(hx_u32, found, 2);                  \
+  HX_SHARED(hx_u32, ext, 2 * HX_FLOOR_WAVES)
 
 // The smallest and largest of v over the block (every thread gets both): by shuffles within a wave, then through
 // ext (2 words a wave), read after a meeting; ext is free again after the caller's next meeting.

@@ -9,10 +9,7 @@
 #define FLOOR_BATCH 8  // samples a thread loads at once
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
-  HX_SHARED(hx_u32, hist, HX_FLOOR_BINS);
-  HX_SHARED(hx_u32, scan, HX_FLOOR_WAVES);
-  HX_SHARED(hx_u32, found, 2);
-  HX_SHARED(hx_u32, ext, 2 * HX_FLOOR_WAVES);
+  HX_FLOOR_SHARED;
   const hx_u32 tid = hx_thread_x();
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_sample_window(p, m);

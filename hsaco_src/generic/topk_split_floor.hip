@@ -5,10 +5,7 @@
 #include "topk_split.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_floor(const HX_GRID_CONSTANT TopkSplitParams p) {
-  HX_SHARED(hx_u32, hist, HX_FLOOR_BINS);
-  HX_SHARED(hx_u32, scan, HX_FLOOR_WAVES);
-  HX_SHARED(hx_u32, found, 2);
-  HX_SHARED(hx_u32, ext, 2 * HX_FLOOR_WAVES);
+  HX_FLOOR_SHARED;
   const hx_u32 tid = hx_thread_x();
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
     const float* const x = p.logits + row * p.logits_stride;
