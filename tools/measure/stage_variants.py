@@ -396,6 +396,23 @@ FILTER_VARIANTS = {
 ROWWISE = "generic/topk_rowwise.hip"
 _ROWWISE_FLOOR = "  const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan, found, ext);\n"
 
+# The fused prefill top-k's finish (generic/prefill_topk_finish.hip), a block a row, by its phases: the kept keys
+# taken without the cut to top_k (the row truncated to its first top_k instead), written in the order they were
+# taken instead of key order, both, and the keys not taken at all (every slot -1). The selections of all but the
+# shipped build are wrong; time them by the finish launch alone (tools/measure/prefill_topk_bench.py --stages,
+# --field us_stage_finish).
+FINISH = "generic/prefill_topk_finish.hip"
+_FINISH_CUT = Plant("no_cut", FINISH, "    f.cut_to_top_k();\n", "    f.have = f.have < top_k ? f.have : top_k;\n")
+_FINISH_ORDER = Plant("no_order", FINISH,
+                      "    const hx_u32 have = f.write_in_order(w.lo, hx_range_len(w), p.sorted, write);\n",
+                      "    const hx_u32 have = f.have;\n"
+                      "    for (hx_u32 s = tid; s < have; s += HX_BLOCK)\n"
+                      "      write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));\n")
+_FINISH_TAKE = Plant("no_take", FINISH, "        f.take(p.cand + (m * p.parts + j) * (hx_i64)p.region, "
+                     "(hx_u32)p.cand_counts[m * p.parts + j]);", "        (void)j;")
+FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
+                   "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER], "no_take": [_FINISH_TAKE]}
+
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
     # each build's package; rows of up to 32,768 columns are held unless told): without its floor (every key kept
@@ -407,6 +424,7 @@ VARIANTS = {
                               "for (hx_u32 t = 0; t < 0u; ++t) {")],
     },
     "sm90a_prefill_filter": FILTER_VARIANTS,
+    "prefill_topk_finish": FINISH_VARIANTS,
     "paged_topk_merge": {"shipped": [], "loads_8": [_merge_loads(8)], "loads_32": [_merge_loads(32)]},
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
