@@ -9,9 +9,13 @@
 #           path, the logits op alone and followed by topk_logits; --million adds (4096, 1048576). With PREV (a
 #           package copy's root: a folder holding a hipindexer/ with its kernels/, carried) the same bench runs
 #           from there after each round, for a same-call before and after.
+#   variants  tools/measure/stage_variants.py --prebuilt on each set of VSETS ("SET:FIELD ...", default
+#           "sm90a_prefill_filter:us_stage_filter prefill_topk_finish:us_stage_finish"), its copies built here in
+#           $VBUILDS/SET (default .out/sv: `--set SET --builds .out/sv/SET --build-only`, then carry them), timed by
+#           the bench's launches replayed alone at SHAPES and HEADS
 # Env: STEPS (default "cases bench"), OUT (default /tmp/hx-out), SHAPES, HEADS (default 64), MILLION (1: add it),
-# STAGES (1: time each launch of a fused call alone too), ROUNDS (default 1), PREV, BUDGET_S (default 570: every
-# timeout is cut to what is left of it).
+# STAGES (1: time each launch of a fused call alone too), ROUNDS (default 1), PREV, VSETS, VBUILDS, BUDGET_S
+# (default 570: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"cases bench"}
@@ -31,5 +35,11 @@ for r in $(seq "${ROUNDS:-1}"); do
   # python -m puts its working folder ahead of PYTHONPATH: the copy runs from its own root
   has bench && [ -n "$PREV" ] && (cd "$PREV" && export PYTHONPATH="$PWD:$ROOT" && run "bench round $r, PREV" 300 \
     "$OUT/bench_prev.log" $PY "${BENCH[@]}")
+done
+for vs in ${VSETS:-sm90a_prefill_filter:us_stage_filter prefill_topk_finish:us_stage_finish}; do
+  has variants && run "variants ${vs%%:*}" 300 "$OUT/variants.log" $PY -m tools.measure.stage_variants \
+    --set "${vs%%:*}" --builds "${VBUILDS:-.out/sv}/${vs%%:*}" --prebuilt --module tools.measure.prefill_topk_bench \
+    --field "${vs#*:}" -- --shapes "${SHAPES:-4096x32768,2048x65536,1024x131072,128x32768}" --heads "${HEADS:-64}" \
+    --stages --repeats 5
 done
 cat "$S"
