@@ -416,12 +416,16 @@ FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
     # each build's package; rows of up to 32,768 columns are held unless told): without its floor (every key kept
-    # until the buffer's cuts raise the bar), and its floor alone (no row read)
+    # until the buffer's cuts raise the bar), its floor alone (no row read), and without the held path's code
     "topk_rowwise": {
         "shipped": [],
         "no_floor": [Plant("no_floor", ROWWISE, _ROWWISE_FLOOR, "  const hx_u32 floor = 0u;\n")],
         "floor_alone": [Plant("floor_alone", ROWWISE, "for (hx_u32 t = 0; t < s.tiles; ++t) {",
                               "for (hx_u32 t = 0; t < 0u; ++t) {")],
+        # the held path compiled out (every row read the long way): the kernel as it was before rows were held
+        "no_held_path": [Plant("no_held_path", ROWWISE,
+                               "if (s.tiles > held || !hx_rowwise_held(p, s, x, n, by_lengths, f, hist, scan, found, ext))",
+                               "if ((void)held, true)")],
     },
     "sm90a_prefill_filter": FILTER_VARIANTS,
     "prefill_topk_finish": FINISH_VARIANTS,
