@@ -69,14 +69,14 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
-    Paths (hipindexer.plan.topk): rows of N >= 16384 columns take the row-wise path where plan.topk.rowwise_pays
-    (about a device's worth of rows up to 65536 columns): one block a row in one launch doing the split path's
-    steps below with the kept keys in shared memory, no workspace. Other such rows take the split path, in groups
-    of up to 1024 rows: a
+    Paths (hipindexer.plan.topk): rows take the row-wise path where plan.topk.rowwise_pays, by its fit of the
+    paths' H200 times (rows of up to 32768 columns, held in the block, at all but the largest counts of short rows;
+    about a device's worth of longer rows): one block a row in one launch doing the split path's steps below with the kept keys in shared
+    memory, no workspace. Other rows of N >= 16384 columns take the split path, in groups of up to 1024 rows: a
     floor per row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut
     into parts so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or
-    above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; shorter rows
-    take one block per row. The split path keeps a workspace (a floor, a count and max(8192, 4 top_k) entries per
+    above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; other shorter
+    rows take one block per row. The split path keeps a workspace (a floor, a count and max(8192, 4 top_k) entries per
     row of a group, independent of N): the op allocates one per device, stream and class of shape on first use
     and reuses it; for a call captured into a graph, pass workspace= (topk_workspace(rows, top_k), a uint8 device
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
