@@ -42,11 +42,14 @@ HELD_TILES = 4           # tiles of 8,192 columns a row-wise block holds (ROWWIS
 HELD_COLUMNS = 32768     # so a row of at most this many columns is held, however its start is aligned
 MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 # The paths' times as measured on an H200 (docs/benchmarks.md, "`topk_logits`: the row-wise path" and "rows held in
-# the block"), which the planner compares: a row-wise round of blocks costs about ROWWISE_US (HELD_US where the rows
-# are held) + ROWWISE_US_PER_32K per 32,768 columns; the split path about SPLIT_US plus the logits' bytes at
-# SPLIT_BYTES_PER_US, and at least SPLIT_US_PER_ROW a row (its last kernel's block a row, at hundreds of rows); the
-# single-block kernel, on rows shorter than SPLIT_MIN_N, SINGLE_US plus the bytes at SINGLE_BYTES_PER_US.
-ROWWISE_US, HELD_US, ROWWISE_US_PER_32K = 21.0, 14.3, 8.7
+# the block"), which the planner compares: a row-wise round of blocks costs about HELD_US + ROWWISE_US_PER_32K per
+# 32,768 columns where the rows are held, ROWWISE_US + LONG_US_PER_32K per 32,768 columns where they are read the
+# long way; the split path about SPLIT_US plus the logits' bytes at SPLIT_BYTES_PER_US, and at least
+# SPLIT_US_PER_ROW a row (its last kernel's block a row, at hundreds of rows); the single-block kernel, on rows
+# shorter than SPLIT_MIN_N, SINGLE_US plus the bytes at SINGLE_BYTES_PER_US. LONG_US_PER_32K puts a round of rows of
+# 131,072 columns at the 69 us the kernel that holds rows took there (docs/benchmarks.md, "Where the top-k ops
+# stand").
+ROWWISE_US, HELD_US, ROWWISE_US_PER_32K, LONG_US_PER_32K = 21.0, 14.3, 8.7, 12.0
 SPLIT_US, SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW = 30.0, 1.9e6, 0.19
 SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
 
@@ -64,7 +67,9 @@ def _parts(rows: int, N: int, slots: int) -> int:
 
 def rowwise_us(rows: int, N: int, units: int) -> float:
     """The row-wise path's time by the H200 fit: whole rounds of a block a unit."""
-    return -(-rows // units) * ((HELD_US if N <= HELD_COLUMNS else ROWWISE_US) + ROWWISE_US_PER_32K * N / 32768)
+    if N <= HELD_COLUMNS:
+        return -(-rows // units) * (HELD_US + ROWWISE_US_PER_32K * N / 32768)
+    return -(-rows // units) * (ROWWISE_US + LONG_US_PER_32K * N / 32768)
 
 
 def split_us(rows: int, N: int) -> float:
