@@ -71,8 +71,9 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
 
     Paths (hipindexer.plan.topk): rows take the row-wise path where plan.topk.rowwise_pays, by its fit of the
     paths' H200 times (rows of up to 32768 columns, held in the block, at all but the largest counts of short rows;
-    about a device's worth of longer rows): one block a row in one launch doing the split path's steps below with the kept keys in shared
-    memory, no workspace. Other rows of N >= 16384 columns take the split path, in groups of up to 1024 rows: a
+    about a device's worth of rows of 65536 columns): one block a row in one launch doing the split path's steps
+    below with the kept keys in shared memory, no workspace. Other rows of N >= 16384 columns take the split path,
+    in groups of up to 1024 rows: a
     floor per row from a sample of a sixteenth of it (at top_k >= 2048; a larger share below), then each row cut
     into parts so that rows x parts blocks fill the device, read once with 16-byte loads keeping the keys at or
     above the floor (about 1.75 top_k of a long row's), then one block per row selecting among them; other shorter

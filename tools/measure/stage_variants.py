@@ -423,9 +423,8 @@ VARIANTS = {
         "floor_alone": [Plant("floor_alone", ROWWISE, "for (hx_u32 t = 0; t < s.tiles; ++t) {",
                               "for (hx_u32 t = 0; t < 0u; ++t) {")],
         # the held path compiled out (every row read the long way): the kernel as it was before rows were held
-        "no_held_path": [Plant("no_held_path", ROWWISE,
-                               "if (s.tiles > held || !hx_rowwise_held(p, s, x, n, by_lengths, f, hist, scan, found, ext))",
-                               "if ((void)held, true)")],
+        "no_held_path": [Plant("no_held_path", ROWWISE, "if (s.tiles > held || !hx_rowwise_held(p, s, x, n, "
+                               "by_lengths, f, hist, scan, found, ext))", "if ((void)held, true)")],
     },
     "sm90a_prefill_filter": FILTER_VARIANTS,
     "prefill_topk_finish": FINISH_VARIANTS,
