@@ -9,7 +9,8 @@ outputs are wrong on purpose: only its time means anything. Each variant is buil
 (tools/support/package_copy.py), starting from the shipped build's objects, and the command after `--` (a
 `hipindexer.cli` command that prints --json, or with --module a tools/ script that does) runs on each copy in turn;
 the table lists each case's median microseconds per variant (--field of each case: `us`, or for
-tools.measure.prefill_topk_bench say `us_stage_filter`) and the fraction of the shipped build's time.
+tools.measure.prefill_topk_bench say `us_stage_filter`, for tools.measure.topk_bench `rowwise_floor_us`) and the
+fraction of the shipped build's time.
 
     python -m tools.measure.stage_variants --set sm90a_prefill_filter --builds DIR --prebuilt \
         --module tools.measure.prefill_topk_bench --field us_stage_filter -- --heads 64 --stages
@@ -571,8 +572,10 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, module, f
         except ValueError:
             click.echo(f"{name}: no result (exit {r.returncode}): {r.stderr.strip()[-300:]}")
             continue
-        for c in doc["cases"]:
-            if doc.get("op") == "prefill":
+        for c in doc.get("cases", doc.get("rows", [])):  # topk_bench prints "rows"
+            if "sorted" in c and "H" not in c:  # a topk_logits row
+                case = f"topk_logits {c['rows']} x {c['N']}" + (" sorted" if c["sorted"] else "")
+            elif doc.get("op") == "prefill":
                 case = f"M={c['M']} N={c['N']} H={c['H']} clean={c['clean']}"
             elif "B" not in c:  # a prefill top-k row
                 case = f"topk M={c['M']} N={c['N']} H={c['H']}"
