@@ -18,6 +18,14 @@ def _shape(s: str) -> tuple[int, int]:
     return a, b
 
 
+def _prefill_args(shape: str, heads: int):
+    """(M, N, the device, the prefill op's inputs on it) for a causal MxN shape at D = 128."""
+    M, N = _shape(shape)
+    dev = Device()
+    inp = testing.prefill_inputs(np.random.default_rng(0), M, N, heads, 128, "causal")
+    return M, N, dev, [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+
+
 @click.group()
 def main():
     pass
@@ -31,13 +39,11 @@ def main():
 @click.option("--clean/--no-clean", default=True)
 @click.option("--calls", default=2)
 def prefill(shape, heads, kernel, split, clean, calls):
-    M, N = _shape(shape)
-    dev = Device()
-    inp = testing.prefill_inputs(np.random.default_rng(0), M, N, heads, 128, "causal")
-    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    M, N, dev, args = _prefill_args(shape, heads)
     out = DeviceArray.empty((M, N), np.float32, dev)
+    forced = {k: v for k, v in (("kernel", kernel), ("split", split)) if v}
     for _ in range(calls):
-        fp8_mqa_logits(*args, clean_logits=clean, out=out, **({"kernel": kernel} if kernel else {}), **({"split": split} if split else {}))
+        fp8_mqa_logits(*args, clean_logits=clean, out=out, **forced)
     dev.synchronize()
 
 
@@ -47,10 +53,7 @@ def prefill(shape, heads, kernel, split, clean, calls):
 @click.option("--top-k", default=2048)
 @click.option("--calls", default=2)
 def prefill_topk(shape, heads, top_k, calls):
-    M, N = _shape(shape)
-    dev = Device()
-    inp = testing.prefill_inputs(np.random.default_rng(0), M, N, heads, 128, "causal")
-    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    M, N, dev, args = _prefill_args(shape, heads)
     ws = prefill_topk_workspace(M, N, top_k, device=dev, H=heads, D=128)
     out = DeviceArray.empty((M, top_k), np.int32, dev)
     for _ in range(calls):
