@@ -132,9 +132,5 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_PLAIN_FILTER> {
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_PLAIN_KERNEL(const HX_GRID_CONSTANT Params p) {
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
-  const hx_i32 tid = (hx_i32)hx_thread_x();
-  const hx_i32 wg = hx_uniform_i32(tid / 128);
-  const Cta::Smem sm = Cta::setup(smem_raw, Cta::BAR_OFF);
-  if (wg == 0) Cta::load_fill_warpgroup<Cta::LOAD_REGS>(p, sm, tid);
-  else Cta::math_warpgroup(p, sm, tid, wg);
+  hx_prefill_cta<Cta>(p, smem_raw);
 }

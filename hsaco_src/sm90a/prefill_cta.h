@@ -558,3 +558,14 @@ struct PrefillCta {
     }
   }
 };
+
+// A prefill kernel's body (Cta: a PrefillCta with its LOAD_REGS, BAR_OFF and math_warpgroup): warpgroup 0 loads and
+// fills (STAGED: filters), the others multiply. smem_raw: the kernel's dynamic shared memory.
+template <class Cta, class P>
+HX_INLINE __device__ void hx_prefill_cta(const P& p, hx_u8* smem_raw) {
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  const hx_i32 wg = hx_uniform_i32(tid / 128);
+  const typename Cta::Smem sm = Cta::setup(smem_raw, Cta::BAR_OFF);
+  if (wg == 0) Cta::template load_fill_warpgroup<Cta::LOAD_REGS>(p, sm, tid);
+  else Cta::math_warpgroup(p, sm, tid, wg);
+}
