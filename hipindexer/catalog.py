@@ -209,27 +209,35 @@ _PREFILL_FIELDS = [
 STRUCTS.append(Struct("PrefillParams", _PREFILL_FIELDS))
 # The same unit keeping, instead of writing logits, each row's keys whose logit reaches its floor (the fused
 # prefill top-k's filter, hipindexer.ops.prefill_topk_fused; out is 0): row m's keys of key-split part j as entries
-# (hx_topk_entry) at cand + (m split + j) region, as many as arrive (counted past region, stored up to it), in
+# (hx_topk_entry) in its region, as many as arrive (counted past the region, stored up to it), in
 # cand_counts[m split + j]; the floor of row m at floors[m floor_stride], an order key (hx_topk_key): keys whose
-# logit's order key is below it stay out, and floor 0 lets every key in.
+# logit's order key is below it stay out, and floor 0 lets every key in. Row m's regions share the entries
+# [m split region, (m + 1) split region) of cand: the sm_90a filters take the even cut, (m split + j) region and
+# region entries; the others the floors' cut, cand_base[m split + j] and cand_cap[m split + j] (common/topk_regions.h).
 STRUCTS.append(Struct("PrefillTopkParams", _PREFILL_FIELDS + [
     ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
     ("floor_stride", "i64"), ("region", "i32"),
+    ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"),
 ]))
 # The fused prefill top-k's floors: a sample of the keys (every step-th, from 0) gathered with each row's window
 # over it, and after the logits op has run on that sample, each row's floor: the order key of the r-th largest
-# logit of its sample window, or just below it (0 when the window has at most r keys).
+# logit of its sample window, or just below it (0 when the window has at most r keys). With the floor, the row's
+# cut of its split * region entries among the filter's parts (cand_base, cand_cap [M, parts]): even (cut 0), or by
+# where the sample's keys at the floor lie in the parts the filter's split makes of the row block's keys
+# (rows_per_block, tile; cut 1: hx_prefill_split, 2: hx_prefill_split_quanta).
 STRUCTS.append(Struct("PrefillSampleParams", [
     ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("ks", "ptr:i32"), ("ke", "ptr:i32"),
     ("sample_k", "ptr:u8"), ("sample_scale", "ptr:f32"), ("sample_ks", "ptr:i32"), ("sample_ke", "ptr:i32"),
     ("logits", "ptr:f32"), ("floors", "ptr:u32"),
     ("cand_counts", "ptr:i32"),  # [M, parts] zeroed by the gather, for a filter that counts with global atomics
     ("M", "i32"), ("N", "i32"), ("D", "i32"), ("step", "i32"), ("samples", "i32"), ("r", "i32"), ("parts", "i32"),
+    ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"),
+    ("region", "i32"), ("rows_per_block", "i32"), ("tile", "i32"), ("cut", "i32"),
 ]))
 # The fused prefill top-k's last launch: each row's kept keys (PrefillTopkParams' cand, cand_counts, floors)
 # selected to its top_k and written; a row whose keys did not all fit, or whose floor let fewer than top_k in,
 # recomputes its logits here (scalar fp32) and selects from them: every row of the call when recompute_all.
-# Optional arrays are 0: values, cand and cand_counts and floors (with recompute_all).
+# Optional arrays are 0: values, and (with recompute_all) cand, cand_counts, floors, cand_base and cand_cap.
 STRUCTS.append(Struct("PrefillTopkFinishParams", [
     ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
     ("q", "ptr:u8"), ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("weights", "ptr:f32"),
@@ -237,6 +245,7 @@ STRUCTS.append(Struct("PrefillTopkFinishParams", [
     ("floor_stride", "i64"), ("indices_stride", "i64"), ("values_stride", "i64"),  # elements between rows
     ("M", "i32"), ("N", "i32"), ("H", "i32"), ("D", "i32"), ("top_k", "i32"),
     ("parts", "i32"), ("region", "i32"), ("sorted", "i32"), ("relative", "i32"), ("recompute_all", "i32"),
+    ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"),
 ]))
 # gfx950 logits tile (hsaco_src/gfx950/logits_tile.hip): the first kernel on the wave primitives.
 STRUCTS.append(Struct("LogitsTileParams", [

@@ -6,11 +6,12 @@ A group of query rows at a time, five launches:
 2. the prefill logits op runs on that sample, into the workspace;
 3. prefill_topk_floor takes each row's floor: the r-th largest of its sample logits, r = ceil(SAMPLE_MARGIN top_k
    / step), so that about SAMPLE_MARGIN top_k of the row's keys reach it, give or take a 1 / sqrt(r) share
-   (about 7% at r = 224);
+   (about 7% at r = 224); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
+   the floor in each (FILTER_CUTS; the sm_90a filters keep even regions);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
    part of the key split instead of writing a logit (sm_90a: mqa_topk_wgmma_fold at H = 64, D = 128; else the
-   generic kernel), in at least MIN_PARTS parts: the workspace bound grows with the parts, and two give each
-   part room for 1.7 times its even share of a row's kept keys;
+   generic kernel), in at least MIN_PARTS parts: the workspace bound grows with the parts, and a row's entries
+   hold 1.6 times the keys it is expected to keep;
 5. prefill_topk_finish selects each row's top_k from what its regions kept, orders and writes it. A row whose
    regions overflowed, or whose floor let fewer than top_k keys in (a sample that misjudged the row: 6 standard
    deviations on random data), recomputes its logits there in scalar fp32: exact, and slow (milliseconds a row).
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..catalog import KERNEL
 from ..plan import plan_prefill
 from ..plan.bounds import prefill_workspace_bound
 from ..runtime import DeviceArray
@@ -44,6 +46,9 @@ FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold")
            ("gfx950", 32, 128): ("mqa_topk_mfma", "mqa_logits_mfma"),
            ("gfx950", 64, 128): ("mqa_topk_mfma", "mqa_logits_mfma")}
 GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
+# How each filter's regions are cut (the floors' cut: 1 after hx_prefill_split, 2 after hx_prefill_split_quanta, the
+# filter's own split of a row block's keys); a filter not named keeps even regions (0).
+FILTER_CUTS = {"mqa_topk_generic": 1, "mqa_topk_mfma": 2}
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
 MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits
 _ALIGN = 256
@@ -99,6 +104,8 @@ class FusedLayout:
     windows: int
     floors: int
     counts: int
+    bases: int
+    caps: int
     cand: int
     nbytes: int
 
@@ -119,14 +126,18 @@ def fused_layout(rows: int, N: int, D: int, top_k: int, parts: int, bound: int) 
     off += _up(4 * rows)
     counts = off
     off += _up(4 * rows * parts)
+    bases = off
+    off += _up(4 * rows * parts)
+    caps = off
+    off += _up(4 * rows * parts)
     cand = off
     room = bound - off
     region = min(room // (8 * rows * parts), 8 * top_k) // 16 * 16
     need = REGION_MARGIN * SAMPLE_MARGIN * top_k / parts
     if region < need or 4 * rows * samples > room or rows * parts * region > MAX_REGION_ENTRIES:
         return None
-    return FusedLayout(rows, samples, parts, region, sample_k, sample_scale, windows, floors, counts, cand,
-                       cand + max(8 * rows * parts * region, 4 * rows * samples))
+    return FusedLayout(rows, samples, parts, region, sample_k, sample_scale, windows, floors, counts, bases, caps,
+                       cand, cand + max(8 * rows * parts * region, 4 * rows * samples))
 
 
 def plan_fused(target, M: int, N: int, H: int, D: int, top_k: int, rows: int | None = None) -> FusedLayout:
@@ -172,8 +183,9 @@ def recomputed_rows(ws: FusedPrefillTopkWorkspace, M: int) -> int:
         else ws.layout
     buf = ws.buf.numpy()
     counts = buf[lay.counts:lay.counts + 4 * M * lay.parts].view(np.int32).reshape(M, lay.parts).astype(np.int64)
+    caps = buf[lay.caps:lay.caps + 4 * M * lay.parts].view(np.uint32).reshape(M, lay.parts).astype(np.int64)
     floors = buf[lay.floors:lay.floors + 4 * M].view(np.uint32)
-    over = ((counts < 0) | (counts > lay.region)).any(axis=1)
+    over = ((counts < 0) | (counts > caps)).any(axis=1)
     short = (counts.sum(axis=1) < ws.top_k) & (floors != 0)
     return int((over | short).sum())
 
@@ -225,11 +237,15 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         if lay is None:
             raise ValueError(f"workspace: its {ws.layout.nbytes} bytes do not hold a group of {g} rows against "
                              f"N={s.N} keys in {parts} parts at top_k={top_k}")
-        at = {k: base + getattr(lay, k) for k in ("sample_k", "sample_scale", "windows", "floors", "counts", "cand")}
+        at = {k: base + getattr(lay, k)
+              for k in ("sample_k", "sample_scale", "windows", "floors", "counts", "bases", "caps", "cand")}
         sks, ske = at["sks"], at["ske"] = at["windows"], at["windows"] + 4 * g
+        cut = FILTER_CUTS.get(filt_key, 0) if parts <= KERNEL["prefill_topk_floor"].block else 0  # a thread a part
         sample_fields = dict(sample_k=at["sample_k"], sample_scale=at["sample_scale"], sample_ks=sks, sample_ke=ske,
                              logits=at["cand"], floors=at["floors"], cand_counts=at["counts"], M=g, N=s.N, D=s.D,
-                             step=sample_step(top_k), samples=lay.samples, r=r, parts=parts)
+                             step=sample_step(top_k), samples=lay.samples, r=r, parts=parts,
+                             cand_base=at["bases"], cand_cap=at["caps"], region=lay.region,
+                             rows_per_block=fp.rows_per_block, tile=fp.tile, cut=cut)
         sample_kern = kernel_for(dev, "prefill_topk_sample")
         threads = max(lay.samples * (s.D // 16), g)
         sample = sample_kern.prepare(max(1, min(4096, -(-threads // 256))), 256,
@@ -243,14 +259,14 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
             fp.grid, fp.block, pointers=("q", "k", "kv_scale", "weights", "ks", "ke"), out=0, out_stride=0, M=g,
             N=s.N, H=s.H, D=s.D, rows_per_block=fp.rows_per_block, split=fp.split, tile=fp.tile, clean=0,
             reverse_rows=int(fp.reverse_rows), cand=at["cand"], cand_counts=at["counts"], floors=at["floors"],
-            floor_stride=1, region=lay.region)
+            floor_stride=1, region=lay.region, cand_base=at["bases"], cand_cap=at["caps"])
         finish = kernel_for(dev, "prefill_topk_finish").prepare(
             max(1, min(FINISH_BLOCKS, g)), 256,
             pointers=("cand", "cand_counts", "floors", "q", "k", "kv_scale", "weights", "ks", "ke", "indices",
                       "values"),
             floor_stride=1, indices_stride=strides[0], values_stride=strides[1], M=g, N=s.N, H=s.H, D=s.D,
             top_k=top_k, parts=parts, region=lay.region, sorted=int(bool(sorted)), relative=int(bool(relative)),
-            recompute_all=0)
+            recompute_all=0, cand_base=at["bases"], cand_cap=at["caps"])
         plan.groups.append((FusedGroup(r0, sample, logits, floor, filt, finish), at))
     return plan
 

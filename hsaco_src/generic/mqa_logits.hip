@@ -7,10 +7,14 @@
 //
 // Built with -DHX_TOPK_FILTER=1 it is the fused prefill top-k's generic filter (hx_mqa_topk_generic,
 // PrefillTopkParams): each row's logits that reach its floor are appended to the row's region of the block's part
-// (counted with global atomics, on counts the gather zeroed), nothing else is written.
+// (the floors' cut, common/topk_regions.h; counted with global atomics, on counts the gather zeroed), nothing else is
+// written.
 #include "prefill_logit.h"
 #include "hx_params.h"
 #include "topk_select.h"
+#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+#include "topk_regions.h"
+#endif
 
 #define HX_RG 4  // rows per group sharing one decoded key chunk
 
@@ -89,7 +93,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_GENERIC_KERNEL(const HX_GRID_CONSTA
         if (n >= r.lo && n < r.hi && key && key >= p.floors[(hx_i64)m * p.floor_stride]) {
           const hx_i64 slot = (hx_i64)m * p.split + (hx_i64)hx_block_y();
           const hx_u32 at = hx_atomic_add_u32((hx_u32*)p.cand_counts + slot, 1u);
-          if (at < (hx_u32)p.region) p.cand[slot * p.region + at] = hx_topk_entry(key, n);
+          const hx_region g = hx_topk_region(p, m, p.split, (hx_i32)hx_block_y());
+          if (at < g.cap) p.cand[g.base + at] = hx_topk_entry(key, n);
         }
 #else
         float* dst = p.out + (hx_i64)m * p.out_stride + n;

@@ -1,17 +1,19 @@
 // The last launch of the fused prefill top-k (hipindexer/ops/prefill_topk_fused.py), every target: a block a row
-// selects the row's top_k from the keys the filter kept (PrefillTopkParams: a region and a count per part of the
-// key split) and writes them in order (ascending key row, or sorted: descending value, ties to the lower row), as
+// selects the row's top_k from the keys the filter kept (a region per part of the key split, common/topk_regions.h,
+// and a count) and writes them in order (ascending key row, or sorted: descending value, ties to the lower row), as
 // key rows or, relative, n - ks[m] (-1 where int32 cannot hold it), with their values when asked; -1 (-inf) past
 // the row's selectable keys.
 //
 // The kept keys hold the row's exact top_k when no region overflowed and either at least top_k came in or the floor
 // was 0 (every key came in). A row that fails that (the sample misjudged it), and every row when recompute_all,
 // recomputes its logits here instead, in scalar fp32 (hx_prefill_logit): slow, but exact within that class. The
-// counts are range-checked, so a workspace in a bad state can only cost a recompute, never a read outside it.
+// counts and regions are range-checked, so a workspace in a bad state can only cost a recompute, never a read outside
+// it.
 //
 // The kept keys (each region's after the last) or the recomputed row go through common/topk_finish.h.
 #include "prefill_logit.h"
 #include "topk_finish.h"
+#include "topk_regions.h"
 
 #define HX_FINISH_CAP (HX_SMEM / 8)  // entries in shared memory at once
 using Finish = HxFinishRow<MAX_TOP_K / 2, HX_FINISH_CAP>;  // top_k <= MAX_TOP_K / 2
@@ -32,7 +34,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
     hx_u32 total = 0;
     for (hx_i32 j = 0; kept && j < p.parts; ++j) {
       const hx_i32 c = p.cand_counts[m * p.parts + j];
-      kept = c >= 0 && c <= p.region;
+      kept = c >= 0 && (hx_u32)c <= hx_topk_region(p, m, p.parts, j).cap;
       total += kept ? (hx_u32)c : 0u;
     }
     kept = kept && total <= (hx_u32)hx_range_len(w) && (total >= top_k || p.floors[m * p.floor_stride] == 0u);
@@ -40,7 +42,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
     Finish f{e, hist, scan, found, top_k};
     if (kept) {  // uniform
       for (hx_i32 j = 0; j < p.parts; ++j)
-        f.take(p.cand + (m * p.parts + j) * (hx_i64)p.region, (hx_u32)p.cand_counts[m * p.parts + j]);
+        f.take(p.cand + hx_topk_region(p, m, p.parts, j).base, (hx_u32)p.cand_counts[m * p.parts + j]);
     } else {
       for (hx_i32 lo = w.lo; lo < w.hi;) {
         const hx_u32 left = (hx_u32)(w.hi - lo);

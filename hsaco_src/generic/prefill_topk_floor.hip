@@ -1,12 +1,79 @@
 // The fused prefill top-k's floors, after the logits op has run on the sample of prefill_topk_sample.hip: a block a
 // row writes an order key (hx_topk_key) at or below the r-th largest of the row's sample logits, or 0 when the window
-// has at most r samples (every key then enters).
+// has at most r samples (every key then enters), and cuts the row's entries among the filter's parts
+// (common/topk_regions.h).
 //
-// The floor itself is common/topk_floor.h's.
+// The floor itself is common/topk_floor.h's. The cut: even (p.cut 0: the sm_90a filters' fixed regions), or by
+// where the row's keys at the floor lie. A part's share is what the sample says it keeps, plus HX_CUT_PAD samples
+// (a part whose sample shows few keys may still keep some): a row whose best keys crowd one part of the split (recent
+// keys scoring high, say) then has room for them there, where even regions would overflow and make the finish
+// recompute the row. With floor 0 the shares are each part's keys of the row, exactly, so every part has room for
+// all it keeps.
 #include "topk_sample.h"
 #include "topk_floor.h"
+#include "topk_regions.h"
 
 #define FLOOR_BATCH 8  // samples a thread loads at once
+#define HX_CUT_PAD 8   // samples a part's share starts from
+static_assert(HX_FLOOR_BINS >= 2 * HX_BLOCK + 1, "a part's first key and count for each thread in hist");
+
+// Row m's cut when p.cut and the parts are at most a thread each: the filter's parts of the row block's keys (its
+// split of the union of the block's windows), their shares, and the regions in proportion.
+HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, hx_range w, const float* row,
+                                       hx_u32 floor, hx_u32* part_lo, hx_u32* part_kept, hx_u32* scan, hx_u32* ext) {
+  const hx_u32 tid = hx_thread_x();
+  const hx_i64 m0 = m - m % p.rows_per_block, m1 = m0 + p.rows_per_block < p.M ? m0 + p.rows_per_block : p.M;
+  hx_u32 lo = (hx_u32)p.N, hi = 0u;
+  for (hx_i64 i = m0 + tid; i < m1; i += HX_BLOCK) {
+    const hx_range u = hx_clamp_window(p.ks[i], p.ke[i], p.N);
+    lo = u.hi > u.lo && (hx_u32)u.lo < lo ? (hx_u32)u.lo : lo;
+    hi = u.hi > u.lo && (hx_u32)u.hi > hi ? (hx_u32)u.hi : hi;
+  }
+  hx_floor_extremes(lo, hi, ext);
+  if (hi <= lo) lo = hi = 0u;
+  hx_range mine = {0, 0};
+  if (tid < (hx_u32)p.parts) {
+    const hx_prefill_part q = p.cut == 2 ? hx_prefill_split_quanta((hx_i32)lo, (hx_i32)hi, p.N, p.tile, p.parts, (hx_i32)tid)
+                                         : hx_prefill_split((hx_i32)lo, (hx_i32)hi, p.N, p.tile, p.parts, (hx_i32)tid);
+    mine = q.work;
+    part_lo[tid] = (hx_u32)mine.lo;
+    part_kept[tid] = 0u;
+  }
+  hx_barrier();  // the parts' first keys seen; ext free
+  if (floor != 0u) {
+    // each sample at the floor counted in the part of its key: the last part whose first key is at or below it
+    for (hx_i32 i = w.lo + (hx_i32)tid; i < w.hi; i += HX_BLOCK) {
+      const hx_u32 key = hx_topk_key(row[i], false);
+      if (key == 0u || key < floor) continue;
+      const hx_u32 n = (hx_u32)i * (hx_u32)p.step;
+      hx_u32 j = 0;
+      for (hx_u32 span = (hx_u32)p.parts; span > 1u;) {
+        const hx_u32 half = span / 2u;
+        if (part_lo[j + half] <= n) j += half;
+        span -= half;
+      }
+      hx_atomic_add_u32(&part_kept[j], 1u);
+    }
+    hx_barrier();
+  }
+  // the share of each part: its samples at the floor and the pad, or (floor 0) its keys of the row's window
+  const hx_range keys = hx_clamp_window(p.ks[m], p.ke[m], p.N);
+  hx_u32 share = 0u;
+  if (tid < (hx_u32)p.parts)
+    share = floor != 0u ? part_kept[tid] + HX_CUT_PAD
+                        : (hx_u32)hx_max_i32(hx_min_i32(mine.hi, keys.hi) - hx_max_i32(mine.lo, keys.lo), 0);
+  hx_u32 all;
+  const hx_u32 before = hx_block_exclusive_sum(share, scan, &all);
+  if (tid < (hx_u32)p.parts) {
+    const hx_u64 pool = (hx_u64)p.parts * (hx_u64)p.region;
+    // region j: entries [pool S_j / all, pool S_(j+1) / all) of the row, S_j the shares before it; at least its share
+    // of a pool as large as all the shares, and the regions fill the pool exactly
+    const hx_u64 a = all ? pool * before / all : (hx_u64)tid * (hx_u64)p.region;
+    const hx_u64 b = all ? pool * (before + share) / all : a + (hx_u64)p.region;
+    p.cand_base[m * p.parts + tid] = (hx_u32)a;
+    p.cand_cap[m * p.parts + tid] = (hx_u32)(b - a);
+  }
+}
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
   HX_FLOOR_SHARED;
@@ -17,6 +84,15 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CO
     const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, [&](hx_i32 i) { return row[i]; }, false,
                                                         (hx_u32)p.r, hist, scan, found, ext);
     if (tid == 0) p.floors[m] = floor;
+    hx_barrier();  // the floor's shared words are free
+    if (p.cut != 0 && p.parts <= HX_BLOCK) {  // uniform
+      hx_cut_by_sample(p, m, w, row, floor, hist, hist + HX_BLOCK, scan, ext);
+    } else {
+      for (hx_i32 j = (hx_i32)tid; j < p.parts; j += HX_BLOCK) {
+        p.cand_base[m * p.parts + j] = (hx_u32)j * (hx_u32)p.region;
+        p.cand_cap[m * p.parts + j] = (hx_u32)p.region;
+      }
+    }
     hx_barrier();  // the shared arrays are the next row's
   }
 }

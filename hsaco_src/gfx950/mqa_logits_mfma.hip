@@ -40,16 +40,18 @@
 //
 // Built with -DHX_TOPK_FILTER=1 it is the fused prefill top-k's filter
 // (hx_mqa_topk_mfma, PrefillTopkParams): a key whose logit's order key reaches
-// its row's floor is appended to the row's region of the block's part, at a
-// place counted in LDS (the block's rows' counts, written out at its end).
-// The two stores a tile stay two (8-byte entries, a lane's place or an offset
-// past the region), so the count the DMA wait relies on holds.
+// its row's floor is appended to the row's region of the block's part (the
+// floors' cut, common/topk_regions.h), at a place counted in LDS (the block's
+// rows' counts, written out at its end). The two stores a tile stay two
+// (8-byte entries at the lane's place; the region's buffer range drops a place
+// past it), so the count the DMA wait relies on holds.
 #include "index_math.h"
 #include "hx_params.h"
 #include "wave.h"
 #include "topk_select.h"
 
 #if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+#include "topk_regions.h"
 #define HX_FILTER 1
 typedef PrefillTopkParams Params;
 #define HX_MFMA_KERNEL hx_mqa_topk_mfma
@@ -180,7 +182,6 @@ struct hx_wave_rows {
   hx_rsrc ca, cb;               // rows ma's and mb's regions of this part (empty for a row past M)
   float floor;                  // the lane's row's floor as a value (hx_topk_floor_value; NaN past M)
   hx_u32* count;                // and its count in LDS
-  hx_u32 region;
 #endif
 };
 
@@ -207,6 +208,17 @@ HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f a
   hx_tile_mfmas(r, hx_read_tile_keys(kt), acc_a, acc_b);
 }
 
+#if HX_FILTER
+// A region's entries past this many are never stored: 8 bytes each, their offsets stay within a buffer's 32-bit range.
+#define HX_REGION_MAX 0x1FFFFFFFu
+// Row m's region of this block's part as a buffer (its range drops every store past the region); empty for a row
+// past M (m1).
+HX_WAVE_FN hx_rsrc hx_region_rsrc(const Params& p, hx_i32 m, hx_i32 m1) {
+  const hx_region g = m < m1 ? hx_topk_region(p, m, p.split, (hx_i32)hx_block_y()) : hx_region{0, 0u};
+  return hx_make_buffer_rsrc(p.cand + g.base, 8u * (g.cap < HX_REGION_MAX ? g.cap : HX_REGION_MAX));
+}
+#endif
+
 // Head reduction, kv_scale (this lane's key's, kvs), window and ownership of keys [n0, n0 + 32) for the row pair.
 HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v16f acc_a[HT],
                               const hx_v16f acc_b[HT], float kvs, hx_i32 n0, hx_u32 t) {
@@ -227,7 +239,8 @@ HX_WAVE_FN void hx_tile_store(const Params& p, const hx_wave_rows& r, const hx_v
   hx_u32 off = HX_OOB;
   if (take) {
     const hx_u32 at = hx_atomic_add_u32(r.count, 1u);
-    off = at < r.region ? 8u * at : HX_OOB;  // past the region: counted, not stored (the finish recomputes)
+    // past the region (the buffer's range): counted, not stored (the finish recomputes)
+    off = at < HX_REGION_MAX ? 8u * at : HX_OOB;
   }
   const hx_u64 ent = hx_topk_entry(key, (hx_i64)n0 + t);
   const hx_v2u ev = {(hx_u32)ent, (hx_u32)(ent >> 32)};
@@ -370,17 +383,13 @@ HX_KERNEL HX_MFMA_BOUNDS void HX_MFMA_KERNEL(const HX_GRID_CONSTANT Params p) {
   r.whi = part.work.hi;
   r.unit = hx_unit_scale();
 #if HX_FILTER
-  const hx_u32 region_bytes = 8u * (hx_u32)p.region;
-  r.ca = hx_make_buffer_rsrc(p.cand + ((hx_i64)ma * p.split + (hx_i64)hx_block_y()) * p.region,
-                             ma < m1 ? region_bytes : 0u);
-  r.cb = hx_make_buffer_rsrc(p.cand + ((hx_i64)mb * p.split + (hx_i64)hx_block_y()) * p.region,
-                             mb < m1 ? region_bytes : 0u);
+  r.ca = hx_region_rsrc(p, ma, m1);
+  r.cb = hx_region_rsrc(p, mb, m1);
   const hx_u32 fl = row_ok ? p.floors[(hx_i64)ml * p.floor_stride] : 0xFFFFFFFFu;
   r.floor = hx_topk_floor_value(fl);
   // the part's end folded into the window (parts end on whole tiles, so this only guards a split that did not)
   r.len = (hx_u32)hx_max_i32(hx_min_i32(win.hi, part.work.hi) - win.lo, 0);
   r.count = &counts[RW * w + g];
-  r.region = (hx_u32)p.region;
   if (hx_thread_x() < BM) counts[hx_thread_x()] = 0u;  // seen after the first chunk's barrier
 #endif
 

@@ -18,6 +18,7 @@ from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
 
 POISON = np.iinfo(np.int32).min
+F_KEPT = 1.5  # a floor keeps more than this many times top_k of a row's keys (prefill_topk_fused.SAMPLE_MARGIN)
 # The planner's shape, then groups and chunks forced small, with and without the filter, with both step builds;
 # then the fused path (its tensor-core filter where the device has one for the shape, else the generic kernel's) in
 # groups of 16 rows (fast_path_heads and the cases after it take it in one group).
@@ -103,6 +104,31 @@ def fused_floors_let_every_random_row_through(dev):
         ws = hipindexer.prefill_topk_workspace(20, 2100, 512, device=dev, H=H, D=128, fused=True)
         check(dev, inp, 512, workspace=ws)
         assert prefill_topk_fused.recomputed_rows(ws, 20) == 0
+
+
+def crowded(seed, M, N, H, D, hot, lift=3.0):
+    """Causal inputs whose last `hot` keys score `lift` times higher (their scales; weights >= 0): the recent keys of
+    every row are its best."""
+    inp = inputs(seed, M, N, H, D)
+    scale = (inp.kv_scale * np.where(np.arange(N) >= N - hot, lift, 1.0)).astype(np.float32)
+    return testing.PrefillInputs(inp.q, inp.k, scale, np.abs(inp.weights), inp.cu_seqlen_ks, inp.cu_seqlen_ke)
+
+
+@case
+def fused_rows_whose_best_keys_crowd_one_part(dev):
+    """Rows whose best keys are their last (up to 1024, within the key split's last part): the keys at the floor
+    crowd that part, past an even share of the row's entries. The floors cut the entries by the sample, so where the
+    filter takes that cut no row is recomputed; every filter stays exact."""
+    M, N, top_k = 256, 16384, 512
+    for H, D in ((32, 128), (16, 64)):
+        ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
+        lay = ws.layout
+        hot = min(1024, N // lay.parts)
+        assert lay.region < hot and lay.region < F_KEPT * top_k, "even regions would overflow"
+        check(dev, crowded(50 + H, M, N, H, D, hot), top_k, workspace=ws, fused=True)
+        filt, _ = prefill_topk_fused.filter_kernels(target_of(dev), H, D)
+        if prefill_topk_fused.FILTER_CUTS.get(filt, 0):
+            assert prefill_topk_fused.recomputed_rows(ws, M) == 0
 
 
 @case
