@@ -222,9 +222,9 @@ STRUCTS.append(Struct("PrefillTopkParams", _PREFILL_FIELDS + [
 # The fused prefill top-k's floors: a sample of the keys (every step-th, from 0) gathered with each row's window
 # over it, and after the logits op has run on that sample, each row's floor: the order key of the r-th largest
 # logit of its sample window, or just below it (0 when the window has at most r keys). With the floor, the row's
-# cut of its split * region entries among the filter's parts (cand_base, cand_cap [M, parts]): even (cut 0), or by
-# where the sample's keys at the floor lie in the parts the filter's split makes of the row block's keys
-# (rows_per_block, tile; cut 1: hx_prefill_split, 2: hx_prefill_split_quanta).
+# cut of its parts * region entries among the filter's parts (cand_base, cand_cap [M, parts]): even (cut 0), or (1)
+# by where the sample's keys at the floor lie in the parts the filter's split makes of the row block's keys
+# (rows_per_block, tile; quanta: hx_prefill_split_quanta, else hx_prefill_split).
 STRUCTS.append(Struct("PrefillSampleParams", [
     ("k", "ptr:u8"), ("kv_scale", "ptr:f32"), ("ks", "ptr:i32"), ("ke", "ptr:i32"),
     ("sample_k", "ptr:u8"), ("sample_scale", "ptr:f32"), ("sample_ks", "ptr:i32"), ("sample_ke", "ptr:i32"),
@@ -232,11 +232,12 @@ STRUCTS.append(Struct("PrefillSampleParams", [
     ("cand_counts", "ptr:i32"),  # [M, parts] zeroed by the gather, for a filter that counts with global atomics
     ("M", "i32"), ("N", "i32"), ("D", "i32"), ("step", "i32"), ("samples", "i32"), ("r", "i32"), ("parts", "i32"),
     ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"),
-    ("region", "i32"), ("rows_per_block", "i32"), ("tile", "i32"), ("cut", "i32"),
+    ("region", "i32"), ("rows_per_block", "i32"), ("tile", "i32"), ("quanta", "i32"), ("cut", "i32"),
 ]))
 # The fused prefill top-k's last launch: each row's kept keys (PrefillTopkParams' cand, cand_counts, floors)
-# selected to its top_k and written; a row whose keys did not all fit, or whose floor let fewer than top_k in,
-# recomputes its logits here (scalar fp32) and selects from them: every row of the call when recompute_all.
+# selected to its top_k and written; a row whose floor let fewer than top_k in recomputes its logits here (scalar
+# fp32) and selects from them, every row of the call when recompute_all; a part whose keys passed its region
+# recomputes that part's keys alone (the filter's split: rows_per_block, tile, quanta as for the floors).
 # Optional arrays are 0: values, and (with recompute_all) cand, cand_counts, floors, cand_base and cand_cap.
 STRUCTS.append(Struct("PrefillTopkFinishParams", [
     ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
@@ -246,6 +247,7 @@ STRUCTS.append(Struct("PrefillTopkFinishParams", [
     ("M", "i32"), ("N", "i32"), ("H", "i32"), ("D", "i32"), ("top_k", "i32"),
     ("parts", "i32"), ("region", "i32"), ("sorted", "i32"), ("relative", "i32"), ("recompute_all", "i32"),
     ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"),
+    ("rows_per_block", "i32"), ("tile", "i32"), ("quanta", "i32"),
 ]))
 # gfx950 logits tile (hsaco_src/gfx950/logits_tile.hip): the first kernel on the wave primitives.
 STRUCTS.append(Struct("LogitsTileParams", [
@@ -433,7 +435,7 @@ KERNELS.append(Kernel("prefill_topk_sample", "generic/prefill_topk_sample.hip", 
 KERNELS.append(Kernel("prefill_topk_floor", "generic/prefill_topk_floor.hip", "hx_prefill_topk_floor",
                       "PrefillSampleParams", block=128))
 KERNELS.append(Kernel("prefill_topk_finish", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",
-                      "PrefillTopkFinishParams", block=256, smem=36864))  # 4608 entries: five blocks an SM on sm_90a
+                      "PrefillTopkFinishParams", block=256, smem=36864))  # 4608 entries: four blocks an SM on sm_90a
 # Its split path for long rows: each row's floor from a sample of it (512 threads a row: the rows are few and each
 # pass over a sample waits on its loads), the keys at or above it kept by rows x parts blocks, then one block per row
 # (512 threads: its scans and sort are barrier-bound) that selects among them and writes in order, or runs

@@ -7,14 +7,15 @@ A group of query rows at a time, five launches:
 3. prefill_topk_floor takes each row's floor: the r-th largest of its sample logits, r = ceil(SAMPLE_MARGIN top_k
    / step), so that about SAMPLE_MARGIN top_k of the row's keys reach it, give or take a 1 / sqrt(r) share
    (about 7% at r = 224); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
-   the floor in each (FILTER_CUTS; the sm_90a filters keep even regions);
+   the floor in each (FILTERS_CUT; the sm_90a filters keep even regions);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
    part of the key split instead of writing a logit (sm_90a: mqa_topk_wgmma_fold at H = 64, D = 128; else the
    generic kernel), in at least MIN_PARTS parts: the workspace bound grows with the parts, and a row's entries
    hold 1.6 times the keys it is expected to keep;
 5. prefill_topk_finish selects each row's top_k from what its regions kept, orders and writes it. A row whose
-   regions overflowed, or whose floor let fewer than top_k keys in (a sample that misjudged the row: 6 standard
-   deviations on random data), recomputes its logits there in scalar fp32: exact, and slow (milliseconds a row).
+   floor let fewer than top_k keys in (a sample that misjudged the row: 6 standard deviations on random data)
+   recomputes its logits there in scalar fp32: exact, and slow (milliseconds a row); a part whose keys passed its
+   region recomputes that part's keys alone.
 
 The sample's logits share the workspace's bytes with the regions, which are written only after the floors are
 taken. Every launch of a group is prepared once per layout; a call with device-resident arrays and a workspace=
@@ -46,9 +47,10 @@ FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold")
            ("gfx950", 32, 128): ("mqa_topk_mfma", "mqa_logits_mfma"),
            ("gfx950", 64, 128): ("mqa_topk_mfma", "mqa_logits_mfma")}
 GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
-# How each filter's regions are cut (the floors' cut: 1 after hx_prefill_split, 2 after hx_prefill_split_quanta, the
-# filter's own split of a row block's keys); a filter not named keeps even regions (0).
-FILTER_CUTS = {"mqa_topk_generic": 1, "mqa_topk_mfma": 2}
+# The filters that take the floors' cut of a row's entries by the sample (the sm_90a filters keep even regions),
+# and those whose key split is hx_prefill_split_quanta (the others': hx_prefill_split).
+FILTERS_CUT = {"mqa_topk_generic", "mqa_topk_mfma"}
+FILTERS_QUANTA = {"mqa_topk_mfma"}
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
 MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits
 _ALIGN = 256
@@ -176,8 +178,8 @@ class FusedPrefillTopkWorkspace:
 
 
 def recomputed_rows(ws: FusedPrefillTopkWorkspace, M: int) -> int:
-    """How many of the last call's rows the finish recomputed (their regions overflowed or kept fewer than top_k
-    keys), when it ran in one group of rows: read back from the workspace after a synchronising copy. A diagnostic
+    """How many of the last call's rows the finish recomputed, whole (fewer than top_k keys reached the floor) or a
+    part's keys (they passed its region), when it ran in one group of rows: read back from the workspace after a synchronising copy. A diagnostic
     for benchmarks, not for the hot path."""
     lay = plan_fused(target_of(ws.device), M, ws.N, ws.H, ws.D, ws.top_k, ws.rows) if M != ws.layout.rows \
         else ws.layout
@@ -240,12 +242,12 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         at = {k: base + getattr(lay, k)
               for k in ("sample_k", "sample_scale", "windows", "floors", "counts", "bases", "caps", "cand")}
         sks, ske = at["sks"], at["ske"] = at["windows"], at["windows"] + 4 * g
-        cut = FILTER_CUTS.get(filt_key, 0) if parts <= KERNEL["prefill_topk_floor"].block else 0  # a thread a part
+        cut = filt_key in FILTERS_CUT and parts <= KERNEL["prefill_topk_floor"].block  # a thread a part
+        split = dict(rows_per_block=fp.rows_per_block, tile=fp.tile, quanta=int(filt_key in FILTERS_QUANTA))
         sample_fields = dict(sample_k=at["sample_k"], sample_scale=at["sample_scale"], sample_ks=sks, sample_ke=ske,
                              logits=at["cand"], floors=at["floors"], cand_counts=at["counts"], M=g, N=s.N, D=s.D,
                              step=sample_step(top_k), samples=lay.samples, r=r, parts=parts,
-                             cand_base=at["bases"], cand_cap=at["caps"], region=lay.region,
-                             rows_per_block=fp.rows_per_block, tile=fp.tile, cut=cut)
+                             cand_base=at["bases"], cand_cap=at["caps"], region=lay.region, cut=int(cut), **split)
         sample_kern = kernel_for(dev, "prefill_topk_sample")
         threads = max(lay.samples * (s.D // 16), g)
         sample = sample_kern.prepare(max(1, min(4096, -(-threads // 256))), 256,
@@ -266,7 +268,7 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
                       "values"),
             floor_stride=1, indices_stride=strides[0], values_stride=strides[1], M=g, N=s.N, H=s.H, D=s.D,
             top_k=top_k, parts=parts, region=lay.region, sorted=int(bool(sorted)), relative=int(bool(relative)),
-            recompute_all=0, cand_base=at["bases"], cand_cap=at["caps"])
+            recompute_all=0, cand_base=at["bases"], cand_cap=at["caps"], **split)
         plan.groups.append((FusedGroup(r0, sample, logits, floor, filt, finish), at))
     return plan
 

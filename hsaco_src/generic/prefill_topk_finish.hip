@@ -4,11 +4,12 @@
 // key rows or, relative, n - ks[m] (-1 where int32 cannot hold it), with their values when asked; -1 (-inf) past
 // the row's selectable keys.
 //
-// The kept keys hold the row's exact top_k when no region overflowed and either at least top_k came in or the floor
-// was 0 (every key came in). A row that fails that (the sample misjudged it), and every row when recompute_all,
-// recomputes its logits here instead, in scalar fp32 (hx_prefill_logit): slow, but exact within that class. The
-// counts and regions are range-checked, so a workspace in a bad state can only cost a recompute, never a read outside
-// it.
+// The kept keys hold the row's exact top_k when either at least top_k came in or the floor was 0 (every key came
+// in): every key at the floor is then kept, but in a part whose keys passed its region. A row whose floor let fewer
+// in (the sample misjudged it), and every row when recompute_all, recomputes its logits here instead, in scalar fp32
+// (hx_prefill_logit): slow, but exact within that class; a part that passed its region recomputes its own keys alone
+// (the filter's split, common/topk_regions.h), its values then of that class too. The counts and regions are
+// range-checked, so a workspace in a bad state can only cost a recompute, never a read outside it.
 //
 // The kept keys (each region's after the last) or the recomputed row go through common/topk_finish.h.
 #include "prefill_logit.h"
@@ -22,6 +23,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);
+  HX_SHARED(hx_u32, ext, 2 * (HX_BLOCK / HX_WAVE_SIZE));  // the filter's split, for a part recomputed alone
   HX_DYNAMIC_SHARED(hx_u64, e);
   hx_block_bar bar;
   const hx_u32 tid = hx_thread_x();
@@ -29,23 +31,11 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
   if (top_k > MAX_TOP_K / 2) return;  // the op never launches it so
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_clamp_window(p.ks[m], p.ke[m], p.N);
-    // 1. do the kept keys hold the row's top_k
-    bool kept = !p.recompute_all;
-    hx_u32 total = 0;
-    for (hx_i32 j = 0; kept && j < p.parts; ++j) {
-      const hx_i32 c = p.cand_counts[m * p.parts + j];
-      kept = c >= 0 && (hx_u32)c <= hx_topk_region(p, m, p.parts, j).cap;
-      total += kept ? (hx_u32)c : 0u;
-    }
-    kept = kept && total <= (hx_u32)hx_range_len(w) && (total >= top_k || p.floors[m * p.floor_stride] == 0u);
-    // 2. the row's top_k, in e
+    // the row's keys [lo, hi) recomputed into the selection, every one entered
     Finish f{e, hist, scan, found, top_k};
-    if (kept) {  // uniform
-      for (hx_i32 j = 0; j < p.parts; ++j)
-        f.take(p.cand + hx_topk_region(p, m, p.parts, j).base, (hx_u32)p.cand_counts[m * p.parts + j]);
-    } else {
-      for (hx_i32 lo = w.lo; lo < w.hi;) {
-        const hx_u32 left = (hx_u32)(w.hi - lo);
+    auto recompute = [&](hx_i32 lo, hx_i32 hi) {
+      while (lo < hi) {  // uniform
+        const hx_u32 left = (hx_u32)(hi - lo);
         const hx_u32 n = left < HX_FINISH_CAP - f.have ? left : HX_FINISH_CAP - f.have;
         f.round(n, false, [&](hx_u32 i) {
           const hx_i64 key_row = (hx_i64)lo + i;
@@ -54,6 +44,35 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
         });
         lo += (hx_i32)n;
       }
+    };
+    // 1. do the kept keys hold the row's top_k: every count sound, and at least top_k in (counted past a region
+    //    too) or the floor 0. Else the row is recomputed whole.
+    bool whole = p.recompute_all != 0;
+    hx_i64 total = 0;
+    for (hx_i32 j = 0; !whole && j < p.parts; ++j) {
+      const hx_i32 c = p.cand_counts[m * p.parts + j];
+      whole = c < 0;
+      total += c;
+    }
+    whole = whole || total > hx_range_len(w) || (total < top_k && p.floors[m * p.floor_stride] != 0u);
+    // 2. the row's top_k, in e: each part's kept keys, or a part whose keys passed its region recomputed alone
+    if (!whole) {  // uniform
+      bool split_known = false;
+      hx_filter_split split{};
+      for (hx_i32 j = 0; j < p.parts; ++j) {
+        const hx_u32 c = (hx_u32)p.cand_counts[m * p.parts + j];
+        const hx_region g = hx_topk_region(p, m, p.parts, j);
+        if (c <= g.cap) {  // uniform
+          f.take(p.cand + g.base, c);
+          continue;
+        }
+        if (!split_known) split = hx_filter_split_of(p, m, p.parts, ext);
+        split_known = true;
+        const hx_range k = split.keys(j);
+        recompute(hx_max_i32(k.lo, w.lo), hx_min_i32(k.hi, w.hi));
+      }
+    } else {
+      recompute(w.lo, w.hi);
     }
     f.cut_to_top_k();
     // 3. the outputs in order

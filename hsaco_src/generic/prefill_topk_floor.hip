@@ -3,39 +3,28 @@
 // has at most r samples (every key then enters), and cuts the row's entries among the filter's parts
 // (common/topk_regions.h).
 //
-// The floor itself is common/topk_floor.h's. The cut: even (p.cut 0: the sm_90a filters' fixed regions), or by
+// The floor itself is common/topk_floor.h's. The cut: even (p.cut 0: the sm_90a filters' fixed regions), or (1) by
 // where the row's keys at the floor lie. A part's share is what the sample says it keeps, plus HX_CUT_PAD samples
 // (a part whose sample shows few keys may still keep some): a row whose best keys crowd one part of the split (recent
 // keys scoring high, say) then has room for them there, where even regions would overflow and make the finish
-// recompute the row. With floor 0 the shares are each part's keys of the row, exactly, so every part has room for
-// all it keeps.
+// recompute that part. With floor 0 each part gets its keys of the row, exactly, and the last part what is left, so
+// every part has room for all it keeps.
 #include "topk_sample.h"
-#include "topk_floor.h"
 #include "topk_regions.h"
 
 #define FLOOR_BATCH 8  // samples a thread loads at once
 #define HX_CUT_PAD 8   // samples a part's share starts from
 static_assert(HX_FLOOR_BINS >= 2 * HX_BLOCK + 1, "a part's first key and count for each thread in hist");
 
-// Row m's cut when p.cut and the parts are at most a thread each: the filter's parts of the row block's keys (its
-// split of the union of the block's windows), their shares, and the regions in proportion.
+// Row m's cut when p.cut and the parts are at most a thread each: the filter's parts of the row block's keys, their
+// shares, and the regions in proportion.
 HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, hx_range w, const float* row,
                                        hx_u32 floor, hx_u32* part_lo, hx_u32* part_kept, hx_u32* scan, hx_u32* ext) {
   const hx_u32 tid = hx_thread_x();
-  const hx_i64 m0 = m - m % p.rows_per_block, m1 = m0 + p.rows_per_block < p.M ? m0 + p.rows_per_block : p.M;
-  hx_u32 lo = (hx_u32)p.N, hi = 0u;
-  for (hx_i64 i = m0 + tid; i < m1; i += HX_BLOCK) {
-    const hx_range u = hx_clamp_window(p.ks[i], p.ke[i], p.N);
-    lo = u.hi > u.lo && (hx_u32)u.lo < lo ? (hx_u32)u.lo : lo;
-    hi = u.hi > u.lo && (hx_u32)u.hi > hi ? (hx_u32)u.hi : hi;
-  }
-  hx_floor_extremes(lo, hi, ext);
-  if (hi <= lo) lo = hi = 0u;
+  const hx_filter_split split = hx_filter_split_of(p, m, p.parts, ext);
   hx_range mine = {0, 0};
   if (tid < (hx_u32)p.parts) {
-    const hx_prefill_part q = p.cut == 2 ? hx_prefill_split_quanta((hx_i32)lo, (hx_i32)hi, p.N, p.tile, p.parts, (hx_i32)tid)
-                                         : hx_prefill_split((hx_i32)lo, (hx_i32)hi, p.N, p.tile, p.parts, (hx_i32)tid);
-    mine = q.work;
+    mine = split.keys((hx_i32)tid);
     part_lo[tid] = (hx_u32)mine.lo;
     part_kept[tid] = 0u;
   }
@@ -65,17 +54,30 @@ HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, h
   hx_u32 all;
   const hx_u32 before = hx_block_exclusive_sum(share, scan, &all);
   if (tid < (hx_u32)p.parts) {
-    const hx_u64 pool = (hx_u64)p.parts * (hx_u64)p.region;
-    // region j: entries [pool S_j / all, pool S_(j+1) / all) of the row, S_j the shares before it; at least its share
-    // of a pool as large as all the shares, and the regions fill the pool exactly
-    const hx_u64 a = all ? pool * before / all : (hx_u64)tid * (hx_u64)p.region;
-    const hx_u64 b = all ? pool * (before + share) / all : a + (hx_u64)p.region;
-    p.cand_base[m * p.parts + tid] = (hx_u32)a;
-    p.cand_cap[m * p.parts + tid] = (hx_u32)(b - a);
+    const hx_u32 pool = (hx_u32)p.parts * (hx_u32)p.region;  // at most HX_BLOCK parts of 8 top_k entries each
+    hx_u32 a = tid * (hx_u32)p.region, b = a + (hx_u32)p.region;  // even, where no share says otherwise
+    if (floor == 0u && all <= pool) {  // each part its keys, the last also what is left
+      a = before;
+      b = tid + 1u == (hx_u32)p.parts ? pool : before + share;
+    } else if (all) {
+      // entries [pool S_j / all, pool S_(j+1) / all) of the row, S_j the shares before part j: one rounding for both
+      // ends, monotone in S, so the regions meet and fill the pool (float: no 64-bit division)
+      const float per = (float)pool / (float)all;
+      auto at = [&](hx_u32 s) {
+        const hx_u32 x = (hx_u32)((float)s * per);
+        return s >= all || x > pool ? pool : x;
+      };
+      a = at(before);
+      b = at(before + share);
+    }
+    p.cand_base[m * p.parts + tid] = a;
+    p.cand_cap[m * p.parts + tid] = b - a;
   }
 }
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
+// Twelve blocks an SM on sm_90a (40 registers a thread): the floor's own path needs no more, and the cut's fits them
+// without spilling.
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 12) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
   HX_FLOOR_SHARED;
   const hx_u32 tid = hx_thread_x();
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {

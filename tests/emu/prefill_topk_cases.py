@@ -107,28 +107,51 @@ def fused_floors_let_every_random_row_through(dev):
 
 
 def crowded(seed, M, N, H, D, hot, lift=3.0):
-    """Causal inputs whose last `hot` keys score `lift` times higher (their scales; weights >= 0): the recent keys of
-    every row are its best."""
+    """Inputs whose rows all see every key, and whose keys [hot[0], hot[1]) score `lift` times higher (their scales;
+    weights >= 0): every row's best keys are those."""
     inp = inputs(seed, M, N, H, D)
-    scale = (inp.kv_scale * np.where(np.arange(N) >= N - hot, lift, 1.0)).astype(np.float32)
-    return testing.PrefillInputs(inp.q, inp.k, scale, np.abs(inp.weights), inp.cu_seqlen_ks, inp.cu_seqlen_ke)
+    n = np.arange(N)
+    scale = (inp.kv_scale * np.where((n >= hot[0]) & (n < hot[1]), lift, 1.0)).astype(np.float32)
+    return testing.PrefillInputs(inp.q, inp.k, scale, np.abs(inp.weights), np.zeros(M, np.int32),
+                                 np.full(M, N, np.int32))
+
+
+def part_keys(N, tile, parts, j, quanta):
+    """The keys part j of a filter's key split of [0, N) computes (hx_prefill_split_quanta, or hx_prefill_split)."""
+    tiles = -(-N // tile)
+    t = (j * -(-tiles // parts), (j + 1) * -(-tiles // parts)) if quanta else (j * tiles // parts,
+                                                                               (j + 1) * tiles // parts)
+    return min(t[0] * tile, N), min(t[1] * tile, N)
 
 
 @case
 def fused_rows_whose_best_keys_crowd_one_part(dev):
-    """Rows whose best keys are their last (up to 1024, within the key split's last part): the keys at the floor
-    crowd that part, past an even share of the row's entries. The floors cut the entries by the sample, so where the
-    filter takes that cut no row is recomputed; every filter stays exact."""
-    M, N, top_k = 256, 16384, 512
-    for H, D in ((32, 128), (16, 64)):
+    """Rows whose best keys (up to 1024) lie in one part of the filter's key split: at the floor they crowd that
+    part, past an even share of the row's entries. The floors cut the entries by the sample, so where the filter
+    takes that cut no row is recomputed. With even regions (every filter's, forced) the crowded part overflows and
+    the finish recomputes its keys alone. Every filter stays exact."""
+    N, top_k = 8192, 256
+    target = target_of(dev)
+    for H, D, M in ((32, 128, 256), (16, 64, 128)):  # the fewest rows whose parts outgrow an even region
         ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
         lay = ws.layout
-        hot = min(1024, N // lay.parts)
-        assert lay.region < hot and lay.region < F_KEPT * top_k, "even regions would overflow"
-        check(dev, crowded(50 + H, M, N, H, D, hot), top_k, workspace=ws, fused=True)
-        filt, _ = prefill_topk_fused.filter_kernels(target_of(dev), H, D)
-        if prefill_topk_fused.FILTER_CUTS.get(filt, 0):
+        filt, _ = prefill_topk_fused.filter_kernels(target, H, D)
+        fp = prefill_topk_fused.filter_plan(target, M, N, H, D)
+        lo, hi = part_keys(N, fp.tile, lay.parts, lay.parts // 2, filt in prefill_topk_fused.FILTERS_QUANTA)
+        hot = (lo, min(hi, lo + 1024))
+        assert lay.region < min(hot[1] - hot[0], F_KEPT * top_k), "even regions would overflow"
+        inp = crowded(50 + H, M, N, H, D, hot)
+        check(dev, inp, top_k, workspace=ws, fused=True)
+        if filt in prefill_topk_fused.FILTERS_CUT:
             assert prefill_topk_fused.recomputed_rows(ws, M) == 0
+        saved = prefill_topk_fused.FILTERS_CUT
+        try:
+            prefill_topk_fused.FILTERS_CUT = set()  # a call planned afresh: a new workspace
+            ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
+            check(dev, inp, top_k, workspace=ws, fused=True)
+        finally:
+            prefill_topk_fused.FILTERS_CUT = saved
+        assert prefill_topk_fused.recomputed_rows(ws, M) > 0
 
 
 @case

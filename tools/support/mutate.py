@@ -465,8 +465,8 @@ PLANTS = {
         # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
         # whose entries name the next key; the gfx950 filter writing every part's count over the first part's; floors
         # at each row's largest sample (exact still, through the recompute: the floors' own case catches it);
-        Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total >= top_k ||",
-              "(true ||"),
+        Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total < top_k && p.floors",
+              "(false && p.floors"),
         Plant("fused_finish_regions_overlap", "common/topk_finish.h", "      have += count;\n", "\n"),
         Plant("fused_finish_rank_one_late", "common/topk_select.h",
               "hx_popc(bits[last] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[last] & ((2u << (b % 32)) - 1u))"),
@@ -479,13 +479,16 @@ PLANTS = {
               "hx_topk_find_bin(hist, HX_FLOOR_BINS, r, scan, found);",
               "hx_topk_find_bin(hist, HX_FLOOR_BINS, 1u, scan, found);"),
         # the floors' cut of a row's entries: blind to where the sample's keys lie (even shares: the crowded rows'
-        # case catches the recompute), every region at the row's first entry, the finish reading the next part's
+        # case catches the recompute), every region at the row's first entry; the finish reading the next part's
+        # region, and recomputing the next part's keys for a part that passed its region
         Plant("fused_cut_blind_to_the_sample", "generic/prefill_topk_floor.hip", "part_kept[tid] + HX_CUT_PAD",
               "HX_CUT_PAD"),
         Plant("fused_cut_regions_at_the_rows_first", "generic/prefill_topk_floor.hip",
-              "p.cand_base[m * p.parts + tid] = (hx_u32)a;", "p.cand_base[m * p.parts + tid] = 0u;"),
+              "p.cand_base[m * p.parts + tid] = a;", "p.cand_base[m * p.parts + tid] = 0u;"),
         Plant("fused_finish_region_of_the_next_part", "generic/prefill_topk_finish.hip",
-              "hx_topk_region(p, m, p.parts, j).base", "hx_topk_region(p, m, p.parts, (j + 1) % p.parts).base"),
+              "hx_topk_region(p, m, p.parts, j);", "hx_topk_region(p, m, p.parts, (j + 1) % p.parts);"),
+        Plant("fused_finish_recomputes_the_next_part", "generic/prefill_topk_finish.hip", "split.keys(j);",
+              "split.keys((j + 1) % p.parts);"),
     ],
 }
 # The pieces both sm_90a kernels share (prefill_cta.h): each set plants them and runs its own kernel around them.
