@@ -14,7 +14,8 @@
 #           $VBUILDS/SET (default .out/sv: `--set SET --builds .out/sv/SET --build-only`, then carry them), timed by
 #           the bench's launches replayed alone at SHAPES and HEADS
 # Env: STEPS (default "cases bench"), OUT (default /tmp/hx-out), SHAPES, HEADS (default 64), MILLION (1: add it),
-# STAGES (1: time each launch of a fused call alone too), ROUNDS (default 1), PREV, VSETS, VBUILDS, BUDGET_S
+# STAGES (1: time each launch of a fused call alone too), RECENT (the bench's --recent: rows whose best keys are
+# their last RECENT), ROUNDS (default 1), PREV, VSETS, VBUILDS, BUDGET_S
 # (default 570: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
@@ -28,7 +29,8 @@ has gpu && run gpu 260 "$OUT/gpu.log" $PY -m pytest -q -x -p no:cacheprovider -m
 has plants && run plants 300 "$OUT/plants.log" $PY -m tools.support.mutate --suite cuda --set prefill_topk_sm90a \
   --builds "${PLANTS:-.out/pl}" --prebuilt
 BENCH=(-m tools.measure.prefill_topk_bench --shapes "${SHAPES:-4096x32768,2048x65536,1024x131072,128x32768}"
-       --heads "${HEADS:-64}" $([ "${MILLION:-0}" = 1 ] && echo --million) $([ "${STAGES:-0}" = 1 ] && echo --stages))
+       --heads "${HEADS:-64}" $([ "${MILLION:-0}" = 1 ] && echo --million) $([ "${STAGES:-0}" = 1 ] && echo --stages)
+       --recent "${RECENT:-0}")
 ROOT=$PWD
 for r in $(seq "${ROUNDS:-1}"); do
   has bench && run "bench round $r" 300 "$OUT/bench.log" $PY "${BENCH[@]}"

@@ -3,7 +3,7 @@ torch.topk, when torch with CUDA is importable) over the whole [M, N] array, on 
 hipindexer.bench.timing (events around back-to-back calls, median of repeats; one input set per shape):
 
     python -m tools.measure.prefill_topk_bench [--shapes 4096x32768,2048x65536,1024x131072,128x32768]
-        [--heads 64,32] [--million] [--json]
+        [--heads 64,32] [--million] [--recent KEYS] [--json]
 
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
 (hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
@@ -29,13 +29,18 @@ from hipindexer.runtime import Device, DeviceArray
 D, TOP_K = 128, 2048
 
 
-def _inputs(rng, M, N, H):
-    """Causal windows; keys as random fp8 codes with unit scales (quick at a million keys)."""
+def _inputs(rng, M, N, H, recent=0, lift=3.0):
+    """Causal windows; keys as random fp8 codes with unit scales (quick at a million keys). recent > 0: the last
+    `recent` keys' scales times `lift` and the weights made >= 0, so that every row's best keys are its most recent
+    ones (they crowd the last part of the fused filter's key split)."""
     ks, ke = testing.prefill_windows("causal", M, N)
     k = testing.random_fp8(rng, (N, D))
     scale = np.abs(rng.standard_normal(N, dtype=np.float32)) + np.float32(0.5)
-    return testing.PrefillInputs(testing.random_fp8(rng, (M, H, D)), k, scale,
-                                 rng.standard_normal((M, H), dtype=np.float32), ks, ke)
+    w = rng.standard_normal((M, H), dtype=np.float32)
+    if recent:
+        scale[N - recent:] *= np.float32(lift)
+        w = np.abs(w)
+    return testing.PrefillInputs(testing.random_fp8(rng, (M, H, D)), k, scale, w, ks, ke)
 
 
 def _torch(logits):
@@ -80,8 +85,8 @@ def _plans():
     return list(cache.values())
 
 
-def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False):
-    inp = _inputs(rng, M, N, H)
+def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0):
+    inp = _inputs(rng, M, N, H, recent)
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
     flop = 2.0 * H * D * float(np.clip(seen, 0, None).sum())
@@ -92,7 +97,7 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False):
 
     def fused(i):
         hipindexer.fp8_mqa_topk(*args, TOP_K, workspace=ws, out=(idx, vals), return_values=True, device=dev)
-    row = {"M": M, "N": N, "H": H, "top_k": TOP_K, "path": "fused" if is_fused else "composed",
+    row = {"M": M, "N": N, "H": H, "top_k": TOP_K, "recent": recent, "path": "fused" if is_fused else "composed",
            "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound, "ws_rows": ws.rows,
            "ws_chunk": getattr(ws, "chunk", None)}
     timers = [("fused", fused)]
@@ -149,8 +154,10 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False):
 @click.option("--million", is_flag=True, help="Add (4096, 1048576) at H = 64, one call, sampled rows gated.")
 @click.option("--repeats", default=5)
 @click.option("--stages", is_flag=True, help="Also time each launch of a fused call alone (its first group).")
+@click.option("--recent", default=0, help="The last RECENT keys score 3 times higher (weights >= 0): rows whose best "
+              "keys crowd one part of the key split, against random rows.")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, shapes, heads, million, repeats, stages, as_json):
+def main(device_name, shapes, heads, million, repeats, stages, recent, as_json):
     dev = Device(device_name)
     if emulated(dev):
         shapes, heads, million = "64x4096", "32", False
@@ -158,7 +165,7 @@ def main(device_name, shapes, heads, million, repeats, stages, as_json):
     rows = []
     plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
     for M, N, H in plan:
-        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages))
+        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages, recent=recent))
         r = rows[-1]
         if not as_json:
             extra = (f", logits {r['us_logits']:.1f} us ({r['logits_tflops']:.0f} TFLOP/s), logits + topk_logits "
