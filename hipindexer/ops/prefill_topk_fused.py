@@ -179,8 +179,8 @@ class FusedPrefillTopkWorkspace:
 
 def recomputed_rows(ws: FusedPrefillTopkWorkspace, M: int) -> int:
     """How many of the last call's rows the finish recomputed, whole (fewer than top_k keys reached the floor) or a
-    part's keys (they passed its region), when it ran in one group of rows: read back from the workspace after a synchronising copy. A diagnostic
-    for benchmarks, not for the hot path."""
+    part's keys (they passed its region), when it ran in one group of rows: read back from the workspace after a
+    synchronising copy. A diagnostic for benchmarks, not for the hot path."""
     lay = plan_fused(target_of(ws.device), M, ws.N, ws.H, ws.D, ws.top_k, ws.rows) if M != ws.layout.rows \
         else ws.layout
     buf = ws.buf.numpy()

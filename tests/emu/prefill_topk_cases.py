@@ -129,17 +129,20 @@ def fused_rows_whose_best_keys_crowd_one_part(dev):
     """Rows whose best keys (up to 1024) lie in one part of the filter's key split: at the floor they crowd that
     part, past an even share of the row's entries. The floors cut the entries by the sample, so where the filter
     takes that cut no row is recomputed. With even regions (every filter's, forced) the crowded part overflows and
-    the finish recomputes its keys alone. Every filter stays exact."""
+    the finish recomputes its keys alone. Every filter stays exact; the recomputes are asserted where the shape's
+    even region is smaller than what crowds it (both shapes on the emulator, the generic filter's on sm_90a)."""
     N, top_k = 8192, 256
     target = target_of(dev)
-    for H, D, M in ((32, 128, 256), (16, 64, 128)):  # the fewest rows whose parts outgrow an even region
+    crowding = 0
+    for H, D, M in ((32, 128, 256), (16, 64, 128)):  # the fewest rows whose parts outgrow an even region (gfx950)
         ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
         lay = ws.layout
         filt, _ = prefill_topk_fused.filter_kernels(target, H, D)
         fp = prefill_topk_fused.filter_plan(target, M, N, H, D)
         lo, hi = part_keys(N, fp.tile, lay.parts, lay.parts // 2, filt in prefill_topk_fused.FILTERS_QUANTA)
         hot = (lo, min(hi, lo + 1024))
-        assert lay.region < min(hot[1] - hot[0], F_KEPT * top_k), "even regions would overflow"
+        crowded_past_even = lay.region < min(hot[1] - hot[0], F_KEPT * top_k)
+        crowding += crowded_past_even
         inp = crowded(50 + H, M, N, H, D, hot)
         check(dev, inp, top_k, workspace=ws, fused=True)
         if filt in prefill_topk_fused.FILTERS_CUT:
@@ -151,7 +154,8 @@ def fused_rows_whose_best_keys_crowd_one_part(dev):
             check(dev, inp, top_k, workspace=ws, fused=True)
         finally:
             prefill_topk_fused.FILTERS_CUT = saved
-        assert prefill_topk_fused.recomputed_rows(ws, M) > 0
+        assert prefill_topk_fused.recomputed_rows(ws, M) > 0 or not crowded_past_even
+    assert crowding, "no shape crowds a part past an even region"
 
 
 @case
