@@ -3,7 +3,7 @@ torch.topk, when torch with CUDA is importable) over the whole [M, N] array, on 
 hipindexer.bench.timing (events around back-to-back calls, median of repeats; one input set per shape):
 
     python -m tools.measure.prefill_topk_bench [--shapes 4096x32768,2048x65536,1024x131072,128x32768]
-        [--heads 64,32] [--million] [--recent KEYS] [--json]
+        [--heads 64,32] [--million] [--recent KEYS] [--fused-only] [--sample-step S] [--sample-margin F] [--json]
 
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
 (hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
@@ -85,7 +85,7 @@ def _plans():
     return list(cache.values())
 
 
-def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0):
+def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fused_only=False):
     inp = _inputs(rng, M, N, H, recent)
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
@@ -101,14 +101,14 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0):
            "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound, "ws_rows": ws.rows,
            "ws_chunk": getattr(ws, "chunk", None)}
     timers = [("fused", fused)]
-    if is_fused:
+    if is_fused and not fused_only:
         cws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
 
         def composed(i):
             hipindexer.fp8_mqa_topk(*args, TOP_K, workspace=cws, out=(idx, vals), return_values=True, device=dev)
         timers.append(("composed", composed))
     logits = None
-    if M * N * 4 <= 8 << 30:
+    if M * N * 4 <= 8 << 30 and not fused_only:
         logits = DeviceArray.empty((M, N), np.float32, dev)
         one = DeviceArray.empty((M, TOP_K), np.int32, dev)
 
@@ -156,16 +156,26 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0):
 @click.option("--stages", is_flag=True, help="Also time each launch of a fused call alone (its first group).")
 @click.option("--recent", default=0, help="The last RECENT keys score 3 times higher (weights >= 0): rows whose best "
               "keys crowd one part of the key split, against random rows.")
+@click.option("--fused-only", is_flag=True, help="Time the op alone (and --stages): no composed path, no logits op.")
+@click.option("--sample-step", default=0, help="An experiment: the floors sample one key in this many (default: the "
+              "op's own, sample_step(top_k)); the floor's rank follows, SAMPLE_MARGIN top_k / step.")
+@click.option("--sample-margin", default=0.0, help="An experiment: a floor aims at this many times top_k of a row's "
+              "keys (default: the op's SAMPLE_MARGIN).")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, shapes, heads, million, repeats, stages, recent, as_json):
+def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
+         as_json):
     dev = Device(device_name)
+    if sample_step:
+        prefill_topk_fused.sample_step = lambda top_k: sample_step  # read by the workspace plan and each call's plan
+    if sample_margin:
+        prefill_topk_fused.SAMPLE_MARGIN = sample_margin
     if emulated(dev):
         shapes, heads, million = "64x4096", "32", False
     rng = np.random.default_rng(0)
     rows = []
     plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
     for M, N, H in plan:
-        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages, recent=recent))
+        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages, recent=recent, fused_only=fused_only))
         r = rows[-1]
         if not as_json:
             extra = (f", logits {r['us_logits']:.1f} us ({r['logits_tflops']:.0f} TFLOP/s), logits + topk_logits "
