@@ -7,7 +7,7 @@ A group of query rows at a time, five launches:
 3. prefill_topk_floor takes each row's floor: the r-th largest of its sample logits, r = ceil(SAMPLE_MARGIN top_k
    / step), so that about SAMPLE_MARGIN top_k of the row's keys reach it, give or take a 1 / sqrt(r) share
    (about 9% at r = 112); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
-   the floor in each (FILTERS_CUT; the sm_90a filters keep even regions);
+   the floor in each (every filter reads that cut);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
    part of the key split instead of writing a logit (sm_90a: mqa_topk_wgmma_fold at H = 64, D = 128; else the
    generic kernel), in at least MIN_PARTS parts: the workspace bound grows with the parts, and a row's entries
@@ -47,9 +47,10 @@ FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold")
            ("gfx950", 32, 128): ("mqa_topk_mfma", "mqa_logits_mfma"),
            ("gfx950", 64, 128): ("mqa_topk_mfma", "mqa_logits_mfma")}
 GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
-# The filters that take the floors' cut of a row's entries by the sample (the sm_90a filters keep even regions),
-# and those whose key split is hx_prefill_split_quanta (the others': hx_prefill_split).
-FILTERS_CUT = {"mqa_topk_generic", "mqa_topk_mfma"}
+# The filters that take the floors' cut of a row's entries by the sample (all; a filter left out gets an even cut, a
+# test's way to show what the cut saves), and those whose key split is hx_prefill_split_quanta (the others':
+# hx_prefill_split).
+FILTERS_CUT = {"mqa_topk_generic", "mqa_topk_mfma", "mqa_topk_wgmma", "mqa_topk_wgmma_fold"}
 FILTERS_QUANTA = {"mqa_topk_mfma"}
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
 MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits

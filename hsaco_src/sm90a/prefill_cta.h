@@ -36,6 +36,7 @@
 #include "hopper.h"
 #define HX_TOPK_KEYS_ONLY  // the order keys and entries only: the block-wide selection is not this kernel's
 #include "topk_select.h"
+#include "topk_regions.h"
 
 // One CTA of a prefill kernel at H heads with MATH_WGS math warpgroups, whose Q halves carry NX B rows beyond
 // their RQ x H (query row, head) rows, on parameters Params (PrefillTopkParams when FILTER). A kernel derives from
@@ -235,7 +236,8 @@ struct PrefillCta {
     if (lane < BQ) { rec[4 + 2 * lane] = wu.my.lo; rec[5 + 2 * lane] = wu.row_ok ? wu.my.hi : -1; }
     if constexpr (FILTER) {
       if (lane == 0) rec[REC_PART] = wu.j;
-      if (lane < BQ) rec[REC_COUNT + lane] = 0;
+      __syncwarp();  // the part and the windows, which count_start reads
+      if (lane < BQ) rec[REC_COUNT + lane] = STAGED ? 0 : (hx_i32)count_start(p, rec, t.m0, lane);
     }
     s.q.arrive_full(qit);  // releases the record; the copies arrive below
     const hx_u32 qdst = s.base + Q_OFF + qb * Q_BYTES, wdst = s.base + W_OFF + qb * W_BYTES;
@@ -259,11 +261,22 @@ struct PrefillCta {
     hx_cp_async_arrive(s.q.full_at(qb));
   }
 
+  // FILTER: row r's region of the unit whose record is rec (empty past M). The math warpgroups' appends (not
+  // STAGED) count from 2^31 - cap instead of 0, and their region's first entry is shifted back as far: an append is
+  // then inside its region exactly when its place is below 2^31, a sign test, so that a lane holds no cap and no
+  // bound across its key loop (either spilled at H = 32). The count flushed is the appends, from that start.
+  HX_INLINE __device__ hx_region unit_region(const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 r) {
+    return rec[5 + 2 * r] >= 0 ? hx_topk_region(p, (hx_i64)(m0 + r), p.split, rec[REC_PART]) : hx_region{0, 0u};
+  }
+  HX_INLINE __device__ hx_u32 count_start(const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 r) {
+    return 0x80000000u - unit_region(p, rec, m0, r).cap;
+  }
   // FILTER, warp 0: the counts of the unit whose record is in Q slot qb, once the math warpgroups released it.
   HX_INLINE __device__ void flush_counts(const Params& p, const Smem& s, hx_u32 qb, hx_i32 lane) {
     const volatile hx_i32* rec = (const volatile hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
     if (lane < BQ && rec[5 + 2 * lane] >= 0)
-      p.cand_counts[((hx_i64)rec[1] + lane) * p.split + rec[REC_PART]] = rec[REC_COUNT + lane];
+      p.cand_counts[((hx_i64)rec[1] + lane) * p.split + rec[REC_PART]] =
+          rec[REC_COUNT + lane] - (STAGED ? 0 : (hx_i32)count_start(p, (const hx_i32*)rec, rec[1], lane));
   }
 
   // Warps 0 and 1: every unit's K stages, warp 0 also its Q slot; then an end record with no stages.
@@ -363,7 +376,7 @@ struct PrefillCta {
       // Row r: its window [lo, lo + len) within the work range (len 0 past M), floor value, the entry index of its
       // region (32 bits, as the math warpgroups' filter keeps it) and its count.
       hx_i32 lo[FR];
-      hx_u32 len[FR], region0[FR], count[FR];
+      hx_u32 len[FR], region0[FR], count[FR], cap[FR];
       float floor[FR];
 #pragma unroll
       for (int r = 0; r < FR; ++r) {
@@ -371,7 +384,9 @@ struct PrefillCta {
         lo[r] = rec[4 + 2 * row];
         len[r] = (hx_u32)hx_max_i32(hx_min_i32(hi, work_hi) - lo[r], 0);
         floor[r] = hi >= 0 ? hx_topk_floor_value(p.floors[(hx_i64)(m0 + row) * p.floor_stride]) : none;
-        region0[r] = ((hx_u32)(m0 + row) * (hx_u32)p.split + (hx_u32)part) * (hx_u32)p.region;
+        const hx_region g = hi >= 0 ? hx_topk_region(p, (hx_i64)(m0 + row), p.split, part) : hx_region{0, 0u};
+        region0[r] = (hx_u32)g.base;
+        cap[r] = g.cap;
         count[r] = 0;
       }
       for (hx_i32 st = 0; st < ns; ++st) {
@@ -394,7 +409,7 @@ struct PrefillCta {
           for (int c = 0; c < 4; ++c) {
             const hx_u32 at_row = count[r] + hx_popc(b[c] & below);
             count[r] += hx_popc(b[c]);
-            hx_store_u64_if(pass[c] & (at_row < (hx_u32)p.region), p.cand + (region0[r] + at_row),
+            hx_store_u64_if(pass[c] & (at_row < cap[r]), p.cand + (region0[r] + at_row),
                             hx_topk_entry(hx_topk_order_key(x[c]), n + c));
           }
         }
@@ -463,7 +478,8 @@ struct PrefillCta {
       if constexpr (FILTER) {
         const hx_u32 floor = rec[5 + 2 * r] >= 0 ? p.floors[(hx_i64)(m0 + r) * p.floor_stride] : 0xFFFFFFFFu;
         t.floor[kq] = hx_topk_floor_value(floor);
-        t.region0[kq] = ((hx_u32)(m0 + r) * (hx_u32)p.split + (hx_u32)rec[REC_PART]) * (hx_u32)p.region;
+        const hx_region g = unit_region(p, rec, m0, r);
+        t.region0[kq] = (hx_u32)g.base - (0x80000000u - g.cap);
       } else {
         t.fill[kq] = p.clean && rec[5 + 2 * r] >= 0;
       }
@@ -517,7 +533,7 @@ struct PrefillCta {
         if (pass) {
           const hx_u32 key = hx_topk_order_key(x);  // passed a finite floor: selectable
           const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
-          if (at < (hx_u32)p.region)
+          if ((hx_i32)at >= 0)
             p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);
         }
       } else {

@@ -389,27 +389,6 @@ FILTER_VARIANTS = {
     return u ^ ((hx_u32)((hx_i32)u >> 31) | 0x80000000u);
   }
   HX_INLINE __device__ void filter_warp(""")],
-    # both filters taking the floors' cut of a row's entries by the sample (common/topk_regions.h) instead of even
-    # regions, and the floors making it for them: a candidate build, output correct; time it on random rows and on
-    # rows whose best keys crowd one part (prefill_topk_bench.py --recent)
-    "takes_cut": [
-        Plant("floors_cut", "generic/prefill_topk_floor.hip", "    if (p.cut != 0 && p.parts <= HX_BLOCK) {",
-              "    if (p.parts <= HX_BLOCK) {"),
-        Plant("regions_header", CTA_P, '#include "topk_select.h"\n',
-              '#include "topk_select.h"\n#include "topk_regions.h"\n'),
-        Plant("warp_caps", CTA_P, "      hx_u32 len[FR], region0[FR], count[FR];",
-              "      hx_u32 len[FR], region0[FR], count[FR], cap[FR];"),
-        Plant("warp_regions", CTA_P,
-              "        region0[r] = ((hx_u32)(m0 + row) * (hx_u32)p.split + (hx_u32)part) * (hx_u32)p.region;",
-              "        const hx_region g = hi >= 0 ? hx_topk_region(p, (hx_i64)(m0 + row), p.split, part)"
-              " : hx_region{0, 0u};\n        region0[r] = (hx_u32)g.base;\n        cap[r] = g.cap;"),
-        Plant("warp_store_cap", CTA_P, "pass[c] & (at_row < (hx_u32)p.region)", "pass[c] & (at_row < cap[r])"),
-        Plant("tile_caps", CTA_P, "    hx_u32 region0[BQ / 4];\n", "    hx_u32 region0[BQ / 4], cap[BQ / 4];\n"),
-        Plant("tile_regions", CTA_P,
-              "        t.region0[kq] = ((hx_u32)(m0 + r) * (hx_u32)p.split + (hx_u32)rec[REC_PART]) * (hx_u32)p.region;",
-              "        const hx_region g = rec[5 + 2 * r] >= 0 ? hx_topk_region(p, (hx_i64)(m0 + r), p.split, "
-              "rec[REC_PART]) : hx_region{0, 0u};\n        t.region0[kq] = (hx_u32)g.base;\n        t.cap[kq] = g.cap;"),
-        Plant("tile_store_cap", CTA_P, _FILTER_STORE, "if (at < t.cap[kq])")],
     "shared_store": [Plant("shared_store", CTA_P, _FILTER_GLOBAL,
                            'asm volatile("st.shared.u64 [%0], %1;" :: "r"((t.count0 & ~255u) + 256u + (at & 511u) * 8u), '
                            '"l"(hx_topk_entry(key, e + t.work_hi)) : "memory");')],

@@ -427,7 +427,8 @@ PLANTS = {
     # The sm_90a fused prefill top-k's filters (sm90a/prefill_cta.h, FILTER), on the GPU (its suite is
     # tests/emu/prefill_topk_cases.py, SET_TESTS): at H = 64 (STAGED, the filter warps) a window taking the key past
     # its end instead of its first, every part's count written over the first part's, two passing lanes of a column
-    # placed on one entry; at H = 32 (the math warpgroups' appends) an entry naming the next key.
+    # placed on one entry; at H = 32 (the math warpgroups' appends) an entry naming the next key, and the counts
+    # flushed as kept (from 2^31 - cap) rather than as appends: every part then looks overflowed and is recomputed.
     "prefill_topk_sm90a": [
         Plant("staged_window_a_key_late", "sm90a/prefill_cta.h", "pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);",
               "pass[c] = (d + c - 1u < len[r]) & (x[c] >= floor[r]);"),
@@ -438,6 +439,8 @@ PLANTS = {
         Plant("sm90a_filter_entry_a_key_late", "sm90a/prefill_cta.h",
               "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);",
               "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi + 1);"),
+        Plant("sm90a_filter_counts_flushed_from_their_start", "sm90a/prefill_cta.h",
+              "rec[REC_COUNT + lane] - (STAGED ? 0 :", "rec[REC_COUNT + lane] - (true ? 0 :"),
     ],
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
