@@ -1,19 +1,19 @@
 """The fused prefill top-k: ``fp8_mqa_topk`` without a row's logits ever in memory (docs/ops.md, "Top-k").
 
 A group of query rows at a time, five launches:
-1. prefill_topk_sample gathers every step-th key (sample_step: top_k / 64, at most 32) and zeroes the filter's
+1. prefill_topk_sample gathers every step-th key (sample_step: top_k / 128, at most 16) and zeroes the filter's
    counts;
 2. the prefill logits op runs on that sample, into the workspace;
 3. prefill_topk_floor takes each row's floor: the r-th largest of its sample logits, r = ceil(SAMPLE_MARGIN top_k
    / step), so that about SAMPLE_MARGIN top_k of the row's keys reach it, give or take a 1 / sqrt(r) share
-   (about 9% at r = 112); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
+   (about 7% at r = 224); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
    the floor in each (every filter reads that cut);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
    part of the key split instead of writing a logit (sm_90a: mqa_topk_wgmma_fold at H = 64, D = 128; else the
    generic kernel), in at least MIN_PARTS parts: the workspace bound grows with the parts, and a row's entries
    hold 1.6 times the keys it is expected to keep;
 5. prefill_topk_finish selects each row's top_k from what its regions kept, orders and writes it. A row whose
-   floor let fewer than top_k keys in (a sample that misjudged the row: about 4e-8 a row on random data)
+   floor let fewer than top_k keys in (a sample that misjudged the row: about 1e-14 a row on random data)
    recomputes its logits there in scalar fp32: exact, and slow (milliseconds a row); a part whose keys passed its
    region recomputes that part's keys alone.
 
@@ -35,12 +35,12 @@ from ..arguments import PrefillShape
 from .launch import kernel_for, target_of
 from .prefill import prepare_prefill
 
-SAMPLE_STEP = 32      # one key in this many is sampled for the floors, at most (sample_step)
+SAMPLE_STEP = 16      # one key in this many is sampled for the floors, at most (sample_step)
 SAMPLE_MARGIN = 1.75  # a floor aims at keeping this many times top_k of a row's keys
 REGION_MARGIN = 1.6   # a region holds at least this many times the keys its part is expected to keep
 MIN_PARTS = 2         # the filter's key split, at least (where the keys allow it)
 FUSED_TOP_K = 2048    # the largest top_k of the fused path (the finish's buffer holds 4 top_k entries)
-FUSED_MIN_TOP_K = 1024  # the smallest the default takes it for: below, the sample is more than a sixteenth of the keys
+FUSED_MIN_TOP_K = 1024  # the smallest the default takes it for: below, the sample is more than an eighth of the keys
 # (target, H, D): (the filter, the logits kernel whose plan it follows)
 FILTERS = {("sm_90a", 64, 128): ("mqa_topk_wgmma_fold", "mqa_logits_wgmma_fold"),
            ("sm_90a", 32, 128): ("mqa_topk_wgmma", "mqa_logits_wgmma"),
@@ -58,10 +58,12 @@ _ALIGN = 256
 
 
 def sample_step(top_k: int) -> int:
-    """One key in this many is sampled: r stays near 64 SAMPLE_MARGIN (112) whatever top_k, which leaves a row's
-    floor letting fewer than top_k keys in a chance of about 4e-8 on random data (a Poisson count of mean 64 reaching
-    112), where each such row costs the finish a recompute."""
-    return max(1, min(SAMPLE_STEP, top_k // 64))
+    """One key in this many is sampled: r stays near 128 SAMPLE_MARGIN (224) whatever top_k, which leaves a row's
+    floor letting fewer than top_k keys in a chance of about 1e-14 on random data (a Poisson count of mean 128
+    reaching 224), where each such row costs the finish a recompute. Half the sample (r = 112, 4e-8) made the op
+    2-3% faster on random rows, but rows whose best keys were their last (prefill_topk_bench.py --recent) then had
+    rows recomputed, milliseconds each (docs/benchmarks.md)."""
+    return max(1, min(SAMPLE_STEP, top_k // 128))
 
 
 def sample_r(top_k: int) -> int:

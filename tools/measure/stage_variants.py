@@ -329,7 +329,7 @@ _K_WARP_ARRIVALS = [Plant("k_init_warps", PRE_CTA, "      s.k.init(64, 128 * MAT
 # by the filter launch alone (tools/measure/prefill_topk_bench.py --stages), not by the op.
 CTA_P = "sm90a/prefill_cta.h"
 _FILTER_TEST = "        if (pass) {\n"
-_FILTER_STORE = "if (at < (hx_u32)p.region)"
+_FILTER_STORE = "if ((hx_i32)at >= 0)"
 _FILTER_ATOM = "const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);"
 _FILTER_GLOBAL = "p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);"
 FILTER_VARIANTS = {
@@ -370,13 +370,13 @@ FILTER_VARIANTS = {
     "predicated_appends": [Plant("predicated_appends", CTA_P, """        if (pass) {
           const hx_u32 key = hx_topk_order_key(x);  // passed a finite floor: selectable
           const hx_u32 at = hx_atom_add_shared_u32(t.count0 + 4 * kq, 1u);
-          if (at < (hx_u32)p.region)
+          if ((hx_i32)at >= 0)
             p.cand[t.region0[kq] + at] = hx_topk_entry(key, e + t.work_hi);
         }
 """, """        hx_u32 at = 0xFFFFFFFFu;
         asm volatile("{ .reg .pred q; setp.ne.b32 q, %3, 0; @q atom.shared.add.u32 %0, [%1], %2; }"
                      : "+r"(at) : "r"(t.count0 + 4 * kq), "r"(1u), "r"((hx_u32)pass) : "memory");
-        hx_store_u64_if(pass & (at < (hx_u32)p.region), p.cand + (t.region0[kq] + at),
+        hx_store_u64_if(pass & ((hx_i32)at >= 0), p.cand + (t.region0[kq] + at),
                         hx_topk_entry(hx_topk_order_key(x), e + t.work_hi));
 """)],
     # H = 64: a passing logit keyed as v + 0.f (IEEE addition folds -0 into +0, denormals kept), without the order
