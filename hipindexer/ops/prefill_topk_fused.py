@@ -60,9 +60,7 @@ _ALIGN = 256
 def sample_step(top_k: int) -> int:
     """One key in this many is sampled: r stays near 128 SAMPLE_MARGIN (224) whatever top_k, which leaves a row's
     floor letting fewer than top_k keys in a chance of about 1e-14 on random data (a Poisson count of mean 128
-    reaching 224), where each such row costs the finish a recompute. Half the sample (r = 112, 4e-8) made the op
-    2-3% faster on random rows, but rows whose best keys were their last (prefill_topk_bench.py --recent) then had
-    rows recomputed, milliseconds each (docs/benchmarks.md)."""
+    reaching 224), where each such row costs the finish a recompute (docs/ops.md: why not a smaller sample)."""
     return max(1, min(SAMPLE_STEP, top_k // 128))
 
 

@@ -2,9 +2,8 @@
 // part of the filter's key split, share the row's entries [m parts region, (m + 1) parts region) of cand. The
 // floors' launch (generic/prefill_topk_floor.hip) cuts them among the parts and writes each region's first entry,
 // from the row's first, and its size to cand_base and cand_cap ([M, parts]); the filters and the finish read them
-// here. The arrays are the workspace's, written earlier in the same call,
-// and still checked against the row's entries: a workspace in a bad state costs a recompute, never an access outside
-// the row's entries.
+// here. The arrays are the workspace's, written earlier in the same call, and still checked against the row's
+// entries: a workspace in a bad state costs a recompute, never an access outside the row's entries.
 #pragma once
 #include "index_math.h"
 

@@ -264,7 +264,8 @@ struct PrefillCta {
   // FILTER: row r's region of the unit whose record is rec (empty past M). The math warpgroups' appends (not
   // STAGED) count from 2^31 - cap instead of 0, and their region's first entry is shifted back as far: an append is
   // then inside its region exactly when its place is below 2^31, a sign test, so that a lane holds no cap and no
-  // bound across its key loop (either spilled at H = 32). The count flushed is the appends, from that start.
+  // bound across its key loop (the math warpgroups' registers at H = 32 have room for neither). The count flushed is
+  // the appends, from that start.
   HX_INLINE __device__ hx_region unit_region(const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 r) {
     return rec[5 + 2 * r] >= 0 ? hx_topk_region(p, (hx_i64)(m0 + r), p.split, rec[REC_PART]) : hx_region{0, 0u};
   }
@@ -452,10 +453,10 @@ struct PrefillCta {
     float* row[BQ / 4];             // this lane's output rows (half h: h RQ + b2 RQ/2 + kq), at its key
     hx_i32 lo[BQ / 4], hi[BQ / 4];  // their windows, minus work.hi
     bool fill[BQ / 4];              // clean and the row exists (hi -1 marks a row past M)
-    // FILTER: the rows' floors as values, the entry index of each row's region for the unit's part
-    // (32 bits: the op keeps a group's regions below 2^32 entries; ptxas spilled the math warpgroups' registers when
-    // a 64-bit region pointer per row was kept), the shared address of the first row's count (the others' follow),
-    // and the key of e = 0.
+    // FILTER: the rows' floors as values, the entry index of each row's region for the unit's part, less its
+    // count's start (unit_region, count_start; 32 bits: the op keeps a group's regions below 2^32 entries, and a
+    // 64-bit region pointer per row does not fit the math warpgroups' registers), the shared address of the first
+    // row's count (the others' follow), and the key of e = 0.
     float floor[BQ / 4];
     hx_u32 region0[BQ / 4];
     hx_u32 count0;
