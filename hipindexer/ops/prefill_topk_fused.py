@@ -180,19 +180,25 @@ class FusedPrefillTopkWorkspace:
                 f"rows={self.rows}, nbytes={self.nbytes}, device={self.device!r})")
 
 
-def recomputed_rows(ws: FusedPrefillTopkWorkspace, M: int) -> int:
-    """How many of the last call's rows the finish recomputed, whole (fewer than top_k keys reached the floor) or a
-    part's keys (they passed its region), when it ran in one group of rows: read back from the workspace after a
-    synchronising copy. A diagnostic for benchmarks, not for the hot path."""
+def recomputes(ws: FusedPrefillTopkWorkspace, M: int) -> tuple[int, int]:
+    """Of the last call's rows, when it ran in one group of rows: (how many the finish recomputed whole, their
+    floor having let fewer than top_k keys in; how many it recomputed a part of, the part's keys having passed its
+    region), read back from the workspace after a synchronising copy. A diagnostic for benchmarks, not for the hot
+    path."""
     lay = plan_fused(target_of(ws.device), M, ws.N, ws.H, ws.D, ws.top_k, ws.rows) if M != ws.layout.rows \
         else ws.layout
     buf = ws.buf.numpy()
     counts = buf[lay.counts:lay.counts + 4 * M * lay.parts].view(np.int32).reshape(M, lay.parts).astype(np.int64)
     caps = buf[lay.caps:lay.caps + 4 * M * lay.parts].view(np.uint32).reshape(M, lay.parts).astype(np.int64)
     floors = buf[lay.floors:lay.floors + 4 * M].view(np.uint32)
-    over = ((counts < 0) | (counts > caps)).any(axis=1)
-    short = (counts.sum(axis=1) < ws.top_k) & (floors != 0)
-    return int((over | short).sum())
+    whole = (counts < 0).any(axis=1) | ((counts.sum(axis=1) < ws.top_k) & (floors != 0))
+    part = ~whole & (counts > caps).any(axis=1)
+    return int(whole.sum()), int(part.sum())
+
+
+def recomputed_rows(ws: FusedPrefillTopkWorkspace, M: int) -> int:
+    """How many of the last call's rows the finish recomputed, whole or a part (recomputes)."""
+    return sum(recomputes(ws, M))
 
 
 @dataclass

@@ -137,7 +137,8 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
     vals.fill(np.nan)
     fused(0)
     if is_fused and ws.rows >= M:
-        row["recomputed_rows"] = prefill_topk_fused.recomputed_rows(ws, M)
+        row["recomputed_whole"], row["recomputed_parts"] = prefill_topk_fused.recomputes(ws, M)
+        row["recomputed_rows"] = row["recomputed_whole"] + row["recomputed_parts"]
     pick = np.linspace(0, M - 1, sample_rows).astype(int)
     sub = testing.PrefillInputs(inp.q[pick], inp.k, inp.kv_scale, inp.weights[pick], inp.cu_seqlen_ks[pick],
                                 inp.cu_seqlen_ke[pick])
@@ -183,8 +184,9 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
                      f"fused/(logits+topk) {r['fused_over_logits_then_topk']:.3f}") if "us_logits" in r else ""
             torch_us = f", torch.topk {r['us_torch_topk_after_logits']:.1f} us" \
                 if "us_torch_topk_after_logits" in r else ""
-            torch_us += f", composed {r['us_composed']:.1f} us, recomputed rows {r.get('recomputed_rows')}" \
-                if "us_composed" in r else ""
+            torch_us += f", composed {r['us_composed']:.1f} us" if "us_composed" in r else ""
+            torch_us += (f", rows recomputed whole {r['recomputed_whole']}, a part {r['recomputed_parts']}"
+                         if "recomputed_rows" in r else "")
             click.echo(f"H={H} ({M}, {N}): {r['path']} {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
                        f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']}, {r['workspace_bytes']} B of "
                        f"{r['workspace_bound']} B; gate on sampled rows {r['sampled_gate']}", err=False)
