@@ -92,10 +92,11 @@ def _sm90a_entries():
     return entries
 
 
-# The H = 32 filter build spills a few words ptxas keeps for the appends its math warpgroups make
-# (docs/benchmarks.md, "`fp8_mqa_topk`, the fused path": the appends' cost is measured there); bounded, so that
-# growth fails. The H = 64 build leaves the appends to its filter warps and spills nothing.
-FILTER_SPILL_BYTES = {"mqa_topk_wgmma_fold.HX_HEADS-64": 0, "mqa_topk_wgmma.HX_HEADS-32": 16}
+# The H = 32 filter build spills a few words ptxas keeps for the appends its math warpgroups make: their regions
+# and count starts, read from the floors' table at a unit's start and flush, outside the key loop
+# (docs/benchmarks.md, "`fp8_mqa_topk`: the floors' cut on sm_90a": a build whose spills sat inside the loop was 5%
+# slower); bounded, so that growth fails. The H = 64 build leaves the appends to its filter warps and spills nothing.
+FILTER_SPILL_BYTES = {"mqa_topk_wgmma_fold.HX_HEADS-64": 0, "mqa_topk_wgmma.HX_HEADS-32": 20}
 
 
 def test_built_sm90a_kernels_do_not_spill_and_carry_their_shared_memory():
