@@ -212,8 +212,8 @@ STRUCTS.append(Struct("PrefillParams", _PREFILL_FIELDS))
 # (hx_topk_entry) in its region, as many as arrive (counted past the region, stored up to it), in
 # cand_counts[m split + j]; the floor of row m at floors[m floor_stride], an order key (hx_topk_key): keys whose
 # logit's order key is below it stay out, and floor 0 lets every key in. Row m's regions share the entries
-# [m split region, (m + 1) split region) of cand: the sm_90a filters take the even cut, (m split + j) region and
-# region entries; the others the floors' cut, cand_base[m split + j] and cand_cap[m split + j] (common/topk_regions.h).
+# [m split region, (m + 1) split region) of cand, cut among its parts by the floors: part j's first entry from the
+# row's and its size at cand_base[m split + j] and cand_cap[m split + j] (common/topk_regions.h).
 STRUCTS.append(Struct("PrefillTopkParams", _PREFILL_FIELDS + [
     ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
     ("floor_stride", "i64"), ("region", "i32"),
