@@ -40,15 +40,22 @@ HX_INLINE HX_DEV void hx_floor_extremes(hx_u32& lo, hx_u32& hi, hx_u32* ext) {
   }
 }
 
-// The floor of the keys each(f) visits (f(key) for every nonzero key of this thread's share of the sample, the same
-// keys on every call: it is called three times). Shared: hist (HX_FLOOR_BINS words), scan (a word a wave), found (2),
-// ext (2 words a wave); free again after the caller's next meeting.
-template <class Each>
+// The floor of the keys each(f) visits (f(key, at...) for every nonzero key of this thread's share of the sample,
+// the same keys on every call: it is called three times; at... is whatever each tells of where the key lies, passed
+// on to kept). kept(key, at...) sees, on the last pass, every key at or above the floor it returns (the floor is its
+// bin's least key and the bin is monotone in the key, so those are the keys of that bin and above), none when the
+// floor is 0. Shared: hist (HX_FLOOR_BINS words), scan (a word a wave), found (2), ext (2 words a wave); free again
+// after the caller's next meeting.
+struct hx_floor_keeps_none {
+  template <class... A>
+  HX_MEMBER HX_DEV void operator()(A...) const {}
+};
+template <class Each, class Kept = hx_floor_keeps_none>
 HX_INLINE HX_DEV hx_u32 hx_block_floor(Each&& each, hx_u32 r, hx_u32* hist, hx_u32* scan, hx_u32* found,
-                                       hx_u32* ext) {
+                                       hx_u32* ext, Kept&& kept = {}) {
   const hx_u32 tid = hx_thread_x();
   hx_u32 mine = 0, lo = 0xFFFFFFFFu, hi = 0u;
-  each([&](hx_u32 k) {
+  each([&](hx_u32 k, auto...) {
     ++mine;
     lo = k < lo ? k : lo;
     hi = k > hi ? k : hi;
@@ -66,12 +73,16 @@ HX_INLINE HX_DEV hx_u32 hx_block_floor(Each&& each, hx_u32 r, hx_u32* hist, hx_u
   };
   for (hx_u32 b = tid; b < HX_FLOOR_BINS; b += HX_BLOCK) hist[b] = 0u;
   hx_barrier();
-  each([&](hx_u32 k) { hx_atomic_add_u32(&hist[bin(k)], 1u); });
+  each([&](hx_u32 k, auto...) { hx_atomic_add_u32(&hist[bin(k)], 1u); });
   hx_barrier();
   hx_topk_find_bin(hist, HX_FLOOR_BINS, r, scan, found);
   const hx_u32 at = found[0];
   hx_u32 least = 0xFFFFFFFFu, unused = 0u;
-  each([&](hx_u32 k) { least = bin(k) == at && k < least ? k : least; });
+  each([&](hx_u32 k, auto... where) {
+    const hx_u32 b = bin(k);
+    least = b == at && k < least ? k : least;
+    if (b >= at) kept(k, where...);
+  });
   hx_floor_extremes(least, unused, ext);
   return least;
 }
@@ -79,10 +90,10 @@ HX_INLINE HX_DEV hx_u32 hx_block_floor(Each&& each, hx_u32 r, hx_u32* hist, hx_u
 // The floor of the float32 samples load(i), i in [lo, hi) (a NaN, or -inf unless minus_inf_selectable, is not
 // selectable), thread t taking samples lo + t, lo + t + HX_BLOCK, ...: BATCH of them loaded at once before any is used
 // (the histogram's shared atomics would otherwise wait on each load in turn), on each of the floor's three passes.
-// I: the samples' index type (hx_i32 where it holds them).
-template <int BATCH, class I, class Load>
+// kept(key, i) as hx_block_floor's. I: the samples' index type (hx_i32 where it holds them).
+template <int BATCH, class I, class Load, class Kept = hx_floor_keeps_none>
 HX_INLINE HX_DEV hx_u32 hx_block_floor_of(I lo, I hi, Load&& load, bool minus_inf_selectable, hx_u32 r, hx_u32* hist,
-                                          hx_u32* scan, hx_u32* found, hx_u32* ext) {
+                                          hx_u32* scan, hx_u32* found, hx_u32* ext, Kept&& kept = {}) {
   auto each = [&](auto&& f) {
     for (I i0 = lo + (I)hx_thread_x(); i0 < hi; i0 += BATCH * HX_BLOCK) {
       float v[BATCH];
@@ -94,9 +105,9 @@ HX_INLINE HX_DEV hx_u32 hx_block_floor_of(I lo, I hi, Load&& load, bool minus_in
       HX_UNROLL
       for (int b = 0; b < BATCH; ++b) {
         const hx_u32 key = hx_topk_key(v[b], minus_inf_selectable);
-        if (key) f(key);
+        if (key) f(key, i0 + b * HX_BLOCK);
       }
     }
   };
-  return hx_block_floor(each, r, hist, scan, found, ext);
+  return hx_block_floor(each, r, hist, scan, found, ext, kept);
 }

@@ -14,42 +14,50 @@
 
 #define FLOOR_BATCH 8  // samples a thread loads at once
 #define HX_CUT_PAD 8   // samples a part's share starts from
-static_assert(HX_FLOOR_BINS >= 2 * HX_BLOCK + 1, "a part's first key and count for each thread in hist");
 
-// Row m's cut when p.cut and the parts are at most a thread each: the filter's parts of the row block's keys, their
-// shares, and the regions in proportion.
-HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, hx_range w, const float* row,
-                                       hx_u32 floor, hx_u32* part_lo, hx_u32* part_kept, hx_u32* scan, hx_u32* ext) {
+// The cut's shared words, beside the floor's: each part's first key and its samples at the floor.
+struct hx_cut_shared {
+  hx_u32 part_lo[HX_BLOCK], part_kept[HX_BLOCK];
+};
+
+// The filter's parts of row m's row block, when p.cut and they are at most a thread each, into cut.part_lo, their
+// counts zeroed: by the whole block, ahead of the floor, whose last pass counts the samples at the floor by part
+// (hx_count_by_part).
+HX_INLINE HX_DEV hx_range hx_cut_parts(const PrefillSampleParams& p, hx_i64 m, hx_cut_shared& cut, hx_u32* ext) {
   const hx_u32 tid = hx_thread_x();
   const hx_filter_split split = hx_filter_split_of(p, m, p.parts, ext);
   hx_range mine = {0, 0};
   if (tid < (hx_u32)p.parts) {
     mine = split.keys((hx_i32)tid);
-    part_lo[tid] = (hx_u32)mine.lo;
-    part_kept[tid] = 0u;
+    cut.part_lo[tid] = (hx_u32)mine.lo;
+    cut.part_kept[tid] = 0u;
   }
   hx_barrier();  // the parts' first keys seen; ext free
-  if (floor != 0u) {
-    // each sample at the floor counted in the part of its key: the last part whose first key is at or below it
-    for (hx_i32 i = w.lo + (hx_i32)tid; i < w.hi; i += HX_BLOCK) {
-      const hx_u32 key = hx_topk_key(row[i], false);
-      if (key == 0u || key < floor) continue;
-      const hx_u32 n = (hx_u32)i * (hx_u32)p.step;
-      hx_u32 j = 0;
-      for (hx_u32 span = (hx_u32)p.parts; span > 1u;) {
-        const hx_u32 half = span / 2u;
-        if (part_lo[j + half] <= n) j += half;
-        span -= half;
-      }
-      hx_atomic_add_u32(&part_kept[j], 1u);
-    }
-    hx_barrier();
+  return mine;
+}
+
+// Sample i at the floor counted in the part of its key: the last part whose first key is at or below it.
+HX_INLINE HX_DEV void hx_count_by_part(const PrefillSampleParams& p, hx_cut_shared& cut, hx_i32 i) {
+  const hx_u32 n = (hx_u32)i * (hx_u32)p.step;
+  hx_u32 j = 0;
+  for (hx_u32 span = (hx_u32)p.parts; span > 1u;) {
+    const hx_u32 half = span / 2u;
+    if (cut.part_lo[j + half] <= n) j += half;
+    span -= half;
   }
+  hx_atomic_add_u32(&cut.part_kept[j], 1u);
+}
+
+// Row m's regions in proportion to the parts' shares (after hx_cut_parts and the floor; mine: this thread's part's
+// keys).
+HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, hx_range mine, hx_u32 floor,
+                                       const hx_cut_shared& cut, hx_u32* scan) {
+  const hx_u32 tid = hx_thread_x();
   // the share of each part: its samples at the floor and the pad, or (floor 0) its keys of the row's window
   const hx_range keys = hx_clamp_window(p.ks[m], p.ke[m], p.N);
   hx_u32 share = 0u;
   if (tid < (hx_u32)p.parts)
-    share = floor != 0u ? part_kept[tid] + HX_CUT_PAD
+    share = floor != 0u ? cut.part_kept[tid] + HX_CUT_PAD
                         : (hx_u32)hx_max_i32(hx_min_i32(mine.hi, keys.hi) - hx_max_i32(mine.lo, keys.lo), 0);
   hx_u32 all;
   const hx_u32 before = hx_block_exclusive_sum(share, scan, &all);
@@ -79,16 +87,22 @@ HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, h
 // without spilling.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 12) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
   HX_FLOOR_SHARED;
+  HX_SHARED(hx_cut_shared, cut, 1);
   const hx_u32 tid = hx_thread_x();
+  const bool by_sample = p.cut != 0 && p.parts <= HX_BLOCK;  // uniform
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_sample_window(p, m);
     const float* row = p.logits + m * p.samples;
-    const hx_u32 floor = hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, [&](hx_i32 i) { return row[i]; }, false,
-                                                        (hx_u32)p.r, hist, scan, found, ext);
+    const hx_range mine = by_sample ? hx_cut_parts(p, m, *cut, ext) : hx_range{0, 0};
+    auto load = [&](hx_i32 i) { return row[i]; };
+    const hx_u32 floor =
+        by_sample ? hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, load, false, (hx_u32)p.r, hist, scan, found, ext,
+                                                   [&](hx_u32, hx_i32 i) { hx_count_by_part(p, *cut, i); })
+                  : hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, load, false, (hx_u32)p.r, hist, scan, found, ext);
     if (tid == 0) p.floors[m] = floor;
-    hx_barrier();  // the floor's shared words are free
-    if (p.cut != 0 && p.parts <= HX_BLOCK) {  // uniform
-      hx_cut_by_sample(p, m, w, row, floor, hist, hist + HX_BLOCK, scan, ext);
+    hx_barrier();  // the floor's shared words are free, the parts' counts whole
+    if (by_sample) {
+      hx_cut_by_sample(p, m, mine, floor, *cut, scan);
     } else {
       for (hx_i32 j = (hx_i32)tid; j < p.parts; j += HX_BLOCK) {
         p.cand_base[m * p.parts + j] = (hx_u32)j * (hx_u32)p.region;

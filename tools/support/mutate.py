@@ -484,8 +484,12 @@ PLANTS = {
         # the floors' cut of a row's entries: blind to where the sample's keys lie (even shares: the crowded rows'
         # case catches the recompute), every region at the row's first entry; the finish reading the next part's
         # region, and recomputing the next part's keys for a part that passed its region
-        Plant("fused_cut_blind_to_the_sample", "generic/prefill_topk_floor.hip", "part_kept[tid] + HX_CUT_PAD",
+        Plant("fused_cut_blind_to_the_sample", "generic/prefill_topk_floor.hip", "cut.part_kept[tid] + HX_CUT_PAD",
               "HX_CUT_PAD"),
+        # the floor's last pass counting every sample, not those at the floor, by part (shares by where all samples
+        # lie: the crowded rows' case catches the recompute)
+        Plant("fused_cut_counts_every_sample", "common/topk_floor.h", "if (b >= at) kept(k, where...);",
+              "kept(k, where...);"),
         Plant("fused_cut_regions_at_the_rows_first", "generic/prefill_topk_floor.hip",
               "p.cand_base[m * p.parts + tid] = a;", "p.cand_base[m * p.parts + tid] = 0u;"),
         Plant("fused_finish_region_of_the_next_part", "generic/prefill_topk_finish.hip",
