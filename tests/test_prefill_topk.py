@@ -193,6 +193,17 @@ def test_the_fused_layout_stays_within_the_bound_of_its_key_split(M, N, top_k):
     assert 4 * lay.rows * lay.samples <= lay.nbytes - lay.cand  # the sample's logits share the regions' bytes
 
 
+@pytest.mark.parametrize("arch,H", [("gfx950", 32), ("gfx950", 64), ("sm_90a", 32), ("sm_90a", 64)])
+def test_the_filter_splits_the_keys_in_no_more_parts_than_the_finish_reads_at_once(arch, H):
+    # the finish reads a row's parts a thread each; gfx950's own plan at a few rows asks for up to 763
+    from hipindexer.ops import prefill_topk_fused as F
+    from hipindexer.plan import TARGETS
+    assert F.max_parts() == catalog.KERNEL["prefill_topk_finish"].block == 256
+    for M, N in ((1, 1 << 17), (16, 1 << 17), (1, 1 << 20), (64, 1 << 17), (4096, 1 << 15)):
+        fp = F.filter_plan(TARGETS[arch], M, N, H, 128)
+        assert F.MIN_PARTS <= fp.split <= F.max_parts(), (M, N, fp.split)
+
+
 def test_the_fused_path_is_the_default_where_a_tensor_core_filter_serves(hopper):
     """H = 64, D = 128, 1024 <= top_k <= 2048 on sm_90a: five launches (sample, the logits op on it, floors, the
     fold kernel's filter, finish), the filter sent the workspace's regions, counts and floors; a workspace made

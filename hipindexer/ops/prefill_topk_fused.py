@@ -69,8 +69,14 @@ def sample_r(top_k: int) -> int:
     return -(-int(SAMPLE_MARGIN * top_k) // sample_step(top_k))
 
 
+def max_parts() -> int:
+    """The filter's key split, at most: the finish reads a row's parts a thread each (more recompute the row)."""
+    return KERNEL["prefill_topk_finish"].block
+
+
 def filter_plan(target, g: int, N: int, H: int, D: int):
-    """The filter's launch plan for g rows against N keys: the logits kernel's, its key split at least MIN_PARTS."""
+    """The filter's launch plan for g rows against N keys: the logits kernel's, its key split at least MIN_PARTS
+    and at most max_parts()."""
     _, plan_key = filter_kernels(target, H, D)
     p = plan_prefill(g, N, H, D, target, kernel=plan_key)
     if p.split < MIN_PARTS:
@@ -78,6 +84,8 @@ def filter_plan(target, g: int, N: int, H: int, D: int):
             p = plan_prefill(g, N, H, D, target, kernel=plan_key, split=MIN_PARTS)
         except ValueError:  # too few keys or too much work for the split
             pass
+    elif p.split > max_parts():
+        p = plan_prefill(g, N, H, D, target, kernel=plan_key, split=max_parts())
     return p
 
 

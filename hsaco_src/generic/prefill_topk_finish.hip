@@ -19,11 +19,20 @@
 #define HX_FINISH_CAP (HX_SMEM / 8)  // entries in shared memory at once
 using Finish = HxFinishRow<MAX_TOP_K / 2, HX_FINISH_CAP>;  // top_k <= MAX_TOP_K / 2
 
+// A row's parts: each one's count and region (common/topk_regions.h), read by a thread each, so that a row waits on
+// one round of loads for them all, where a part's region would wait on its count and its keys on the region.
+struct hx_finish_parts {
+  hx_i64 base[HX_BLOCK];
+  hx_i32 count[HX_BLOCK];
+  hx_u32 cap[HX_BLOCK];
+};
+
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);
   HX_SHARED(hx_u32, ext, 2 * (HX_BLOCK / HX_WAVE_SIZE));  // the filter's split, for a part recomputed alone
+  HX_SHARED(hx_finish_parts, tab, 1);
   HX_DYNAMIC_SHARED(hx_u64, e);
   hx_block_bar bar;
   const hx_u32 tid = hx_thread_x();
@@ -31,6 +40,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
   if (top_k > MAX_TOP_K / 2) return;  // the op never launches it so
   for (hx_i64 m = hx_block_x(); m < p.M; m += hx_grid_dim_x()) {
     const hx_range w = hx_clamp_window(p.ks[m], p.ke[m], p.N);
+    const hx_u32 floor = p.recompute_all ? 0u : p.floors[m * p.floor_stride];
     // the row's keys [lo, hi) recomputed into the selection, every one entered
     Finish f{e, hist, scan, found, top_k};
     auto recompute = [&](hx_i32 lo, hx_i32 hi) {
@@ -45,29 +55,34 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
         lo += (hx_i32)n;
       }
     };
-    // 1. do the kept keys hold the row's top_k: every count sound, and at least top_k in (counted past a region
-    //    too) or the floor 0. Else the row is recomputed whole.
-    bool whole = p.recompute_all != 0;
+    // 1. the row's parts, a thread each: count and region (the op keeps the parts to HX_BLOCK; more, which only
+    //    bad parameters hold, recompute the row). Do the kept keys hold the row's top_k: every count sound, and at
+    //    least top_k in (counted past a region too) or the floor 0. Else the row is recomputed whole.
+    bool whole = p.recompute_all != 0 || p.parts > HX_BLOCK;
+    if (!whole && tid < (hx_u32)p.parts) {
+      const hx_region g = hx_topk_region(p, m, p.parts, (hx_i32)tid);
+      tab->count[tid] = p.cand_counts[m * p.parts + tid];
+      tab->base[tid] = g.base;
+      tab->cap[tid] = g.cap;
+    }
+    hx_barrier();
     hx_i64 total = 0;
     for (hx_i32 j = 0; !whole && j < p.parts; ++j) {
-      const hx_i32 c = p.cand_counts[m * p.parts + j];
+      const hx_i32 c = tab->count[j];
       whole = c < 0;
       total += c;
     }
-    whole = whole || total > hx_range_len(w) || (total < top_k && p.floors[m * p.floor_stride] != 0u);
+    whole = whole || total > hx_range_len(w) || (total < top_k && floor != 0u);
     // 2. the row's top_k, in e: each part's kept keys, or a part whose keys passed its region recomputed alone
     if (!whole) {  // uniform
-      bool split_known = false;
-      hx_filter_split split{};
+      hx_filter_split split{};  // parts 0 until worked out
       for (hx_i32 j = 0; j < p.parts; ++j) {
-        const hx_u32 c = (hx_u32)p.cand_counts[m * p.parts + j];
-        const hx_region g = hx_topk_region(p, m, p.parts, j);
-        if (c <= g.cap) {  // uniform
-          f.take(p.cand + g.base, c);
+        const hx_u32 c = (hx_u32)tab->count[j];
+        if (c <= tab->cap[j]) {  // uniform
+          f.take(p.cand + tab->base[j], c);
           continue;
         }
-        if (!split_known) split = hx_filter_split_of(p, m, p.parts, ext);
-        split_known = true;
+        if (split.parts == 0) split = hx_filter_split_of(p, m, p.parts, ext);
         const hx_range k = split.keys(j);
         recompute(hx_max_i32(k.lo, w.lo), hx_min_i32(k.hi, w.hi));
       }

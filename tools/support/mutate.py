@@ -468,8 +468,8 @@ PLANTS = {
         # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
         # whose entries name the next key; the gfx950 filter writing every part's count over the first part's; floors
         # at each row's largest sample (exact still, through the recompute: the floors' own case catches it);
-        Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total < top_k && p.floors",
-              "(false && p.floors"),
+        Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total < top_k && floor != 0u)",
+              "(false && floor != 0u)"),
         Plant("fused_finish_regions_overlap", "common/topk_finish.h", "      have += count;\n", "\n"),
         Plant("fused_finish_rank_one_late", "common/topk_select.h",
               "hx_popc(bits[last] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[last] & ((2u << (b % 32)) - 1u))"),
@@ -493,7 +493,8 @@ PLANTS = {
         Plant("fused_cut_regions_at_the_rows_first", "generic/prefill_topk_floor.hip",
               "p.cand_base[m * p.parts + tid] = a;", "p.cand_base[m * p.parts + tid] = 0u;"),
         Plant("fused_finish_region_of_the_next_part", "generic/prefill_topk_finish.hip",
-              "hx_topk_region(p, m, p.parts, j);", "hx_topk_region(p, m, p.parts, (j + 1) % p.parts);"),
+              "hx_topk_region(p, m, p.parts, (hx_i32)tid);",
+              "hx_topk_region(p, m, p.parts, ((hx_i32)tid + 1) % p.parts);"),
         Plant("fused_finish_recomputes_the_next_part", "generic/prefill_topk_finish.hip", "split.keys(j);",
               "split.keys((j + 1) % p.parts);"),
     ],
