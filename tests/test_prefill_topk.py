@@ -218,6 +218,8 @@ def test_the_fused_path_is_the_default_where_a_tensor_core_filter_serves(hopper)
     got = _symbols(hb, n0)
     assert got == ["hx_prefill_topk_sample", got[1], "hx_prefill_topk_floor", "hx_mqa_topk_wgmma_fold",
                    "hx_prefill_topk_finish"]
+    sample = catalog.STRUCT["PrefillParams"].ctype().from_buffer_copy(hb.launches[n0 + 1][4])
+    assert sample.clean == 0 and sample.N == ws.layout.samples  # the floors read only the windows' samples
     filt = catalog.STRUCT["PrefillTopkParams"].ctype().from_buffer_copy(hb.launches[n0 + 3][4])
     lay = ws.layout
     assert (filt.cand, filt.cand_counts, filt.floors) == (ws.buf.ptr + lay.cand, ws.buf.ptr + lay.counts,

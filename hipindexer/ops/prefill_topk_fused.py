@@ -270,8 +270,9 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         sample = sample_kern.prepare(max(1, min(4096, -(-threads // 256))), 256,
                                      pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
         sp = plan_prefill(g, lay.samples, s.H, s.D, target, accumulation=accumulation)
+        # no -inf fill: the floors read a row's sample logits only within its window
         logits = prepare_prefill(kernel_for(dev, sp.kernel, sp.variant), sp, PrefillShape(g, lay.samples, s.H, s.D),
-                                 lay.samples, True)
+                                 lay.samples, False)
         floor = kernel_for(dev, "prefill_topk_floor").prepare(max(1, min(FINISH_BLOCKS, g)),
                                                               pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
         filt = kernel_for(dev, filt_key, fp.variant).prepare(
