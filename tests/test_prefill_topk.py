@@ -204,6 +204,22 @@ def test_the_filter_splits_the_keys_in_no_more_parts_than_the_finish_reads_at_on
         assert F.MIN_PARTS <= fp.split <= F.max_parts(), (M, N, fp.split)
 
 
+def test_the_finish_keeps_four_blocks_an_sm90a_sm():
+    # its rows wait on their loads, and four in flight an SM hide them: 64 registers, and the two words of a row
+    # ptxas keeps in local memory for that (read once a slice of its list) and no more
+    from hipindexer.runtime.module import DEFAULT_MANIFEST
+    if not DEFAULT_MANIFEST.is_file():
+        pytest.skip("no built kernels")
+    entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
+               if e["target"] == "sm_90a" and e["name"] == "prefill_topk_finish"]
+    if not entries:
+        pytest.skip("the manifest has no sm_90a build")
+    r = entries[0]["resources"]
+    assert r["registers"] * catalog.KERNEL["prefill_topk_finish"].block * 4 <= 65536, r
+    assert r["spill_stores"] <= 16 and r["spill_loads"] <= 24, r
+    assert 4 * (r["shared"] + entries[0]["dynamic_smem"]) <= 227 * 1024, r
+
+
 def test_the_fused_path_is_the_default_where_a_tensor_core_filter_serves(hopper):
     """H = 64, D = 128, 1024 <= top_k <= 2048 on sm_90a: five launches (sample, the logits op on it, floors, the
     fold kernel's filter, finish), the filter sent the workspace's regions, counts and floors; a workspace made

@@ -72,6 +72,33 @@ struct HxFinishRow {
       lo += n;
     }
   }
+  // Entries [lo, lo + n) of the lists of the parts of a row as one (n <= CAP - have): entry i of them all is part
+  // j's src(j)[i - before[j]], j the last part whose before[j] (the entries of the parts ahead of it, ascending from
+  // before[0] = 0, in shared memory; `parts` of them) is at or below i. A batch's loads are issued before any of its
+  // stores, whichever parts its entries come from, so a row's kept keys come in a round or two of loads.
+  template <class Src>
+  HX_MEMBER HX_DEV void take_parts(const hx_u32* before, hx_u32 parts, hx_u32 lo, hx_u32 n, Src&& src) {
+    const hx_u32 tid = hx_thread_x();
+    for (hx_u32 i0 = tid; i0 < n; i0 += HX_CUT_ITEMS * HX_BLOCK) {
+      hx_u64 x[HX_CUT_ITEMS];
+      HX_UNROLL
+      for (int b = 0; b < HX_CUT_ITEMS; ++b) {
+        const hx_u32 i = lo + i0 + b * HX_BLOCK;
+        hx_u32 j = 0;
+        for (hx_u32 span = parts; span > 1u;) {
+          const hx_u32 half = span / 2u;
+          if (before[j + half] <= i) j += half;
+          span -= half;
+        }
+        x[b] = i0 + b * HX_BLOCK < n ? src(j)[i - before[j]] : 0ull;
+      }
+      HX_UNROLL
+      for (int b = 0; b < HX_CUT_ITEMS; ++b)
+        if (i0 + b * HX_BLOCK < n) e[have + i0 + b * HX_BLOCK] = x[b];
+    }
+    have += n;
+    hx_barrier();  // the entries are in place before a cut reads them
+  }
   // The selection e[0, have) (at most top_k, positions in [lo, lo + len)) in order: write(s, position, key) for each
   // slot s; returns the slots written. Positions outside the window (only a bad workspace holds them) are dropped.
   template <class Write>

@@ -20,14 +20,17 @@
 using Finish = HxFinishRow<MAX_TOP_K / 2, HX_FINISH_CAP>;  // top_k <= MAX_TOP_K / 2
 
 // A row's parts: each one's count and region (common/topk_regions.h), read by a thread each, so that a row waits on
-// one round of loads for them all, where a part's region would wait on its count and its keys on the region.
+// one round of loads for them all, where a part's region would wait on its count and its keys on the region; and
+// the kept entries of the parts ahead of each, for their keys taken as one list.
 struct hx_finish_parts {
   hx_i64 base[HX_BLOCK];
   hx_i32 count[HX_BLOCK];
-  hx_u32 cap[HX_BLOCK];
+  hx_u32 cap[HX_BLOCK], before[HX_BLOCK];
 };
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
+// Four blocks an SM on sm_90a (64 registers a thread; a block a row waits on its loads, and the rows in flight hide
+// them): ptxas keeps a row's list length and address in local memory for it, read once a slice of the list.
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_prefill_topk_finish(const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);
@@ -73,23 +76,31 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_finish(const HX_GRID_C
       total += c;
     }
     whole = whole || total > hx_range_len(w) || (total < top_k && floor != 0u);
-    // 2. the row's top_k, in e: each part's kept keys, or a part whose keys passed its region recomputed alone
+    // 2. the row's top_k, in e: the kept parts' keys as one list, as much of it at once as the buffer holds (the
+    //    buffer cut to top_k between such slices), then each part whose keys passed its region recomputed alone, or
+    //    (whole) the row recomputed. A kept part's count is at most its cap, within the row's parts x region entries
+    //    (256 x 8 x 2048 at most, the op's regions): the sum does not wrap.
+    hx_u32 all = 0;
     if (!whole) {  // uniform
+      const bool kept = tid < (hx_u32)p.parts && (hx_u32)tab->count[tid] <= tab->cap[tid];
+      tab->before[tid] = hx_block_exclusive_sum(kept ? (hx_u32)tab->count[tid] : 0u, scan, &all);
+      hx_barrier();
+    }
+    for (hx_u32 lo = 0;;) {  // uniform
+      const hx_u32 n = all - lo < HX_FINISH_CAP - f.have ? all - lo : HX_FINISH_CAP - f.have;
+      if (n) f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });
+      lo += n;
+      if (lo == all && whole) recompute(w.lo, w.hi);
       hx_filter_split split{};  // parts 0 until worked out
-      for (hx_i32 j = 0; j < p.parts; ++j) {
-        const hx_u32 c = (hx_u32)tab->count[j];
-        if (c <= tab->cap[j]) {  // uniform
-          f.take(p.cand + tab->base[j], c);
-          continue;
-        }
+      for (hx_i32 j = 0; lo == all && !whole && j < p.parts; ++j) {
+        if ((hx_u32)tab->count[j] <= tab->cap[j]) continue;  // uniform
         if (split.parts == 0) split = hx_filter_split_of(p, m, p.parts, ext);
         const hx_range k = split.keys(j);
         recompute(hx_max_i32(k.lo, w.lo), hx_min_i32(k.hi, w.hi));
       }
-    } else {
-      recompute(w.lo, w.hi);
+      f.cut_to_top_k();
+      if (lo == all) break;
     }
-    f.cut_to_top_k();
     // 3. the outputs in order
     hx_i32* const idx = p.indices + m * p.indices_stride;
     float* const val = p.values ? p.values + m * p.values_stride : 0;

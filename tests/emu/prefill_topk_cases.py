@@ -95,6 +95,27 @@ def fused_rows_the_sample_misjudges_are_recomputed(dev):
 
 
 @case
+def fused_rows_kept_past_the_finish_buffer(dev):
+    """Floors of 0 on rows of about 6,000 keys, whose regions hold them all: every key is kept, more than the
+    finish's buffer holds (4,608 entries), so the finish takes the kept list in slices, cut to top_k between them,
+    and recomputes nothing. The selection is the one good floors give."""
+    M, N, top_k = 8, 6000, 512
+    inp = inputs(47, M=M, N=N)
+    good, good_v = check(dev, inp, top_k, fused=True)
+    ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=16, D=64, fused=True)
+    saved = prefill_topk_fused.sample_r
+    try:
+        prefill_topk_fused.sample_r = lambda top_k: 1 << 20
+        idx, val = check(dev, inp, top_k, workspace=ws)
+    finally:
+        prefill_topk_fused.sample_r = saved
+    lay = ws.layout
+    kept = ws.buf.numpy()[lay.counts:lay.counts + 4 * M * lay.parts].view(np.int32).reshape(M, lay.parts).sum(1)
+    assert (kept > 4608).all() and prefill_topk_fused.recomputes(ws, M) == (0, 0), (kept, lay)
+    assert (idx == good).all() and np.array_equal(val, good_v)
+
+
+@case
 def fused_floors_let_every_random_row_through(dev):
     """Random rows at the fast shapes: every row's floor lets at least top_k of its keys in and no region
     overflows, so the finish recomputes none. A floor that lets too few in stays exact through the recompute, which

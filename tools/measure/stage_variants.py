@@ -409,7 +409,7 @@ _FINISH_ORDER = Plant("no_order", FINISH,
                       "    const hx_u32 have = f.have;\n"
                       "    for (hx_u32 s = tid; s < have; s += HX_BLOCK)\n"
                       "      write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));\n")
-_FINISH_TAKE = Plant("no_take", FINISH, "          f.take(p.cand + tab->base[j], c);\n", "")
+_FINISH_TAKE = Plant("no_take", FINISH, "      if (n) f.take_parts(", "      if (false) f.take_parts(")
 FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
                    "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER], "no_take": [_FINISH_TAKE]}
 

@@ -470,7 +470,7 @@ PLANTS = {
         # at each row's largest sample (exact still, through the recompute: the floors' own case catches it);
         Plant("fused_finish_trusts_a_short_row", "generic/prefill_topk_finish.hip", "(total < top_k && floor != 0u)",
               "(false && floor != 0u)"),
-        Plant("fused_finish_regions_overlap", "common/topk_finish.h", "      have += count;\n", "\n"),
+        Plant("fused_finish_list_not_counted", "common/topk_finish.h", "    have += n;\n", "\n"),
         Plant("fused_finish_rank_one_late", "common/topk_select.h",
               "hx_popc(bits[last] & ((1u << (b % 32)) - 1u))", "hx_popc(bits[last] & ((2u << (b % 32)) - 1u))"),
         Plant("fused_filter_entry_a_key_late", "generic/mqa_logits.hip",
@@ -492,6 +492,12 @@ PLANTS = {
               "kept(k, where...);"),
         Plant("fused_cut_regions_at_the_rows_first", "generic/prefill_topk_floor.hip",
               "p.cand_base[m * p.parts + tid] = a;", "p.cand_base[m * p.parts + tid] = 0u;"),
+        # the finish's kept list as one: an entry at a part's first place read from the part before; every slice
+        # of the list after the first read from the list's start again
+        Plant("fused_finish_list_entry_of_the_part_before", "common/topk_finish.h",
+              "if (before[j + half] <= i) j += half;", "if (before[j + half] < i) j += half;"),
+        Plant("fused_finish_slices_from_the_lists_start", "common/topk_finish.h",
+              "const hx_u32 i = lo + i0 + b * HX_BLOCK;", "const hx_u32 i = i0 + b * HX_BLOCK;"),
         Plant("fused_finish_region_of_the_next_part", "generic/prefill_topk_finish.hip",
               "hx_topk_region(p, m, p.parts, (hx_i32)tid);",
               "hx_topk_region(p, m, p.parts, ((hx_i32)tid + 1) % p.parts);"),
