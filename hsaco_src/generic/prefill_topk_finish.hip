@@ -30,7 +30,8 @@ struct hx_finish_parts {
 
 // Four blocks an SM on sm_90a (64 registers a thread; a block a row waits on its loads, and the rows in flight hide
 // them): ptxas keeps a row's list length and address in local memory for it, read once a slice of the list.
-HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_prefill_topk_finish(const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_prefill_topk_finish(
+    const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);
@@ -79,7 +80,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_prefill_topk_finish(const HX_
     // 2. the row's top_k, in e: the kept parts' keys as one list, as much of it at once as the buffer holds (the
     //    buffer cut to top_k between such slices), then each part whose keys passed its region recomputed alone, or
     //    (whole) the row recomputed. A kept part's count is at most its cap, within the row's parts x region entries
-    //    (256 x 8 x 2048 at most, the op's regions): the sum does not wrap.
+    //    (2^22 at most: the op's regions, 256 parts of at most 8 x 2048), so the sum of 256 of them does not wrap.
     hx_u32 all = 0;
     if (!whole) {  // uniform
       const bool kept = tid < (hx_u32)p.parts && (hx_u32)tab->count[tid] <= tab->cap[tid];
