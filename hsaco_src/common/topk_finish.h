@@ -83,13 +83,7 @@ struct HxFinishRow {
       hx_u64 x[HX_CUT_ITEMS];
       HX_UNROLL
       for (int b = 0; b < HX_CUT_ITEMS; ++b) {
-        const hx_u32 i = lo + i0 + b * HX_BLOCK;
-        hx_u32 j = 0;
-        for (hx_u32 span = parts; span > 1u;) {
-          const hx_u32 half = span / 2u;
-          if (before[j + half] <= i) j += half;
-          span -= half;
-        }
+        const hx_u32 i = lo + i0 + b * HX_BLOCK, j = hx_list_of(before, parts, i);
         x[b] = i0 + b * HX_BLOCK < n ? src(j)[i - before[j]] : 0ull;
       }
       HX_UNROLL

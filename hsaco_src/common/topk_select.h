@@ -271,6 +271,19 @@ HX_INLINE HX_DEV hx_u32 hx_bitmap_rank(const hx_u32* bits, const hx_u32* below, 
   return rank;
 }
 
+// Which of n lists laid end to end holds entry v, given where each starts (ascending, starts[0] <= v): the last j
+// < n whose starts[j] is at or below v (an empty list starts where the next does, and is passed over). A binary
+// search, log2(n) reads of starts; 0 for n <= 1.
+HX_INLINE HX_HD hx_u32 hx_list_of(const hx_u32* starts, hx_u32 n, hx_u32 v) {
+  hx_u32 j = 0;
+  for (hx_u32 span = n; span > 1u;) {
+    const hx_u32 half = span / 2u;
+    if (starts[j + half] <= v) j += half;
+    span -= half;
+  }
+  return j;
+}
+
 #if defined(HX_BLOCK) && !defined(HX_TOPK_KEYS_ONLY)
 #include "hx_params.h"
 

@@ -90,12 +90,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     auto pieces = [&](hx_u32 lo, hx_u32 hi, auto&& f) {
       hx_u64 x[HX_MERGE_LOADS];
       bool in[HX_MERGE_LOADS];
-      hx_u32 q = 0;  // the piece of the thread's last entry: its places only grow
-      for (hx_u32 span = np; span > 1u;) {  // the last piece starting at or before the thread's first entry
-        const hx_u32 half = span / 2u;
-        if (piece_at[q + half] <= lo + tid) q += half;
-        span -= half;
-      }
+      hx_u32 q = hx_list_of(piece_at, np, lo + tid);  // the piece of the thread's last entry: its places only grow
       for (hx_u32 base = lo; base < hi; base += HX_BLOCK * HX_MERGE_LOADS) {  // uniform
         HX_UNROLL
         for (int k = 0; k < HX_MERGE_LOADS; ++k) {

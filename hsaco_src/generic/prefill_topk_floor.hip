@@ -38,14 +38,7 @@ HX_INLINE HX_DEV hx_range hx_cut_parts(const PrefillSampleParams& p, hx_i64 m, h
 
 // Sample i at the floor counted in the part of its key: the last part whose first key is at or below it.
 HX_INLINE HX_DEV void hx_count_by_part(const PrefillSampleParams& p, hx_cut_shared& cut, hx_i32 i) {
-  const hx_u32 n = (hx_u32)i * (hx_u32)p.step;
-  hx_u32 j = 0;
-  for (hx_u32 span = (hx_u32)p.parts; span > 1u;) {
-    const hx_u32 half = span / 2u;
-    if (cut.part_lo[j + half] <= n) j += half;
-    span -= half;
-  }
-  hx_atomic_add_u32(&cut.part_kept[j], 1u);
+  hx_atomic_add_u32(&cut.part_kept[hx_list_of(cut.part_lo, (hx_u32)p.parts, (hx_u32)i * (hx_u32)p.step)], 1u);
 }
 
 // Row m's regions in proportion to the parts' shares (after hx_cut_parts and the floor; mine: this thread's part's
