@@ -3,8 +3,8 @@
 // has at most r samples (every key then enters), and cuts the row's entries among the filter's parts
 // (common/topk_regions.h).
 //
-// The floor itself is common/topk_floor.h's. The cut: even (p.cut 0: the sm_90a filters' fixed regions), or (1) by
-// where the row's keys at the floor lie. A part's share is what the sample says it keeps, plus HX_CUT_PAD samples
+// The floor itself is common/topk_floor.h's. The cut: even (p.cut 0, or more parts than the block's threads), or
+// (1) by where the row's keys at the floor lie. A part's share is what the sample says it keeps, plus HX_CUT_PAD samples
 // (a part whose sample shows few keys may still keep some): a row whose best keys crowd one part of the split (recent
 // keys scoring high, say) then has room for them there, where even regions would overflow and make the finish
 // recompute that part. With floor 0 each part gets its keys of the row, exactly, and the last part what is left, so
