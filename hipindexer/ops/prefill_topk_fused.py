@@ -9,9 +9,10 @@ A group of query rows at a time, five launches:
    (about 7% at r = 224); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
    the floor in each (every filter reads that cut);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
-   part of the key split instead of writing a logit (sm_90a: mqa_topk_wgmma_fold at H = 64, D = 128; else the
-   generic kernel), in at least MIN_PARTS parts: the workspace bound grows with the parts, and a row's entries
-   hold 1.6 times the keys it is expected to keep;
+   part of the key split instead of writing a logit (FILTERS: the sm_90a kernels at H = 64 and 32 and gfx950's
+   MFMA kernel, D = 128; else the generic kernel), in MIN_PARTS to max_parts() parts: the workspace bound grows
+   with the parts, a row's entries hold 1.6 times the keys it is expected to keep, and the finish reads a row's
+   parts a thread each;
 5. prefill_topk_finish selects each row's top_k from what its regions kept, orders and writes it. A row whose
    floor let fewer than top_k keys in (a sample that misjudged the row: about 1e-14 a row on random data)
    recomputes its logits there in scalar fp32: exact, and slow (milliseconds a row); a part whose keys passed its
