@@ -7,7 +7,7 @@ A group of query rows at a time, five launches:
 3. prefill_topk_floor takes each row's floor: the r-th largest of its sample logits, r = ceil(SAMPLE_MARGIN top_k
    / step), so that about SAMPLE_MARGIN top_k of the row's keys reach it, give or take a 1 / sqrt(r) share
    (about 7% at r = 224); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
-   the floor in each (every filter reads that cut);
+   the floor in each, s, plus 4 sqrt(s) (the sample's error) and a pad (every filter reads that cut);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
    part of the key split instead of writing a logit (FILTERS: the sm_90a kernels at H = 64 and 32 and gfx950's
    MFMA kernel, D = 128; else the generic kernel), in MIN_PARTS to max_parts() parts: the workspace bound grows
@@ -189,17 +189,23 @@ class FusedPrefillTopkWorkspace:
                 f"rows={self.rows}, nbytes={self.nbytes}, device={self.device!r})")
 
 
-def recomputes(ws: FusedPrefillTopkWorkspace, M: int) -> tuple[int, int]:
-    """Of the last call's rows, when it ran in one group of rows: (how many the finish recomputed whole, their
-    floor having let fewer than top_k keys in; how many it recomputed a part of, the part's keys having passed its
-    region), read back from the workspace after a synchronising copy. A diagnostic for benchmarks, not for the hot
-    path."""
+def kept_state(ws: FusedPrefillTopkWorkspace, M: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(counts, caps, floors) of the last call, when it ran in one group of M rows: the keys each row's parts kept
+    and their regions' sizes ([M, parts] int64; a negative count is a workspace in a bad state), and the rows'
+    floors ([M] uint32), read back after a synchronising copy. A diagnostic, not for the hot path."""
     lay = plan_fused(target_of(ws.device), M, ws.N, ws.H, ws.D, ws.top_k, ws.rows) if M != ws.layout.rows \
         else ws.layout
     buf = ws.buf.numpy()
     counts = buf[lay.counts:lay.counts + 4 * M * lay.parts].view(np.int32).reshape(M, lay.parts).astype(np.int64)
     caps = buf[lay.caps:lay.caps + 4 * M * lay.parts].view(np.uint32).reshape(M, lay.parts).astype(np.int64)
-    floors = buf[lay.floors:lay.floors + 4 * M].view(np.uint32)
+    return counts, caps, buf[lay.floors:lay.floors + 4 * M].view(np.uint32)
+
+
+def recomputes(ws: FusedPrefillTopkWorkspace, M: int) -> tuple[int, int]:
+    """Of the last call's rows, when it ran in one group of rows: (how many the finish recomputed whole, their
+    floor having let fewer than top_k keys in; how many it recomputed a part of, the part's keys having passed its
+    region), read back from the workspace (kept_state). A diagnostic for benchmarks, not for the hot path."""
+    counts, caps, floors = kept_state(ws, M)
     whole = (counts < 0).any(axis=1) | ((counts.sum(axis=1) < ws.top_k) & (floors != 0))
     part = ~whole & (counts > caps).any(axis=1)
     return int(whole.sum()), int(part.sum())

@@ -4,16 +4,30 @@
 // (common/topk_regions.h).
 //
 // The floor itself is common/topk_floor.h's. The cut: even (p.cut 0, or more parts than the block's threads), or
-// (1) by where the row's keys at the floor lie. A part's share is what the sample says it keeps, plus HX_CUT_PAD samples
-// (a part whose sample shows few keys may still keep some): a row whose best keys crowd one part of the split (recent
+// (1) by where the row's keys at the floor lie. A part's share is what the sample says it keeps, s samples at the
+// floor, plus HX_CUT_SIGMAS sqrt(s) and HX_CUT_PAD samples: a row whose best keys crowd one part of the split (recent
 // keys scoring high, say) then has room for them there, where even regions would overflow and make the finish
-// recompute that part. With floor 0 each part gets its keys of the row, exactly, and the last part what is left, so
-// every part has room for all it keeps.
+// recompute that part. The square root is the sample's own error: s counts about one key in step of the part's,
+// give or take sqrt(s), so a share of s alone leaves the part whose sample fell short a few sqrt(s) without room
+// while the others' rooms are that much too large; the same number of those for every part evens the risk (the
+// pad serves a part whose sample shows few keys or none). With floor 0 each part gets its keys of the row, exactly,
+// and the last part what is left, so every part has room for all it keeps.
 #include "topk_sample.h"
 #include "topk_regions.h"
 
 #define FLOOR_BATCH 8  // samples a thread loads at once
-#define HX_CUT_PAD 8   // samples a part's share starts from
+#define HX_CUT_PAD 8     // samples a part's share starts from
+#define HX_CUT_SIGMAS 4  // and the square roots of its samples at the floor it adds
+
+// floor(sqrt(x)), exact: the root's bits from the highest, each kept where its square stays within x.
+HX_INLINE HX_DEV hx_u32 hx_isqrt_u32(hx_u32 x) {
+  hx_u32 r = 0u;
+  for (hx_u32 b = 1u << 15; b; b >>= 1) {
+    const hx_u32 t = r | b;  // below 2^16: t t fits
+    if (t * t <= x) r = t;
+  }
+  return r;
+}
 
 // The cut's shared words, beside the floor's: each part's first key and its samples at the floor.
 struct hx_cut_shared {
@@ -46,12 +60,16 @@ HX_INLINE HX_DEV void hx_count_by_part(const PrefillSampleParams& p, hx_cut_shar
 HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, hx_range mine, hx_u32 floor,
                                        const hx_cut_shared& cut, hx_u32* scan) {
   const hx_u32 tid = hx_thread_x();
-  // the share of each part: its samples at the floor and the pad, or (floor 0) its keys of the row's window
+  // the share of each part: its samples at the floor, their spread and the pad, or (floor 0) its keys of the row's
+  // window. The shares' sum stays within 32 bits: the samples (at most 2^31) and, by Cauchy-Schwarz, HX_CUT_SIGMAS
+  // sqrt(parts x samples) (parts <= HX_BLOCK) and the pads.
   const hx_range keys = hx_clamp_window(p.ks[m], p.ke[m], p.N);
   hx_u32 share = 0u;
-  if (tid < (hx_u32)p.parts)
-    share = floor != 0u ? cut.part_kept[tid] + HX_CUT_PAD
+  if (tid < (hx_u32)p.parts) {
+    const hx_u32 s = cut.part_kept[tid];
+    share = floor != 0u ? s + HX_CUT_SIGMAS * hx_isqrt_u32(s) + HX_CUT_PAD
                         : (hx_u32)hx_max_i32(hx_min_i32(mine.hi, keys.hi) - hx_max_i32(mine.lo, keys.lo), 0);
+  }
   hx_u32 all;
   const hx_u32 before = hx_block_exclusive_sum(share, scan, &all);
   if (tid < (hx_u32)p.parts) {

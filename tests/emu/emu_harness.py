@@ -158,10 +158,11 @@ def run_child_pytest(kernels: Path, *files):
     """Run test files (relative to the checkout) in a child pytest whose hipindexer is the package copy that
     holds `kernels` and whose HIP is the emulator (-p emu_session). The checkout's pyproject.toml would put
     the checkout first on sys.path (pytest's `pythonpath`), where its own hipindexer/ wins over the copy's:
-    the child's pythonpath is the copy's root instead, then the tests' folders."""
+    the child's pythonpath is the copy's root instead, then the tests' folders, then the checkout (for tools/,
+    its hipindexer/ behind the copy's)."""
     import shlex
     pkg = _package_copy(kernels)
-    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu")])
+    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu"), str(ROOT)])
     return pkg.run(
         ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
          "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", *(ROOT / f for f in files)],

@@ -109,9 +109,8 @@ def fused_rows_kept_past_the_finish_buffer(dev):
         idx, val = check(dev, inp, top_k, workspace=ws)
     finally:
         prefill_topk_fused.sample_r = saved
-    lay = ws.layout
-    kept = ws.buf.numpy()[lay.counts:lay.counts + 4 * M * lay.parts].view(np.int32).reshape(M, lay.parts).sum(1)
-    assert (kept > 4608).all() and prefill_topk_fused.recomputes(ws, M) == (0, 0), (kept, lay)
+    kept = prefill_topk_fused.kept_state(ws, M)[0].sum(axis=1)
+    assert (kept > 4608).all() and prefill_topk_fused.recomputes(ws, M) == (0, 0), (kept, ws.layout)
     assert (idx == good).all() and np.array_equal(val, good_v)
 
 
@@ -215,6 +214,48 @@ def no_keys_and_no_rows(dev):
 
 
 # the slowest cases last: the planted suites stop at their first failure, and most plants fail sooner elsewhere
+@case
+def fused_floors_cut_by_the_samples_count_and_spread(dev):
+    """The floors launch alone, on sample logits made here: each row's floor and its parts' regions are those of
+    tools/measure/cut_model.py (floor_of, floors_cut: the kernel's arithmetic in numpy), key for key and entry for
+    entry; a floor lets in at least r samples (0 where the row has at most r). The rows: long ones whose best
+    samples crowd the last part of the key split, random ones, a row with at most r samples (floor 0), an empty
+    one, unselectable samples (-inf, NaN)."""
+    from hipindexer.ops.launch import kernel_for
+    from tools.measure.cut_model import floor_of, floors_cut, order_keys
+    rng = np.random.default_rng(61)
+    M, N, step, r, parts, region, rpb, tile = 24, 3000, 4, 60, 3, 200, 4, 64
+    samples = -(-N // step)
+    ks = np.zeros(M, np.int32)
+    ke = (N - M + 1 + np.arange(M)).astype(np.int32)
+    ke[5], ks[9], ke[9], ke[13], ks[17] = 0, 1000, 2990, 180, 2500
+    logits = rng.standard_normal((M, samples)).astype(np.float32)
+    n = np.arange(samples) * step
+    logits[::2] *= np.where(n >= 2400, 3.0, 1.0).astype(np.float32)  # even rows: their best samples crowd the end
+    logits[3, 10], logits[3, 11], logits[4, ::7] = -np.inf, np.nan, -np.inf
+    d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
+    k, scale, ks_d, ke_d, lg = d(np.zeros(64, np.uint8)), d(np.ones(1, np.float32)), d(ks), d(ke), d(logits)
+    floors = d(np.full(M, 0xDEADBEEF, np.uint32))
+    bases, caps = d(np.full(M * parts, 7, np.uint32)), d(np.full(M * parts, 7, np.uint32))
+    kernel_for(dev, "prefill_topk_floor").prepare(
+        M, pointers=("k", "kv_scale", "ks", "ke"), sample_k=0, sample_scale=0, sample_ks=0, sample_ke=0,
+        logits=lg.ptr, floors=floors.ptr, cand_counts=0, M=M, N=N, D=64, step=step, samples=samples, r=r,
+        parts=parts, cand_base=bases.ptr, cand_cap=caps.ptr, region=region, rows_per_block=rpb, tile=tile,
+        quanta=0, cut=1)(dev.default_stream.handle, k.ptr, scale.ptr, ks_d.ptr, ke_d.ptr)
+    fl = floors.numpy()
+    for m in range(M):
+        lo, hi = min(max(ks[m], 0), N), max(min(ke[m], N), 0)
+        keys = order_keys(logits[m, -(-lo // step):-(-hi // step)]) if hi > lo else np.zeros(0, np.uint32)
+        sel = keys[keys != 0]
+        assert fl[m] == floor_of(logits[m, -(-lo // step):-(-hi // step)] if hi > lo else [], r), m
+        assert fl[m] == 0 if len(sel) <= r else fl[m] in set(sel.tolist()) and (sel >= fl[m]).sum() >= r, m
+    want_b, want_c = floors_cut(ks, ke, N, logits, fl, step, parts, region, rpb, tile)
+    got_b, got_c = bases.numpy().reshape(M, parts), caps.numpy().reshape(M, parts)
+    assert (got_b == want_b).all() and (got_c == want_c).all(), (got_b, want_b, got_c, want_c)
+    assert fl[13] == 0 and (fl[[0, 2, 9]] != 0).all()
+    assert (want_c[0, 2] > 2 * want_c[0, :2]).all(), "an even row's last part, crowded, gets most of the entries"
+
+
 @case
 def causal_rows_of_every_kind(dev):
     """Causal rows from V < top_k to V >= 4 top_k; sorted or not, absolute or relative, every shape."""

@@ -484,8 +484,11 @@ PLANTS = {
         # the floors' cut of a row's entries: blind to where the sample's keys lie (even shares: the crowded rows'
         # case catches the recompute), every region at the row's first entry; the finish reading the next part's
         # region, and recomputing the next part's keys for a part that passed its region
-        Plant("fused_cut_blind_to_the_sample", "generic/prefill_topk_floor.hip", "cut.part_kept[tid] + HX_CUT_PAD",
-              "HX_CUT_PAD"),
+        Plant("fused_cut_blind_to_the_sample", "generic/prefill_topk_floor.hip",
+              "s + HX_CUT_SIGMAS * hx_isqrt_u32(s) + HX_CUT_PAD", "HX_CUT_PAD"),
+        # the shares without the sample's spread (the floors' cut checked against its formula catches it)
+        Plant("fused_cut_without_the_samples_spread", "generic/prefill_topk_floor.hip",
+              "s + HX_CUT_SIGMAS * hx_isqrt_u32(s) + HX_CUT_PAD", "s + HX_CUT_PAD"),
         # the floor's last pass counting every sample, not those at the floor, by part (shares by where all samples
         # lie: the crowded rows' case catches the recompute)
         Plant("fused_cut_counts_every_sample", "common/topk_floor.h", "if (b >= at) kept(k, where...);",
@@ -661,7 +664,7 @@ def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[
     """pytest on `tests` with the package copy's hipindexer first on the path (tests/emu/emu_harness.py's
     run_child_pytest does the same for the tests): (passed, the first failure or the count)."""
     emu = ["-p", "emu_session"] if suite["device"].startswith("emu") else []
-    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu")])
+    pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu"), str(ROOT)])
     argv = ["-m", "pytest", "-q", "-x", *emu, "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
             "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", ROOT / tests]
     try:
