@@ -54,6 +54,7 @@ GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
 FILTERS_CUT = {"mqa_topk_generic", "mqa_topk_mfma", "mqa_topk_wgmma", "mqa_topk_wgmma_fold"}
 FILTERS_QUANTA = {"mqa_topk_mfma"}
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
+WIDE_ROWS = 0  # a group of at most this many rows takes the floors and finish builds of more threads a row (_wide)
 MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits
 _ALIGN = 256
 
@@ -266,7 +267,9 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         at = {k: base + getattr(lay, k)
               for k in ("sample_k", "sample_scale", "windows", "floors", "counts", "bases", "caps", "cand")}
         sks, ske = at["sks"], at["ske"] = at["windows"], at["windows"] + 4 * g
-        cut = filt_key in FILTERS_CUT and parts <= KERNEL["prefill_topk_floor"].block  # a thread a part
+        wide = "_wide" if g <= WIDE_ROWS else ""
+        floor_key, finish_key = "prefill_topk_floor" + wide, "prefill_topk_finish" + wide
+        cut = filt_key in FILTERS_CUT and parts <= KERNEL[floor_key].block  # a thread a part
         split = dict(rows_per_block=fp.rows_per_block, tile=fp.tile, quanta=int(filt_key in FILTERS_QUANTA))
         sample_fields = dict(sample_k=at["sample_k"], sample_scale=at["sample_scale"], sample_ks=sks, sample_ke=ske,
                              logits=at["cand"], floors=at["floors"], cand_counts=at["counts"], M=g, N=s.N, D=s.D,
@@ -280,15 +283,15 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         # no -inf fill: the floors read a row's sample logits only within its window
         logits = prepare_prefill(kernel_for(dev, sp.kernel, sp.variant), sp, PrefillShape(g, lay.samples, s.H, s.D),
                                  lay.samples, False)
-        floor = kernel_for(dev, "prefill_topk_floor").prepare(max(1, min(FINISH_BLOCKS, g)),
+        floor = kernel_for(dev, floor_key).prepare(max(1, min(FINISH_BLOCKS, g)),
                                                               pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
         filt = kernel_for(dev, filt_key, fp.variant).prepare(
             fp.grid, fp.block, pointers=("q", "k", "kv_scale", "weights", "ks", "ke"), out=0, out_stride=0, M=g,
             N=s.N, H=s.H, D=s.D, rows_per_block=fp.rows_per_block, split=fp.split, tile=fp.tile, clean=0,
             reverse_rows=int(fp.reverse_rows), cand=at["cand"], cand_counts=at["counts"], floors=at["floors"],
             floor_stride=1, region=lay.region, cand_base=at["bases"], cand_cap=at["caps"])
-        finish = kernel_for(dev, "prefill_topk_finish").prepare(
-            max(1, min(FINISH_BLOCKS, g)), 256,
+        finish = kernel_for(dev, finish_key).prepare(
+            max(1, min(FINISH_BLOCKS, g)), KERNEL[finish_key].block,
             pointers=("cand", "cand_counts", "floors", "q", "k", "kv_scale", "weights", "ks", "ke", "indices",
                       "values"),
             floor_stride=1, indices_stride=strides[0], values_stride=strides[1], M=g, N=s.N, H=s.H, D=s.D,

@@ -28,9 +28,10 @@ struct hx_finish_parts {
   hx_u32 cap[HX_BLOCK], before[HX_BLOCK];
 };
 
-// Four blocks an SM on sm_90a (64 registers a thread; a block a row waits on its loads, and the rows in flight hide
-// them): ptxas keeps a row's list length and address in local memory for it, read once a slice of the list.
-HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 4) void hx_prefill_topk_finish(
+// 1,024 threads an SM on sm_90a (64 registers a thread; four blocks of 256: a block a row waits on its loads, and
+// the rows in flight hide them): ptxas keeps a row's list length and address in local memory for it, read once a
+// slice of the list.
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK) void hx_prefill_topk_finish(
     const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);

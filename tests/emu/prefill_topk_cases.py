@@ -215,6 +215,35 @@ def no_keys_and_no_rows(dev):
 
 # the slowest cases last: the planted suites stop at their first failure, and most plants fail sooner elsewhere
 @case
+def fused_groups_of_few_rows_on_the_wide_floors_and_finish(dev):
+    """The floors and finish builds of more threads a row (prefill_topk_fused.WIDE_ROWS), on random rows and on
+    rows whose kept keys outgrow the finish's buffer (floors of 0): the same selections, values and regions as the
+    narrow builds give."""
+    M, N, top_k = 8, 6000, 512
+    inp = inputs(63, M=M, N=N, H=32, D=128)
+    saved, kernel_for = (prefill_topk_fused.WIDE_ROWS, prefill_topk_fused.sample_r), prefill_topk_fused.kernel_for
+    got, seen = [], []
+    try:
+        prefill_topk_fused.kernel_for = lambda d, key, *a: (seen.append(key), kernel_for(d, key, *a))[1]
+        for wide, r in ((0, None), (M, None), (0, 1 << 20), (M, 1 << 20)):
+            prefill_topk_fused.WIDE_ROWS = wide
+            prefill_topk_fused.sample_r = saved[1] if r is None else (lambda top_k: r)
+            ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=32, D=128, fused=True)
+            seen.clear()
+            idx, val = check(dev, inp, top_k, workspace=ws)
+            got.append((idx, val, prefill_topk_fused.kept_state(ws, M)))
+            assert [k for k in seen if k.startswith(("prefill_topk_floor", "prefill_topk_finish"))] == [
+                "prefill_topk_floor" + "_wide" * bool(wide), "prefill_topk_finish" + "_wide" * bool(wide)], seen
+    finally:
+        prefill_topk_fused.WIDE_ROWS, prefill_topk_fused.sample_r = saved
+        prefill_topk_fused.kernel_for = kernel_for
+    for a, b in ((0, 1), (2, 3)):
+        assert (got[a][0] == got[b][0]).all() and np.array_equal(got[a][1], got[b][1])
+        assert all((x == y).all() for x, y in zip(got[a][2], got[b][2])), "counts, regions and floors"
+    assert (got[3][2][0].sum(axis=1) > 4608).all(), "floors of 0: more kept than the finish's buffer"
+
+
+@case
 def fused_floors_cut_by_the_samples_count_and_spread(dev):
     """The floors launch alone, on sample logits made here: each row's floor and its parts' regions are those of
     tools/measure/cut_model.py (floor_of, floors_cut: the kernel's arithmetic in numpy), key for key and entry for

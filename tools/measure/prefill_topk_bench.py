@@ -3,7 +3,8 @@ torch.topk, when torch with CUDA is importable) over the whole [M, N] array, on 
 hipindexer.bench.timing (events around back-to-back calls, median of repeats; one input set per shape):
 
     python -m tools.measure.prefill_topk_bench [--shapes 4096x32768,2048x65536,1024x131072,128x32768]
-        [--heads 64,32] [--million] [--recent KEYS] [--fused-only] [--sample-step S] [--sample-margin F] [--json]
+        [--heads 64,32] [--million] [--recent KEYS] [--fused-only] [--sample-step S] [--sample-margin F]
+        [--wide-rows R] [--json]
 
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
 (hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
@@ -162,10 +163,14 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               "op's own, sample_step(top_k)); the floor's rank follows, SAMPLE_MARGIN top_k / step.")
 @click.option("--sample-margin", default=0.0, help="An experiment: a floor aims at this many times top_k of a row's "
               "keys (default: the op's SAMPLE_MARGIN).")
+@click.option("--wide-rows", default=-1, help="An experiment: groups of at most this many rows take the floors and "
+              "finish of more threads a row (default: the op's own, WIDE_ROWS).")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
-         as_json):
+         wide_rows, as_json):
     dev = Device(device_name)
+    if wide_rows >= 0:
+        prefill_topk_fused.WIDE_ROWS = wide_rows
     if sample_step:
         prefill_topk_fused.sample_step = lambda top_k: sample_step  # read by the workspace plan and each call's plan
     if sample_margin:
