@@ -410,8 +410,12 @@ _FINISH_ORDER = Plant("no_order", FINISH,
                       "    for (hx_u32 s = tid; s < have; s += HX_BLOCK)\n"
                       "      write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));\n")
 _FINISH_TAKE = Plant("no_take", FINISH, "      if (n) f.take_parts(", "      if (false) f.take_parts(")
+# ... and one that is right, not wrong: the cut's passes over the buffer with four loads a thread in flight (the
+# shipped build waits on each before the next: U = 1), its time against the shipped build's the question
+_FINISH_CUT_U4 = Plant("cut_u4", "common/topk_finish.h", "hx_group_cut<HX_BLOCK>(", "hx_group_cut<HX_BLOCK, 4>(")
 FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
-                   "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER], "no_take": [_FINISH_TAKE]}
+                   "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER], "no_take": [_FINISH_TAKE],
+                   "cut_u4": [_FINISH_CUT_U4]}
 
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
