@@ -284,7 +284,7 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         logits = prepare_prefill(kernel_for(dev, sp.kernel, sp.variant), sp, PrefillShape(g, lay.samples, s.H, s.D),
                                  lay.samples, False)
         floor = kernel_for(dev, floor_key).prepare(max(1, min(FINISH_BLOCKS, g)),
-                                                              pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
+                                                   pointers=("k", "kv_scale", "ks", "ke"), **sample_fields)
         filt = kernel_for(dev, filt_key, fp.variant).prepare(
             fp.grid, fp.block, pointers=("q", "k", "kv_scale", "weights", "ks", "ke"), out=0, out_stride=0, M=g,
             N=s.N, H=s.H, D=s.D, rows_per_block=fp.rows_per_block, split=fp.split, tile=fp.tile, clean=0,

@@ -96,7 +96,8 @@ HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, h
 
 // 1,536 threads an SM on sm_90a (40 registers a thread; twelve blocks of 128): the floor's own path needs no more,
 // and the cut's fits them without spilling.
-HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1536 / HX_BLOCK) void hx_prefill_topk_floor(const HX_GRID_CONSTANT PrefillSampleParams p) {
+HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1536 / HX_BLOCK) void hx_prefill_topk_floor(
+    const HX_GRID_CONSTANT PrefillSampleParams p) {
   HX_FLOOR_SHARED;
   HX_SHARED(hx_cut_shared, cut, 1);
   const hx_u32 tid = hx_thread_x();
