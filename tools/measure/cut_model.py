@@ -147,11 +147,13 @@ def expected_overflow(k0, k1, step, r, pool, sigmas):
     return out
 
 
-def model_case(inp, M, N, H, top_k, steps, sigmas):
+def model_case(inp, M, N, H, top_k, steps, sigmas, region=None):
+    """The replay and the expectation of one case on sm_90a's plan, for each sample step and spread; `region`: the
+    regions' entries, if not the plan's (what if they were smaller)."""
     target = TARGETS["sm_90a"]
     fp = prefill_topk_fused.filter_plan(target, M, N, H, inp.q.shape[2])
-    lay = prefill_topk_fused.plan_fused(target, M, N, H, inp.q.shape[2], top_k)
-    parts, pool = fp.split, lay.region * fp.split
+    region = region or prefill_topk_fused.plan_fused(target, M, N, H, inp.q.shape[2], top_k).region
+    parts, pool = fp.split, region * fp.split
     ks, ke = inp.cu_seqlen_ks, inp.cu_seqlen_ke
     runs = [(st, sg) for st in steps for sg in sigmas]
     out = {f"step {st} sigmas {sg}": {"whole": 0, "part": 0, "expected": 0.0 if parts == 2 else None}
@@ -173,7 +175,7 @@ def model_case(inp, M, N, H, top_k, steps, sigmas):
                     continue
                 fv = key_values(f)
                 kept = np.array([np.count_nonzero(row[max(a, lo):max(min(b, hi), lo)] >= fv) for a, b in work])
-                cap = _cut_row(ks, ke, m, N, samp[0], f, st, parts, lay.region, fp, sg)
+                cap = _cut_row(ks, ke, m, N, samp[0], f, st, parts, region, fp, sg)
                 if kept.sum() < top_k:
                     o["whole"] += 1
                 elif (kept > cap).any():
