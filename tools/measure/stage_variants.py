@@ -413,9 +413,129 @@ _FINISH_TAKE = Plant("no_take", FINISH, "      if (n) f.take_parts(", "      if 
 # ... and one that is right, not wrong: the cut's passes over the buffer with four loads a thread in flight (the
 # shipped build waits on each before the next: U = 1), its time against the shipped build's the question
 _FINISH_CUT_U4 = Plant("cut_u4", "common/topk_finish.h", "hx_group_cut<HX_BLOCK>(", "hx_group_cut<HX_BLOCK, 4>(")
+# ... and a cut whose first pass bins the keys even in value between the smallest and largest (as the floors do),
+# so that the cut's bin holds a few entries, ranked among themselves, where the radix select's digits crowd keys that
+# share their exponent into few bins and take two or three passes more (more than a block of tied entries: the
+# radix select); also right, with one load a thread or four in flight
+_CUT_END = ("  const hx_u32 kept = *fill;  // want, unless the passes stopped short\n"
+            "  bar();                      // read by all before fill is reused\n  return kept;\n}\n")
+_CUT_BY_VALUE_FN = """
+template <hx_u32 G, int U = 1, class Bar>
+HX_INLINE HX_DEV hx_u32 hx_group_cut_by_value(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want,
+                                              hx_u32* hist, hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut) {
+  cut = 0;
+  if (count <= want) return count;
+  auto each = [&](auto&& f) {
+    hx_u32 i = t;
+    if constexpr (U > 1) {
+      for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {
+        hx_u64 x[U];
+        HX_UNROLL
+        for (int k = 0; k < U; ++k) x[k] = e[i + (hx_u32)k * G];
+        HX_UNROLL
+        for (int k = 0; k < U; ++k) f(x[k]);
+      }
+    }
+    for (; i < count; i += G) f(e[i]);
+  };
+  hx_u32 lo = 0xFFFFFFFFu, hi = 0u;
+  each([&](hx_u64 x) {
+    const hx_u32 k = (hx_u32)(x >> 32);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
+  });
+  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
+    const hx_u32 l2 = hx_wave_shfl_u32(lo, (t % HX_WAVE_SIZE) ^ d), h2 = hx_wave_shfl_u32(hi, (t % HX_WAVE_SIZE) ^ d);
+    lo = l2 < lo ? l2 : lo;
+    hi = h2 > hi ? h2 : hi;
+  }
+  if (t % HX_WAVE_SIZE == 0) {
+    hist[2 * (t / HX_WAVE_SIZE)] = lo;
+    hist[2 * (t / HX_WAVE_SIZE) + 1] = hi;
+  }
+  bar();
+  for (hx_u32 w = 0; w < G / HX_WAVE_SIZE; ++w) {
+    lo = hist[2 * w] < lo ? hist[2 * w] : lo;
+    hi = hist[2 * w + 1] > hi ? hist[2 * w + 1] : hi;
+  }
+  bar();
+  const float vlo = hx_topk_value(lo), span = hx_topk_value(hi) - vlo;
+  const float per = span > 0.f ? (float)HX_TOPK_MAX_BINS / span * 0.9999f : 0.f;
+  auto bin = [&](hx_u64 x) -> hx_u32 {
+    const float v = (hx_topk_value((hx_u32)(x >> 32)) - vlo) * per;
+    return v < (float)HX_TOPK_MAX_BINS ? (v > 0.f ? (hx_u32)v : 0u) : HX_TOPK_MAX_BINS - 1u;
+  };
+  for (hx_u32 b = t; b < HX_TOPK_MAX_BINS; b += G) hist[b] = 0u;
+  bar();
+  each([&](hx_u64 x) { hx_atomic_add_u32(&hist[bin(x)], 1u); });
+  bar();
+  hx_group_find_bin<G>(t, bar, hist, HX_TOPK_MAX_BINS, want, scan, found);
+  const hx_u32 at = found[0], take = found[1], tied = hist[at];
+  bar();
+  if (tied > G) return hx_group_cut<G, U>(t, bar, e, count, want, hist, scan, found, fill, cut);
+  hx_u64* const side = (hx_u64*)hist;
+  if (t == 0) {
+    *fill = 0u;
+    scan[0] = 0u;
+  }
+  bar();
+  constexpr int ITEMS = HX_CUT_ITEMS / 2;  // a tile of half the radix cut's: its bins held beside
+  for (hx_u32 base = 0; base < count; base += G * ITEMS) {
+    hx_u64 mine[ITEMS];
+    HX_UNROLL
+    for (int k = 0; k < ITEMS; ++k) {
+      const hx_u32 i = base + t + (hx_u32)k * G;
+      mine[k] = i < count ? e[i] : 0ull;
+    }
+    bar();
+    bool keep[ITEMS];
+    hx_u32 pos[ITEMS];
+    HX_UNROLL
+    for (int k = 0; k < ITEMS; ++k) {
+      const hx_u32 b = mine[k] ? bin(mine[k]) : 0u;
+      keep[k] = mine[k] != 0ull && b > at;
+      if (mine[k] != 0ull && b == at) side[hx_atomic_add_u32(&scan[0], 1u)] = mine[k];
+    }
+    hx_append_each(keep, fill, pos);
+    HX_UNROLL
+    for (int k = 0; k < ITEMS; ++k)
+      if (keep[k]) e[pos[k]] = mine[k];
+  }
+  bar();
+  const hx_u32 above = *fill;
+  if (t < tied) {
+    const hx_u64 x = side[t];
+    hx_u32 rank = 0;
+    for (hx_u32 j = 0; j < tied; ++j) rank += side[j] > x ? 1u : 0u;
+    if (rank < take) e[above + rank] = x;
+    if (rank + 1u == take) {
+      found[0] = (hx_u32)x;
+      found[1] = (hx_u32)(x >> 32);
+    }
+  }
+  bar();
+  cut = ((hx_u64)found[1] << 32) | found[0];
+  bar();
+  return above + take;
+}
+"""
+
+
+def _cut_by_value(loads: int) -> list[Plant]:
+    call = "hx_group_cut_by_value<HX_BLOCK>(" if loads == 1 else f"hx_group_cut_by_value<HX_BLOCK, {loads}>("
+    return [Plant("cut_by_value_fn", "common/topk_select.h", _CUT_END, _CUT_END + _CUT_BY_VALUE_FN),
+            Plant("cut_by_value", "common/topk_finish.h", "hx_group_cut<HX_BLOCK>(", call)]
+
+
+# (at the shipped four blocks an SM ptxas spills the value cut's state, 96 bytes; at three it takes 72 registers and
+# spills nothing, as does the shipped finish there)
+_FINISH_THREE_BLOCKS = Plant("three_blocks", FINISH, "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK)",
+                             "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3 * 256 / HX_BLOCK)")
 FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
                    "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER], "no_take": [_FINISH_TAKE],
-                   "cut_u4": [_FINISH_CUT_U4]}
+                   "cut_u4": [_FINISH_CUT_U4], "cut_by_value": _cut_by_value(1), "cut_by_value_u4": _cut_by_value(4),
+                   "three_blocks": [_FINISH_THREE_BLOCKS],
+                   "cut_by_value_three_blocks": [*_cut_by_value(1), _FINISH_THREE_BLOCKS]}
 
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
