@@ -436,12 +436,10 @@ KERNELS.append(Kernel("prefill_topk_floor", "generic/prefill_topk_floor.hip", "h
                       "PrefillSampleParams", block=128))
 KERNELS.append(Kernel("prefill_topk_finish", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",
                       "PrefillTopkFinishParams", block=256, smem=36864))  # 4608 entries: four blocks an SM on sm_90a
-# The same two with more threads a row, for a group of rows too few to fill the GPU with the blocks above (each
-# pass over a row's samples or kept keys shorter): an experiment, off unless prefill_topk_fused.WIDE_ROWS says.
+# The floors with more threads a row, for a group of rows too few to fill the GPU with the blocks above (each pass
+# over a row's samples shorter): groups of up to prefill_topk_fused.WIDE_ROWS rows.
 KERNELS.append(Kernel("prefill_topk_floor_wide", "generic/prefill_topk_floor.hip", "hx_prefill_topk_floor",
                       "PrefillSampleParams", block=512))
-KERNELS.append(Kernel("prefill_topk_finish_wide", "generic/prefill_topk_finish.hip", "hx_prefill_topk_finish",
-                      "PrefillTopkFinishParams", block=1024, smem=36864))
 # Its split path for long rows: each row's floor from a sample of it (512 threads a row: the rows are few and each
 # pass over a sample waits on its loads), the keys at or above it kept by rows x parts blocks, then one block per row
 # (512 threads: its scans and sort are barrier-bound) that selects among them and writes in order, or runs

@@ -1,12 +1,12 @@
 """The fused prefill top-k: ``fp8_mqa_topk`` without a row's logits ever in memory (docs/ops.md, "Top-k").
 
 A group of query rows at a time, five launches:
-1. prefill_topk_sample gathers every step-th key (sample_step: top_k / 128, at most 16) and zeroes the filter's
+1. prefill_topk_sample gathers every step-th key (sample_step: top_k / 64, at most 32) and zeroes the filter's
    counts;
 2. the prefill logits op runs on that sample, into the workspace;
 3. prefill_topk_floor takes each row's floor: the r-th largest of its sample logits, r = ceil(SAMPLE_MARGIN top_k
    / step), so that about SAMPLE_MARGIN top_k of the row's keys reach it, give or take a 1 / sqrt(r) share
-   (about 7% at r = 224); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
+   (about 9% at r = 112); and cuts the row's entries among the filter's parts, in proportion to the sample's keys at
    the floor in each, s, plus 4 sqrt(s) (the sample's error) and a pad (every filter reads that cut);
 4. the filter, a logits kernel built to append each key that reaches its row's floor to the row's region of its
    part of the key split instead of writing a logit (FILTERS: the sm_90a kernels at H = 64 and 32 and gfx950's
@@ -14,7 +14,7 @@ A group of query rows at a time, five launches:
    with the parts, a row's entries hold 1.6 times the keys it is expected to keep, and the finish reads a row's
    parts a thread each;
 5. prefill_topk_finish selects each row's top_k from what its regions kept, orders and writes it. A row whose
-   floor let fewer than top_k keys in (a sample that misjudged the row: about 1e-14 a row on random data)
+   floor let fewer than top_k keys in (a sample that misjudged the row: about 4e-8 a row on random data)
    recomputes its logits there in scalar fp32: exact, and slow (milliseconds a row); a part whose keys passed its
    region recomputes that part's keys alone.
 
@@ -36,7 +36,7 @@ from ..arguments import PrefillShape
 from .launch import kernel_for, target_of
 from .prefill import prepare_prefill
 
-SAMPLE_STEP = 16      # one key in this many is sampled for the floors, at most (sample_step)
+SAMPLE_STEP = 32      # one key in this many is sampled for the floors, at most (sample_step)
 SAMPLE_MARGIN = 1.75  # a floor aims at keeping this many times top_k of a row's keys
 REGION_MARGIN = 1.6   # a region holds at least this many times the keys its part is expected to keep
 MIN_PARTS = 2         # the filter's key split, at least (where the keys allow it)
@@ -54,16 +54,16 @@ GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
 FILTERS_CUT = {"mqa_topk_generic", "mqa_topk_mfma", "mqa_topk_wgmma", "mqa_topk_wgmma_fold"}
 FILTERS_QUANTA = {"mqa_topk_mfma"}
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
-WIDE_ROWS = 0  # a group of at most this many rows takes the floors and finish builds of more threads a row (_wide)
+WIDE_ROWS = 128  # a group of at most this many rows takes the floors build of more threads a row (_wide)
 MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits
 _ALIGN = 256
 
 
 def sample_step(top_k: int) -> int:
-    """One key in this many is sampled: r stays near 128 SAMPLE_MARGIN (224) whatever top_k, which leaves a row's
-    floor letting fewer than top_k keys in a chance of about 1e-14 on random data (a Poisson count of mean 128
-    reaching 224), where each such row costs the finish a recompute (docs/ops.md: why not a smaller sample)."""
-    return max(1, min(SAMPLE_STEP, top_k // 128))
+    """One key in this many is sampled: r stays near 64 SAMPLE_MARGIN (112) whatever top_k, which leaves a row's
+    floor letting fewer than top_k keys in a chance of about 4e-8 on random data (a Poisson count of mean 64
+    reaching 112), where each such row costs the finish a recompute (docs/ops.md: why not a smaller sample)."""
+    return max(1, min(SAMPLE_STEP, top_k // 64))
 
 
 def sample_r(top_k: int) -> int:
@@ -267,8 +267,7 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
         at = {k: base + getattr(lay, k)
               for k in ("sample_k", "sample_scale", "windows", "floors", "counts", "bases", "caps", "cand")}
         sks, ske = at["sks"], at["ske"] = at["windows"], at["windows"] + 4 * g
-        wide = "_wide" if g <= WIDE_ROWS else ""
-        floor_key, finish_key = "prefill_topk_floor" + wide, "prefill_topk_finish" + wide
+        floor_key = "prefill_topk_floor" + ("_wide" if g <= WIDE_ROWS else "")
         cut = filt_key in FILTERS_CUT and parts <= KERNEL[floor_key].block  # a thread a part
         split = dict(rows_per_block=fp.rows_per_block, tile=fp.tile, quanta=int(filt_key in FILTERS_QUANTA))
         sample_fields = dict(sample_k=at["sample_k"], sample_scale=at["sample_scale"], sample_ks=sks, sample_ke=ske,
@@ -290,8 +289,8 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
             N=s.N, H=s.H, D=s.D, rows_per_block=fp.rows_per_block, split=fp.split, tile=fp.tile, clean=0,
             reverse_rows=int(fp.reverse_rows), cand=at["cand"], cand_counts=at["counts"], floors=at["floors"],
             floor_stride=1, region=lay.region, cand_base=at["bases"], cand_cap=at["caps"])
-        finish = kernel_for(dev, finish_key).prepare(
-            max(1, min(FINISH_BLOCKS, g)), KERNEL[finish_key].block,
+        finish = kernel_for(dev, "prefill_topk_finish").prepare(
+            max(1, min(FINISH_BLOCKS, g)), KERNEL["prefill_topk_finish"].block,
             pointers=("cand", "cand_counts", "floors", "q", "k", "kv_scale", "weights", "ks", "ke", "indices",
                       "values"),
             floor_stride=1, indices_stride=strides[0], values_stride=strides[1], M=g, N=s.N, H=s.H, D=s.D,

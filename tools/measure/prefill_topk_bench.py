@@ -163,8 +163,8 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               "op's own, sample_step(top_k)); the floor's rank follows, SAMPLE_MARGIN top_k / step.")
 @click.option("--sample-margin", default=0.0, help="An experiment: a floor aims at this many times top_k of a row's "
               "keys (default: the op's SAMPLE_MARGIN).")
-@click.option("--wide-rows", default=-1, help="An experiment: groups of at most this many rows take the floors and "
-              "finish of more threads a row (default: the op's own, WIDE_ROWS).")
+@click.option("--wide-rows", default=-1, help="An experiment: groups of at most this many rows take the floors "
+              "build of more threads a row (default: the op's own, WIDE_ROWS).")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
          wide_rows, as_json):
