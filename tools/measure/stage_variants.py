@@ -399,9 +399,9 @@ _ROWWISE_FLOOR = "  const hx_u32 floor = hx_split_row_floor(p, x, n, hist, scan,
 
 # The fused prefill top-k's finish (generic/prefill_topk_finish.hip), a block a row, by its phases: the kept keys
 # taken without the cut to top_k (the row truncated to its first top_k instead), written in the order they were
-# taken instead of key order, both, and the keys not taken at all (every slot -1). The selections of all but the
-# shipped build are wrong; time them by the finish launch alone (tools/measure/prefill_topk_bench.py --stages,
-# --field us_stage_finish).
+# taken instead of key order, and both (not taking the keys at all is no phase to time: a row that kept fewer
+# than top_k is recomputed). The selections of all but the shipped build are wrong; time them by the finish launch
+# alone (tools/measure/prefill_topk_bench.py --stages, --field us_stage_finish).
 FINISH = "generic/prefill_topk_finish.hip"
 _FINISH_CUT = Plant("no_cut", FINISH, "    f.cut_to_top_k();\n", "    f.have = f.have < top_k ? f.have : top_k;\n")
 _FINISH_ORDER = Plant("no_order", FINISH,
@@ -409,7 +409,6 @@ _FINISH_ORDER = Plant("no_order", FINISH,
                       "    const hx_u32 have = f.have;\n"
                       "    for (hx_u32 s = tid; s < have; s += HX_BLOCK)\n"
                       "      write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));\n")
-_FINISH_TAKE = Plant("no_take", FINISH, "      if (n) f.take_parts(", "      if (false) f.take_parts(")
 # ... and one that is right, not wrong: the cut's passes over the buffer with four loads a thread in flight (the
 # shipped build waits on each before the next: U = 1), its time against the shipped build's the question
 _FINISH_CUT_U4 = Plant("cut_u4", "common/topk_finish.h", "hx_group_cut<HX_BLOCK>(", "hx_group_cut<HX_BLOCK, 4>(")
@@ -532,7 +531,7 @@ def _cut_by_value(loads: int) -> list[Plant]:
 _FINISH_THREE_BLOCKS = Plant("three_blocks", FINISH, "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK)",
                              "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3 * 256 / HX_BLOCK)")
 FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
-                   "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER], "no_take": [_FINISH_TAKE],
+                   "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER],
                    "cut_u4": [_FINISH_CUT_U4], "cut_by_value": _cut_by_value(1), "cut_by_value_u4": _cut_by_value(4),
                    "three_blocks": [_FINISH_THREE_BLOCKS],
                    "cut_by_value_three_blocks": [*_cut_by_value(1), _FINISH_THREE_BLOCKS]}
