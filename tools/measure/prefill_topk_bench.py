@@ -100,7 +100,7 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
         hipindexer.fp8_mqa_topk(*args, TOP_K, workspace=ws, out=(idx, vals), return_values=True, device=dev)
     row = {"M": M, "N": N, "H": H, "top_k": TOP_K, "recent": recent, "path": "fused" if is_fused else "composed",
            "workspace_bytes": ws.nbytes, "workspace_bound": ws.bound, "ws_rows": ws.rows,
-           "ws_chunk": getattr(ws, "chunk", None)}
+           "ws_chunk": getattr(ws, "chunk", None), "ws_parts": ws.layout.parts if is_fused else None}
     timers = [("fused", fused)]
     if is_fused and not fused_only:
         cws = hipindexer.prefill_topk_workspace(M, N, TOP_K, device=dev)
@@ -165,10 +165,14 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               "keys (default: the op's SAMPLE_MARGIN).")
 @click.option("--wide-rows", default=-1, help="An experiment: groups of at most this many rows take the floors "
               "build of more threads a row (default: the op's own, WIDE_ROWS).")
+@click.option("--min-parts", default=0, help="An experiment: the filter's key split takes at least this many parts "
+              "(default: the op's own, MIN_PARTS).")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
-         wide_rows, as_json):
+         wide_rows, min_parts, as_json):
     dev = Device(device_name)
+    if min_parts:
+        prefill_topk_fused.MIN_PARTS = min_parts  # read by filter_plan
     if wide_rows >= 0:
         prefill_topk_fused.WIDE_ROWS = wide_rows
     if sample_step:
@@ -193,7 +197,7 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
             torch_us += (f", rows recomputed whole {r['recomputed_whole']}, a part {r['recomputed_parts']}"
                          if "recomputed_rows" in r else "")
             click.echo(f"H={H} ({M}, {N}): {r['path']} {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
-                       f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']}, {r['workspace_bytes']} B of "
+                       f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']} parts {r['ws_parts']}, {r['workspace_bytes']} B of "
                        f"{r['workspace_bound']} B; gate on sampled rows {r['sampled_gate']}", err=False)
             st = {k[9:]: round(v, 1) for k, v in r.items() if k.startswith("us_stage_")}
             if st:

@@ -415,9 +415,26 @@ _FINISH_CUT_U4 = Plant("cut_u4", "common/topk_finish.h", "hx_group_cut<HX_BLOCK>
 # ... and the finish at three blocks an SM, not four (ptxas then keeps a row's list state in registers)
 _FINISH_THREE_BLOCKS = Plant("three_blocks", FINISH, "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK)",
                              "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3 * 256 / HX_BLOCK)")
+# ... and two more that are right: the kept parts taken one list at a time where they fit the buffer together (as
+# the finish took them before it took them as one list), and the cut's radix digits of 8 bits instead of 11 (fewer
+# bins to clear and scan a pass, more keys a bin; every target's selections that include common/topk_select.h
+# rebuild, only the finish's time is the question)
+_FINISH_PARTS_APART = Plant(
+    "parts_apart", FINISH,
+    "      if (n) f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });\n",
+    "      if (n && n == all && lo == 0) {\n"
+    "        for (hx_i32 j = 0; j < p.parts; ++j)\n"
+    "          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take(p.cand + tab->base[j], (hx_u32)tab->count[j]);\n"
+    "      } else if (n) {\n"
+    "        f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });\n"
+    "      }\n")
+_FINISH_BINS_8 = Plant("bins_8", "common/topk_select.h", "const int shift = top >= 10 ? top - 10 : 0;",
+                       "const int shift = top >= 7 ? top - 7 : 0;")
 FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
                    "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER],
-                   "cut_u4": [_FINISH_CUT_U4], "three_blocks": [_FINISH_THREE_BLOCKS]}
+                   "cut_u4": [_FINISH_CUT_U4], "three_blocks": [_FINISH_THREE_BLOCKS],
+                   "parts_apart": [_FINISH_PARTS_APART], "bins_8": [_FINISH_BINS_8],
+                   "parts_apart_bins_8": [_FINISH_PARTS_APART, _FINISH_BINS_8]}
 
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
