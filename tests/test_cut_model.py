@@ -41,7 +41,21 @@ def test_the_replay_counts_no_overflow_on_random_rows_and_one_where_regions_are_
                                 np.abs(rng.standard_normal(N, dtype=np.float32)) + np.float32(0.5),
                                 rng.standard_normal((M, H), dtype=np.float32), ks, ke)
     res = model.model_case(inp, M, N, H, 256, [2], [4])
-    assert res["parts"] == 2 and res["step 2 sigmas 4"]["part"] == 0 and res["step 2 sigmas 4"]["whole"] == 0
-    # regions of 100 entries: a row keeps about 448 keys at the floor, more than its two parts hold
+    assert res["parts"] == 3 and res["step 2 sigmas 4"]["part"] == 0 and res["step 2 sigmas 4"]["whole"] == 0
+    # regions of 100 entries: a row keeps about 448 keys at the floor, more than its three parts hold
     small = model.model_case(inp, M, N, H, 256, [2], [4], region=100)["step 2 sigmas 4"]
     assert small["part"] == M and small["whole"] == 0, small
+
+
+def test_the_expected_overflow_of_many_parts_is_that_of_two_at_two():
+    for k0, k1, sigmas in ((900, 2600, 0), (900, 2600, 4), (1750, 1750, 4)):
+        two = model.expected_overflow(k0, k1, 32, 112, 6144, sigmas)
+        many = model.expected_overflow_parts([k0, k1], 32, 112, 6144, sigmas)
+        assert abs(many - two) <= 1e-9 + 1e-6 * two, (k0, k1, sigmas, two, many)
+
+
+def test_a_third_part_of_the_same_room_a_part_makes_an_overflow_rarer():
+    # even rows at one key in 32: two parts of 3,072 entries against three of 2,736 (the regions of (4096, 32768))
+    two = model.expected_overflow_parts([1792, 1792], 32, 112, 6144, 4)
+    three = model.expected_overflow_parts([1195, 1195, 1194], 32, 112, 3 * 2736, 4)
+    assert 0 < three < two / 10, (two, three)

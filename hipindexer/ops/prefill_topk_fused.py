@@ -39,7 +39,7 @@ from .prefill import prepare_prefill
 SAMPLE_STEP = 32      # one key in this many is sampled for the floors, at most (sample_step)
 SAMPLE_MARGIN = 1.75  # a floor aims at keeping this many times top_k of a row's keys
 REGION_MARGIN = 1.6   # a region holds at least this many times the keys its part is expected to keep
-MIN_PARTS = 2         # the filter's key split, at least (where the keys allow it)
+MIN_PARTS = 3         # the filter's key split, at least (where the keys allow it; filter_plan says why)
 FUSED_TOP_K = 2048    # the largest top_k of the fused path (the finish's buffer holds 4 top_k entries)
 FUSED_MIN_TOP_K = 1024  # the smallest the default takes it for: below, the sample is more than an eighth of the keys
 # (target, H, D): (the filter, the logits kernel whose plan it follows)
@@ -78,7 +78,10 @@ def max_parts() -> int:
 
 def filter_plan(target, g: int, N: int, H: int, D: int):
     """The filter's launch plan for g rows against N keys: the logits kernel's, its key split at least MIN_PARTS
-    and at most max_parts()."""
+    and at most max_parts(). The bound grows with the parts, and so do the regions a row's keys share: at two parts
+    they hold 1.7 times the keys a floor aims at, at three 2.3 times, which makes a part that outgrows its region
+    (the sample's error; the finish then recomputes the part, milliseconds) about 40 times rarer: by
+    tools/measure/cut_model.py about one call in 2,000 at (4096, 32768), against one in 50 at two parts."""
     _, plan_key = filter_kernels(target, H, D)
     p = plan_prefill(g, N, H, D, target, kernel=plan_key)
     if p.split < MIN_PARTS:

@@ -10,10 +10,12 @@
 #pragma once
 #include "topk_select.h"
 
-// SEL: the largest top_k (the selection's entries, at the front of e); CAP: e's entries, at least 2 SEL.
-template <hx_u32 SEL, hx_u32 CAP>
+// SEL: the largest top_k (the selection's entries, at the front of e); CAP: e's entries, at least 2 SEL; BITS: the
+// cut's radix digit (hx_group_select).
+template <hx_u32 SEL, hx_u32 CAP, int BITS = 11>
 struct HxFinishRow {
   static_assert(CAP >= 2 * SEL && SEL % HX_BLOCK == 0, "a selection and as many entries again");
+  static_assert(BITS >= 1 && BITS <= 11, "a digit's bins fit hist (HX_TOPK_MAX_BINS)");
   static constexpr hx_u32 PER = SEL / HX_BLOCK;        // a thread's entries of a selection
   static constexpr hx_u32 WORDS = (CAP - SEL) * 2;     // the words after the selection: the bitmap, then its counts
   hx_u64* e;
@@ -26,7 +28,7 @@ struct HxFinishRow {
   HX_MEMBER HX_DEV void cut_to_top_k() {
     hx_block_bar bar;
     hx_u64 c;
-    have = hx_group_cut<HX_BLOCK>(hx_thread_x(), bar, e, have, top_k, hist, scan, found, found + 2, c);
+    have = hx_group_cut<HX_BLOCK, 1, BITS>(hx_thread_x(), bar, e, have, top_k, hist, scan, found, found + 2, c);
     have = have < top_k ? have : top_k;
     cut = c > cut ? c : cut;
   }

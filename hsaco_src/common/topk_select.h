@@ -140,14 +140,14 @@ HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist
 
 // The smallest entry of the top `want` of the entries each(f) visits (hx_topk_entry: by key, equal keys by lower
 // index; no two equal, none 0; more than want of them): each(f) calls f(x) for every entry thread t owns, every
-// thread calling it. A radix select over the 64-bit entries, most significant digit first, up to 11 bits a pass:
-// first the key bits below the prefix every key shares (found from the smallest and largest key, so that the first
-// pass spreads the keys over its bins instead of piling them into a few, whose increments would queue on one
-// shared word), then, only while equal keys straddle the cut, the complemented index's; it stops at the first
-// digit whose bin is taken whole, or after `passes` digits: the cut is then the lowest entry of its bin, and the
-// entries at or above it the top `want` and the rest of that bin. Shared: hist (2048 words), scan (a word a wave),
-// found (2); free again on return.
-template <hx_u32 G, class Bar, class Each>
+// thread calling it. A radix select over the 64-bit entries, most significant digit first, up to BITS bits a pass
+// (at most 11: fewer bins to clear and scan a pass, more keys to a bin): first the key bits below the prefix every
+// key shares (found from the smallest and largest key, so that the first pass spreads the keys over its bins
+// instead of piling them into a few, whose increments would queue on one shared word), then, only while equal keys
+// straddle the cut, the complemented index's; it stops at the first digit whose bin is taken whole, or after
+// `passes` digits: the cut is then the lowest entry of its bin, and the entries at or above it the top `want` and
+// the rest of that bin. Shared: hist (2048 words), scan (a word a wave), found (2); free again on return.
+template <hx_u32 G, int BITS = 11, class Bar, class Each>
 HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx_u32 want, hx_u32* hist,
                                         hx_u32* scan, hx_u32* found, int passes = 64) {
   // the keys' range: the bits above its highest differing bit are every entry's
@@ -176,7 +176,7 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
   hx_u64 cut = top >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top + 1) << (top + 1);
   hx_u32 need = want;
   while (top >= 0 && passes-- > 0) {
-    const int shift = top >= 10 ? top - 10 : 0;
+    const int shift = top >= BITS - 1 ? top - (BITS - 1) : 0;
     const hx_u32 bins = 1u << (top - shift + 1), high = (hx_u32)top + 1u;
     for (hx_u32 b = t; b < bins; b += G) hist[b] = 0u;
     bar();
@@ -200,15 +200,15 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
 // want; kept: e >= cut). hx_group_select finds the cut (in `passes` digits at most: then the entries kept are the
 // top want and the rest of the cut's bin, and their count is what it returns); then every entry at or above it is
 // moved down, a tile of HX_CUT_ITEMS entries a thread at a time (read before any is written, and no write goes
-// past the tile). The select's passes read U entries a thread at a time. Shared: hist, scan and found as
-// hx_group_select's, fill (1); all free again on return.
+// past the tile). The select's passes read U entries a thread at a time, a digit of BITS bits a pass. Shared: hist,
+// scan and found as hx_group_select's, fill (1); all free again on return.
 #define HX_CUT_ITEMS 8
-template <hx_u32 G, int U = 1, class Bar>
+template <hx_u32 G, int U = 1, int BITS = 11, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u32 want, hx_u32* hist,
                                      hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64& cut, int passes = 64) {
   cut = 0;
   if (count <= want) return count;
-  cut = hx_group_select<G>(t, bar, [&](auto&& f) {
+  cut = hx_group_select<G, BITS>(t, bar, [&](auto&& f) {
     hx_u32 i = t;
     if constexpr (U > 1) {  // U loads in flight before the first is used
       for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {

@@ -17,7 +17,14 @@
 #include "topk_regions.h"
 
 #define HX_FINISH_CAP (HX_SMEM / 8)  // entries in shared memory at once
-using Finish = HxFinishRow<MAX_TOP_K / 2, HX_FINISH_CAP>;  // top_k <= MAX_TOP_K / 2
+// The cut's digit: a row keeps a few thousand keys, which 256 bins a pass leave few to a bin after two passes, and a
+// pass clears and scans an eighth of the bins that 11 bits would.
+#define HX_FINISH_BITS 8
+// A row split in at most this many parts takes its kept parts a list at a time where they fit the buffer together:
+// each list is then a thousand entries or more, read in runs of loads with no search for each entry's part; more
+// parts, each short, go as one list, whose batches of loads cross the parts.
+#define HX_FINISH_APART 3
+using Finish = HxFinishRow<MAX_TOP_K / 2, HX_FINISH_CAP, HX_FINISH_BITS>;  // top_k <= MAX_TOP_K / 2
 
 // A row's parts: each one's count and region (common/topk_regions.h), read by a thread each, so that a row waits on
 // one round of loads for them all, where a part's region would wait on its count and its keys on the region; and
@@ -78,10 +85,11 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK) void hx_prefill_topk_fi
       total += c;
     }
     whole = whole || total > hx_range_len(w) || (total < top_k && floor != 0u);
-    // 2. the row's top_k, in e: the kept parts' keys as one list, as much of it at once as the buffer holds (the
-    //    buffer cut to top_k between such slices), then each part whose keys passed its region recomputed alone, or
-    //    (whole) the row recomputed. A kept part's count is at most its cap, within the row's parts x region entries
-    //    (2^22 at most: the op's regions, 256 parts of at most 8 x 2048), so the sum of 256 of them does not wrap.
+    // 2. the row's top_k, in e: the kept parts' keys as one list (or a list a part), as much of it at once as the
+    //    buffer holds (the buffer cut to top_k between such slices), then each part whose keys passed its region
+    //    recomputed alone, or (whole) the row recomputed. A kept part's count is at most its cap, within the row's
+    //    parts x region entries (2^22 at most: the op's regions, 256 parts of at most 8 x 2048), so the sum of 256
+    //    of them does not wrap.
     hx_u32 all = 0;
     if (!whole) {  // uniform
       const bool kept = tid < (hx_u32)p.parts && (hx_u32)tab->count[tid] <= tab->cap[tid];
@@ -90,7 +98,12 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK) void hx_prefill_topk_fi
     }
     for (hx_u32 lo = 0;;) {  // uniform
       const hx_u32 n = all - lo < HX_FINISH_CAP - f.have ? all - lo : HX_FINISH_CAP - f.have;
-      if (n) f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });
+      if (n && n == all && p.parts <= HX_FINISH_APART) {  // uniform; lo is 0
+        for (hx_i32 j = 0; j < p.parts; ++j)
+          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take(p.cand + tab->base[j], (hx_u32)tab->count[j]);
+      } else if (n) {
+        f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });
+      }
       lo += n;
       if (lo == all && whole) recompute(w.lo, w.hi);
       hx_filter_split split{};  // parts 0 until worked out

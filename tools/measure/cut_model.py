@@ -8,9 +8,10 @@ float32, then for each sample step and spread (HX_CUT_SIGMAS):
 - `replay`: the kernels' own steps on those logits: the sample of every step-th key, the floor (floor_of), the
   floors' cut (floors_cut), and each row's keys at the floor by part against its region: the rows the finish would
   recompute whole (fewer than top_k at the floor) and those with a part past its region;
-- `expected`: for key splits of two parts (the tightest regions), the mean number of rows a call has with a part
-  past its region, over the sample's chance: the samples at the floor split between the parts binomially by the
-  row's own keys there, and the keys at the floor spread about r step by a normal of sd sqrt(r) step.
+- `expected`: for key splits of up to four parts (the tightest regions), the mean number of rows a call has with a
+  part past its region, over the sample's chance: the samples at the floor split among the parts binomially
+  (multinomially past two) by the row's own keys there, and the keys at the floor spread about r step by a normal
+  of sd sqrt(r) step. `--min-parts` models the filter's key split at that many parts or more.
 
 floor_of and floors_cut are the kernels' arithmetic (generic/prefill_topk_floor.hip, common/topk_floor.h) in numpy;
 tests/emu/prefill_topk_cases.py checks the floors launch against them, entry for entry. The logits are not the
@@ -147,6 +148,31 @@ def expected_overflow(k0, k1, step, r, pool, sigmas):
     return out
 
 
+def expected_overflow_parts(keys, step, r, pool, sigmas):
+    """expected_overflow for a row of any few parts (up to 4): keys[j] of its keys at the floor in part j, the
+    samples at the floor split among the parts multinomially, every split of r enumerated."""
+    k = np.asarray(keys, np.float64)
+    parts = len(k)
+    if parts > 4:
+        raise ValueError(f"keys: at most 4 parts are enumerated, got {parts}")
+    p = np.clip(k / k.sum(), 1e-12, 1.0)
+    grids = np.meshgrid(*[np.arange(r + 1)] * (parts - 1), indexing="ij")
+    s = np.stack([g.ravel() for g in grids], 1)
+    rest = r - s.sum(1)
+    s = np.concatenate([s[rest >= 0], rest[rest >= 0, None]], 1)
+    lg = np.array([math.lgamma(i + 1) for i in range(r + 1)])
+    pmf = np.exp(lg[r] - lg[s].sum(1) + (s * np.log(p)).sum(1))
+    sh = s + sigmas * np.floor(np.sqrt(s)).astype(np.int64) + PAD
+    ends = np.floor(np.cumsum(sh, 1) * (pool / sh.sum(1, keepdims=True)))
+    caps = np.diff(np.concatenate([np.zeros((len(s), 1)), ends[:, :-1], np.full((len(s), 1), pool)], 1), axis=1)
+    out = 0.0
+    for z in np.linspace(-5, 5, 41):
+        w = math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * 0.25
+        kt = r * step * (1 + z / math.sqrt(r))
+        out += w * pmf[(kt * p > caps).any(1)].sum()
+    return out
+
+
 def model_case(inp, M, N, H, top_k, steps, sigmas, region=None):
     """The replay and the expectation of one case on sm_90a's plan, for each sample step and spread; `region`: the
     regions' entries, if not the plan's (what if they were smaller)."""
@@ -156,7 +182,7 @@ def model_case(inp, M, N, H, top_k, steps, sigmas, region=None):
     parts, pool = fp.split, region * fp.split
     ks, ke = inp.cu_seqlen_ks, inp.cu_seqlen_ke
     runs = [(st, sg) for st in steps for sg in sigmas]
-    out = {f"step {st} sigmas {sg}": {"whole": 0, "part": 0, "expected": 0.0 if parts == 2 else None}
+    out = {f"step {st} sigmas {sg}": {"whole": 0, "part": 0, "expected": 0.0 if parts <= 4 else None}
            for st, sg in runs}
     for b0 in range(0, M, 64):
         L = logits_rows(inp, b0, min(b0 + 64, M))
@@ -180,12 +206,13 @@ def model_case(inp, M, N, H, top_k, steps, sigmas, region=None):
                     o["whole"] += 1
                 elif (kept > cap).any():
                     o["part"] += 1
-                if parts == 2:
+                if parts <= 4:
                     top = np.sort(row[lo:hi])[::-1][int(prefill_topk_fused.SAMPLE_MARGIN * top_k)]
-                    k0 = np.count_nonzero(row[max(work[0][0], lo):max(min(work[0][1], hi), lo)] > top)
-                    k1 = np.count_nonzero(row[max(work[1][0], lo):max(min(work[1][1], hi), lo)] > top)
-                    if k0 + k1:
-                        o["expected"] += expected_overflow(k0, k1, st, r, pool, sg)
+                    kj = [np.count_nonzero(row[max(a, lo):max(min(b, hi), lo)] > top) for a, b in work]
+                    if parts == 2 and sum(kj):
+                        o["expected"] += expected_overflow(kj[0], kj[1], st, r, pool, sg)
+                    elif sum(kj):
+                        o["expected"] += expected_overflow_parts(kj, st, r, pool, sg)
     return {"M": M, "N": N, "H": H, "parts": parts, "pool": pool, **out}
 
 
@@ -209,8 +236,11 @@ def _cut_row(ks, ke, m, N, samp, f, step, parts, region, fp, sigmas):
 @click.option("--steps", default="16,32", help="Sample steps to model.")
 @click.option("--sigmas", default="0,4", help="HX_CUT_SIGMAS values to model (0: shares of s + 8).")
 @click.option("--top-k", default=2048)
-def main(shapes, heads, recent, steps, sigmas, top_k):
+@click.option("--min-parts", default=0, help="The filter's key split at least this many parts (default: the op's).")
+def main(shapes, heads, recent, steps, sigmas, top_k, min_parts):
     from tools.measure.prefill_topk_bench import _inputs
+    if min_parts:
+        prefill_topk_fused.MIN_PARTS = min_parts
     rng = np.random.default_rng(0)
     plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
     for M, N, H in plan:

@@ -411,30 +411,21 @@ _FINISH_ORDER = Plant("no_order", FINISH,
                       "      write(s, (hx_i64)hx_topk_entry_index(e[s]), (hx_u32)(e[s] >> 32));\n")
 # ... and one that is right, not wrong: the cut's passes over the buffer with four loads a thread in flight (the
 # shipped build waits on each before the next: U = 1), its time against the shipped build's the question
-_FINISH_CUT_U4 = Plant("cut_u4", "common/topk_finish.h", "hx_group_cut<HX_BLOCK>(", "hx_group_cut<HX_BLOCK, 4>(")
+_FINISH_CUT_U4 = Plant("cut_u4", "common/topk_finish.h", "hx_group_cut<HX_BLOCK, 1, BITS>(",
+                       "hx_group_cut<HX_BLOCK, 4, BITS>(")
 # ... and the finish at three blocks an SM, not four (ptxas then keeps a row's list state in registers)
 _FINISH_THREE_BLOCKS = Plant("three_blocks", FINISH, "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK)",
                              "HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3 * 256 / HX_BLOCK)")
-# ... and two more that are right: the kept parts taken one list at a time where they fit the buffer together (as
-# the finish took them before it took them as one list), and the cut's radix digits of 8 bits instead of 11 (fewer
-# bins to clear and scan a pass, more keys a bin; every target's selections that include common/topk_select.h
-# rebuild, only the finish's time is the question)
-_FINISH_PARTS_APART = Plant(
-    "parts_apart", FINISH,
-    "      if (n) f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });\n",
-    "      if (n && n == all && lo == 0) {\n"
-    "        for (hx_i32 j = 0; j < p.parts; ++j)\n"
-    "          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take(p.cand + tab->base[j], (hx_u32)tab->count[j]);\n"
-    "      } else if (n) {\n"
-    "        f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });\n"
-    "      }\n")
-_FINISH_BINS_8 = Plant("bins_8", "common/topk_select.h", "const int shift = top >= 10 ? top - 10 : 0;",
-                       "const int shift = top >= 7 ? top - 7 : 0;")
+# ... and three more that are right, the shipped choices' alternatives: every row's kept parts taken as one list, or
+# a list a part only up to two parts; the cut's radix digits of 11 bits, as the other selections' (8 shipped)
+_FINISH_ONE_LIST = Plant("one_list", FINISH, "#define HX_FINISH_APART 3", "#define HX_FINISH_APART 0")
+_FINISH_APART_2 = Plant("apart_2", FINISH, "#define HX_FINISH_APART 3", "#define HX_FINISH_APART 2")
+_FINISH_BITS_11 = Plant("bits_11", FINISH, "#define HX_FINISH_BITS 8", "#define HX_FINISH_BITS 11")
 FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_ORDER],
                    "no_cut_no_order": [_FINISH_CUT, _FINISH_ORDER],
                    "cut_u4": [_FINISH_CUT_U4], "three_blocks": [_FINISH_THREE_BLOCKS],
-                   "parts_apart": [_FINISH_PARTS_APART], "bins_8": [_FINISH_BINS_8],
-                   "parts_apart_bins_8": [_FINISH_PARTS_APART, _FINISH_BINS_8]}
+                   "one_list": [_FINISH_ONE_LIST], "apart_2": [_FINISH_APART_2], "bits_11": [_FINISH_BITS_11],
+                   "one_list_bits_11": [_FINISH_ONE_LIST, _FINISH_BITS_11]}
 
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
