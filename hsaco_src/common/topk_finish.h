@@ -15,7 +15,6 @@
 template <hx_u32 SEL, hx_u32 CAP, int BITS = 11>
 struct HxFinishRow {
   static_assert(CAP >= 2 * SEL && SEL % HX_BLOCK == 0, "a selection and as many entries again");
-  static_assert(BITS >= 1 && BITS <= 11, "a digit's bins fit hist (HX_TOPK_MAX_BINS)");
   static constexpr hx_u32 PER = SEL / HX_BLOCK;        // a thread's entries of a selection
   static constexpr hx_u32 WORDS = (CAP - SEL) * 2;     // the words after the selection: the bitmap, then its counts
   hx_u64* e;

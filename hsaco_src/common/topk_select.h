@@ -150,6 +150,7 @@ HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist
 template <hx_u32 G, int BITS = 11, class Bar, class Each>
 HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx_u32 want, hx_u32* hist,
                                         hx_u32* scan, hx_u32* found, int passes = 64) {
+  static_assert(BITS >= 1 && BITS <= 11, "a pass's bins fit hist (HX_TOPK_MAX_BINS)");
   // the keys' range: the bits above its highest differing bit are every entry's
   hx_u32 lo = 0xFFFFFFFFu, hi = 0u;
   each([&](hx_u64 x) {

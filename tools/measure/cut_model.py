@@ -173,16 +173,17 @@ def expected_overflow_parts(keys, step, r, pool, sigmas):
     return out
 
 
-def model_case(inp, M, N, H, top_k, steps, sigmas, region=None):
-    """The replay and the expectation of one case on sm_90a's plan, for each sample step and spread; `region`: the
-    regions' entries, if not the plan's (what if they were smaller)."""
+def model_case(inp, M, N, H, top_k, steps, sigmas, region=None, expected=True):
+    """The replay and the expectation (unless not `expected`) of one case on sm_90a's plan, for each sample step and
+    spread; `region`: the regions' entries, if not the plan's (what if they were smaller)."""
     target = TARGETS["sm_90a"]
     fp = prefill_topk_fused.filter_plan(target, M, N, H, inp.q.shape[2])
     region = region or prefill_topk_fused.plan_fused(target, M, N, H, inp.q.shape[2], top_k).region
     parts, pool = fp.split, region * fp.split
     ks, ke = inp.cu_seqlen_ks, inp.cu_seqlen_ke
     runs = [(st, sg) for st in steps for sg in sigmas]
-    out = {f"step {st} sigmas {sg}": {"whole": 0, "part": 0, "expected": 0.0 if parts <= 4 else None}
+    expected = expected and parts <= 4
+    out = {f"step {st} sigmas {sg}": {"whole": 0, "part": 0, "expected": 0.0 if expected else None}
            for st, sg in runs}
     for b0 in range(0, M, 64):
         L = logits_rows(inp, b0, min(b0 + 64, M))
@@ -206,7 +207,7 @@ def model_case(inp, M, N, H, top_k, steps, sigmas, region=None):
                     o["whole"] += 1
                 elif (kept > cap).any():
                     o["part"] += 1
-                if parts <= 4:
+                if expected:
                     top = np.sort(row[lo:hi])[::-1][int(prefill_topk_fused.SAMPLE_MARGIN * top_k)]
                     kj = [np.count_nonzero(row[max(a, lo):max(min(b, hi), lo)] > top) for a, b in work]
                     if parts == 2 and sum(kj):
