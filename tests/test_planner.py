@@ -147,3 +147,21 @@ def test_chunks_for_the_top_k_op_are_sized_by_keys_and_candidates_not_logits():
     assert [c[0][1:] for c in chunks[1:]][:2] == [(0, rows), (rows, 2 * rows)]
     with pytest.raises(ValueError, match="top_k"):
         plan_prefill_chunks([1], [1], top_k=0)
+
+
+def test_chunks_for_the_fused_top_k_budget_its_key_splits_candidates():
+    """The fused path's workspace keeps a row's candidates a part of its key split each: parts=3 budgets
+    8 top_k M (1 + 3) bytes of it, so the same budget cuts the long request into shorter pieces."""
+    q, k = [100, 200, 50, 40000], [1000, 2000, 500, 400000]
+    budget = 256 << 20
+    chunks = plan_prefill_chunks(q, k, budget_bytes=budget, top_k=2048, parts=3)
+    for ch in chunks:
+        M = sum(e - a for _, a, e in ch)
+        N = sum(k[r] for r, _, _ in ch)
+        assert N * 132 + 8 * 2048 * M + 8 * 2048 * M * 4 + (1 << 20) <= budget
+    rows = (budget - 400000 * 132 - (1 << 20)) // (40 * 2048)
+    assert [c[0][1:] for c in chunks[1:]][:2] == [(0, rows), (rows, 2 * rows)]
+    assert plan_prefill_chunks([4096], [131072], budget_bytes=512 << 20, top_k=2048, parts=3) == [[(0, 0, 4096)]]
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="parts"):
+            plan_prefill_chunks([1], [1], top_k=8, parts=bad)

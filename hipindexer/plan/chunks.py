@@ -5,14 +5,18 @@ from .bounds import SLACK, prefill_workspace_bound
 
 
 def plan_prefill_chunks(query_lens, key_lens, budget_bytes: int = 512 << 20, top_k: int | None = None,
-                        key_bytes: int = 132) -> list[list[tuple[int, int, int]]]:
+                        key_bytes: int = 132, parts: int = 1) -> list[list[tuple[int, int, int]]]:
     """Pack prefill requests into chunks whose memory fits a budget (vLLM style).
 
     query_lens[r] query rows of request r attend to its key_lens[r] keys. A chunk of M rows and N keys costs:
       top_k None (the logits op): its logits, M * N * 4 bytes;
       top_k given (fp8_mqa_topk, which never holds the logits): its keys, N * key_bytes (a key row and its
         scale: 132 at D = 128), its outputs, M * top_k * 8 (indices and values), and the top-k workspace's
-        bound, 16 * top_k * M + 1 MiB. The keys are then the only term that grows with the context.
+        bound, 8 * top_k * M * (1 + parts) + 1 MiB (prefill_workspace_bound). The keys are then the only term
+        that grows with the context. parts: the key-split parts whose candidates that workspace keeps apart, 1
+        for the composed path; the fused path (a workspace made with H and D) keeps its filter's split, at least
+        3 (prefill_topk_fused.MIN_PARTS) and more for few rows against many keys: pass its workspace's
+        layout.parts, or a bound on it.
     Returns chunks, each a list of (request, row_start, row_end): whole requests packed greedily in order, and
     a request too long for the budget on its own cut along its query rows into pieces as long as fit beside
     its keys (at least one row; each piece reuses the same keys). A chunk's N is the sum of its requests'
@@ -30,12 +34,14 @@ def plan_prefill_chunks(query_lens, key_lens, budget_bytes: int = 512 << 20, top
         raise ValueError(f"query_lens and key_lens: lengths differ ({len(query_lens)} vs {len(key_lens)})")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k: expected None or >= 1, got {top_k}")
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"parts: expected an int >= 1, got {parts!r}")
     if top_k is None:
         cost = lambda m, n: 4 * m * n  # noqa: E731
         rows_beside = lambda n: budget_bytes // (4 * max(n, 1))  # noqa: E731
     else:
-        per_row = 8 * top_k + prefill_workspace_bound(1, top_k) - SLACK  # outputs and workspace, per query row
-        cost = lambda m, n: n * key_bytes + 8 * top_k * m + prefill_workspace_bound(m, top_k)  # noqa: E731
+        per_row = 8 * top_k + prefill_workspace_bound(1, top_k, parts) - SLACK  # outputs and workspace, a row
+        cost = lambda m, n: n * key_bytes + 8 * top_k * m + prefill_workspace_bound(m, top_k, parts)  # noqa: E731
         rows_beside = lambda n: (budget_bytes - n * key_bytes - SLACK) // per_row  # noqa: E731
     chunks, cur, cur_m, cur_n = [], [], 0, 0
     for r, (q, k) in enumerate(zip(query_lens, key_lens)):
