@@ -126,31 +126,15 @@ def logits_rows(inp, m0, m1):
     return np.einsum("rhn,rh->rn", s.reshape(m1 - m0, q.shape[1], -1), inp.weights[m0:m1], optimize=True)
 
 
-def _binom_log_pmf(n, p):
-    k = np.arange(n + 1)
-    lg = np.array([math.lgamma(i + 1) for i in range(n + 1)])
-    with np.errstate(divide="ignore"):
-        return lg[n] - lg[k] - lg[n - k] + k * np.log(p) + (n - k) * np.log1p(-p)
-
-
 def expected_overflow(k0, k1, step, r, pool, sigmas):
     """The chance a two-part row with k0 and k1 of its keys at the floor has a part past its region."""
-    p0 = min(max(k0 / (k0 + k1), 1e-12), 1 - 1e-12)
-    s0 = np.arange(r + 1)
-    pmf = np.exp(_binom_log_pmf(r, p0))
-    sh0, sh1 = shares(s0, sigmas), shares(r - s0, sigmas)
-    c0 = np.floor(sh0 * (pool / (sh0 + sh1)))
-    out = 0.0
-    for z in np.linspace(-5, 5, 41):  # the keys at the floor, about r step
-        w = math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * 0.25
-        kt = r * step * (1 + z / math.sqrt(r))
-        out += w * pmf[(kt * p0 > c0) | (kt * (1 - p0) > pool - c0)].sum()
-    return out
+    return expected_overflow_parts([k0, k1], step, r, pool, sigmas)
 
 
 def expected_overflow_parts(keys, step, r, pool, sigmas):
-    """expected_overflow for a row of any few parts (up to 4): keys[j] of its keys at the floor in part j, the
-    samples at the floor split among the parts multinomially, every split of r enumerated."""
+    """The chance a row of a few parts (up to 4), keys[j] of its keys at the floor in part j, has a part past its
+    region: the samples at the floor split among the parts multinomially (every split of r enumerated), the keys
+    at the floor about r step (a normal of sd sqrt(r) step, integrated on a grid)."""
     k = np.asarray(keys, np.float64)
     parts = len(k)
     if parts > 4:
@@ -210,9 +194,7 @@ def model_case(inp, M, N, H, top_k, steps, sigmas, region=None, expected=True):
                 if expected:
                     top = np.sort(row[lo:hi])[::-1][int(prefill_topk_fused.SAMPLE_MARGIN * top_k)]
                     kj = [np.count_nonzero(row[max(a, lo):max(min(b, hi), lo)] > top) for a, b in work]
-                    if parts == 2 and sum(kj):
-                        o["expected"] += expected_overflow(kj[0], kj[1], st, r, pool, sg)
-                    elif sum(kj):
+                    if sum(kj):
                         o["expected"] += expected_overflow_parts(kj, st, r, pool, sg)
     return {"M": M, "N": N, "H": H, "parts": parts, "pool": pool, **out}
 

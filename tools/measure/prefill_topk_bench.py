@@ -197,8 +197,9 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
             torch_us += (f", rows recomputed whole {r['recomputed_whole']}, a part {r['recomputed_parts']}"
                          if "recomputed_rows" in r else "")
             click.echo(f"H={H} ({M}, {N}): {r['path']} {r['us_fused']:.1f} us ({r['fused_tflops']:.0f} TFLOP/s){extra}"
-                       f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']} parts {r['ws_parts']}, {r['workspace_bytes']} B of "
-                       f"{r['workspace_bound']} B; gate on sampled rows {r['sampled_gate']}", err=False)
+                       f"{torch_us}; ws rows {r['ws_rows']} chunk {r['ws_chunk']} parts {r['ws_parts']}, "
+                       f"{r['workspace_bytes']} B of {r['workspace_bound']} B; gate on sampled rows "
+                       f"{r['sampled_gate']}", err=False)
             st = {k[9:]: round(v, 1) for k, v in r.items() if k.startswith("us_stage_")}
             if st:
                 click.echo(f"  stages (us): {st}")
