@@ -107,10 +107,28 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1536 / HX_BLOCK) void hx_prefill_topk_fl
     const float* row = p.logits + m * p.samples;
     const hx_range mine = by_sample ? hx_cut_parts(p, m, *cut, ext) : hx_range{0, 0};
     auto load = [&](hx_i32 i) { return row[i]; };
-    const hx_u32 floor =
-        by_sample ? hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, load, false, (hx_u32)p.r, hist, scan, found, ext,
-                                                   [&](hx_u32, hx_i32 i) { hx_count_by_part(p, *cut, i); })
-                  : hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, load, false, (hx_u32)p.r, hist, scan, found, ext);
+    auto count = [&](hx_u32, hx_i32 i) { hx_count_by_part(p, *cut, i); };
+    hx_u32 floor;
+    if (w.hi - w.lo <= FLOOR_BATCH * HX_BLOCK) {  // uniform: a batch a thread holds the row's samples, whose keys
+      hx_u32 held[FLOOR_BATCH];                   // the floor's three passes then read from registers
+      HX_UNROLL
+      for (int b = 0; b < FLOOR_BATCH; ++b) {
+        const hx_i32 i = w.lo + (hx_i32)tid + b * HX_BLOCK;
+        held[b] = i < w.hi ? hx_topk_key(load(i), false) : 0u;
+      }
+      auto each = [&](auto&& f) {
+        HX_UNROLL
+        for (int b = 0; b < FLOOR_BATCH; ++b)
+          if (held[b]) f(held[b], w.lo + (hx_i32)tid + b * HX_BLOCK);
+      };
+      floor = by_sample ? hx_block_floor(each, (hx_u32)p.r, hist, scan, found, ext, count)
+                        : hx_block_floor(each, (hx_u32)p.r, hist, scan, found, ext);
+    } else {
+      floor = by_sample ? hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, load, false, (hx_u32)p.r, hist, scan, found,
+                                                         ext, count)
+                        : hx_block_floor_of<FLOOR_BATCH>(w.lo, w.hi, load, false, (hx_u32)p.r, hist, scan, found,
+                                                         ext);
+    }
     if (tid == 0) p.floors[m] = floor;
     hx_barrier();  // the floor's shared words are free, the parts' counts whole
     if (by_sample) {

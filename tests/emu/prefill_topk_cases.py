@@ -249,18 +249,24 @@ def fused_floors_cut_by_the_samples_count_and_spread(dev):
     tools/measure/cut_model.py (floor_of, floors_cut: the kernel's arithmetic in numpy), key for key and entry for
     entry; a floor lets in at least r samples (0 where the row has at most r). The rows: long ones whose best
     samples crowd the last part of the key split, random ones, a row with at most r samples (floor 0), an empty
-    one, unselectable samples (-inf, NaN)."""
+    one, unselectable samples (-inf, NaN). Rows of up to 1,024 samples (a batch a thread) and longer ones: the
+    kernel holds the former's keys in registers and loads the latter's on each pass."""
+    for N in (3000, 4600):
+        _floors_cut_at(dev, N)
+
+
+def _floors_cut_at(dev, N):
     from hipindexer.ops.launch import kernel_for
     from tools.measure.cut_model import floor_of, floors_cut, order_keys
     rng = np.random.default_rng(61)
-    M, N, step, r, parts, region, rpb, tile = 24, 3000, 4, 60, 3, 200, 4, 64
+    M, step, r, parts, region, rpb, tile = 24, 4, 60, 3, 200, 4, 64
     samples = -(-N // step)
     ks = np.zeros(M, np.int32)
     ke = (N - M + 1 + np.arange(M)).astype(np.int32)
     ke[5], ks[9], ke[9], ke[13], ks[17] = 0, 1000, 2990, 180, 2500
     logits = rng.standard_normal((M, samples)).astype(np.float32)
     n = np.arange(samples) * step
-    logits[::2] *= np.where(n >= 2400, 3.0, 1.0).astype(np.float32)  # even rows: their best samples crowd the end
+    logits[::2] *= np.where(n >= 4 * N // 5, 3.0, 1.0).astype(np.float32)  # even rows: their best samples crowd the end
     logits[3, 10], logits[3, 11], logits[4, ::7] = -np.inf, np.nan, -np.inf
     d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
     k, scale, ks_d, ke_d, lg = d(np.zeros(64, np.uint8)), d(np.ones(1, np.float32)), d(ks), d(ke), d(logits)

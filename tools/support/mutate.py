@@ -495,6 +495,10 @@ PLANTS = {
               "kept(k, where...);"),
         Plant("fused_cut_regions_at_the_rows_first", "generic/prefill_topk_floor.hip",
               "p.cand_base[m * p.parts + tid] = a;", "p.cand_base[m * p.parts + tid] = 0u;"),
+        # a row's samples held in registers, each counted by part as if it were the thread's first one
+        Plant("fused_floor_held_samples_counted_at_the_first", "generic/prefill_topk_floor.hip",
+              "if (held[b]) f(held[b], w.lo + (hx_i32)tid + b * HX_BLOCK);",
+              "if (held[b]) f(held[b], w.lo + (hx_i32)tid);"),
         # the finish's kept list as one: an entry at a part's first place read from the part before; every slice
         # of the list after the first read from the list's start again
         Plant("fused_finish_list_entry_of_the_part_before", "common/topk_finish.h",
