@@ -181,6 +181,20 @@ HX_INLINE __device__ hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) {
 HX_INLINE HX_HD hx_i32 hx_atomic_add_acq_rel(hx_i32* p, hx_i32 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 #endif
 
+// *dst = *src for a 64-bit word from global to shared memory. On sm_90a an asynchronous copy (cp.async): the word
+// passes through no register, so a thread's copies are all in flight at once, and they land for it at
+// hx_copy_async_wait() (for the block after a barrier behind that); elsewhere a load and a store.
+#if defined(HX_NVIDIA)
+HX_INLINE __device__ void hx_copy_async_u64(hx_u64* dst, const hx_u64* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((hx_u32)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+HX_INLINE __device__ void hx_copy_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#else
+HX_INLINE HX_HD void hx_copy_async_u64(hx_u64* dst, const hx_u64* src) { *dst = *src; }
+HX_INLINE HX_HD void hx_copy_async_wait() {}
+#endif
+
 // Set bits of v.
 #if defined(HX_NVIDIA)
 HX_INLINE __device__ hx_u32 hx_popc(hx_u32 v) { return (hx_u32)__popc(v); }

@@ -51,20 +51,28 @@ struct HxFinishRow {
     bar();  // found[2] is read by all before the cut takes it
     if (have > CAP / 2 || last) cut_to_top_k();
   }
-  // The list src[0, count): at once where it fits (a batch's loads issued before its stores), else in rounds.
+  // The list src[0, count) appended (count <= CAP - have) by copies (hx_copy_async_u64, a batch a thread at a
+  // time: where a copy is a load and a store, the batch's loads go before its stores), which land at settle():
+  // several lists taken so wait on one round of loads, not one each.
+  HX_MEMBER HX_DEV void take_unsettled(const hx_u64* src, hx_u32 count) {
+    const hx_u32 tid = hx_thread_x();
+    for (hx_u32 i0 = tid; i0 < count; i0 += HX_CUT_ITEMS * HX_BLOCK) {
+      HX_UNROLL
+      for (int b = 0; b < HX_CUT_ITEMS; ++b)
+        if (i0 + b * HX_BLOCK < count) hx_copy_async_u64(e + have + i0 + b * HX_BLOCK, src + i0 + b * HX_BLOCK);
+    }
+    have += count;
+  }
+  // The entries taken are in place for every thread (before a cut reads them).
+  HX_MEMBER HX_DEV void settle() {
+    hx_copy_async_wait();
+    hx_barrier();
+  }
+  // The list src[0, count): at once where it fits, else in rounds.
   HX_MEMBER HX_DEV void take(const hx_u64* src, hx_u32 count) {
     if (count <= CAP - have) {  // uniform
-      const hx_u32 at = have, tid = hx_thread_x();
-      for (hx_u32 i0 = tid; i0 < count; i0 += HX_CUT_ITEMS * HX_BLOCK) {
-        hx_u64 x[HX_CUT_ITEMS];
-        HX_UNROLL
-        for (int b = 0; b < HX_CUT_ITEMS; ++b) x[b] = i0 + b * HX_BLOCK < count ? src[i0 + b * HX_BLOCK] : 0ull;
-        HX_UNROLL
-        for (int b = 0; b < HX_CUT_ITEMS; ++b)
-          if (i0 + b * HX_BLOCK < count) e[at + i0 + b * HX_BLOCK] = x[b];
-      }
-      have += count;
-      hx_barrier();  // the entries are in place before a cut reads them
+      take_unsettled(src, count);
+      settle();
       return;
     }
     for (hx_u32 lo = 0; lo < count;) {
@@ -75,24 +83,20 @@ struct HxFinishRow {
   }
   // Entries [lo, lo + n) of the lists of the parts of a row as one (n <= CAP - have): entry i of them all is part
   // j's src(j)[i - before[j]], j the last part whose before[j] (the entries of the parts ahead of it, ascending from
-  // before[0] = 0, in shared memory; `parts` of them) is at or below i. A batch's loads are issued before any of its
-  // stores, whichever parts its entries come from, so a row's kept keys come in a round or two of loads.
+  // before[0] = 0, in shared memory; `parts` of them) is at or below i. Copied as take_unsettled copies, whichever
+  // parts a batch's entries come from, so a row's kept keys come in one round of loads; settled on return.
   template <class Src>
   HX_MEMBER HX_DEV void take_parts(const hx_u32* before, hx_u32 parts, hx_u32 lo, hx_u32 n, Src&& src) {
     const hx_u32 tid = hx_thread_x();
     for (hx_u32 i0 = tid; i0 < n; i0 += HX_CUT_ITEMS * HX_BLOCK) {
-      hx_u64 x[HX_CUT_ITEMS];
       HX_UNROLL
       for (int b = 0; b < HX_CUT_ITEMS; ++b) {
         const hx_u32 i = lo + i0 + b * HX_BLOCK, j = hx_list_of(before, parts, i);
-        x[b] = i0 + b * HX_BLOCK < n ? src(j)[i - before[j]] : 0ull;
+        if (i0 + b * HX_BLOCK < n) hx_copy_async_u64(e + have + i0 + b * HX_BLOCK, src(j) + (i - before[j]));
       }
-      HX_UNROLL
-      for (int b = 0; b < HX_CUT_ITEMS; ++b)
-        if (i0 + b * HX_BLOCK < n) e[have + i0 + b * HX_BLOCK] = x[b];
     }
     have += n;
-    hx_barrier();  // the entries are in place before a cut reads them
+    settle();
   }
   // The selection e[0, have) (at most top_k, positions in [lo, lo + len)) in order: write(s, position, key) for each
   // slot s; returns the slots written. Positions outside the window (only a bad workspace holds them) are dropped.

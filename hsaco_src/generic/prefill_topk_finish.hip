@@ -21,8 +21,9 @@
 // pass clears and scans an eighth of the bins that 11 bits would.
 #define HX_FINISH_BITS 8
 // A row split in at most this many parts takes its kept parts a list at a time where they fit the buffer together:
-// each list is then a thousand entries or more, read in runs of loads with no search for each entry's part; more
-// parts, each short, go as one list, whose batches of loads cross the parts.
+// each list is then a thousand entries or more, copied in runs with no search for each entry's part, and every
+// list's copies in flight before the row waits on them (take_unsettled, then settle); more parts, each short, go as
+// one list, whose batches of copies cross the parts.
 #define HX_FINISH_APART 3
 using Finish = HxFinishRow<MAX_TOP_K / 2, HX_FINISH_CAP, HX_FINISH_BITS>;  // top_k <= MAX_TOP_K / 2
 
@@ -100,7 +101,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK) void hx_prefill_topk_fi
       const hx_u32 n = all - lo < HX_FINISH_CAP - f.have ? all - lo : HX_FINISH_CAP - f.have;
       if (n && n == all && p.parts <= HX_FINISH_APART) {  // uniform; lo is 0
         for (hx_i32 j = 0; j < p.parts; ++j)
-          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take(p.cand + tab->base[j], (hx_u32)tab->count[j]);
+          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take_unsettled(p.cand + tab->base[j], (hx_u32)tab->count[j]);
+        f.settle();
       } else if (n) {
         f.take_parts(tab->before, (hx_u32)p.parts, lo, n, [&](hx_u32 j) { return p.cand + tab->base[j]; });
       }

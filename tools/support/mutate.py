@@ -502,13 +502,13 @@ PLANTS = {
         # the finish's kept list as one: an entry at a part's first place read from the part before; every slice
         # of the list after the first read from the list's start again
         Plant("fused_finish_list_entry_of_the_part_before", "common/topk_finish.h",
-              "? src(j)[i - before[j]] :", "? src(j > 0 && before[j] == i ? j - 1 : j)[i - before[j]] :"),
+              "src(j) + (i - before[j])", "src(j > 0 && before[j] == i ? j - 1 : j) + (i - before[j])"),
         Plant("fused_finish_slices_from_the_lists_start", "common/topk_finish.h",
               "const hx_u32 i = lo + i0 + b * HX_BLOCK,", "const hx_u32 i = i0 + b * HX_BLOCK,"),
         # ... and taken a list a part (a row of few parts): the last part's list left out
         Plant("fused_finish_apart_without_the_last_part", "generic/prefill_topk_finish.hip",
-              "for (hx_i32 j = 0; j < p.parts; ++j)\n          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take(",
-              "for (hx_i32 j = 0; j < p.parts - 1; ++j)\n          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take("),
+              "for (hx_i32 j = 0; j < p.parts; ++j)\n          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take_",
+              "for (hx_i32 j = 0; j < p.parts - 1; ++j)\n          if ((hx_u32)tab->count[j] <= tab->cap[j]) f.take_"),
         Plant("fused_finish_region_of_the_next_part", "generic/prefill_topk_finish.hip",
               "hx_topk_region(p, m, p.parts, (hx_i32)tid);",
               "hx_topk_region(p, m, p.parts, ((hx_i32)tid + 1) % p.parts);"),
