@@ -668,19 +668,31 @@ def _pct(x) -> str:
 @click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed batches; the median is reported.")
 @kernel_option
+@click.option("--split", type=click.IntRange(min=1), default=None,
+              help="Force the key split of every row (default: the planner's choice): what a split costs.")
 @accumulation_option
 @json_option
-def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, accumulation, as_json) -> None:
+def bench_prefill_cmd(device_spec, shapes, heads, dim, clean, repeats, kernel, split, accumulation, as_json) -> None:
     """fp8_mqa_logits, causal single request, against the bandwidth and matrix-rate ceilings this run
     measures (docs/benchmarks.md)."""
     from .bench.prefill import EMULATOR_SHAPES, PREFILL_BENCH_SHAPES, bench_prefill
     from .bench.timing import copy_bandwidth, emulated, figure, matrix_peak
+    from .ops import target_of
+    from .plan import plan_prefill
     dev = _device_or_exit(device_spec)
     tunables = _check_kernel(kernel, dev, heads, (dim,), accumulation)
     if emulated(dev):
         _progress("emulated device: tiny shapes unless --shapes, and the times measure the CPU emulator: they are "
                   "not speeds")
     shp = shapes or (EMULATOR_SHAPES if emulated(dev) else PREFILL_BENCH_SHAPES)
+    if split:
+        tunables["split"] = split
+        for (M, N) in shp:
+            for H in heads:
+                try:
+                    plan_prefill(M, N, H, dim, target_of(dev), **tunables)
+                except ValueError as e:
+                    raise click.UsageError(f"--split {split} at M={M}, N={N}, H={H}: {e}") from None
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
     _progress(f"device {dev!r}: measuring the copy ceiling")
     bw = copy_bandwidth(dev)

@@ -45,6 +45,7 @@ def _run(*args):
     (["check", "prefill", "--shapes", "64"], "'--shapes': expected comma-separated MxN pairs"),
     (["check", "prefill", "--heads", "abc"], "'--heads': expected comma-separated integers"),
     (["bench", "prefill", "--heads", "0"], "'--heads': expected integers >= 1"),
+    (["bench", "prefill", "--split", "0"], "'--split': 0 is not in the range x>=1"),
     (["check", "prefill", "--device", "gpu0"], "--device: unknown device spec 'gpu0'"),
     (["bench", "prefill", "--device", "hip:x"], "--device: unknown device spec 'hip:x'"),
     (["check", "--seed", "-1"], "'--seed': -1 is not in the range x>=0"),

@@ -29,6 +29,16 @@ def test_bench_on_the_emulator_is_quick_and_says_its_times_are_not_speeds(emu_ke
     assert "EMULATED" in p.stdout and "not speeds" in p.stdout
 
 
+def test_bench_forces_a_key_split_and_refuses_one_a_shape_cannot_take(emu_kernels):
+    p = H.run_cli(emu_kernels, "bench", "prefill", "--device", "emu:gfx950", "--shapes", "8x64", "--heads", "32",
+                  "--split", "64", timeout=120)
+    assert p.returncode == 2 and "--split 64 at M=8, N=64, H=32: split:" in p.stderr, p.stderr[-3000:]
+    p = H.run_cli(emu_kernels, "bench", "prefill", "--device", "emu:gfx950", "--shapes", "8x64", "--heads", "32",
+                  "--clean", "true", "--repeats", "1", "--split", "2", "--json", timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert [r["split"] for r in json.loads(p.stdout)["cases"]] == [2], p.stdout[-3000:]
+
+
 def test_bench_on_the_emulator_runs_tiny_shapes_by_default_with_progress_and_nonzero_ceilings(emu_kernels):
     """The GPU's shapes take the emulator hours: by default it runs tiny ones, says so, prints a progress line
     before and after every row, and its ceilings (fractions of a GB/s) never print as 0."""

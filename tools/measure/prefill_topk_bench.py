@@ -167,12 +167,19 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               "build of more threads a row (default: the op's own, WIDE_ROWS).")
 @click.option("--min-parts", default=0, help="An experiment: the filter's key split takes at least this many parts "
               "(default: the op's own, MIN_PARTS).")
+@click.option("--bound-parts", default=0, help="An experiment past the op's bound: the fused workspace may take "
+              "prefill_workspace_bound(M, top_k, max(parts, this)). With --min-parts 1 and 3, a row block whose "
+              "logits plan has one part is filtered in one unit into one region a row as large as three parts' "
+              "regions: what the key split's parts cost the filter, their regions' room kept.")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
-         wide_rows, min_parts, as_json):
+         wide_rows, min_parts, bound_parts, as_json):
     dev = Device(device_name)
     if min_parts:
         prefill_topk_fused.MIN_PARTS = min_parts  # read by filter_plan
+    if bound_parts:
+        bound = prefill_topk_fused.prefill_workspace_bound  # read by the workspace plan
+        prefill_topk_fused.prefill_workspace_bound = lambda M, top_k, parts=1: bound(M, top_k, max(parts, bound_parts))
     if wide_rows >= 0:
         prefill_topk_fused.WIDE_ROWS = wide_rows
     if sample_step:
