@@ -6,30 +6,31 @@ from hipindexer import testing
 from tools.measure import cut_model as model
 
 
-def _monte_carlo(k0, k1, step, r, pool, sigmas, draws, rng):
-    """expected_overflow's chance, drawn: the samples at the floor split binomially, the keys there normal about
-    r step."""
-    p0 = k0 / (k0 + k1)
-    s0 = rng.binomial(r, p0, draws)
+def _monte_carlo(keys, step, r, pool, sigmas, draws, rng):
+    """expected_overflow_parts' chance, drawn: the samples at the floor split multinomially, the keys there normal
+    about r step, the regions cut by the shares."""
+    p = np.asarray(keys, np.float64) / sum(keys)
+    s = rng.multinomial(r, p, draws)
     kt = r * step * (1 + rng.standard_normal(draws) / np.sqrt(r))
-    sh0, sh1 = model.shares(s0, sigmas), model.shares(r - s0, sigmas)
-    c0 = np.floor(sh0 * (pool / (sh0 + sh1)))
-    return float(((kt * p0 > c0) | (kt * (1 - p0) > pool - c0)).mean())
+    sh = model.shares(s, sigmas)
+    ends = np.floor(np.cumsum(sh, 1) * (pool / sh.sum(1, keepdims=True)))
+    caps = np.diff(np.concatenate([np.zeros((draws, 1)), ends[:, :-1], np.full((draws, 1), pool)], 1), axis=1)
+    return float((kt[:, None] * p > caps).any(1).mean())
 
 
 def test_the_expected_overflow_is_the_chance_a_draw_of_the_sample_gives():
     rng = np.random.default_rng(5)
-    for k0, k1, sigmas in ((900, 2600, 0), (900, 2600, 4), (1750, 1750, 0)):
-        want = _monte_carlo(k0, k1, 16, 224, 4400, sigmas, 400_000, rng)
-        got = model.expected_overflow(k0, k1, 16, 224, 4400, sigmas)
-        assert abs(got - want) <= 0.1 * want + 2e-4, (k0, k1, sigmas, got, want)
+    for keys, sigmas in (([900, 2600], 0), ([900, 2600], 4), ([1750, 1750], 0)):
+        want = _monte_carlo(keys, 16, 224, 4400, sigmas, 400_000, rng)
+        got = model.expected_overflow_parts(keys, 16, 224, 4400, sigmas)
+        assert abs(got - want) <= 0.1 * want + 2e-4, (keys, sigmas, got, want)
 
 
 def test_the_square_root_in_the_shares_makes_a_short_sample_rarer():
     # a part holding a quarter of a row's keys at the floor, two parts of 3,072 entries, one key in 32 and in 16
     for step, r in ((32, 112), (16, 224)):
-        plain = model.expected_overflow(900, 2700, step, r, 6144, 0)
-        spread = model.expected_overflow(900, 2700, step, r, 6144, 4)
+        plain = model.expected_overflow_parts([900, 2700], step, r, 6144, 0)
+        spread = model.expected_overflow_parts([900, 2700], step, r, 6144, 4)
         assert 0 < spread < plain / 3, (step, plain, spread)
 
 
@@ -47,11 +48,12 @@ def test_the_replay_counts_no_overflow_on_random_rows_and_one_where_regions_are_
     assert small["part"] == M and small["whole"] == 0, small
 
 
-def test_the_expected_overflow_of_many_parts_is_that_of_two_at_two():
-    for k0, k1, sigmas in ((900, 2600, 0), (900, 2600, 4), (1750, 1750, 4)):
-        two = model.expected_overflow(k0, k1, 32, 112, 6144, sigmas)
-        many = model.expected_overflow_parts([k0, k1], 32, 112, 6144, sigmas)
-        assert abs(many - two) <= 1e-9 + 1e-6 * two, (k0, k1, sigmas, two, many)
+def test_the_expected_overflow_of_three_parts_is_the_chance_a_draw_gives():
+    rng = np.random.default_rng(6)
+    for keys, sigmas in (([600, 1200, 1800], 0), ([600, 1200, 1800], 4)):
+        want = _monte_carlo(keys, 16, 224, 4400, sigmas, 400_000, rng)
+        got = model.expected_overflow_parts(keys, 16, 224, 4400, sigmas)
+        assert abs(got - want) <= 0.1 * want + 2e-4, (keys, sigmas, got, want)
 
 
 def test_a_third_part_of_the_same_room_a_part_makes_an_overflow_rarer():

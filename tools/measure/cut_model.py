@@ -126,11 +126,6 @@ def logits_rows(inp, m0, m1):
     return np.einsum("rhn,rh->rn", s.reshape(m1 - m0, q.shape[1], -1), inp.weights[m0:m1], optimize=True)
 
 
-def expected_overflow(k0, k1, step, r, pool, sigmas):
-    """The chance a two-part row with k0 and k1 of its keys at the floor has a part past its region."""
-    return expected_overflow_parts([k0, k1], step, r, pool, sigmas)
-
-
 def expected_overflow_parts(keys, step, r, pool, sigmas):
     """The chance a row of a few parts (up to 4), keys[j] of its keys at the floor in part j, has a part past its
     region: the samples at the floor split among the parts multinomially (every split of r enumerated), the keys
