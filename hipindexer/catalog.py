@@ -208,18 +208,16 @@ _PREFILL_FIELDS = [
 ]
 STRUCTS.append(Struct("PrefillParams", _PREFILL_FIELDS))
 # The same unit keeping, instead of writing logits, each row's keys whose logit reaches its floor (the fused
-# prefill top-k's filter, hipindexer.ops.prefill_topk_fused; out is 0): row m's keys of part j as entries
+# prefill top-k's filter, hipindexer.ops.prefill_topk_fused; out is 0): row m's keys of key-split part j as entries
 # (hx_topk_entry) in its region, as many as arrive (counted past the region, stored up to it), in
-# cand_counts[m parts + j]; the floor of row m at floors[m floor_stride], an order key (hx_topk_key): keys whose
+# cand_counts[m split + j]; the floor of row m at floors[m floor_stride], an order key (hx_topk_key): keys whose
 # logit's order key is below it stay out, and floor 0 lets every key in. Row m's regions share the entries
-# [m parts region, (m + 1) parts region) of cand, cut among its parts by the floors: part j's first entry from the
-# row's and its size at cand_base[m parts + j] and cand_cap[m parts + j] (common/topk_regions.h). The parts are the
-# key split's (hx_prefill_split of the row block's keys in `parts`): the filter computes at `split`, which is
-# `parts`, or 1 for the filter warps of sm_90a's fold kernel (sm90a/prefill_cta.h, STAGED).
+# [m split region, (m + 1) split region) of cand, cut among its parts by the floors: part j's first entry from the
+# row's and its size at cand_base[m split + j] and cand_cap[m split + j] (common/topk_regions.h).
 STRUCTS.append(Struct("PrefillTopkParams", _PREFILL_FIELDS + [
     ("cand", "ptr:u64"), ("cand_counts", "ptr:i32"), ("floors", "ptr:u32"),
     ("floor_stride", "i64"), ("region", "i32"),
-    ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"), ("parts", "i32"),
+    ("cand_base", "ptr:u32"), ("cand_cap", "ptr:u32"),
 ]))
 # The fused prefill top-k's floors: a sample of the keys (every step-th, from 0) gathered with each row's window
 # over it, and after the logits op has run on that sample, each row's floor: the order key of the r-th largest

@@ -53,10 +53,6 @@ GENERIC_FILTER = ("mqa_topk_generic", "mqa_logits_generic")
 # hx_prefill_split).
 FILTERS_CUT = {"mqa_topk_generic", "mqa_topk_mfma", "mqa_topk_wgmma", "mqa_topk_wgmma_fold"}
 FILTERS_QUANTA = {"mqa_topk_mfma"}
-# The filters whose unit may span its row block's keys while the row keeps the parts' regions apart (the filter
-# warps switch a row's region at each part's first key): where the logits kernel computes a row block in one unit,
-# they do too, in MIN_PARTS regions.
-FILTERS_SPANNING = {"mqa_topk_wgmma_fold"}
 FINISH_BLOCKS = 4096  # the finish's grid at most (its blocks walk the rows)
 WIDE_ROWS = 128  # a group of at most this many rows takes the floors build of more threads a row (_wide)
 MAX_REGION_ENTRIES = 2 ** 32  # a group's regions, at most: the sm_90a filters index an entry in 32 bits
@@ -81,25 +77,21 @@ def max_parts() -> int:
 
 
 def filter_plan(target, g: int, N: int, H: int, D: int):
-    """(the filter's launch plan, its parts) for g rows against N keys: the logits kernel's plan, its key split at
-    least MIN_PARTS and at most max_parts(), and the parts a row's regions are cut in, the split's. The bound grows
-    with the parts, and so do the regions a row's keys share: at two parts they hold 1.7 times the keys a floor aims
-    at, at three 2.3 times, which makes a part that outgrows its region (the sample's error; the finish then
-    recomputes the part, milliseconds) about 40 times rarer: by tools/measure/cut_model.py about one call in 2,000
-    at (4096, 32768), against one in 50 at two parts. A spanning filter (FILTERS_SPANNING) whose logits kernel
-    computes a row block in one unit keeps that split of 1 under the same parts: a split of 3 costs the logits
-    engine itself up to 5% (docs/benchmarks.md)."""
-    filt_key, plan_key = filter_kernels(target, H, D)
+    """The filter's launch plan for g rows against N keys: the logits kernel's, its key split at least MIN_PARTS
+    and at most max_parts(). The bound grows with the parts, and so do the regions a row's keys share: at two parts
+    they hold 1.7 times the keys a floor aims at, at three 2.3 times, which makes a part that outgrows its region
+    (the sample's error; the finish then recomputes the part, milliseconds) about 40 times rarer: by
+    tools/measure/cut_model.py about one call in 2,000 at (4096, 32768), against one in 50 at two parts."""
+    _, plan_key = filter_kernels(target, H, D)
     p = plan_prefill(g, N, H, D, target, kernel=plan_key)
     if p.split < MIN_PARTS:
         try:
-            q = plan_prefill(g, N, H, D, target, kernel=plan_key, split=MIN_PARTS)
+            p = plan_prefill(g, N, H, D, target, kernel=plan_key, split=MIN_PARTS)
         except ValueError:  # too few keys or too much work for the split
-            return p, p.split
-        return (p, q.split) if p.split == 1 and filt_key in FILTERS_SPANNING else (q, q.split)
-    if p.split > max_parts():
+            pass
+    elif p.split > max_parts():
         p = plan_prefill(g, N, H, D, target, kernel=plan_key, split=max_parts())
-    return p, p.split
+    return p
 
 
 def filter_kernels(target, H: int, D: int) -> tuple[str, str]:
@@ -171,7 +163,7 @@ def plan_fused(target, M: int, N: int, H: int, D: int, top_k: int, rows: int | N
     prefill_workspace_bound(M, top_k, parts) for the filter's key split; ValueError when none fits."""
     g = M if rows is None else max(1, min(int(rows), M))
     while True:
-        parts = filter_plan(target, g, N, H, D)[1]
+        parts = filter_plan(target, g, N, H, D).split
         lay = fused_layout(g, N, D, top_k, parts, prefill_workspace_bound(M, top_k, parts))
         if lay is not None or rows is not None or g == 1:
             break
@@ -269,7 +261,8 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
     r = sample_r(top_k)
     for r0 in range(0, s.M, ws.rows):
         g = min(ws.rows, s.M - r0)
-        fp, parts = filter_plan(target, g, s.N, s.H, s.D)
+        fp = filter_plan(target, g, s.N, s.H, s.D)
+        parts = fp.split
         lay = fused_layout(g, s.N, s.D, top_k, parts, ws.layout.nbytes)
         if lay is None:
             raise ValueError(f"workspace: its {ws.layout.nbytes} bytes do not hold a group of {g} rows against "
@@ -298,7 +291,7 @@ def plan_fused_call(dev, s: PrefillShape, top_k: int, ws: FusedPrefillTopkWorksp
             fp.grid, fp.block, pointers=("q", "k", "kv_scale", "weights", "ks", "ke"), out=0, out_stride=0, M=g,
             N=s.N, H=s.H, D=s.D, rows_per_block=fp.rows_per_block, split=fp.split, tile=fp.tile, clean=0,
             reverse_rows=int(fp.reverse_rows), cand=at["cand"], cand_counts=at["counts"], floors=at["floors"],
-            floor_stride=1, region=lay.region, cand_base=at["bases"], cand_cap=at["caps"], parts=parts)
+            floor_stride=1, region=lay.region, cand_base=at["bases"], cand_cap=at["caps"])
         finish = kernel_for(dev, "prefill_topk_finish").prepare(
             max(1, min(FINISH_BLOCKS, g)), KERNEL["prefill_topk_finish"].block,
             pointers=("cand", "cand_counts", "floors", "q", "k", "kv_scale", "weights", "ks", "ke", "indices",

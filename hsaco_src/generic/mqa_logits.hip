@@ -91,9 +91,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_GENERIC_KERNEL(const HX_GRID_CONSTA
 #if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
         const hx_u32 key = hx_topk_key(acc[i], false);
         if (n >= r.lo && n < r.hi && key && key >= p.floors[(hx_i64)m * p.floor_stride]) {
-          const hx_i64 slot = (hx_i64)m * p.parts + (hx_i64)hx_block_y();
+          const hx_i64 slot = (hx_i64)m * p.split + (hx_i64)hx_block_y();
           const hx_u32 at = hx_atomic_add_u32((hx_u32*)p.cand_counts + slot, 1u);
-          const hx_region g = hx_topk_region(p, m, p.parts, (hx_i32)hx_block_y());
+          const hx_region g = hx_topk_region(p, m, p.split, (hx_i32)hx_block_y());
           if (at < g.cap) p.cand[g.base + at] = hx_topk_entry(key, n);
         }
 #else

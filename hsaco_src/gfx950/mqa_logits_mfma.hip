@@ -214,7 +214,7 @@ HX_WAVE_FN void hx_tile_mfmas(const hx_wave_rows& r, const hx_v4u* kt, hx_v16f a
 // Row m's region of this block's part as a buffer (its range drops every store past the region); empty for a row
 // past M (m1).
 HX_WAVE_FN hx_rsrc hx_region_rsrc(const Params& p, hx_i32 m, hx_i32 m1) {
-  const hx_region g = m < m1 ? hx_topk_region(p, m, p.parts, (hx_i32)hx_block_y()) : hx_region{0, 0u};
+  const hx_region g = m < m1 ? hx_topk_region(p, m, p.split, (hx_i32)hx_block_y()) : hx_region{0, 0u};
   return hx_make_buffer_rsrc(p.cand + g.base, 8u * (g.cap < HX_REGION_MAX ? g.cap : HX_REGION_MAX));
 }
 #endif
@@ -431,6 +431,6 @@ HX_KERNEL HX_MFMA_BOUNDS void HX_MFMA_KERNEL(const HX_GRID_CONSTANT Params p) {
 #if HX_FILTER
   hx_workgroup_barrier();  // every append counted (and the counts zeroed where no chunk ran)
   if (hx_thread_x() < BM && m0 + (hx_i32)hx_thread_x() < m1)
-    p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.parts + hx_block_y()] = (hx_i32)counts[hx_thread_x()];
+    p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split + hx_block_y()] = (hx_i32)counts[hx_thread_x()];
 #endif
 }

@@ -39,12 +39,6 @@ HX_INLINE __device__ hx_u32 hx_lane_reread() {
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
   return l;
 }
-// The lanes below this one as a mask, read afresh at each use, as hx_lane_reread.
-HX_INLINE __device__ hx_u32 hx_lanemask_lt() {
-  hx_u32 m;
-  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
-  return m;
-}
 HX_INLINE __device__ float hx_shfl_xor(float v, int m) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));

@@ -30,10 +30,6 @@
 // written to cand_counts at the unit's end. The fold's math warpgroups keep every weight in registers, which leaves
 // none for the appends; at H = 32, where four math warpgroups share each stage, two filter warps cannot keep up
 // (docs/benchmarks.md, "the filter warps").
-//
-// Only STAGED takes split 1 under more regions a row (p.parts > p.split): its units span their row block's keys,
-// and the filter warps switch a row's region at each part's first key, so the logits engine runs at its own split
-// while the finish still gets the parts' regions apart. Elsewhere the host sets parts = split.
 #pragma once
 #include "index_math.h"
 #include "hx_params.h"
@@ -270,11 +266,8 @@ struct PrefillCta {
   // then inside its region exactly when its place is below 2^31, a sign test, so that a lane holds no cap and no
   // bound across its key loop (the math warpgroups' registers at H = 32 have room for neither). The count flushed is
   // the appends, from that start.
-  HX_INLINE __device__ hx_region region_of(const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 r, hx_i32 j) {
-    return rec[5 + 2 * r] >= 0 ? hx_topk_region(p, (hx_i64)(m0 + r), p.parts, j) : hx_region{0, 0u};
-  }
   HX_INLINE __device__ hx_region unit_region(const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 r) {
-    return region_of(p, rec, m0, r, rec[REC_PART]);
+    return rec[5 + 2 * r] >= 0 ? hx_topk_region(p, (hx_i64)(m0 + r), p.split, rec[REC_PART]) : hx_region{0, 0u};
   }
   HX_INLINE __device__ hx_u32 count_start(const Params& p, const hx_i32* rec, hx_i32 m0, hx_i32 r) {
     return 0x80000000u - unit_region(p, rec, m0, r).cap;
@@ -283,7 +276,7 @@ struct PrefillCta {
   HX_INLINE __device__ void flush_counts(const Params& p, const Smem& s, hx_u32 qb, hx_i32 lane) {
     const volatile hx_i32* rec = (const volatile hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
     if (lane < BQ && rec[5 + 2 * lane] >= 0)
-      p.cand_counts[((hx_i64)rec[1] + lane) * p.parts + rec[REC_PART]] =
+      p.cand_counts[((hx_i64)rec[1] + lane) * p.split + rec[REC_PART]] =
           rec[REC_COUNT + lane] - (STAGED ? 0 : (hx_i32)count_start(p, (const hx_i32*)rec, rec[1], lane));
   }
 
@@ -302,8 +295,7 @@ struct PrefillCta {
       const WarpUnit wu = decode_unit(p, u, lane);
       const hx_i32 ns = stage_count(wu.t);
       if constexpr (FILTER) {
-        if (ns == 0 && warp == 0 && wu.row_ok)  // the unit's parts: j alone, or (split 1) every one
-          for (hx_i32 j = wu.j; j < p.parts; j += p.split) p.cand_counts[((hx_i64)wu.t.m0 + lane) * p.parts + j] = 0;
+        if (ns == 0 && warp == 0 && wu.row_ok) p.cand_counts[((hx_i64)wu.t.m0 + lane) * p.split + wu.j] = 0;
       }
       if (ns == 0) continue;
       if (warp == 0) {
@@ -366,19 +358,14 @@ struct PrefillCta {
   }
 
   // STAGED, warp 2 + fw: rows [fw FR, fw FR + FR) of every unit, FR = BQ / 2. Lane l reads keys [4l, 4l + 4) of a
-  // staged stage's rows (16-byte loads); a key passes inside its row's window and its region's keys when its logit
-  // reaches the row's floor value. One ballot per key column places the passing lanes after the row's count;
+  // staged stage's rows (16-byte loads); a key passes inside its row's window and the unit's work range when its
+  // logit reaches the row's floor value. One ballot per key column places the passing lanes after the row's count;
   // entries past the region are counted, not stored (the finish recomputes that row). The loop is straight-line
   // (every store predicated, a row's four ballots taken before their counts are summed): these warps issue on the
   // math warpgroups' schedulers, and at H = 64 they must keep pace with them.
-  // A unit of split 1 under parts > 1 regions (the unit spans its row block's keys, the regions stay apart) walks the
-  // parts in key order: part j's keys are hx_prefill_split's j-th of the unit's range, which the floors and the
-  // finish cut alike. A stage that crosses a part's end is taken once a part, each time within that part's keys.
-  // These warps hold their rows' state within warpgroup 0's cut registers: lane-derived values are read afresh
-  // (hx_lane_reread, hx_lanemask_lt) and the unit's record stays in shared memory, since what is held across the
-  // stage loop beyond the rows' state spills.
-  HX_INLINE __device__ void filter_warp(const Params& p, const Smem& s, hx_i32 fw) {
+  HX_INLINE __device__ void filter_warp(const Params& p, const Smem& s, hx_i32 fw, hx_i32 lane) {
     constexpr int FR = BQ / 2;
+    const hx_u32 below = (1u << lane) - 1u;
     const float none = hx_bits_to_f32(0x7FC00000u);  // a NaN floor: nothing passes
     hx_ring_pos<LS> at;
     for (hx_u32 qit = 0;; ++qit) {
@@ -386,88 +373,55 @@ struct PrefillCta {
       const hx_i32* rec = record(s, s.q.slot(qit));
       const hx_i32 ns = rec[0];
       if (ns == 0) break;
-      // Row r: its window within part j's keys [lo, lo + len) (len 0 past M), floor value, the entry index of its
-      // region less its count's start and that count (from 2^31 - cap, as the math warpgroups count: an entry is
-      // inside its region when its place is below 2^31, and no cap is held; 32 bits, as they keep it); keys_hi:
-      // the part's end. A unit of split 1 under more parts starts at part 0 and may move on (spans); otherwise its
-      // part is its own.
-      hx_i32 lo[FR], keys_hi;
-      hx_u32 len[FR], region0[FR], count[FR];
+      const hx_i32 m0 = rec[1], work_lo = rec[2], work_hi = rec[3], part = rec[REC_PART];
+      // Row r: its window [lo, lo + len) within the work range (len 0 past M), floor value, the entry index of its
+      // region (32 bits, as the math warpgroups' filter keeps it) and its count.
+      hx_i32 lo[FR];
+      hx_u32 len[FR], region0[FR], count[FR], cap[FR];
       float floor[FR];
-      const bool spans = p.split != p.parts;
-      hx_i32 j = spans ? 0 : rec[REC_PART];
-      auto enter = [&](hx_i32 jj) {
-        const hx_range keys = spans ? hx_prefill_split(rec[2], rec[3], p.N, p.tile, p.parts, jj).work
-                                    : hx_range{rec[2], rec[3]};
-        keys_hi = keys.hi;
-#pragma unroll
-        for (int r = 0; r < FR; ++r) {
-          const hx_i32 row = fw * FR + r, hi = rec[5 + 2 * row];
-          lo[r] = hx_max_i32(rec[4 + 2 * row], keys.lo);
-          len[r] = (hx_u32)hx_max_i32(hx_min_i32(hi, keys.hi) - lo[r], 0);
-          const hx_region g = region_of(p, rec, rec[1], fw * FR + r, jj);
-          region0[r] = (hx_u32)g.base - (0x80000000u - g.cap);
-          count[r] = 0x80000000u - g.cap;
-        }
-      };
-      auto leave = [&](hx_i32 jj) {
-#pragma unroll
-        for (int r = 0; r < FR; ++r) {
-          const hx_i32 row = fw * FR + r;
-          if (hx_lane_reread() == 0 && rec[5 + 2 * row] >= 0)
-            p.cand_counts[(hx_i64)(rec[1] + row) * p.parts + jj] =
-                (hx_i32)(count[r] - (0x80000000u - region_of(p, rec, rec[1], row, jj).cap));
-        }
-      };
-      auto more = [&]() { return spans && j + 1 < p.parts; };  // a later part to move on to
 #pragma unroll
       for (int r = 0; r < FR; ++r) {
-        const hx_i32 row = fw * FR + r;
-        floor[r] = rec[5 + 2 * row] >= 0 ? hx_topk_floor_value(p.floors[(hx_i64)(rec[1] + row) * p.floor_stride])
-                                         : none;
+        const hx_i32 row = fw * FR + r, hi = rec[5 + 2 * row];
+        lo[r] = rec[4 + 2 * row];
+        len[r] = (hx_u32)hx_max_i32(hx_min_i32(hi, work_hi) - lo[r], 0);
+        floor[r] = hi >= 0 ? hx_topk_floor_value(p.floors[(hx_i64)(m0 + row) * p.floor_stride]) : none;
+        const hx_region g = hi >= 0 ? hx_topk_region(p, (hx_i64)(m0 + row), p.split, part) : hx_region{0, 0u};
+        region0[r] = (hx_u32)g.base;
+        cap[r] = g.cap;
+        count[r] = 0;
       }
-      enter(j);
-      for (hx_i32 n0 = rec[2], n_end = n0 + ns * BK; n0 < n_end; n0 += BK) {
+      for (hx_i32 st = 0; st < ns; ++st) {
         s.lg.wait_full(at);
-        const hx_i32 l4 = 4 * (hx_i32)hx_lane_reread(), n = n0 + l4;
-        const hx_u32 below = hx_lanemask_lt();
-        const float* lg = (const float*)(s.ptr + LG_OFF + at.slot * LG_BYTES) + fw * FR * LROW + l4;
-        auto take = [&]() {  // the stage's keys within part j's
+        const hx_i32 n = work_lo + st * BK + 4 * lane;
+        const float* lg = (const float*)(s.ptr + LG_OFF + at.slot * LG_BYTES) + fw * FR * LROW + 4 * lane;
 #pragma unroll
-          for (int r = 0; r < FR; ++r) {
-            const hx_f32x4 x4 = *(const hx_f32x4*)(lg + r * LROW);
-            const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-            const hx_u32 d = (hx_u32)(n - lo[r]);  // n + c in the window: d + c < len, one unsigned compare
-            bool pass[4];
-            hx_u32 b[4];
+        for (int r = 0; r < FR; ++r) {
+          const hx_f32x4 x4 = *(const hx_f32x4*)(lg + r * LROW);
+          const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+          const hx_u32 d = (hx_u32)(n - lo[r]);  // n + c in the window: d + c < len, one unsigned compare
+          bool pass[4];
+          hx_u32 b[4];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);
-              b[c] = hx_ballot(pass[c]);
-            }
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const hx_u32 at_row = count[r] + hx_popc(b[c] & below);
-              count[r] += hx_popc(b[c]);
-              hx_store_u64_if(pass[c] & ((hx_i32)at_row >= 0), p.cand + (region0[r] + at_row),
-                              hx_topk_entry(hx_topk_order_key(x[c]), n + c));
-            }
+          for (int c = 0; c < 4; ++c) {
+            pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);
+            b[c] = hx_ballot(pass[c]);
           }
-        };
-        take();
-        // A stage that reaches past part j's keys is taken again within the next part's (at a part's first key,
-        // the first take kept nothing). The retakes have a loop of their own, so that the common case, one take,
-        // stays straight-line in the stage loop: ptxas schedules a take inside a loop of its own worse.
-        while (more() && n0 + BK > keys_hi) {
-          leave(j);
-          enter(++j);
-          take();
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const hx_u32 at_row = count[r] + hx_popc(b[c] & below);
+            count[r] += hx_popc(b[c]);
+            hx_store_u64_if(pass[c] & (at_row < cap[r]), p.cand + (region0[r] + at_row),
+                            hx_topk_entry(hx_topk_order_key(x[c]), n + c));
+          }
         }
         s.lg.arrive_empty(at);
         at.next();
       }
-      leave(j);  // a part never entered has no keys (hx_split_part puts the empty parts first): its count stays
-                 // the zero the sample's launch wrote
+#pragma unroll
+      for (int r = 0; r < FR; ++r) {
+        const hx_i32 row = fw * FR + r;
+        if (lane == 0 && rec[5 + 2 * row] >= 0) p.cand_counts[(hx_i64)(m0 + row) * p.split + part] = (hx_i32)count[r];
+      }
       s.q.arrive_empty(qit);
     }
   }
@@ -478,7 +432,7 @@ struct PrefillCta {
     hx_setmaxnreg_dec<REGS>();
     const hx_i32 warp = tid / 32, lane = tid % 32;
     if (warp < 2) load_warps(p, s, warp, lane);
-    else if constexpr (STAGED) filter_warp(p, s, warp - 2);
+    else if constexpr (STAGED) filter_warp(p, s, warp - 2, lane);
     else if (p.clean) fill_warps(p, tid - 64);
   }
 

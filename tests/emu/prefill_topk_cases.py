@@ -334,7 +334,7 @@ def fused_rows_whose_best_keys_crowd_one_part(dev):
         ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
         lay = ws.layout
         filt, _ = prefill_topk_fused.filter_kernels(target, H, D)
-        fp, _ = prefill_topk_fused.filter_plan(target, M, N, H, D)
+        fp = prefill_topk_fused.filter_plan(target, M, N, H, D)
         lo, hi = part_keys(N, fp.tile, lay.parts, lay.parts // 2, filt in prefill_topk_fused.FILTERS_QUANTA)
         hot = (lo, min(hi, lo + 1024))
         crowded_past_even = lay.region < min(hot[1] - hot[0], F_KEPT * top_k)
@@ -352,48 +352,6 @@ def fused_rows_whose_best_keys_crowd_one_part(dev):
             prefill_topk_fused.FILTERS_CUT = saved
         assert prefill_topk_fused.recomputed_rows(ws, M) > 0 or not crowded_past_even
     assert crowding, "no shape crowds a part past an even region"
-
-
-@case
-def fused_filter_units_spanning_their_row_blocks_keys(dev):
-    """sm_90a's fold filter computing a row block's keys in one unit under three parts' regions (the plan it takes
-    where the logits kernel does, forced here at a small shape): packed requests and misaligned windows put parts'
-    first keys inside a stage, which the filter warps take once a part, each time within the part's keys; causal
-    rows from V < top_k to V >= 4 top_k, and rows of V = 0. Every part's count is right, or the random rows' regions
-    would look overflowed or short and be recomputed. On a target whose filter does not span, its plan keeps
-    split = parts."""
-    M, N, H, D = 24, 2100, 64, 128
-    target = target_of(dev)
-    filt, plan_key = prefill_topk_fused.filter_kernels(target, H, D)
-    if filt not in prefill_topk_fused.FILTERS_SPANNING:
-        for shape in ((M, N), (4096, 1 << 15)):
-            fp, parts = prefill_topk_fused.filter_plan(target, *shape, H, D)
-            assert fp.split == parts
-        return
-    plan = prefill_topk_fused.plan_prefill
-
-    def one_unit(*args, **kw):  # the filter's plan as the logits kernel's of many rows: one unit a row block
-        return plan(*args, **kw, **({"split": 1} if kw.get("kernel") == plan_key and "split" not in kw else {}))
-
-    prefill_topk_fused.plan_prefill = one_unit
-    try:
-        fp, parts = prefill_topk_fused.filter_plan(target, M, N, H, D)
-        assert (fp.split, parts) == (1, prefill_topk_fused.MIN_PARTS)
-        for i, (mode, top_k) in enumerate((("causal", 256), ("multi_req", 1024), ("misaligned", 128),
-                                            ("empty", 16))):
-            inp = inputs(70 + i, M, N, H, D, mode)
-            ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
-            assert ws.layout.parts == parts
-            idx, _ = check(dev, inp, top_k, sorted=i % 2 == 1, relative=True, workspace=ws)
-            if mode == "causal":  # every row V >= 4 top_k
-                assert (counts(idx) == top_k).all() and N - M + 1 >= 4 * top_k
-                assert prefill_topk_fused.recomputed_rows(ws, M) == 0
-            if mode == "multi_req":  # requests of N / 3 keys: every row V < top_k
-                assert (counts(idx) < top_k).all() and (counts(idx) > 0).all()
-            if mode == "empty":
-                assert (counts(idx) == 0).any()
-    finally:
-        prefill_topk_fused.plan_prefill = plan
 
 
 # ------------------------------------------------------------------ on this process's device

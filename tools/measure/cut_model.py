@@ -156,9 +156,9 @@ def model_case(inp, M, N, H, top_k, steps, sigmas, region=None, expected=True):
     """The replay and the expectation (unless not `expected`) of one case on sm_90a's plan, for each sample step and
     spread; `region`: the regions' entries, if not the plan's (what if they were smaller)."""
     target = TARGETS["sm_90a"]
-    fp, parts = prefill_topk_fused.filter_plan(target, M, N, H, inp.q.shape[2])
+    fp = prefill_topk_fused.filter_plan(target, M, N, H, inp.q.shape[2])
     region = region or prefill_topk_fused.plan_fused(target, M, N, H, inp.q.shape[2], top_k).region
-    pool = region * parts
+    parts, pool = fp.split, region * fp.split
     ks, ke = inp.cu_seqlen_ks, inp.cu_seqlen_ke
     runs = [(st, sg) for st in steps for sg in sigmas]
     expected = expected and parts <= 4

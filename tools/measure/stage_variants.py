@@ -340,21 +340,21 @@ FILTER_VARIANTS = {
     # the appends' entries stored to shared memory (the fold's scratch) instead of the regions
     "staged_no_appends": [Plant("staged_no_appends", CTA_P, "pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);",
                                 "pass[c] = (d + c < len[r]) & (x[c] == -12345.0f);")],
-    "staging_alone": [Plant("staging_alone", CTA_P, "          for (int r = 0; r < FR; ++r) {\n            const hx_f32x4 x4",
-                            "          for (int r = 0; r < 0; ++r) {\n            const hx_f32x4 x4")],
+    "staging_alone": [Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_f32x4 x4",
+                            "        for (int r = 0; r < 0; ++r) {\n          const hx_f32x4 x4")],
     # ... and with no ring between them either (the math warpgroups' stores alone)
     "staging_unsynced": [
-        Plant("staging_alone", CTA_P, "          for (int r = 0; r < FR; ++r) {\n            const hx_f32x4 x4",
-              "          for (int r = 0; r < 0; ++r) {\n            const hx_f32x4 x4"),
+        Plant("staging_alone", CTA_P, "        for (int r = 0; r < FR; ++r) {\n          const hx_f32x4 x4",
+              "        for (int r = 0; r < 0; ++r) {\n          const hx_f32x4 x4"),
         Plant("no_wait_empty", CTA_P, "      s.lg.wait_empty(at);\n      return at.slot * LG_BYTES;",
               "      return at.slot * LG_BYTES;"),
-        Plant("no_wait_full", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 l4", "        const hx_i32 l4")],
+        Plant("no_wait_full", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 n = work_lo", "        const hx_i32 n = work_lo")],
     # the filter warps' waits backing off (nanosleep) instead of spinning
     "filter_waits_sleep": [
-        Plant("q_sleep", CTA_P, "      s.q.wait_full(qit);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      // Row r: its window within",
-              "      while (!hx_mbar_test(s.q.full_at(s.q.slot(qit)), (qit / 2) & 1)) __nanosleep(100);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      // Row r: its window within"),
-        Plant("lg_sleep", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 l4",
-              "        while (!hx_mbar_test(s.lg.full_at(at.slot), at.phase)) __nanosleep(100);\n        const hx_i32 l4")],
+        Plant("q_sleep", CTA_P, "      s.q.wait_full(qit);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      const hx_i32 m0 = rec[1], work_lo",
+              "      while (!hx_mbar_test(s.q.full_at(s.q.slot(qit)), (qit / 2) & 1)) __nanosleep(100);\n      const hx_i32* rec = record(s, s.q.slot(qit));\n      const hx_i32 ns = rec[0];\n      if (ns == 0) break;\n      const hx_i32 m0 = rec[1], work_lo"),
+        Plant("lg_sleep", CTA_P, "        s.lg.wait_full(at);\n        const hx_i32 n = work_lo",
+              "        while (!hx_mbar_test(s.lg.full_at(at.slot), at.phase)) __nanosleep(100);\n        const hx_i32 n = work_lo")],
     # the staged stages published by one arrival a warp (and the K ring's stages released so too)
     "warp_arrivals": [
         Plant("lg_init_warps", CTA_P, "s.lg.init(128 * MATH_WGS, FILTER_THREADS);", "s.lg.init(4 * MATH_WGS, FILTER_THREADS);"),

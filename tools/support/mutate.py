@@ -427,19 +427,13 @@ PLANTS = {
     # The sm_90a fused prefill top-k's filters (sm90a/prefill_cta.h, FILTER), on the GPU (its suite is
     # tests/emu/prefill_topk_cases.py, SET_TESTS): at H = 64 (STAGED, the filter warps) a window taking the key past
     # its end instead of its first, every part's count written over the first part's, two passing lanes of a column
-    # placed on one entry, and two of a unit spanning its row block's keys (below); at H = 32 (the math warpgroups' appends) an entry naming the next key, and the counts
+    # placed on one entry; at H = 32 (the math warpgroups' appends) an entry naming the next key, and the counts
     # flushed as kept (from 2^31 - cap) rather than as appends: every part then looks overflowed and is recomputed.
     "prefill_topk_sm90a": [
         Plant("staged_window_a_key_late", "sm90a/prefill_cta.h", "pass[c] = (d + c < len[r]) & (x[c] >= floor[r]);",
               "pass[c] = (d + c - 1u < len[r]) & (x[c] >= floor[r]);"),
         Plant("staged_counts_of_the_first_part", "sm90a/prefill_cta.h",
-              "p.cand_counts[(hx_i64)(rec[1] + row) * p.parts + jj]", "p.cand_counts[(hx_i64)(rec[1] + row) * p.parts]"),
-        # a unit spanning its row block's keys: a stage that reaches past a part's keys left to that part alone; the
-        # next part's keys counted from the row's window's start, so a stage's earlier part kept again
-        Plant("spanning_stage_taken_by_its_first_part_alone", "sm90a/prefill_cta.h",
-              "while (more() && n0 + BK > keys_hi) {", "while (false) {"),
-        Plant("spanning_part_keys_from_the_windows_start", "sm90a/prefill_cta.h",
-              "lo[r] = hx_max_i32(rec[4 + 2 * row], keys.lo);", "lo[r] = rec[4 + 2 * row];"),
+              "p.cand_counts[(hx_i64)(m0 + row) * p.split + part]", "p.cand_counts[(hx_i64)(m0 + row) * p.split]"),
         Plant("staged_places_collide", "sm90a/prefill_cta.h", "const hx_u32 at_row = count[r] + hx_popc(b[c] & below);",
               "const hx_u32 at_row = count[r] + hx_popc(b[c] & below) / 2u;"),
         Plant("sm90a_filter_entry_a_key_late", "sm90a/prefill_cta.h",
@@ -482,8 +476,8 @@ PLANTS = {
         Plant("fused_filter_entry_a_key_late", "generic/mqa_logits.hip",
               "p.cand[g.base + at] = hx_topk_entry(key, n);", "p.cand[g.base + at] = hx_topk_entry(key, n + 1);"),
         Plant("fused_mfma_counts_of_the_first_part", "gfx950/mqa_logits_mfma.hip",
-              "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.parts + hx_block_y()]",
-              "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.parts]"),
+              "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split + hx_block_y()]",
+              "p.cand_counts[((hx_i64)m0 + hx_thread_x()) * p.split]"),
         Plant("fused_floor_at_the_largest_sample", "common/topk_floor.h",
               "hx_topk_find_bin(hist, HX_FLOOR_BINS, r, scan, found);",
               "hx_topk_find_bin(hist, HX_FLOOR_BINS, 1u, scan, found);"),
