@@ -269,3 +269,28 @@ def test_a_prepared_fused_call_allocates_and_copies_nothing(hopper, monkeypatch)
     for sorted in (False, True, False):
         assert fp8_mqa_topk(*args, 1024, sorted=sorted, **kw) == outs
     assert not mallocs and hb.htod == copies and len(hb.launches) == n0 + 3 * 5
+
+
+def test_the_bench_leaves_out_the_named_launches_of_every_group_in_order(hopper):
+    # tools/measure/prefill_topk_bench.py --leave-out: what the rest of a fused call costs within the op
+    from click.testing import CliRunner
+    from tools.measure import prefill_topk_bench as B
+    hb, dev = hopper
+    inp = testing.prefill_inputs(np.random.default_rng(4), 48, 4096, 64, 128, "causal")
+    args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
+    ws = prefill_topk_workspace(48, 4096, 1024, device=dev, H=64, D=128, rows=16)
+    idx = DeviceArray.empty((48, 1024), np.int32, dev)
+    vals = DeviceArray.empty((48, 1024), np.float32, dev)
+    n0 = len(hb.launches)
+    fp8_mqa_topk(*args, 1024, workspace=ws, out=(idx, vals), return_values=True)
+    every = _symbols(hb, n0)
+    assert len(every) == 15 and every[3::5] == ["hx_mqa_topk_wgmma_fold"] * 3  # three groups of five
+    n0 = len(hb.launches)
+    B._without(dev, args, ws, idx, vals, ())(0)
+    assert _symbols(hb, n0) == every
+    n0 = len(hb.launches)
+    B._without(dev, args, ws, idx, vals, ("sample", "finish"))(0)
+    assert _symbols(hb, n0) == [s for i, s in enumerate(every) if i % 5 not in (0, 4)]
+    assert B._without(dev, args, prefill_topk_workspace(48, 4096, 1024, device=dev), idx, vals, ()) is None
+    bad = CliRunner().invoke(B.main, ["--leave-out", "sample,nope"])
+    assert bad.exit_code == 2 and "--leave-out" in bad.output and "nope" in bad.output

@@ -4,7 +4,7 @@ hipindexer.bench.timing (events around back-to-back calls, median of repeats; on
 
     python -m tools.measure.prefill_topk_bench [--shapes 4096x32768,2048x65536,1024x131072,128x32768]
         [--heads 64,32] [--million] [--recent KEYS] [--fused-only] [--sample-step S] [--sample-margin F]
-        [--wide-rows R] [--json]
+        [--wide-rows R] [--leave-out LAUNCHES ...] [--json]
 
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
 (hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
@@ -55,29 +55,54 @@ def _torch(logits):
     return lambda i: torch.topk(t, TOP_K, dim=1, sorted=False)
 
 
-def _stages(dev, args, ws, idx, vals, repeats):
-    """Each launch of a fused call's first group replayed alone (after a whole call set its inputs up): us_stage_*."""
-    from hipindexer.ops.launch import prepared
+LAUNCHES = ("sample", "sample_logits", "floor", "filter", "finish")
+
+
+def _launches(dev, args, ws, idx, vals):
+    """The last fused call's launches on workspace `ws`, in order: (group, launch name, a callable of no argument
+    that launches it), or [] when no fused call was planned on it."""
     hit = [p for p in _plans() if isinstance(p, prefill_topk_fused.FusedPlan) and p.workspace is ws]
     if not hit:
-        return {}
+        return []
     plan = hit[-1]
-    grp, at = plan.groups[0]
     q, k, kv_scale, weights, ks, ke = args
     st = dev.default_stream.handle
-    calls = {
-        "sample": lambda i: grp.sample(st, k.ptr, kv_scale.ptr, ks.ptr, ke.ptr),
-        "sample_logits": lambda i: grp.logits(st, q.ptr, at["sample_k"], at["sample_scale"], weights.ptr, at["sks"],
-                                              at["ske"], at["cand"]),
-        "floor": lambda i: grp.floor(st, k.ptr, kv_scale.ptr, ks.ptr, ke.ptr),
-        "filter": lambda i: grp.filter(st, q.ptr, k.ptr, kv_scale.ptr, weights.ptr, ks.ptr, ke.ptr),
-        "finish": lambda i: grp.finish(st, at["cand"], at["counts"], at["floors"], q.ptr, k.ptr, kv_scale.ptr,
-                                       weights.ptr, ks.ptr, ke.ptr, idx.ptr, vals.ptr),
-    }
-    out = {}
-    for name in ("sample", "sample_logits", "floor", "filter", "finish"):  # in order: each leaves the next's input
-        out[f"us_stage_{name}"] = statistics.median(time_batches(dev, calls[name], repeats)[0])
+    qrow, wrow = plan.s.H * plan.s.D, 4 * plan.s.H
+    out = []
+    for g, (grp, at) in enumerate(plan.groups):
+        r0 = grp.r0
+        qg, wg, ksg, keg = q.ptr + r0 * qrow, weights.ptr + r0 * wrow, ks.ptr + 4 * r0, ke.ptr + 4 * r0
+        ig, vg = idx.ptr + r0 * 4 * plan.strides[0], vals.ptr + r0 * 4 * plan.strides[1]
+        every = {"sample": (grp.sample, (k.ptr, kv_scale.ptr, ksg, keg)),
+                 "sample_logits": (grp.logits, (qg, at["sample_k"], at["sample_scale"], wg, at["sks"], at["ske"],
+                                                at["cand"])),
+                 "floor": (grp.floor, (k.ptr, kv_scale.ptr, ksg, keg)),
+                 "filter": (grp.filter, (qg, k.ptr, kv_scale.ptr, wg, ksg, keg)),
+                 "finish": (grp.finish, (at["cand"], at["counts"], at["floors"], qg, k.ptr, kv_scale.ptr, wg, ksg,
+                                         keg, ig, vg))}
+        out += [(g, n, (lambda fn=every[n][0], a=every[n][1]: fn(st, *a))) for n in LAUNCHES]
     return out
+
+
+def _stages(dev, args, ws, idx, vals, repeats):
+    """Each launch of a fused call's first group replayed alone (after a whole call set its inputs up): us_stage_*."""
+    out = {}
+    for g, name, launch in _launches(dev, args, ws, idx, vals):  # in order: each leaves the next's input
+        if g == 0:
+            out[f"us_stage_{name}"] = statistics.median(time_batches(dev, lambda i: launch(), repeats)[0])
+    return out
+
+
+def _without(dev, args, ws, idx, vals, left_out):
+    """A fused call's launches, every group's in order, but those named in `left_out`: a timer of what the rest
+    cost within the op (the workspace as the last whole call left it, so a filter reads that call's floors; the
+    result is not the op's). None when no fused call was planned on `ws`."""
+    kept = [launch for _, name, launch in _launches(dev, args, ws, idx, vals) if name not in left_out]
+
+    def run(i):
+        for launch in kept:
+            launch()
+    return run if kept else None
 
 
 def _plans():
@@ -86,7 +111,7 @@ def _plans():
     return list(cache.values())
 
 
-def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fused_only=False):
+def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fused_only=False, leave_out=()):
     inp = _inputs(rng, M, N, H, recent)
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
@@ -122,6 +147,10 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
         timers += [("logits", alone), ("logits_then_topk_logits", two)]
     for name, f in timers:
         row[f"us_{name}"] = statistics.median(time_batches(dev, f, repeats)[0])
+    for names in leave_out if is_fused else ():
+        f = _without(dev, args, ws, idx, vals, names)
+        if f is not None:
+            row[f"us_without_{'+'.join(names)}"] = statistics.median(time_batches(dev, f, repeats)[0])
     if logits is not None:
         tt = None if emulated(dev) else _torch(logits)
         if tt is not None:
@@ -171,9 +200,17 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               "prefill_workspace_bound(M, top_k, max(parts, this)). With --min-parts 1 and 3, a row block whose "
               "logits plan has one part is filtered in one unit into one region a row as large as three parts' "
               "regions: what the key split's parts cost the filter, their regions' room kept.")
+@click.option("--leave-out", multiple=True, help="An experiment, repeatable: the fused call timed again with these of its "
+              f"launches left out (comma-separated, of {', '.join(LAUNCHES)}), after a whole call: what the rest "
+              "cost within the op.")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
-         wide_rows, min_parts, bound_parts, as_json):
+         wide_rows, min_parts, bound_parts, leave_out, as_json):
+    left = [tuple(n.strip() for n in v.split(",") if n.strip()) for v in leave_out]
+    for names in left:
+        if not names or not set(names) <= set(LAUNCHES):
+            raise click.BadParameter(f"expected launches among {', '.join(LAUNCHES)}, got {','.join(names)!r}",
+                                     param_hint="--leave-out")
     dev = Device(device_name)
     if min_parts:
         prefill_topk_fused.MIN_PARTS = min_parts  # read by filter_plan
@@ -192,7 +229,8 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
     rows = []
     plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
     for M, N, H in plan:
-        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages, recent=recent, fused_only=fused_only))
+        rows.append(_case(dev, rng, M, N, H, repeats, stages=stages, recent=recent, fused_only=fused_only,
+                          leave_out=left))
         r = rows[-1]
         if not as_json:
             extra = (f", logits {r['us_logits']:.1f} us ({r['logits_tflops']:.0f} TFLOP/s), logits + topk_logits "
@@ -210,6 +248,9 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
             st = {k[9:]: round(v, 1) for k, v in r.items() if k.startswith("us_stage_")}
             if st:
                 click.echo(f"  stages (us): {st}")
+            wo = {k[11:]: round(v, 1) for k, v in r.items() if k.startswith("us_without_")}
+            if wo:
+                click.echo(f"  the op without (us): {wo}")
     if million:
         r = _case(dev, rng, 4096, 1 << 20, 64, 3, sample_rows=4)
         rows.append(r)
