@@ -9,8 +9,11 @@ hipindexer.bench.timing (events around back-to-back calls, median of repeats; on
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
 (hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
 it; its bytes are reported beside the bound, and where the default is the fused path, the composed path is timed
-beside it with a workspace of its own, and the rows the fused finish recomputed are counted. TFLOP/s counts 2 H D multiply-adds per (row, key) in the windows. --million adds (4096, 1048576) at H = 64:
-one call, timed, and a few sampled rows judged by the top-k gate against the float64 reference.
+beside it with a workspace of its own, and the rows the fused finish recomputed are counted. TFLOP/s counts 2 H D
+multiply-adds per (row, key) in the windows. --million adds (4096, 1048576) at H = 64: one call, timed, and a few
+sampled rows judged by the top-k gate against the float64 reference. --stages times each launch of a fused call
+replayed alone, --leave-out the call with some of its launches left out: what a launch costs within the op, which
+is not what it costs alone.
 """
 from __future__ import annotations
 
@@ -200,9 +203,10 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               "prefill_workspace_bound(M, top_k, max(parts, this)). With --min-parts 1 and 3, a row block whose "
               "logits plan has one part is filtered in one unit into one region a row as large as three parts' "
               "regions: what the key split's parts cost the filter, their regions' room kept.")
-@click.option("--leave-out", multiple=True, help="An experiment, repeatable: the fused call timed again with these of its "
-              f"launches left out (comma-separated, of {', '.join(LAUNCHES)}), after a whole call: what the rest "
-              "cost within the op.")
+@click.option("--leave-out", multiple=True, help="An experiment, repeatable: the fused call timed again with these of "
+              f"its launches left out (comma-separated, of {', '.join(LAUNCHES)}), after a whole call: what the rest "
+              "cost within the op. The filter goes only with the finish (a finish after the sample's zeroed counts "
+              "would recompute every row, milliseconds each).")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
          wide_rows, min_parts, bound_parts, leave_out, as_json):
@@ -210,6 +214,9 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
     for names in left:
         if not names or not set(names) <= set(LAUNCHES):
             raise click.BadParameter(f"expected launches among {', '.join(LAUNCHES)}, got {','.join(names)!r}",
+                                     param_hint="--leave-out")
+        if "filter" in names and "finish" not in names:
+            raise click.BadParameter(f"{','.join(names)}: the filter is left out only with the finish",
                                      param_hint="--leave-out")
     dev = Device(device_name)
     if min_parts:
