@@ -4,7 +4,7 @@ hipindexer.bench.timing (events around back-to-back calls, median of repeats; on
 
     python -m tools.measure.prefill_topk_bench [--shapes 4096x32768,2048x65536,1024x131072,128x32768]
         [--heads 64,32] [--million] [--recent KEYS] [--fused-only] [--sample-step S] [--sample-margin F]
-        [--wide-rows R] [--leave-out LAUNCHES ...] [--json]
+        [--wide-rows R] [--leave-out LAUNCHES ...] [--power] [--json]
 
 Causal single request, D = 128, top_k 2048; the top-k op with a workspace made once
 (hipindexer.prefill_topk_workspace with H and D, so the op's default path) and out= given, as a serving loop calls
@@ -13,7 +13,8 @@ beside it with a workspace of its own, and the rows the fused finish recomputed 
 multiply-adds per (row, key) in the windows. --million adds (4096, 1048576) at H = 64: one call, timed, and a few
 sampled rows judged by the top-k gate against the float64 reference. --stages times each launch of a fused call
 replayed alone, --leave-out the call with some of its launches left out: what a launch costs within the op, which
-is not what it costs alone.
+is not what it costs alone; --power the SM clock and the board's power while the op, its filter and the logits op
+run back to back.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from hipindexer.bench.timing import emulated, time_batches
 from hipindexer.ops import prefill_topk_fused, target_of
 from hipindexer.plan import plan_prefill
 from hipindexer.runtime import Device, DeviceArray
+from tools.measure import clock_power
 
 D, TOP_K = 128, 2048
 
@@ -114,7 +116,8 @@ def _plans():
     return list(cache.values())
 
 
-def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fused_only=False, leave_out=()):
+def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fused_only=False, leave_out=(),
+          power=False):
     inp = _inputs(rng, M, N, H, recent)
     args = [DeviceArray.from_numpy(a, dev) for a in inp.args()]
     seen = np.minimum(inp.cu_seqlen_ke, N).astype(np.int64) - np.maximum(inp.cu_seqlen_ks, 0)
@@ -154,6 +157,14 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
         f = _without(dev, args, ws, idx, vals, names)
         if f is not None:
             row[f"us_without_{'+'.join(names)}"] = statistics.median(time_batches(dev, f, repeats)[0])
+    if power and not emulated(dev):
+        runs = {"fused": fused}
+        alone_filter = _without(dev, args, ws, idx, vals, ("sample", "sample_logits", "floor", "finish"))
+        if alone_filter is not None:
+            runs["filter alone"] = alone_filter
+        if logits is not None:
+            runs["logits"] = alone
+        row["power"] = clock_power.under_load(dev, runs)
     if logits is not None:
         tt = None if emulated(dev) else _torch(logits)
         if tt is not None:
@@ -207,9 +218,12 @@ def _case(dev, rng, M, N, H, repeats, sample_rows=4, stages=False, recent=0, fus
               f"its launches left out (comma-separated, of {', '.join(LAUNCHES)}), after a whole call: what the rest "
               "cost within the op. The filter goes only with the finish (a finish after the sample's zeroed counts "
               "would recompute every row, milliseconds each).")
+@click.option("--power", is_flag=True, help="Also run the op, its filter alone and (without --fused-only) the logits op "
+              "back to back for about 4 s each with nvidia-smi sampling the SM clock, the power and the throttle "
+              "reasons beside them (tools/measure/clock_power.py).")
 @click.option("--json", "as_json", is_flag=True)
 def main(device_name, shapes, heads, million, repeats, stages, recent, fused_only, sample_step, sample_margin,
-         wide_rows, min_parts, bound_parts, leave_out, as_json):
+         wide_rows, min_parts, bound_parts, leave_out, power, as_json):
     left = [tuple(n.strip() for n in v.split(",") if n.strip()) for v in leave_out]
     for names in left:
         if not names or not set(names) <= set(LAUNCHES):
@@ -237,7 +251,7 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
     plan = [(int(a), int(b), int(h)) for h in heads.split(",") for a, b in (s.split("x") for s in shapes.split(","))]
     for M, N, H in plan:
         rows.append(_case(dev, rng, M, N, H, repeats, stages=stages, recent=recent, fused_only=fused_only,
-                          leave_out=left))
+                          leave_out=left, power=power))
         r = rows[-1]
         if not as_json:
             extra = (f", logits {r['us_logits']:.1f} us ({r['logits_tflops']:.0f} TFLOP/s), logits + topk_logits "
@@ -258,6 +272,10 @@ def main(device_name, shapes, heads, million, repeats, stages, recent, fused_onl
             wo = {k[11:]: round(v, 1) for k, v in r.items() if k.startswith("us_without_")}
             if wo:
                 click.echo(f"  the op without (us): {wo}")
+            for name, p in (r.get("power") or {}).items():
+                click.echo(f"  under load, {name}: {p['us']:.1f} us, SM clock {p.get('mhz_median')} MHz "
+                           f"({p.get('mhz_low')}-{p.get('mhz_high')}), {p.get('watts_median')} W, throttle "
+                           f"{p.get('throttle')}, {p['samples']} samples")
     if million:
         r = _case(dev, rng, 4096, 1 << 20, 64, 3, sample_rows=4)
         rows.append(r)
