@@ -75,6 +75,20 @@ def test_static_goals_from_the_isa_report(isa, emu_kernels, heads):
 
 @pytest.mark.toolchain
 @pytest.mark.parametrize("heads", [32, 64])
+def test_the_fused_top_k_filter_keeps_the_logits_kernels_budget(isa, heads):
+    """The fused prefill top-k's filter build of the kernel (mqa_topk_mfma) against the logits build: no scratch,
+    as many waves a SIMD, the same MFMA cycles a tile, and VALU cycles a tile within 1.25x, its compare and appends
+    counted as if every key of every tile took them (the report counts each block of the loop once)."""
+    logits, filt = isa[f"{KERNEL}.HX_HEADS-{heads}"], isa[f"mqa_topk_mfma.HX_HEADS-{heads}"]
+    assert filt.resources["scratch"] == 0, filt.resources
+    assert filt.resources["occupancy"] == logits.resources["occupancy"] >= 2, (filt.resources, logits.resources)
+    f, g = filt.per_tile(), logits.per_tile()
+    assert f is not None and g is not None and f["mfma_cycles"] == g["mfma_cycles"], (f, g)
+    assert f["valu_cycles"] <= 1.25 * g["valu_cycles"], (heads, f["valu_cycles"], g["valu_cycles"])
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("heads", [32, 64])
 def test_prefill_figures_from_the_isa_report(isa, heads):
     """The key loop's figures the estimate reads: H / 32 head tiles x 2 rows x 2 k-steps of 32x32x64 per tile,
     two workgroups resident per CU, and a timeline whose issue adds up to the per-tile figures."""

@@ -55,6 +55,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TILE_MFMAS = {
     "mqa_logits_mfma.HX_HEADS-32": (4, "32 keys x 2 rows (one wave's row pair)"),
     "mqa_logits_mfma.HX_HEADS-64": (8, "32 keys x 2 rows (one wave's row pair)"),
+    # the fused prefill top-k's filter build of the same kernel (HX_TOPK_FILTER): the same tile
+    "mqa_topk_mfma.HX_HEADS-32": (4, "32 keys x 2 rows (one wave's row pair)"),
+    "mqa_topk_mfma.HX_HEADS-64": (8, "32 keys x 2 rows (one wave's row pair)"),
 }
 # Paged decode kernels (hsaco_src/gfx950/decode_unit.h: the logits and the fused top-k): a tile is one row x one
 # 64-key page (H / 16 MFMAs of 16x16x128); a page's rows are unrolled to DECODE_ROWS[kernel] (the rows the kernel
