@@ -4,9 +4,11 @@ sampling beside it: whether a timing is set by the power cap (docs/benchmarks.md
     runs = under_load(dev, {"the op": op, "logits op": logits}, seconds=4.0)
 
 Each callable of one int (as the benchmarks' timers) runs in batches for about `seconds`, one after another with a
-second between them, while `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active
--lms 50` samples the first GPU; a run's samples are those taken within its batches, its first 0.3 s left out
-(the clock settles). NVIDIA only: where nvidia-smi is missing, under_load returns None.
+second between them, while `nvidia-smi -i INDEX --query-gpu=timestamp,clocks.sm,power.draw,
+clocks_throttle_reasons.active -lms 50` samples the device's GPU (INDEX: the device's index, which is nvidia-smi's
+own numbering where CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES is unset); a run's samples are those
+taken within its batches, its first 0.3 s left out (the clock settles). NVIDIA only: where nvidia-smi is missing,
+under_load returns None.
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ def under_load(dev, runs: dict, seconds: float = 4.0, calls: int = 50) -> dict |
         return None
     out = {}
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([smi, f"--query-gpu={QUERY}", "--format=csv,noheader", "-lms", "50"], stdout=log)
+        proc = subprocess.Popen([smi, "-i", str(getattr(dev, "index", 0)), f"--query-gpu={QUERY}",
+                                 "--format=csv,noheader", "-lms", "50"], stdout=log)
         try:
             time.sleep(1.0)
             for name, fn in runs.items():
