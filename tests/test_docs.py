@@ -157,7 +157,7 @@ sys.exit(1 if failed or not attempted else 0)
 @pytest.mark.toolchain
 def test_docstring_examples_run_on_the_emulator(emu_kernels):
     """The device examples (ops, Device, Stream, Event, DeviceArray) name Device("emu:gfx950")."""
-    p = H._package_copy(emu_kernels).run(["-c", _RUN_DOCTESTS, *DEVICE_DOCTESTS], timeout=600)
+    p = H._package_copy(emu_kernels).run(["-c", _RUN_DOCTESTS, *DEVICE_DOCTESTS], emulated=True, timeout=600)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
 
 
@@ -209,7 +209,7 @@ def test_doc_examples_run(path, words, code, request):
         return  # needs a GPU (or CuPy / PyTorch): compiled only
     if "emu:gfx950" in code:
         pkg = H._package_copy(request.getfixturevalue("emu_kernels"))  # built on first use; skips without it
-        p = pkg.run(["-c", code], timeout=600)
+        p = pkg.run(["-c", code], emulated=True, timeout=600)
     else:
         p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})

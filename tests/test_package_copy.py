@@ -43,3 +43,12 @@ def test_the_cli_on_a_package_copy_sees_the_copy_s_build(tmp_path):
     (pkg.root / "hipindexer" / "stale.py").write_text("")
     pkg.refresh()
     assert not (pkg.root / "hipindexer" / "stale.py").exists() and (pkg.kernels / "manifest.json").is_file()
+
+
+def test_an_emulated_run_gets_one_blas_thread_unless_the_caller_chose(tmp_path, monkeypatch):
+    pkg = PackageCopy(tmp_path / "pkg")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert pkg.env(emulated=True)["OPENBLAS_NUM_THREADS"] == "1"
+    assert "OPENBLAS_NUM_THREADS" not in pkg.env()  # a GPU suite's references keep every core
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    assert pkg.env(emulated=True)["OPENBLAS_NUM_THREADS"] == "3"

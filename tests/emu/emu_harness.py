@@ -151,7 +151,7 @@ def build_emu_package() -> Path:
 
 def run_cli(kernels: Path, *args, timeout=1200):
     """`python -m hipindexer.cli *args` on the package copy that holds `kernels`."""
-    return _package_copy(kernels).run(["-m", "hipindexer.cli", *args], timeout=timeout)
+    return _package_copy(kernels).run(["-m", "hipindexer.cli", *args], emulated=True, timeout=timeout)
 
 
 def run_child_pytest(kernels: Path, *files):
@@ -166,7 +166,7 @@ def run_child_pytest(kernels: Path, *files):
     return pkg.run(
         ["-m", "pytest", "-q", "-p", "emu_session", "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
          "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", *(ROOT / f for f in files)],
-        ROOT / "tests" / "emu", timeout=900)
+        ROOT / "tests" / "emu", emulated=True, timeout=900)
 
 
 def assert_child_cases_pass(kernels: Path, file: str, count: int) -> None:

@@ -655,7 +655,8 @@ def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str])
 
 def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
     try:
-        p = pkg.run(["-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"], timeout=timeout)
+        p = pkg.run(["-m", "hipindexer.cli", *cmd, "--device", suite["device"], "--json"],
+                    emulated=suite["device"].startswith("emu"), timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
     try:
@@ -676,7 +677,7 @@ def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[
     argv = ["-m", "pytest", "-q", "-x", *emu, "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
             "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", ROOT / tests]
     try:
-        p = pkg.run(argv, ROOT / "tests" / "emu", timeout=timeout)
+        p = pkg.run(argv, ROOT / "tests" / "emu", emulated=bool(emu), timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
     lines = p.stdout.strip().splitlines()

@@ -55,13 +55,21 @@ class PackageCopy:
             argv += ["--target", t]
         return subprocess.run(argv, capture_output=True, text=True)
 
-    def env(self, *paths) -> dict:
-        """The environment of a python that imports this copy (then `paths`, then the caller's PYTHONPATH)."""
-        old = os.environ.get("PYTHONPATH")
-        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.root), *map(str, paths), *([old] if old else [])])}
+    def env(self, *paths, emulated=False) -> dict:
+        """The environment of a python that imports this copy (then `paths`, then the caller's PYTHONPATH).
 
-    def run(self, argv, *paths, **kw) -> subprocess.CompletedProcess:
+        `emulated`: one OpenBLAS thread, unless the caller chose a number. The emulator runs a kernel on one
+        thread between the references' BLAS calls, and after each call OpenBLAS's idle threads spin, on the cores
+        that the emulator and any suite running beside it need."""
+        old = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.root), *map(str, paths), *([old] if old else [])])}
+        if emulated:
+            env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        return env
+
+    def run(self, argv, *paths, emulated=False, **kw) -> subprocess.CompletedProcess:
         """`python *argv` on this copy. Started in the copy's root: python puts its working folder ahead of
-        PYTHONPATH, and a checkout's own hipindexer/ there would win."""
-        return subprocess.run([sys.executable, *map(str, argv)], cwd=self.root, env=self.env(*paths),
+        PYTHONPATH, and a checkout's own hipindexer/ there would win. `emulated`: the process runs kernels on the
+        CPU emulator (see env)."""
+        return subprocess.run([sys.executable, *map(str, argv)], cwd=self.root, env=self.env(*paths, emulated=emulated),
                               capture_output=True, text=True, **kw)
