@@ -8,6 +8,7 @@ typedef struct hx_fiber {
   void* sp;          // saved stack pointer while suspended
   char* map;         // whole mapping, guard page included
   size_t map_size;
+  size_t color;      // bytes left unused above the stack's top (see hx_fiber_alloc)
 } hx_fiber;
 
 #ifdef __cplusplus
