@@ -43,16 +43,37 @@ static int mfma_row(int n, int lane, int e) {
   return 4 * (lane / 16) + e;
 }
 
-// Every fp8 value as a double: the products of two are exact, and a sum of
-// 128 of them plus C carries ~29 more bits than the fp32 result needs, so the
-// summation order below (4 partial sums, for speed) cannot change the output
-// beyond its single final rounding.
+// Every fp8 value as a double. An e4m3fn value is a multiple of 2^-9 below
+// 2^9 in magnitude, so a product of two is a multiple of 2^-18 below 2^18, and
+// every partial sum of up to 128 of them a multiple of 2^-18 below 2^25: all
+// exact in a double, in any order of the additions, fused or not. The one
+// rounding is the output's: C plus the sum, to float.
 static double g_fp8[256];
 static int g_fp8_ready;
 
+// D[i][j] = C[i][j] + sum_k A[i][k] B[k][j] for N x N tiles: each output column
+// its own chain of additions over k, eight columns a vector, so nothing is
+// reassociated; built for the host's widest vector unit (B 64-byte aligned).
+typedef double hx_v8d __attribute__((vector_size(64)));
+#define HX_MFMA_PRODUCT(N)                                                                                      \
+  __attribute__((target_clones("avx512f", "avx2", "default"))) static void product_##N(                        \
+      int K, const double (*A)[128], const double (*B)[32], const double (*C)[32], float (*D)[32]) {            \
+    for (int i = 0; i < N; i++) {                                                                              \
+      hx_v8d acc[N / 8] = {0};                                                                                 \
+      for (int k = 0; k < K; k++) {                                                                            \
+        const double x = A[i][k];                                                                              \
+        const hx_v8d a = {x, x, x, x, x, x, x, x};                                                             \
+        _Pragma("GCC unroll 4") for (int q = 0; q < N / 8; q++) acc[q] += a * *(const hx_v8d*)&B[k][8 * q];  \
+      }                                                                                                        \
+      for (int j = 0; j < N; j++) D[i][j] = (float)(C[i][j] + acc[j / 8][j % 8]);                              \
+    }                                                                                                          \
+  }
+HX_MFMA_PRODUCT(16)
+HX_MFMA_PRODUCT(32)
+
 static int mfma(hx_wave* w, int n) {
   const int K = n == 32 ? 64 : 128, NC = n == 32 ? 16 : 4;
-  double A[32][128], Bt[32][128], C[32][32];  // Bt: B transposed, so both dot operands are contiguous
+  double A[32][128], B[128][32] __attribute__((aligned(64))), C[32][32];
   if (!g_fp8_ready) {
     for (int i = 0; i < 256; i++) g_fp8[i] = hx_emu_fp8_to_f32((unsigned)i);
     g_fp8_ready = 1;
@@ -67,23 +88,15 @@ static int mfma(hx_wave* w, int n) {
     for (int byte = 0; byte < 32; byte++) {
       int k = mfma_k(n, l, byte);
       A[col][k] = g_fp8[m->a[byte]];
-      Bt[col][k] = g_fp8[m->b[byte]];
+      B[k][col] = g_fp8[m->b[byte]];
     }
     for (int e = 0; e < NC; e++) C[mfma_row(n, l, e)][col] = m->c[e];
   }
   float D[32][32];
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < n; j++) {
-      const double *a = A[i], *b = Bt[j];
-      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (int k = 0; k < K; k += 4) {
-        s0 += a[k] * b[k];
-        s1 += a[k + 1] * b[k + 1];
-        s2 += a[k + 2] * b[k + 2];
-        s3 += a[k + 3] * b[k + 3];
-      }
-      D[i][j] = (float)(C[i][j] + ((s0 + s1) + (s2 + s3)));
-    }
+  if (n == 32)
+    product_32(K, A, B, C, D);
+  else
+    product_16(K, A, B, C, D);
   for (int l = 0; l < HX_EMU_WAVE; l++) {
     mfma_args* m = (mfma_args*)w->lanes[l]->args;
     for (int e = 0; e < NC; e++) m->d[e] = D[mfma_row(n, l, e)][l % n];
