@@ -83,6 +83,27 @@ def test_mfma_matches_a_times_b(emu, n, seed):
         [(i, j) for i in range(n) for j in range(n)]
 
 
+@pytest.mark.parametrize("n", [32, 16])
+def test_mfma_sums_exactly_over_the_whole_fp8_range(emu, n):
+    """Any finite fp8 bytes, subnormals and +-448 among them: every partial sum of products is exact in a double,
+    so the result is C plus the exact sum rounded once, bit for bit, whatever order the emulator adds in."""
+    rng = np.random.default_rng(n)
+    K = 64 if n == 32 else 128
+    finite = np.setdiff1d(np.arange(256, dtype=np.uint8), [0x7F, 0xFF])
+    A, B = (rng.choice(finite, s).view(FP8) for s in ((n, K), (K, n)))
+    A[0, :] = np.array(0x7E, np.uint8).view(FP8)  # 448: row 0's products at their largest
+    B[:, 0] = np.array(0x7E, np.uint8).view(FP8)
+    C = rng.standard_normal((n, n)).astype(np.float32)
+    col, k, row = _layout(n)
+    a = np.ascontiguousarray(A.view(np.uint8)[col, k])
+    b = np.ascontiguousarray(B.view(np.uint8)[k, col])
+    c = np.ascontiguousarray(C[row, col[:, :1]])
+    d = np.full_like(c, np.nan)
+    emu.launch("hx_t_mfma32" if n == 32 else "hx_t_mfma16", _params(in0=a, in1=b, out0=d, out1=c))
+    want = (A.astype(np.float64) @ B.astype(np.float64) + C).astype(np.float32)[row, col[:, :1]]
+    assert np.array_equal(d, want)
+
+
 def test_mfma_rejects_non_unit_scales(emu):
     z = np.zeros((64, 32), np.uint8)
     c = np.zeros((64, 16), np.float32)
