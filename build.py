@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         if a.check:
             problems = [p for tree in trees(out) for p in manifest.check(tree, src, targets)]
             if emu and not problems:
-                problems = emubuild.check_target(out, _gfx950_entries(out))
+                problems = emubuild.check_target(out, _gfx950_entries(out), src)
             for p in problems:
                 print(f"stale: {p}", file=sys.stderr)
             if not problems:

@@ -107,12 +107,21 @@ def _stamp(out: Path, digest: str) -> None:
     out.with_name(out.name + ".sha256").write_text(digest)
 
 
+def _library_digest(sources, out: Path, link=(), src: Path = SRC) -> str:
+    emu_src = Path(src) / "emu"
+    # the library's own folder (a -L of the link) is hashed as a placeholder: a moved build stays current
+    return _digest([emu_src / s for s in sources] + sorted(emu_src.glob("*.h")),
+                   " ".join(map(str, link)).replace(str(out.parent), "<lib>").encode())
+
+
+def _runtime_link(lib_dir: Path) -> tuple:
+    return ("-L", str(lib_dir), "-lhxemu", "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN")
+
+
 def _c_library(sources, out: Path, link=(), force=False, src: Path = SRC) -> Path:
     emu_src = Path(src) / "emu"
     srcs = [emu_src / s for s in sources]
-    headers = sorted(emu_src.glob("*.h"))
-    # the library's own folder (a -L of the link) is hashed as a placeholder: a moved build stays current
-    digest = _digest(srcs + headers, " ".join(map(str, link)).replace(str(out.parent), "<lib>").encode())
+    digest = _library_digest(sources, out, link, src)
     if not force and _stamped(out, digest):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +146,7 @@ def build_core(lib_dir: Path, force=False, src: Path = SRC) -> Path:
 def build_runtime(lib_dir: Path, force=False, src: Path = SRC) -> Path:
     lib_dir = Path(lib_dir)
     build_core(lib_dir, force, src)
-    link = ("-L", str(lib_dir), "-lhxemu", "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN")
-    return _c_library(RUNTIME_SOURCES, lib_dir / "libamdhip64.so", link=link, force=force, src=src)
+    return _c_library(RUNTIME_SOURCES, lib_dir / "libamdhip64.so", link=_runtime_link(lib_dir), force=force, src=src)
 
 
 def wrapper_text(source: Path, kernels) -> str:
@@ -240,17 +248,26 @@ def build_target(out: Path, src: Path, work: Path, entries, jobs=1, log=print, f
     return root
 
 
-def check_target(out: Path, entries) -> list[str]:
+def stale_libraries(lib_dir: Path, src: Path = SRC) -> list[str]:
+    """The emulator's libraries in lib_dir that are missing or were built from other sources than src's."""
+    lib_dir, problems = Path(lib_dir), []
+    for lib, sources, link in (("libhxemu.so", CORE_SOURCES, ()),
+                               ("libamdhip64.so", RUNTIME_SOURCES, _runtime_link(lib_dir))):
+        if not (lib_dir / lib).is_file():
+            problems.append(f"lib/{lib} is missing")
+        elif not _stamped(lib_dir / lib, _library_digest(sources, lib_dir / lib, link, src)):
+            problems.append(f"lib/{lib} is stale: built from other sources than {Path(src) / 'emu'}")
+    return problems
+
+
+def check_target(out: Path, entries, src: Path = SRC) -> list[str]:
     """Problems with <out>/emu-gfx950 against the gfx950 manifest entries; empty when current."""
     root = Path(out) / TARGET
     reg = root / "registry.txt"
     if not reg.is_file():
         return [f"[{TARGET}] {reg} is missing: run build.py"]
     have = {tuple(line.split()[:2]): line.split() for line in reg.read_text().splitlines() if line.strip()}
-    problems = []
-    for lib in ("libhxemu.so", "libamdhip64.so"):
-        if not (root / "lib" / lib).is_file():
-            problems.append(f"[{TARGET}] lib/{lib} is missing")
+    problems = [f"[{TARGET}] {p}" for p in stale_libraries(root / "lib", src)]
     for e in entries:
         row = have.get((e["sha256"], e["symbol"]))
         if row is None:

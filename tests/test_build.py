@@ -338,6 +338,23 @@ def test_an_emulated_kernel_is_rebuilt_for_what_it_reads_not_where_it_sits(tmp_p
     assert build_fill(b)["fill.so"] != built_a["fill.so"]
 
 
+def test_check_names_an_emulator_library_built_from_other_sources(tmp_path):
+    from hxbuild import emu
+    if not emu.available():
+        pytest.skip("no host compiler for the emulator")
+    shutil.copytree(ROOT / "hsaco_src" / "emu", tmp_path / "src" / "emu")
+    lib = tmp_path / "lib"
+    emu.build_runtime(lib, src=tmp_path / "src")
+    assert emu.stale_libraries(lib, tmp_path / "src") == []
+    fiber = tmp_path / "src" / "emu" / "fiber.c"
+    fiber.write_text(fiber.read_text() + "//\n")
+    assert [p.split(" ", 1)[0] for p in emu.stale_libraries(lib, tmp_path / "src")] == ["lib/libhxemu.so"]
+    (tmp_path / "src" / "emu" / "core.h").write_text((tmp_path / "src" / "emu" / "core.h").read_text() + "//\n")
+    assert len(emu.stale_libraries(lib, tmp_path / "src")) == 2, "a header: both libraries"
+    (lib / "libamdhip64.so").unlink()
+    assert "lib/libamdhip64.so is missing" in emu.stale_libraries(lib, tmp_path / "src")
+
+
 def test_emu_only_needs_a_gfx950_build_to_go_over(tmp_path, capsys):
     """build.py --emu-only (mutate.py's planted trees) builds the emulated twins over the gfx950 objects of a
     build; with none in --out it says so."""
