@@ -161,6 +161,18 @@ def test_isa_lint_is_clean_for_both_variants(emu_kernels):
         assert lint.lint(lint.compile_asm(src, ["HX_BLOCK=256", f"HX_HEADS={heads}"]), src.read_text()) == []
 
 
+def test_the_isa_reports_of_one_process_compile_each_kernel_once(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(isa_report, "_ASM", {})
+    monkeypatch.setattr(isa_report, "_compile_asm", lambda e, src: compiled.append(e["variant_key"]) or "")
+    manifest = ROOT / "hipindexer" / "kernels" / "manifest.json"
+    if not manifest.is_file():
+        pytest.skip("no kernel build")
+    for _ in range(2):
+        isa_report.manifest_reports(manifest, names=("fill_u32", "mqa_logits_mfma"))
+    assert sorted(compiled) == sorted(set(compiled)) and "fill_u32" in compiled and len(compiled) >= 3, compiled
+
+
 @pytest.mark.toolchain
 def test_isa_report_reads_any_gfx950_assembly(tmp_path):
     """The report takes plain clang -S output (how another project's kernel is compared)."""

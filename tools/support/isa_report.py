@@ -40,10 +40,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -539,8 +541,20 @@ def report_asm(asm: str, source: str, tile_mfmas: int | None = None, tile_what: 
     return out
 
 
+# clang -S output by (variant, object, sources, flags, source tree): one process's reports (the tests' several
+# fixtures) compile each kernel once.
+_ASM: dict = {}
+
+
 def _manifest_asm(entry: dict, src_root: Path) -> str:
     """clang -S of a manifest entry with the flags it was built with (and the current params header)."""
+    key = (entry["variant_key"], entry.get("sha256"), entry.get("source_hash"), tuple(entry["flags"]), str(src_root))
+    if key not in _ASM:
+        _ASM[key] = _compile_asm(entry, src_root)
+    return _ASM[key]
+
+
+def _compile_asm(entry: dict, src_root: Path) -> str:
     from hipindexer import catalog
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -561,12 +575,13 @@ def manifest_reports(manifest: Path | None = None, src_root: Path | None = None,
     manifest = manifest or ROOT / "hipindexer" / "kernels" / "manifest.json"
     src_root = src_root or ROOT / "hsaco_src"
     doc = json.loads(Path(manifest).read_text())
+    entries = [e for e in doc["kernels"] if e["target"] == "gfx950" and (not names or e["name"] in names)]
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # each compile is a clang process
+        asms = list(pool.map(lambda e: _manifest_asm(e, src_root), entries))
     reports = []
-    for e in doc["kernels"]:
-        if e["target"] != "gfx950" or (names and e["name"] not in names):
-            continue
+    for e, asm in zip(entries, asms):
         tm, what = TILE_MFMAS.get(e["variant_key"], (None, ""))
-        for r in report_asm(_manifest_asm(e, src_root), e["variant_key"], tm, what):
+        for r in report_asm(asm, e["variant_key"], tm, what):
             mres = e.get("resources", {})
             for k in ("vgpr", "agpr", "scratch", "occupancy", "lds"):  # the code object's note is the authority
                 if k in mres and r.resources.get(k) != mres[k]:
