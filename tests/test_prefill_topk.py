@@ -292,6 +292,10 @@ def test_the_bench_leaves_out_the_named_launches_of_every_group_in_order(hopper)
     B._without(dev, args, ws, idx, vals, ("sample", "finish"))(0)
     assert _symbols(hb, n0) == [s for i, s in enumerate(every) if i % 5 not in (0, 4)]
     assert B._without(dev, args, prefill_topk_workspace(48, 4096, 1024, device=dev), idx, vals, ()) is None
+    for i, name in enumerate(B.LAUNCHES):  # --stages: the first group's launch alone
+        n0 = len(hb.launches)
+        B._fused_call(dev, args, ws, idx, vals, (name,), first_group_only=True)(0)
+        assert _symbols(hb, n0) == [every[i]], name
     for bad, why in (("sample,nope", "nope"), ("filter", "only with the finish")):
         r = CliRunner().invoke(B.main, ["--leave-out", bad])
         assert r.exit_code == 2 and "--leave-out" in r.output and why in r.output, r.output

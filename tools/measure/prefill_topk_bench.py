@@ -18,6 +18,7 @@ run back to back.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 
@@ -61,40 +62,31 @@ def _torch(logits):
 
 
 LAUNCHES = ("sample", "sample_logits", "floor", "filter", "finish")
+FIELD = {"sample_logits": "logits"}  # a launch's name here -> its FusedGroup field
 
 
-def _launches(dev, args, ws, idx, vals):
-    """The last fused call's launches on workspace `ws`, in order: (group, launch name, a callable of no argument
-    that launches it), or [] when no fused call was planned on it."""
+def _fused_call(dev, args, ws, idx, vals, keep, first_group_only=False):
+    """A timer of the last fused call planned on workspace `ws`, run by the op's own run_fused over a copy of its
+    plan in which the launches not named in `keep` launch nothing (of the first group alone, if asked); None when no
+    fused call was planned on `ws` or nothing is kept."""
     hit = [p for p in _plans() if isinstance(p, prefill_topk_fused.FusedPlan) and p.workspace is ws]
-    if not hit:
-        return []
+    if not hit or not set(keep) & set(LAUNCHES):
+        return None
     plan = hit[-1]
-    q, k, kv_scale, weights, ks, ke = args
-    st = dev.default_stream.handle
-    qrow, wrow = plan.s.H * plan.s.D, 4 * plan.s.H
-    out = []
-    for g, (grp, at) in enumerate(plan.groups):
-        r0 = grp.r0
-        qg, wg, ksg, keg = q.ptr + r0 * qrow, weights.ptr + r0 * wrow, ks.ptr + 4 * r0, ke.ptr + 4 * r0
-        ig, vg = idx.ptr + r0 * 4 * plan.strides[0], vals.ptr + r0 * 4 * plan.strides[1]
-        every = {"sample": (grp.sample, (k.ptr, kv_scale.ptr, ksg, keg)),
-                 "sample_logits": (grp.logits, (qg, at["sample_k"], at["sample_scale"], wg, at["sks"], at["ske"],
-                                                at["cand"])),
-                 "floor": (grp.floor, (k.ptr, kv_scale.ptr, ksg, keg)),
-                 "filter": (grp.filter, (qg, k.ptr, kv_scale.ptr, wg, ksg, keg)),
-                 "finish": (grp.finish, (at["cand"], at["counts"], at["floors"], qg, k.ptr, kv_scale.ptr, wg, ksg,
-                                         keg, ig, vg))}
-        out += [(g, n, (lambda fn=every[n][0], a=every[n][1]: fn(st, *a))) for n in LAUNCHES]
-    return out
+    skip = {FIELD.get(n, n): (lambda *a: None) for n in LAUNCHES if n not in keep}
+    groups = plan.groups[:1] if first_group_only else plan.groups
+    part = dataclasses.replace(plan, groups=[(dataclasses.replace(g, **skip), at) for g, at in groups])
+    st = dev.default_stream
+    return lambda i: prefill_topk_fused.run_fused(part, st, *args, idx, vals)
 
 
 def _stages(dev, args, ws, idx, vals, repeats):
     """Each launch of a fused call's first group replayed alone (after a whole call set its inputs up): us_stage_*."""
     out = {}
-    for g, name, launch in _launches(dev, args, ws, idx, vals):  # in order: each leaves the next's input
-        if g == 0:
-            out[f"us_stage_{name}"] = statistics.median(time_batches(dev, lambda i: launch(), repeats)[0])
+    for name in LAUNCHES:  # in order: each leaves the next's input
+        f = _fused_call(dev, args, ws, idx, vals, (name,), first_group_only=True)
+        if f is not None:
+            out[f"us_stage_{name}"] = statistics.median(time_batches(dev, f, repeats)[0])
     return out
 
 
@@ -102,12 +94,7 @@ def _without(dev, args, ws, idx, vals, left_out):
     """A fused call's launches, every group's in order, but those named in `left_out`: a timer of what the rest
     cost within the op (the workspace as the last whole call left it, so a filter reads that call's floors; the
     result is not the op's). None when no fused call was planned on `ws`."""
-    kept = [launch for _, name, launch in _launches(dev, args, ws, idx, vals) if name not in left_out]
-
-    def run(i):
-        for launch in kept:
-            launch()
-    return run if kept else None
+    return _fused_call(dev, args, ws, idx, vals, [n for n in LAUNCHES if n not in left_out])
 
 
 def _plans():
