@@ -6,6 +6,7 @@ cuDeviceComputeCapability). Contexts are the devices' primary contexts, so
 CuPy, JAX and torch see the same context and share pointers and streams.
 """
 import ctypes
+import os
 
 import numpy as np
 
@@ -49,6 +50,10 @@ class CudaBackend:
         self._inited = None
         self._ctx = {}
         self._streams = {}  # stream handle -> its CUstream, made once
+        self._configs = {}  # (grid, block, shared bytes, stream handle) -> its CUlaunchConfig
+        # Every sm_90a kernel waits for the grid before it (hx_grid_dependency_wait), so each may be launched to
+        # start during that grid's tail. HIPINDEXER_OVERLAP_LAUNCHES=0 launches in plain stream order.
+        self.overlap_launches = os.environ.get("HIPINDEXER_OVERLAP_LAUNCHES", "1") != "0"
 
     def library_path(self):
         return "libcuda.so.1 (system search)"
@@ -219,6 +224,14 @@ class CudaBackend:
         return (kp.ctypes.data, kp)  # the array must outlive every launch
 
     def launch(self, fn, grid, block, shared_mem, stream, args):
+        if self.overlap_launches:
+            config = self._configs.get((grid, block, shared_mem, stream))
+            if config is None:
+                config = self._launch_config(grid, block, shared_mem, stream)
+            err = _cu.cuLaunchKernelEx(config, fn, args[0], 0)[0]
+            if err:
+                _check(err, "cuLaunchKernelEx")
+            return
         # The binding wraps an int stream in a new CUstream on every call; a launch takes the one kept here.
         cs = self._streams.get(stream)
         if cs is None:
@@ -226,6 +239,22 @@ class CudaBackend:
         err = _cu.cuLaunchKernel(fn, *grid, *block, shared_mem, cs, args[0], 0)[0]
         if err:
             _check(err, "cuLaunchKernel")
+
+    def _launch_config(self, grid, block, shared_mem, stream):
+        """A CUlaunchConfig with programmatic stream serialization, kept for the next launch of the same
+        geometry on the same stream (building one costs more than the launch)."""
+        if len(self._configs) >= 4096:
+            self._configs.clear()
+        attr = _cu.CUlaunchAttribute()
+        attr.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        c = _cu.CUlaunchConfig()
+        c.gridDimX, c.gridDimY, c.gridDimZ = grid
+        c.blockDimX, c.blockDimY, c.blockDimZ = block
+        c.sharedMemBytes, c.hStream = shared_mem, _cu.CUstream(stream)
+        c.attrs, c.numAttrs = [attr], 1
+        self._configs[(grid, block, shared_mem, stream)] = c
+        return c
 
 
 _backend = None

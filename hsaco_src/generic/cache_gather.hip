@@ -28,6 +28,7 @@ HX_INLINE HX_DEV void hx_flag(const CacheGatherParams& p, hx_i32 bit) {
 }
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_gather_cached_keys(const HX_GRID_CONSTANT CacheGatherParams p) {
+  hx_grid_dependency_wait();
   const hx_i32 chunks = p.D / 16;
   const hx_i64 w = (hx_i64)hx_block_x() * HX_BLOCK + hx_thread_x();
   const hx_i32* const cu = p.cu_seq_lens;

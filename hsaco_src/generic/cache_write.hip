@@ -97,6 +97,7 @@ HX_INLINE HX_DEV void hx_quantize_tokens(const CacheWriteParams& p, hx_u32* amax
 }
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_quantize_and_cache(const HX_GRID_CONSTANT CacheWriteParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, amax, HX_BLOCK);
   // Preshuffled needs block_size % 16 == 0, so its chunks are always 16-byte aligned (paged_cache.h).
   if (p.preshuffle) hx_quantize_tokens<false, true>(p, amax);

@@ -11,6 +11,7 @@
 #define HX_ECHO_AT(T, field) (*(T*)(o + __builtin_offsetof(EchoParams, field)) = p.field)
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_echo_params(const HX_GRID_CONSTANT EchoParams p) {
+  hx_grid_dependency_wait();
   hx_u8* o = p.out;
   const hx_u32 t = hx_thread_x();
   if (hx_block_x() == 0 && t == 0) {

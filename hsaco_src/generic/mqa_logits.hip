@@ -53,6 +53,7 @@ HX_INLINE HX_DEV void hx_logits_rows(const Params& p, hx_i32 m, hx_i32 m_end, hx
 }
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_GENERIC_KERNEL(const HX_GRID_CONSTANT Params p) {
+  hx_grid_dependency_wait();
   const hx_i32 rb = p.reverse_rows ? (hx_i32)hx_grid_dim_x() - 1 - (hx_i32)hx_block_x() : (hx_i32)hx_block_x();
   const hx_i32 m0 = rb * p.rows_per_block;
   const hx_i32 m1 = hx_min_i32(p.M, m0 + p.rows_per_block);

@@ -207,6 +207,7 @@ HX_INLINE HX_DEV void hx_compute_blocks(const DecodeParams& p, const hx_decode_t
 // sm_90a: three resident blocks per SM let ptxas keep the unit's walk state in registers across the key loops
 // (its default register budget spilled it there); the shared key tile allows no more than seven anyway.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3) void hx_paged_mqa_logits_generic(const HX_GRID_CONSTANT DecodeParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32x4, k_rows, KT * KROW_MAX / 16);
   HX_SHARED(hx_f32x4, q_pass, QF_MAX / 4);
   HX_SHARED(float, w_pass, PASS);

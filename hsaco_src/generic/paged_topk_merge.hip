@@ -40,6 +40,7 @@ HX_INLINE HX_DEV void hx_merge_write(const PagedTopkMergeParams& p, hx_i64 row, 
 }
 
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRID_CONSTANT PagedTopkMergeParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);

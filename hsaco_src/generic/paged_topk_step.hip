@@ -39,6 +39,7 @@ HX_INLINE HX_DEV hx_i32 hx_chunk_length(const PagedTopkStepParams& p, hx_i64 row
 
 // At least three blocks of 256 an SM, or two of 512: ptxas then keeps the merge's slots in registers.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_paged_topk_step(const HX_GRID_CONSTANT PagedTopkStepParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 2);

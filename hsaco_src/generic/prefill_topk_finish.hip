@@ -41,6 +41,7 @@ struct hx_finish_parts {
 // slice of the list.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1024 / HX_BLOCK) void hx_prefill_topk_finish(
     const HX_GRID_CONSTANT PrefillTopkFinishParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK / HX_WAVE_SIZE);
   HX_SHARED(hx_u32, found, 3);

@@ -98,6 +98,7 @@ HX_INLINE HX_DEV void hx_cut_by_sample(const PrefillSampleParams& p, hx_i64 m, h
 // and the cut's fits them without spilling.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1536 / HX_BLOCK) void hx_prefill_topk_floor(
     const HX_GRID_CONSTANT PrefillSampleParams p) {
+  hx_grid_dependency_wait();
   HX_FLOOR_SHARED;
   HX_SHARED(hx_cut_shared, cut, 1);
   const hx_u32 tid = hx_thread_x();

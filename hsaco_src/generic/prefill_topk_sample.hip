@@ -7,6 +7,7 @@
 #include "topk_sample.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_prefill_topk_sample(const HX_GRID_CONSTANT PrefillSampleParams p) {
+  hx_grid_dependency_wait();
   const hx_i64 per = p.D / 16;                  // 16-byte words of a key
   const hx_i64 words = (hx_i64)p.samples * per;  // of the sample
   const hx_i64 total = words > p.M ? words : (hx_i64)p.M;

@@ -26,6 +26,7 @@
 HX_INLINE HX_DEV bool hx_malformed(hx_i32 q, hx_i32 len) { return q < 0 || len < 0 || q > len; }
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_packed_prefill_windows(const HX_GRID_CONSTANT WindowsParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_i64, rows, HX_BLOCK);  // inclusive sums of the tile's query rows
   HX_SHARED(hx_i64, keys, HX_BLOCK);  // and of its context lengths
   const hx_i32 tid = (hx_i32)hx_thread_x();

@@ -6,6 +6,7 @@
 #include "hx_params.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_split_probe(const HX_GRID_CONSTANT SplitProbeParams p) {
+  hx_grid_dependency_wait();
   const hx_i32 rb = p.reverse_rows ? (hx_i32)hx_grid_dim_x() - 1 - (hx_i32)hx_block_x() : (hx_i32)hx_block_x();
   const hx_i32 m0 = rb * p.rows_per_block, m1 = hx_min_i32(p.M, m0 + p.rows_per_block);
   hx_i32 lo = p.N, hi = 0;

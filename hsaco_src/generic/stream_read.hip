@@ -6,6 +6,7 @@
 #include "hx_params.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_stream_read_u32x4(const HX_GRID_CONSTANT StreamReadParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, partial, HX_BLOCK);
   const hx_u64 stride = (hx_u64)hx_grid_dim_x() * HX_BLOCK;
   const hx_u32x4* src = (const hx_u32x4*)p.src;

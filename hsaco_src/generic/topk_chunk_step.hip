@@ -20,6 +20,7 @@ HX_INLINE HX_DEV hx_i32 hx_chunk_end(hx_i32 end, hx_i64 first_key, hx_i32 width)
 
 // At least three blocks of 256 an SM, or two of 512: ptxas then keeps the merge's slots in registers.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_topk_chunk_step(const HX_GRID_CONSTANT TopkStepParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 2);

@@ -26,6 +26,7 @@
 // Rows block_x, block_x + grid, ...: the op caps the grid (hipindexer.ops.topk.MAX_BLOCKS), since a grid of one
 // block per row would pass the 2^32 work-items of a gfx950 dispatch at 2^24 rows.
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_logits(const HX_GRID_CONSTANT TopkParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 2);  // the digit holding the top_k-th key, and how many of its keys to take

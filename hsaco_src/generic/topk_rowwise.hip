@@ -166,6 +166,7 @@ HX_INLINE HX_DEV void hx_rowwise_floored(const TopkSplitParams& p, const HxSplit
 }
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_rowwise(const HX_GRID_CONSTANT TopkSplitParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 3);

@@ -5,6 +5,7 @@
 #include "paged_cache.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_slots(const HX_GRID_CONSTANT TopkSlotsParams p) {
+  hx_grid_dependency_wait();
   const hx_u64 count = (hx_u64)p.rows * (hx_u64)p.top_k;
   const hx_u64 stride = (hx_u64)hx_grid_dim_x() * HX_BLOCK;
   for (hx_u64 e = (hx_u64)hx_block_x() * HX_BLOCK + hx_thread_x(); e < count; e += stride) {

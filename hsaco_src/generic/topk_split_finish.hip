@@ -10,6 +10,7 @@
 using Finish = HxFinishRow<MAX_TOP_K, HX_SMEM / 8>;
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_finish(const HX_GRID_CONSTANT TopkSplitParams p) {
+  hx_grid_dependency_wait();
   HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
   HX_SHARED(hx_u32, scan, HX_BLOCK);
   HX_SHARED(hx_u32, found, 3);

@@ -5,6 +5,7 @@
 #include "topk_split.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_floor(const HX_GRID_CONSTANT TopkSplitParams p) {
+  hx_grid_dependency_wait();
   HX_FLOOR_SHARED;
   const hx_u32 tid = hx_thread_x();
   for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {

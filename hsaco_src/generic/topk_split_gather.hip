@@ -9,6 +9,7 @@
 #include "topk_split.h"
 
 HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_split_gather(const HX_GRID_CONSTANT TopkSplitParams p) {
+  hx_grid_dependency_wait();
   const bool by_lengths = p.lengths != 0;
   const hx_i64 items = (hx_i64)p.rows * p.parts;
   for (hx_i64 item = hx_block_x(); item < items; item += hx_grid_dim_x()) {

@@ -225,6 +225,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
 }  // namespace
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_FOLD_KERNEL(const HX_GRID_CONSTANT Params p) {
+  hx_grid_dependency_wait();
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
   hx_prefill_cta<Cta>(p, smem_raw);
 }

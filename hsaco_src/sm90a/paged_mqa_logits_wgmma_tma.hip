@@ -132,6 +132,7 @@ HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& s
 }  // namespace
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_logits_wgmma_tma(const HX_GRID_CONSTANT DecodeTmaParams p) {
+  hx_grid_dependency_wait();
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);

@@ -8,6 +8,7 @@
 #include "hopper.h"
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_wgmma_peak(const HX_GRID_CONSTANT PeakParams p) {
+  hx_grid_dependency_wait();
   __shared__ __align__(1024) hx_u8 a_tile[64 * 128];
   __shared__ __align__(1024) hx_u8 b_tile[256 * 128];
   const hx_u32 tid = hx_thread_x();

@@ -13,6 +13,7 @@
     python -m tools.support.mutate --suite emu --set paged_topk_fused_mfma       # the gfx950 fused decode top-k kernel
     python -m tools.support.mutate --suite cuda --set sm90a_decode_tma           # the sm_90a decode kernel's plants
     python -m tools.support.mutate --suite emu --set gfx950_decode               # the gfx950 MFMA decode kernels
+    python -m tools.support.mutate --suite cuda --set launch_overlap             # kernels that wait for the grid before
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --build-only   # compile here ...
     python -m tools.support.mutate --suite cuda --set sm90a --builds DIR --prebuilt     # ... run on the GPU machine
 
@@ -442,6 +443,12 @@ PLANTS = {
         Plant("sm90a_filter_counts_flushed_from_their_start", "sm90a/prefill_cta.h",
               "rec[REC_COUNT + lane] - (STAGED ? 0 :", "rec[REC_COUNT + lane] - (true ? 0 :"),
     ],
+    # Launches that overlap the grid before them: the copy kernel not waiting for it, so a copy launched behind a
+    # slow fill reads the words the fill has not written yet. Run with --suite cuda --set launch_overlap (its suite
+    # is tests/test_launch_overlap.py, SET_TESTS).
+    "launch_overlap": [
+        Plant("copy_reads_before_the_fill_is_done", "generic/copy.hip", "  hx_grid_dependency_wait();\n", ""),
+    ],
     # The composed prefill top-k's own step (generic/topk_chunk_step.hip and the filter of common/topk_chunks.h):
     # the next chunk's windows not shifted to it, every window starting a key late, the relative shift read from
     # the next row, the filter's threshold the largest candidate rather than the smallest, its kept columns' chunk
@@ -615,7 +622,8 @@ SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_t
              "paged_topk_fused": "tests/test_paged_topk_fused.py",
              "paged_topk_fused_mfma": "tests/emu/paged_topk_fused_cases.py",
              "prefill_topk": "tests/emu/prefill_topk_cases.py",
-             "prefill_topk_sm90a": "tests/emu/prefill_topk_cases.py"}
+             "prefill_topk_sm90a": "tests/emu/prefill_topk_cases.py",
+             "launch_overlap": "tests/test_launch_overlap.py"}
 
 SUITES = {
     "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},

@@ -1,0 +1,80 @@
+"""Launches that overlap the grid before them (programmatic dependent launch, sm_90a): every kernel built for
+sm_90a waits for its predecessor before it touches memory, and a kernel started during a slow predecessor's run
+still reads everything it wrote."""
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SM90A_SOURCES = [*sorted((ROOT / "hsaco_src" / "generic").glob("*.hip")),
+                 *sorted((ROOT / "hsaco_src" / "sm90a").glob("*.hip"))]
+
+
+def kernel_bodies(text):
+    """(name, body text after its opening brace) of every HX_KERNEL in a source."""
+    for m in re.finditer(r"^HX_KERNEL\b.*?\bvoid\s+(\w+)\s*\(", text, re.M):
+        depth, k = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            k += 1
+        brace = text.index("{", k)
+        yield m.group(1), text[brace + 1:]
+
+
+def test_every_kernel_built_for_sm90a_waits_for_the_grid_before_it_first():
+    seen = 0
+    for src in SM90A_SOURCES:
+        for name, body in kernel_bodies(src.read_text()):
+            first = body.strip().split(";", 1)[0]
+            assert first == "hx_grid_dependency_wait()", \
+                f"{src.relative_to(ROOT)}: kernel {name} starts with {first!r}; launched to overlap the grid " \
+                "before it, it must call hx_grid_dependency_wait() before anything else"
+            seen += 1
+    assert seen >= 20, f"found only {seen} kernels: the pattern no longer matches the sources"
+
+
+def test_the_wait_check_finds_a_kernel_that_does_not_wait():
+    text = "HX_KERNEL HX_LAUNCH_BOUNDS(64) void hx_k(\n    const HX_GRID_CONSTANT P p) {\n  p.dst[0] = 1;\n}\n"
+    assert [(n, b.strip().split(";", 1)[0]) for n, b in kernel_bodies(text)] == [("hx_k", "p.dst[0] = 1")]
+
+
+def test_overlapping_launches_are_on_unless_the_environment_says_no(monkeypatch):
+    from hipindexer.runtime import cuda as rcuda
+    monkeypatch.delenv("HIPINDEXER_OVERLAP_LAUNCHES", raising=False)
+    assert rcuda.CudaBackend().overlap_launches
+    monkeypatch.setenv("HIPINDEXER_OVERLAP_LAUNCHES", "0")
+    assert not rcuda.CudaBackend().overlap_launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_kernel_started_during_a_slow_predecessor_reads_all_it_wrote(gpu_device, overlap):
+    from hipindexer.runtime import Stream, zeros
+    from hipindexer.runtime.module import DEFAULT_MANIFEST, get_kernel
+    if not DEFAULT_MANIFEST.is_file():
+        pytest.skip(f"no built kernels: {DEFAULT_MANIFEST} is missing (run python build.py)")
+    backend = gpu_device._b
+    if overlap and not getattr(backend, "overlap_launches", False):
+        pytest.skip(f"the {gpu_device.backend} backend launches in plain stream order")
+    was = getattr(backend, "overlap_launches", None)
+    if was is not None:
+        backend.overlap_launches = overlap
+    try:
+        fill, copy = get_kernel("fill_u32", device=gpu_device), get_kernel("copy_u32x4", device=gpu_device)
+        s = Stream(gpu_device)
+        n, tail = 1 << 26, 1 << 18  # 256 MiB filled by 4 blocks: milliseconds; the copy reads the last 1 MiB
+        big, out = zeros(n, np.uint32, stream=s), zeros(tail, np.uint32, stream=s)
+        for round_, value in enumerate((0x5EED0001, 0x5EED0002)):
+            out.fill(0, stream=s)
+            fill.launch(4, dst=big, value=value, count=n, stream=s)
+            copy.launch(256, dst=out, src=big.ptr + 4 * (n - tail), n16=tail // 4, stream=s)
+            got = out.numpy(stream=s)
+            bad = np.flatnonzero(got != value)
+            assert bad.size == 0, f"round {round_}: the copy read {bad.size} of {tail} words before the fill " \
+                                  f"wrote them (first at {bad[0]}: {got[bad[0]]:#x})"
+    finally:
+        if was is not None:
+            backend.overlap_launches = was
