@@ -41,12 +41,13 @@ def test_the_wait_check_finds_a_kernel_that_does_not_wait():
     assert [(n, b.strip().split(";", 1)[0]) for n, b in kernel_bodies(text)] == [("hx_k", "p.dst[0] = 1")]
 
 
-def test_overlapping_launches_are_on_unless_the_environment_says_no(monkeypatch):
+def test_launches_overlap_for_kernels_that_hold_an_sm_alone_unless_the_environment_says_otherwise(monkeypatch):
     from hipindexer.runtime import cuda as rcuda
     monkeypatch.delenv("HIPINDEXER_OVERLAP_LAUNCHES", raising=False)
-    assert rcuda.CudaBackend().overlap_launches
-    monkeypatch.setenv("HIPINDEXER_OVERLAP_LAUNCHES", "0")
-    assert not rcuda.CudaBackend().overlap_launches
+    assert rcuda.CudaBackend().overlap_launches == "sole"
+    for mode in ("0", "all"):
+        monkeypatch.setenv("HIPINDEXER_OVERLAP_LAUNCHES", mode)
+        assert rcuda.CudaBackend().overlap_launches == mode
 
 
 @pytest.mark.gpu
@@ -57,11 +58,9 @@ def test_a_kernel_started_during_a_slow_predecessor_reads_all_it_wrote(gpu_devic
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip(f"no built kernels: {DEFAULT_MANIFEST} is missing (run python build.py)")
     backend = gpu_device._b
-    if overlap and not getattr(backend, "overlap_launches", False):
+    if not hasattr(backend, "overlap_launches"):
         pytest.skip(f"the {gpu_device.backend} backend launches in plain stream order")
-    was = getattr(backend, "overlap_launches", None)
-    if was is not None:
-        backend.overlap_launches = overlap
+    was, backend.overlap_launches = backend.overlap_launches, "all" if overlap else "0"
     try:
         fill, copy = get_kernel("fill_u32", device=gpu_device), get_kernel("copy_u32x4", device=gpu_device)
         s = Stream(gpu_device)
@@ -76,5 +75,4 @@ def test_a_kernel_started_during_a_slow_predecessor_reads_all_it_wrote(gpu_devic
             assert bad.size == 0, f"round {round_}: the copy read {bad.size} of {tail} words before the fill " \
                                   f"wrote them (first at {bad[0]}: {got[bad[0]]:#x})"
     finally:
-        if was is not None:
-            backend.overlap_launches = was
+        backend.overlap_launches = was

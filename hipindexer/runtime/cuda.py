@@ -51,9 +51,10 @@ class CudaBackend:
         self._ctx = {}
         self._streams = {}  # stream handle -> its CUstream, made once
         self._configs = {}  # (grid, block, shared bytes, stream handle) -> its CUlaunchConfig
-        # Every sm_90a kernel waits for the grid before it (hx_grid_dependency_wait), so each may be launched to
-        # start during that grid's tail. HIPINDEXER_OVERLAP_LAUNCHES=0 launches in plain stream order.
-        self.overlap_launches = os.environ.get("HIPINDEXER_OVERLAP_LAUNCHES", "1") != "0"
+        # Every sm_90a kernel waits for the grid before it (hx_grid_dependency_wait), so any may be launched to
+        # start during that grid's tail. HIPINDEXER_OVERLAP_LAUNCHES: "sole" (the default) overlaps the launches of
+        # kernels whose blocks each hold an SM alone (launch_overlapping); "all" every launch; "0" none.
+        self.overlap_launches = os.environ.get("HIPINDEXER_OVERLAP_LAUNCHES", "sole")
 
     def library_path(self):
         return "libcuda.so.1 (system search)"
@@ -111,6 +112,10 @@ class CudaBackend:
     def device_name(self, index):
         raw = _check(_cu.cuDeviceGetName(256, self._dev(index)), "cuDeviceGetName")
         return bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
+
+    def shared_per_cu(self, index):
+        """Shared memory bytes one SM holds for all its resident blocks."""
+        return self._attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", index)
 
     def num_cus(self, index):
         return self._attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", index)
@@ -223,15 +228,25 @@ class CudaBackend:
         kp = np.array([buf_addr], dtype=np.uint64)
         return (kp.ctypes.data, kp)  # the array must outlive every launch
 
+    def launch_overlapping(self, fn, grid, block, shared_mem, stream, args):
+        """launch, started during the tail of the grid before it on the stream (programmatic stream
+        serialization) unless overlap_launches is "0"."""
+        if self.overlap_launches != "0":
+            self._launch_ex(fn, grid, block, shared_mem, stream, args)
+        else:
+            self.launch(fn, grid, block, shared_mem, stream, args)
+
+    def _launch_ex(self, fn, grid, block, shared_mem, stream, args):
+        config = self._configs.get((grid, block, shared_mem, stream))
+        if config is None:
+            config = self._launch_config(grid, block, shared_mem, stream)
+        err = _cu.cuLaunchKernelEx(config, fn, args[0], 0)[0]
+        if err:
+            _check(err, "cuLaunchKernelEx")
+
     def launch(self, fn, grid, block, shared_mem, stream, args):
-        if self.overlap_launches:
-            config = self._configs.get((grid, block, shared_mem, stream))
-            if config is None:
-                config = self._launch_config(grid, block, shared_mem, stream)
-            err = _cu.cuLaunchKernelEx(config, fn, args[0], 0)[0]
-            if err:
-                _check(err, "cuLaunchKernelEx")
-            return
+        if self.overlap_launches == "all":
+            return self._launch_ex(fn, grid, block, shared_mem, stream, args)
         # The binding wraps an int stream in a new CUstream on every call; a launch takes the one kept here.
         cs = self._streams.get(stream)
         if cs is None:

@@ -171,7 +171,16 @@ class Kernel:
             device.activate()
             device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
         self._launch = device._b.launch
+        if hasattr(device._b, "launch_overlapping") and self._holds_a_cu_alone():
+            # A grid whose blocks each fill an SM is placed the same whether it starts early or not; a grid of
+            # smaller blocks started during its predecessor's tail piles them onto the SMs that came free first.
+            self._launch = device._b.launch_overlapping
         self._local = threading.local()
+
+    def _holds_a_cu_alone(self) -> bool:
+        """Whether no two blocks of this kernel fit one compute unit's shared memory."""
+        shared = self.dynamic_smem + int(self.entry.get("resources", {}).get("shared", 0))
+        return 2 * shared > self.device._b.shared_per_cu(self.device.index)
 
     def _buffer(self):
         """This thread's (parameter struct, launch arguments pointing at it)."""
