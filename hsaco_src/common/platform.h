@@ -66,12 +66,12 @@ static_assert(sizeof(hx_u64) == 8 && sizeof(void*) == 8, "LP64 expected");
 #define HX_INLINE static inline __attribute__((always_inline))
 #define HX_MEMBER inline __attribute__((always_inline))  // HX_INLINE for a member function
 
-// Programmatic dependent launch. The CUDA runtime launches sm_90a kernels with programmatic stream
-// serialization, so a kernel's blocks may start while the grid before it in the stream is still running (its
-// launch and set-up then hide behind that grid's tail). Every kernel built for sm_90a calls this before it reads or
-// writes global memory: it returns once the grid before has completed and its writes are visible, then lets the grid
-// after this one start its blocks, which wait here in turn. Launched without the attribute it returns at once;
-// the other targets launch in plain stream order and have nothing to wait for.
+// Programmatic dependent launch. The CUDA runtime may launch any sm_90a kernel with programmatic stream
+// serialization, so that its blocks start while the grid before it in the stream is still running (their launch
+// and set-up then hide behind that grid's tail). Every kernel built for sm_90a therefore calls this before it reads
+// or writes global memory: it returns once the grid before has completed and its writes are visible, then lets the
+// grid after this one start its blocks, which wait here in turn. Launched without the attribute it returns at
+// once; the other targets launch in plain stream order and have nothing to wait for.
 HX_INLINE HX_DEV void hx_grid_dependency_wait() {
 #if defined(HX_NVIDIA)
   asm volatile("griddepcontrol.wait;" ::: "memory");
