@@ -50,6 +50,34 @@ def test_launches_overlap_for_kernels_that_hold_an_sm_alone_unless_the_environme
         assert rcuda.CudaBackend().overlap_launches == mode
 
 
+HOPPER_SHARED_PER_SM = 233472  # 228 KiB, what an H100's and an H200's SM hold for all their blocks
+
+
+def test_a_kernel_holds_an_sm_alone_when_two_of_its_blocks_would_overflow_its_shared_memory():
+    from hipindexer.runtime.module import holds_a_cu_alone
+    half = HOPPER_SHARED_PER_SM // 2
+    assert not holds_a_cu_alone({"dynamic_smem": half}, HOPPER_SHARED_PER_SM)
+    assert holds_a_cu_alone({"dynamic_smem": half + 1}, HOPPER_SHARED_PER_SM)
+    assert holds_a_cu_alone({"dynamic_smem": half, "resources": {"shared": 1}}, HOPPER_SHARED_PER_SM)
+    assert not holds_a_cu_alone({"resources": {"shared": 4096}}, HOPPER_SHARED_PER_SM)
+    assert not holds_a_cu_alone({}, HOPPER_SHARED_PER_SM)
+
+
+def test_on_hopper_the_tensor_core_kernels_the_merge_and_the_rowwise_top_k_launch_to_overlap_and_no_other():
+    from hipindexer.runtime.module import DEFAULT_MANIFEST, holds_a_cu_alone
+    if not DEFAULT_MANIFEST.is_file():
+        pytest.skip(f"no built kernels: {DEFAULT_MANIFEST} is missing (run python build.py)")
+    import json
+    entries = [e for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"] if e["target"] == "sm_90a"]
+    names = {e["name"] for e in entries}
+    picked = {e["name"] for e in entries if holds_a_cu_alone(e, HOPPER_SHARED_PER_SM)}
+    tensor_core = {n for n in names if n.endswith("_wgmma") or "_wgmma_" in n}  # not the test-only wgmma_peak
+    assert len(tensor_core) >= 6 and {"fill_u32", "copy_u32x4", "prefill_topk_finish"} <= names
+    assert picked == tensor_core | {"paged_topk_merge", "topk_rowwise"}, \
+        f"picked to overlap: {sorted(picked)}; the small generic blocks started in a grid's tail pile onto the " \
+        "SMs that came free first"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("overlap", [True, False])
 def test_a_kernel_started_during_a_slow_predecessor_reads_all_it_wrote(gpu_device, overlap):

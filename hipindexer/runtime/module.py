@@ -150,6 +150,13 @@ def _dim3(d):
     return d + (1,) * (3 - len(d))
 
 
+def holds_a_cu_alone(entry: dict, shared_per_cu: int) -> bool:
+    """Whether no two blocks of a manifest entry's kernel fit the shared memory of one compute unit holding
+    shared_per_cu bytes: its launch's dynamic bytes and its static ones together."""
+    shared = int(entry.get("dynamic_smem", 0)) + int(entry.get("resources", {}).get("shared", 0))
+    return 2 * shared > shared_per_cu
+
+
 class Kernel:
     """One code object's function on one device, with a packed parameter buffer per thread.
 
@@ -171,16 +178,12 @@ class Kernel:
             device.activate()
             device._b.func_set_max_dynamic_shared(self._fn, self.dynamic_smem)
         self._launch = device._b.launch
-        if hasattr(device._b, "launch_overlapping") and self._holds_a_cu_alone():
+        if hasattr(device._b, "launch_overlapping") and \
+                holds_a_cu_alone(entry, device._b.shared_per_cu(device.index)):
             # A grid whose blocks each fill an SM is placed the same whether it starts early or not; a grid of
             # smaller blocks started during its predecessor's tail piles them onto the SMs that came free first.
             self._launch = device._b.launch_overlapping
         self._local = threading.local()
-
-    def _holds_a_cu_alone(self) -> bool:
-        """Whether no two blocks of this kernel fit one compute unit's shared memory."""
-        shared = self.dynamic_smem + int(self.entry.get("resources", {}).get("shared", 0))
-        return 2 * shared > self.device._b.shared_per_cu(self.device.index)
 
     def _buffer(self):
         """This thread's (parameter struct, launch arguments pointing at it)."""
