@@ -26,7 +26,8 @@ suite, only their emulated twins: build.py --emu-only),
 and the set's suite (SET_CMDS, a hipindexer command, or SET_TESTS, a test file run
 by pytest) runs on that package copy. A plant is caught when the suite fails or
 crashes; an unmodified build must pass the whole suite first. A planted run
-stops at its first failed case (check --fail-fast, pytest -x): one is enough.
+stops at its first failed case (check --fail-fast, pytest -x): one is enough; a test
+set's plant first runs the test named for it in FIRST_CASES, then, if that passes, the whole file.
 Once the unmodified tree is built, --jobs plants build and run at once, the first beside its suite.
 """
 from __future__ import annotations
@@ -625,6 +626,82 @@ SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_t
              "prefill_topk_sm90a": "tests/emu/prefill_topk_cases.py",
              "launch_overlap": "tests/test_launch_overlap.py"}
 
+# The test of a SET_TESTS file that catches each plant, run before the rest of the file (run_tests): a planted
+# run stops at its first failure anyway, so naming it saves the cases before it. A plant its first case misses
+# still runs the whole file (and says so); a name the file lacks stops the harness.
+FIRST_CASES = {
+    "topk": {
+        "sorted_ties_by_higher_index": "test_topk_case[wide_rows_top1_unsorted-rowwise]",
+        "last_column_skipped": "test_topk_case[wide_rows_top2048_unsorted-single]",
+        "negatives_in_reverse_order": "test_topk_case[short_and_empty_rows-single]",
+        "minus_zero_below_plus_zero": "test_topk_case[ties_decide_the_cut-single]",
+        "minus_inf_never_selectable": "test_topk_case[lengths_mask_the_columns-single]",
+        "tile_carry_lost": "test_topk_case[wide_rows_top512_unsorted-single]",
+        "wave_scan_stops_a_step_short": "test_topk_case[wide_rows_top1_unsorted-split]",
+        "rows_past_the_grid_dropped": "test_topk_case[more_rows_than_blocks-single]",
+        "part_last_float4_skipped": "test_topk_case[wide_rows_top7_unsorted-split]",
+        "kept_entry_a_column_late": "test_topk_case[wide_rows_top1_unsorted-split]",
+        "kept_count_not_zeroed": "test_topk_case[wide_rows_top7_unsorted-split]",
+        "split_finish_trusts_a_short_row": "test_topk_case[rows_the_floor_cannot_serve_are_selected_whole-split]",
+        "split_finish_trusts_an_overflowed_row": "test_topk_case[rows_as_long_as_a_block_holds-split]",
+        "rowwise_entry_a_column_late": "test_topk_case[wide_rows_top1_unsorted-rowwise_floor]",
+        "rowwise_trusts_a_short_row": "test_topk_case[rows_the_floor_cannot_serve_are_selected_whole-rowwise]",
+        "rowwise_second_reading_on_the_first":
+            "test_topk_case[rows_the_floor_cannot_serve_are_selected_whole-rowwise]",
+        "rowwise_held_entry_names_its_neighbour": "test_topk_case[wide_rows_top1_unsorted-rowwise]",
+        "rowwise_held_shared_keys_read_a_float4_late": "test_topk_case[wide_rows_top4096_unsorted-rowwise]",
+        "rowwise_held_floor_key_left_out": "test_topk_case[wide_rows_top1_unsorted-rowwise]",
+    },
+    "paged_topk": {
+        "staged_selection_unmapped": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
+        "staged_column_one_late": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
+        "merge_chunk_base_one_block_late": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
+        "candidates_reversed": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
+        "chunk_table_one_block_late": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
+        "chunk_lengths_not_shifted": "test_paged_topk_case[wide_rows_top64_bs64_seqlens]",
+        "chunk_lengths_blind_to_next_n_lens": "test_paged_topk_case[short_empty_and_dead_rows]",
+        "merge_round_overwrites_the_selection": "test_paged_topk_case[merge_of_written_pieces]",
+        "merge_round_restarts_its_piece": "test_paged_topk_case[merge_of_written_pieces]",
+        "merge_first_level_count_kept": "test_paged_topk_case[merge_of_written_pieces]",
+        "merge_last_level_reads_every_entry": "test_paged_topk_case[merge_of_written_pieces]",
+        "merge_place_one_late": "test_paged_topk_case[the_whole_row_path]",
+        "merge_list_not_emptied": "test_paged_topk_case[merge_of_written_pieces]",
+        "slots_block_offset_left_out": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
+        "merge_walk_a_piece_short": "test_paged_topk_case[merge_of_written_pieces]",
+    },
+    "prefill_topk": {
+        "staged_over_the_last_candidate": "test_prefill_topk_case[fast_path_heads]",
+        "unstaged_selection_one_short": "test_prefill_topk_case[chunks_too_wide_to_stage]",
+        "prefill_chunk_windows_not_shifted": "test_prefill_topk_case[fast_path_heads]",
+        "prefill_chunk_window_starts_a_key_late": "test_prefill_topk_case[every_window_mode]",
+        "relative_shift_of_the_next_row": "test_prefill_topk_case[every_window_mode]",
+        "filter_threshold_the_largest_candidate": "test_prefill_topk_case[fast_path_heads]",
+        "filter_kept_column_one_late": "test_prefill_topk_case[every_window_mode]",
+        "selection_blind_to_the_last_kept": "test_prefill_topk_case[fast_path_heads]",
+        "fused_finish_trusts_a_short_row": "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_finish_list_not_counted": "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_finish_rank_one_late": "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_filter_entry_a_key_late": "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_mfma_counts_of_the_first_part": "test_prefill_topk_case[fused_floors_let_every_random_row_through]",
+        "fused_floor_at_the_largest_sample": "test_prefill_topk_case[fused_floors_let_every_random_row_through]",
+        "fused_cut_blind_to_the_sample": "test_prefill_topk_case[fused_floors_cut_by_the_samples_count_and_spread]",
+        "fused_cut_without_the_samples_spread":
+            "test_prefill_topk_case[fused_floors_cut_by_the_samples_count_and_spread]",
+        "fused_cut_counts_every_sample": "test_prefill_topk_case[fused_floors_cut_by_the_samples_count_and_spread]",
+        "fused_cut_regions_at_the_rows_first":
+            "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_floor_held_samples_counted_at_the_first":
+            "test_prefill_topk_case[fused_groups_of_few_rows_on_the_wide_floors]",
+        "fused_finish_list_entry_of_the_part_before":
+            "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_finish_slices_from_the_lists_start": "test_prefill_topk_case[fused_rows_kept_past_the_finish_buffer]",
+        "fused_finish_apart_without_the_last_part": "test_prefill_topk_case[fast_path_heads]",
+        "fused_finish_region_of_the_next_part":
+            "test_prefill_topk_case[fused_rows_the_sample_misjudges_are_recomputed]",
+        "fused_finish_recomputes_the_next_part": "test_prefill_topk_case[fused_rows_whose_best_keys_crowd_one_part]",
+    },
+}
+
 SUITES = {
     "emu": {"targets": ["gfx950", "emu-gfx950"], "device": "emu:gfx950"},
     "cuda": {"targets": ["sm_90a"], "device": "cuda:0"},
@@ -677,20 +754,36 @@ def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tu
         return False, f"suite crashed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}"
 
 
-def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int) -> tuple[bool, str]:
+def run_tests(pkg: PackageCopy, suite: dict, tests: str, timeout: int, first: str | None = None) -> tuple[bool, str]:
     """pytest on `tests` with the package copy's hipindexer first on the path (tests/emu/emu_harness.py's
-    run_child_pytest does the same for the tests): (passed, the first failure or the count)."""
+    run_child_pytest does the same for the tests): (passed, the first failure or the count). `first`, a test of
+    that file (FIRST_CASES), runs alone before it: its failure is the suite's, and only if it passes does the
+    whole file run."""
+    if first:
+        rc, how = _pytest(pkg, suite, f"{ROOT / tests}::{first}", timeout)
+        if rc in (4, 5):  # pytest found no such test: a stale FIRST_CASES entry must not pass for a catch
+            raise SystemExit(f"FIRST_CASES names {first}, which {tests} does not have ({how})")
+        if rc != 0:
+            return False, how
+        rc, how = _pytest(pkg, suite, ROOT / tests, timeout)
+        return rc == 0, how + ("" if rc == 0 else f" (its first case, {first}, passed)")
+    rc, how = _pytest(pkg, suite, ROOT / tests, timeout)
+    return rc == 0, how
+
+
+def _pytest(pkg: PackageCopy, suite: dict, target, timeout: int) -> tuple[int, str]:
+    """pytest -x on `target` (a file or one test of it): (its exit status, the first failure or the count)."""
     emu = ["-p", "emu_session"] if suite["device"].startswith("emu") else []
     pythonpath = shlex.join([str(pkg.root), str(ROOT / "tests"), str(ROOT / "tests" / "emu"), str(ROOT)])
     argv = ["-m", "pytest", "-q", "-x", *emu, "-p", "no:cacheprovider", "-m", "", "--rootdir", ROOT,
-            "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", ROOT / tests]
+            "-c", ROOT / "pyproject.toml", "-o", f"pythonpath={pythonpath}", target]
     try:
         p = pkg.run(argv, ROOT / "tests" / "emu", emulated=bool(emu), timeout=timeout)
     except subprocess.TimeoutExpired:
-        return False, f"timed out after {timeout} s"
+        return 124, f"timed out after {timeout} s"
     lines = p.stdout.strip().splitlines()
     failed = [line.split("::", 1)[-1] for line in lines if line.startswith(("FAILED", "ERROR"))]
-    return p.returncode == 0, (f"failed: {failed[0]}" if failed else (lines[-1] if lines else f"exit {p.returncode}"))
+    return p.returncode, (f"failed: {failed[0]}" if failed else (lines[-1] if lines else f"exit {p.returncode}"))
 
 
 def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: int, build_only: bool,
@@ -709,7 +802,8 @@ def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: 
         raise SystemExit(f"--prebuilt: no build of {name} in {d}")
     else:
         argv = cmd.split() + (["--fail-fast"] if plant else [])  # one failed case catches a plant
-        ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout) if plant_set in SET_TESTS
+        first = FIRST_CASES.get(plant_set, {}).get(plant.name) if plant else None
+        ok, how = (run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout, first) if plant_set in SET_TESTS
                    else run_suite(pkg.refresh(), spec, argv, timeout))
         r = {"plant": name, "caught": not ok, "how": how}
     r["seconds"] = round(time.time() - t0, 1)
