@@ -37,15 +37,17 @@ def test_every_plant_matches_its_kernel_source_exactly_once():
 def test_every_first_case_names_a_plant_of_its_set_and_a_test_its_file_collects():
     # A stale name stops the harness mid-run (run_tests); this finds it before that.
     from tools.support import mutate
+    files = sorted({mutate.SET_TESTS[s] for s in mutate.FIRST_CASES})
+    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "",
+                        "--rootdir", ROOT, "-c", ROOT / "pyproject.toml", *(ROOT / f for f in files)],
+                       cwd=ROOT / "tests" / "emu", capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    collected = {tuple(line.split("::", 1)) for line in p.stdout.splitlines() if "::" in line}
     for plant_set, firsts in mutate.FIRST_CASES.items():
         assert set(firsts) <= {p.name for p in mutate.PLANTS[plant_set]}, plant_set
         tests = mutate.SET_TESTS[plant_set]
-        p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                            "-m", "", "--rootdir", ROOT, "-c", ROOT / "pyproject.toml", ROOT / tests],
-                           cwd=ROOT / "tests" / "emu", capture_output=True, text=True, timeout=300)
-        collected = {line.split("::", 1)[1] for line in p.stdout.splitlines() if "::" in line}
-        assert p.returncode == 0 and collected, p.stdout[-2000:] + p.stderr[-2000:]
-        assert set(firsts.values()) <= collected, (plant_set, sorted(set(firsts.values()) - collected))
+        missing = sorted(t for t in set(firsts.values()) if (tests, t) not in collected)
+        assert not missing, (plant_set, missing)
 
 
 def test_every_stage_variant_matches_its_kernel_source_exactly_once():
