@@ -78,6 +78,31 @@ def test_on_hopper_the_tensor_core_kernels_the_merge_and_the_rowwise_top_k_launc
         "SMs that came free first"
 
 
+def test_a_kernel_loaded_on_a_backend_that_overlaps_takes_the_overlapping_launch_only_if_it_holds_an_sm_alone():
+    from hipindexer.runtime.module import DEFAULT_MANIFEST, get_kernel
+    if not DEFAULT_MANIFEST.is_file():
+        pytest.skip(f"no built kernels: {DEFAULT_MANIFEST} is missing (run python build.py)")
+    from host_backend import HostBackend, registered
+
+    class OverlappingHost(HostBackend):
+        def shared_per_cu(self, index):
+            return HOPPER_SHARED_PER_SM
+
+        def launch_overlapping(self, fn, grid, block, shared_mem, stream, args):
+            self.launch(fn, grid, block, shared_mem, stream, args)
+            self.overlapped.append(fn)
+
+    hb = OverlappingHost(name="host_overlap", arch="sm_90a", num_cus=132, wave_size=32)
+    hb.overlapped = []
+    with registered(hb) as dev:
+        for name, variant in (("paged_topk_merge", None), ("fill_u32", None), ("mqa_logits_wgmma", {"HX_HEADS": 64}),
+                              ("prefill_topk_finish", None)):
+            get_kernel(name, variant, device=dev).launch(1, stream=dev.default_stream)
+    assert [fn for fn, *_ in hb.launches] == ["hx_paged_topk_merge", "hx_fill_u32", "hx_mqa_logits_wgmma",
+                                              "hx_prefill_topk_finish"]
+    assert hb.overlapped == ["hx_paged_topk_merge", "hx_mqa_logits_wgmma"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("overlap", [True, False])
 def test_a_kernel_started_during_a_slow_predecessor_reads_all_it_wrote(gpu_device, overlap):
