@@ -660,12 +660,14 @@ FIRST_CASES = {
         "chunk_table_one_block_late": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
         "chunk_lengths_not_shifted": "test_paged_topk_case[wide_rows_top64_bs64_seqlens]",
         "chunk_lengths_blind_to_next_n_lens": "test_paged_topk_case[short_empty_and_dead_rows]",
+        "merge_last_piece_left_out": "test_paged_topk_case[merge_of_written_pieces]",  # the emulator crashes
         "merge_round_overwrites_the_selection": "test_paged_topk_case[merge_of_written_pieces]",
         "merge_round_restarts_its_piece": "test_paged_topk_case[merge_of_written_pieces]",
         "merge_first_level_count_kept": "test_paged_topk_case[merge_of_written_pieces]",
         "merge_last_level_reads_every_entry": "test_paged_topk_case[merge_of_written_pieces]",
         "merge_place_one_late": "test_paged_topk_case[the_whole_row_path]",
         "merge_list_not_emptied": "test_paged_topk_case[merge_of_written_pieces]",
+        "slots_row_as_sequence": "test_paged_topk_case[the_whole_row_path]",  # the emulator crashes
         "slots_block_offset_left_out": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
         "merge_walk_a_piece_short": "test_paged_topk_case[merge_of_written_pieces]",
     },
