@@ -90,6 +90,23 @@ class HostBackend:
         self.launches.append((fn, grid, block, stream, sent))
 
 
+class OverlappingHostBackend(HostBackend):
+    """A HostBackend that can also launch a kernel to overlap the grid before it, as the CUDA backend does: such a
+    launch is recorded like any other and its function named in `overlapped`. Its SMs hold Hopper's shared memory."""
+    SHARED_PER_SM = 233472  # 228 KiB, what an H100's and an H200's SM hold for all their blocks
+
+    def __init__(self, name="host_overlap", **kw):
+        super().__init__(name=name, **({"arch": "sm_90a", "num_cus": 132, "wave_size": 32} | kw))
+        self.overlapped = []
+
+    def shared_per_cu(self, index):
+        return self.SHARED_PER_SM
+
+    def launch_overlapping(self, fn, grid, block, shmem, stream, args):
+        self.launch(fn, grid, block, shmem, stream, args)
+        self.overlapped.append(fn)
+
+
 @contextlib.contextmanager
 def registered(backend: HostBackend):
     """`backend` reachable as Device("<its name>:0") inside the block."""

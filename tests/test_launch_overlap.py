@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from host_backend import OverlappingHostBackend, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 SM90A_SOURCES = [*sorted((ROOT / "hsaco_src" / "generic").glob("*.hip")),
@@ -50,7 +51,7 @@ def test_launches_overlap_for_kernels_that_hold_an_sm_alone_unless_the_environme
         assert rcuda.CudaBackend().overlap_launches == mode
 
 
-HOPPER_SHARED_PER_SM = 233472  # 228 KiB, what an H100's and an H200's SM hold for all their blocks
+HOPPER_SHARED_PER_SM = OverlappingHostBackend.SHARED_PER_SM
 
 
 def test_a_kernel_holds_an_sm_alone_when_two_of_its_blocks_would_overflow_its_shared_memory():
@@ -82,25 +83,17 @@ def test_a_kernel_loaded_on_a_backend_that_overlaps_takes_the_overlapping_launch
     from hipindexer.runtime.module import DEFAULT_MANIFEST, get_kernel
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip(f"no built kernels: {DEFAULT_MANIFEST} is missing (run python build.py)")
-    from host_backend import HostBackend, registered
-
-    class OverlappingHost(HostBackend):
-        def shared_per_cu(self, index):
-            return HOPPER_SHARED_PER_SM
-
-        def launch_overlapping(self, fn, grid, block, shared_mem, stream, args):
-            self.launch(fn, grid, block, shared_mem, stream, args)
-            self.overlapped.append(fn)
-
-    hb = OverlappingHost(name="host_overlap", arch="sm_90a", num_cus=132, wave_size=32)
-    hb.overlapped = []
+    hb = OverlappingHostBackend()
     with registered(hb) as dev:
         for name, variant in (("paged_topk_merge", None), ("fill_u32", None), ("mqa_logits_wgmma", {"HX_HEADS": 64}),
                               ("prefill_topk_finish", None)):
             get_kernel(name, variant, device=dev).launch(1, stream=dev.default_stream)
+        merge = get_kernel("paged_topk_merge", device=dev)
+        merge.prepare(1)(dev.default_stream.handle)
+        merge.prepare(1, overlap=False)(dev.default_stream.handle)  # asked for plain stream order
     assert [fn for fn, *_ in hb.launches] == ["hx_paged_topk_merge", "hx_fill_u32", "hx_mqa_logits_wgmma",
-                                              "hx_prefill_topk_finish"]
-    assert hb.overlapped == ["hx_paged_topk_merge", "hx_mqa_logits_wgmma"]
+                                              "hx_prefill_topk_finish", "hx_paged_topk_merge", "hx_paged_topk_merge"]
+    assert hb.overlapped == ["hx_paged_topk_merge", "hx_mqa_logits_wgmma", "hx_paged_topk_merge"]
 
 
 @pytest.mark.gpu

@@ -162,6 +162,20 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     assert "hx_paged_topk_step" in [fn for fn, *_ in hb.launches[n1:]]
 
 
+@pytest.mark.parametrize("merge_overlaps", [False, True])
+def test_on_a_device_that_overlaps_launches_the_select_overlaps_and_the_merge_as_the_op_says(monkeypatch,
+                                                                                              merge_overlaps):
+    from host_backend import OverlappingHostBackend, registered
+    monkeypatch.setattr(paged_topk_fused, "MERGE_OVERLAPS", merge_overlaps)
+    hb = OverlappingHostBackend(name=f"host_overlap_fused_{int(merge_overlaps)}")
+    with registered(hb) as dev:
+        inp = _resident(dev, fused_inputs(8, B=4, next_n=2, ctx=3000, top_k=256))
+        hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256, fused=True, units=40, merge_group=4)
+    merges = ["hx_paged_topk_merge"] * 2  # both levels
+    assert [fn for fn, *_ in hb.launches[-3:]] == ["hx_paged_mqa_topk_wgmma_tma"] + merges
+    assert hb.overlapped == ["hx_paged_mqa_topk_wgmma_tma"] + (merges if merge_overlaps else [])
+
+
 def test_few_sequences_over_many_units_merge_in_two_levels(hopper):
     hb, dev = hopper
     inp = _resident(dev, fused_inputs(8, B=4, next_n=2, ctx=3000, top_k=256))  # 24576 // 256 = 96 pieces a group

@@ -44,6 +44,7 @@ FUSED_LONG_ROW = 16       # ... or a row's keys, in top_k's (its merge then runs
 FUSED_FEW_SEQUENCES = 8   # ... or this many sequences at most, of rows of at least FUSED_FEW_ROW_KEYS top_k's
 FUSED_FEW_ROW_KEYS = 2
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
+MERGE_OVERLAPS = True  # whether the merge may start during the select's tail (plan_fused)
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
 # A row's list entries the merge holds in shared memory at once, by target.
 MERGE_ENTRIES = {t: KERNEL["paged_topk_merge"].smem_for(t) // 8 for t in KERNEL["paged_topk_merge"].targets}
@@ -164,9 +165,12 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
     idx, vals, slots = outs
     group = merge_group(t.arch, s.B, top_k, grid, s.max_model_len) if group is None else group
     groups = -(-grid // group) if group else 1
+    # The merge's blocks, one or a few a row, each fill an SM, so the runtime would start them during the select's
+    # tail, on the SMs the select freed first; MERGE_OVERLAPS=False keeps them in stream order, spread over the
+    # device (docs/benchmarks.md, "Launches that overlap").
     merges = [kernel_for(dev, "paged_topk_merge").prepare(
         _grid(R * (groups if level else 1)), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS,
-        indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
+        overlap=MERGE_OVERLAPS, indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
         slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n, top_k=top_k, units=grid,
         max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len, sorted=int(bool(sorted)),
         num_blocks=s.num_blocks, group=group if level else 0, groups=groups, stride=group if group and not level else 1)

@@ -229,10 +229,11 @@ class Kernel:
         self.device.activate()
         return self.device._b.module_global(self._module, name)
 
-    def prepare(self, grid, block=None, shared_mem=None, pointers=(), **fields) -> "PreparedLaunch":
+    def prepare(self, grid, block=None, shared_mem=None, pointers=(), overlap=True, **fields) -> "PreparedLaunch":
         """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the 8-byte
-        fields named in `pointers` (in struct order) given per call."""
-        return PreparedLaunch(self, grid, block, shared_mem, pointers, fields)
+        fields named in `pointers` (in struct order) given per call. overlap=False launches it in plain
+        stream order even where the kernel would start during the grid before it (holds_a_cu_alone)."""
+        return PreparedLaunch(self, grid, block, shared_mem, pointers, fields, overlap)
 
     def __repr__(self):
         return f"Kernel({self.entry.get('variant_key', self.name)!r}, {self.arch}, {self.device!r})"
@@ -246,7 +247,7 @@ class PreparedLaunch:
 
     __slots__ = ("_activate", "_args", "_block", "_fn", "_grid", "_launch", "_pack", "_smem", "kernel", "params")
 
-    def __init__(self, kernel, grid, block, shared_mem, pointers, fields):
+    def __init__(self, kernel, grid, block, shared_mem, pointers, fields, overlap=True):
         mirror = kernel.mirror
         slots = [getattr(mirror, name) for name in pointers]
         if any(f.size != 8 for f in slots) or [f.offset for f in slots] != list(range(0, 8 * len(slots), 8)):
@@ -264,7 +265,8 @@ class PreparedLaunch:
             raise ValueError(f"kernel {kernel.name}: no block size in the manifest; pass block=")
         self._fn, self._grid, self._block = kernel._fn, _dim3(grid), _dim3(block)
         self._smem = kernel.dynamic_smem if shared_mem is None else shared_mem
-        self._launch, self._activate = kernel._launch, kernel.device.activate
+        self._launch = kernel._launch if overlap else kernel.device._b.launch
+        self._activate = kernel.device.activate
 
     def __call__(self, stream_handle: int, *pointers: int) -> None:
         self._pack(self.params, 0, *pointers)
