@@ -44,7 +44,7 @@ FUSED_LONG_ROW = 16       # ... or a row's keys, in top_k's (its merge then runs
 FUSED_FEW_SEQUENCES = 8   # ... or this many sequences at most, of rows of at least FUSED_FEW_ROW_KEYS top_k's
 FUSED_FEW_ROW_KEYS = 2
 FUSED_POINTERS = ("parts", "part_counts", "seq_parts", "seq_nparts")
-MERGE_OVERLAPS = True  # whether the merge may start during the select's tail (plan_fused)
+MERGE_OVERLAPS = False  # whether the merge may start during the select's tail (plan_fused says why not)
 MAX_PIECES = 512  # units of a fused launch the merge reads (HX_MAX_PIECES)
 # A row's list entries the merge holds in shared memory at once, by target.
 MERGE_ENTRIES = {t: KERNEL["paged_topk_merge"].smem_for(t) // 8 for t in KERNEL["paged_topk_merge"].targets}
