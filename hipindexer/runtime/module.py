@@ -180,8 +180,9 @@ class Kernel:
         self._launch = device._b.launch
         if hasattr(device._b, "launch_overlapping") and \
                 holds_a_cu_alone(entry, device._b.shared_per_cu(device.index)):
-            # A grid whose blocks each fill an SM is placed the same whether it starts early or not; a grid of
-            # smaller blocks started during its predecessor's tail piles them onto the SMs that came free first.
+            # A grid whose blocks each fill an SM takes SMs one block each as they come free; a grid of smaller
+            # blocks started during its predecessor's tail piles them onto the SMs that came free first. An op
+            # keeps a launch that still loses by starting early in stream order (prepare(overlap=False)).
             self._launch = device._b.launch_overlapping
         self._local = threading.local()
 
