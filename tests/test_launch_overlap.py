@@ -49,6 +49,10 @@ def test_launches_overlap_for_kernels_that_hold_an_sm_alone_unless_the_environme
     for mode in ("0", "all"):
         monkeypatch.setenv("HIPINDEXER_OVERLAP_LAUNCHES", mode)
         assert rcuda.CudaBackend().overlap_launches == mode
+    for bad in ("1", "off", ""):  # a mistyped mode is an error, never quietly the default
+        monkeypatch.setenv("HIPINDEXER_OVERLAP_LAUNCHES", bad)
+        with pytest.raises(ValueError, match="^HIPINDEXER_OVERLAP_LAUNCHES: expected one of sole, all, 0, got"):
+            rcuda.CudaBackend()
 
 
 HOPPER_SHARED_PER_SM = OverlappingHostBackend.SHARED_PER_SM

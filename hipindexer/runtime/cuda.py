@@ -39,6 +39,9 @@ def _attr(name):
     return getattr(_cu.CUdevice_attribute, name)
 
 
+OVERLAP_MODES = ("sole", "all", "0")  # HIPINDEXER_OVERLAP_LAUNCHES (CudaBackend.__init__)
+
+
 class CudaBackend:
     name = "cuda"
     dlpack_device_type = 2  # kDLCUDA
@@ -55,6 +58,9 @@ class CudaBackend:
         # start during that grid's tail. HIPINDEXER_OVERLAP_LAUNCHES: "sole" (the default) overlaps the launches of
         # kernels whose blocks each hold an SM alone (launch_overlapping); "all" every launch; "0" none.
         self.overlap_launches = os.environ.get("HIPINDEXER_OVERLAP_LAUNCHES", "sole")
+        if self.overlap_launches not in OVERLAP_MODES:
+            raise ValueError(f"HIPINDEXER_OVERLAP_LAUNCHES: expected one of {', '.join(OVERLAP_MODES)}, "
+                             f"got {self.overlap_launches!r}")
 
     def library_path(self):
         return "libcuda.so.1 (system search)"
