@@ -10,21 +10,13 @@
 // (the floors' cut, common/topk_regions.h; counted with global atomics, on counts the gather zeroed), nothing else is
 // written.
 #include "prefill_logit.h"
-#include "hx_params.h"
+#include "prefill_build.h"
 #include "topk_select.h"
-#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+#if HX_FILTER
 #include "topk_regions.h"
 #endif
 
 #define HX_RG 4  // rows per group sharing one decoded key chunk
-
-#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
-using Params = PrefillTopkParams;
-#define HX_GENERIC_KERNEL hx_mqa_topk_generic
-#else
-using Params = PrefillParams;
-#define HX_GENERIC_KERNEL hx_mqa_logits_generic
-#endif
 
 // Logits of key n for rows m, m+1, .. (< m_end, at most HX_RG).
 HX_INLINE HX_DEV void hx_logits_rows(const Params& p, hx_i32 m, hx_i32 m_end, hx_i32 n, float acc[HX_RG]) {
@@ -52,7 +44,7 @@ HX_INLINE HX_DEV void hx_logits_rows(const Params& p, hx_i32 m, hx_i32 m_end, hx
   for (int r = 0; r < HX_RG; ++r) acc[r] *= scale;
 }
 
-HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_GENERIC_KERNEL(const HX_GRID_CONSTANT Params p) {
+HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_PREFILL_NAME(hx_mqa_logits_generic, hx_mqa_topk_generic)(const HX_GRID_CONSTANT Params p) {
   hx_grid_dependency_wait();
   const hx_i32 rb = p.reverse_rows ? (hx_i32)hx_grid_dim_x() - 1 - (hx_i32)hx_block_x() : (hx_i32)hx_block_x();
   const hx_i32 m0 = rb * p.rows_per_block;
@@ -89,7 +81,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void HX_GENERIC_KERNEL(const HX_GRID_CONSTA
         const hx_i32 m = g + i;
         if (m >= g_end) break;
         const hx_range r = hx_clamp_window(p.ks[m], p.ke[m], p.N);
-#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+#if HX_FILTER
         const hx_u32 key = hx_topk_key(acc[i], false);
         if (n >= r.lo && n < r.hi && key && key >= p.floors[(hx_i64)m * p.floor_stride]) {
           const hx_i64 slot = (hx_i64)m * p.split + (hx_i64)hx_block_y();

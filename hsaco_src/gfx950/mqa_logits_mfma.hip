@@ -46,19 +46,11 @@
 // (8-byte entries at the lane's place; the region's buffer range drops a place
 // past it), so the count the DMA wait relies on holds.
 #include "index_math.h"
-#include "hx_params.h"
+#include "prefill_build.h"
 #include "wave.h"
 #include "topk_select.h"
-
-#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
+#if HX_FILTER
 #include "topk_regions.h"
-#define HX_FILTER 1
-typedef PrefillTopkParams Params;
-#define HX_MFMA_KERNEL hx_mqa_topk_mfma
-#else
-#define HX_FILTER 0
-typedef PrefillParams Params;
-#define HX_MFMA_KERNEL hx_mqa_logits_mfma
 #endif
 
 #if !defined(HX_HEADS) || (HX_HEADS != 32 && HX_HEADS != 64)
@@ -319,7 +311,7 @@ HX_WAVE_FN void hx_chunk(const Params& p, const hx_wave_rows& r, hx_i32 c, hx_i3
 }
 
 // grid = (row blocks, split), block = HX_BLOCK (NW waves).
-HX_KERNEL HX_MFMA_BOUNDS void HX_MFMA_KERNEL(const HX_GRID_CONSTANT Params p) {
+HX_KERNEL HX_MFMA_BOUNDS void HX_PREFILL_NAME(hx_mqa_logits_mfma, hx_mqa_topk_mfma)(const HX_GRID_CONSTANT Params p) {
   HX_SHARED(hx_v4u, kbuf0, SLOTS);
   HX_SHARED(hx_v4u, kbuf1, SLOTS);
   HX_SHARED(float, sbuf0, CK);

@@ -14,23 +14,13 @@
 // next's MMAs; at H = 64 that spills a stage's scale across the MMA, so one stage per iteration.
 #include "prefill_cta.h"
 
-#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
-using Params = PrefillTopkParams;
-#define HX_PLAIN_FILTER true
-#define HX_PLAIN_KERNEL hx_mqa_topk_wgmma
-#else
-using Params = PrefillParams;
-#define HX_PLAIN_FILTER false
-#define HX_PLAIN_KERNEL hx_mqa_logits_wgmma
-#endif
-
 #if !defined(HX_HEADS)
 #error "mqa_logits_wgmma.hip: build with -DHX_HEADS=32 or -DHX_HEADS=64"
 #endif
 
 namespace {
 
-struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_PLAIN_FILTER> {
+struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_FILTER> {
   static constexpr bool PAIRS = H == 32;
   // setmaxnreg moves registers inside the block's launch allocation (65536 / 640 -> 96 per thread): an increase
   // past what the decrease freed blocks forever.
@@ -83,22 +73,15 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_PLAIN_FILTER> {
     // Stage s's A descriptor is stage 0's plus s BK D / 16 in its address field.
     const hx_u64 adesc0 = hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));
     hx_ring_pos<S> at;  // the next K stage
-    for (hx_u32 qit = 0;; ++qit) {
-      sm.q.wait_full(qit);
-      const hx_u32 qb = qit & 1;
-      const hx_i32* rec = record(sm, qb);
-      const hx_i32 ns = hx_uniform_i32(rec[0]);
-      if (ns == 0) break;
-      const hx_i32 m0 = hx_uniform_i32(rec[1]);
-      const hx_i32 work_hi = hx_uniform_i32(rec[3]);
-      const hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the unit's first stage
-      hx_i32 e = n - work_hi;
+    each_unit(sm, [&](const SlotUnit& u) {
+      const hx_i32 n = u.work_lo + 64 * g + key;  // this lane's key in the unit's first stage
+      hx_i32 e = n - u.work_hi;
       Tile t;
-      make_tile(t, p, sm, rec, m0, work_hi, h, b2, n);
-      const float* wt = weights_of(sm, qb, h);
+      make_tile(t, p, sm, u.rec, u.m0, u.work_hi, h, b2, n);
+      const float* wt = weights_of(sm, u.qb, h);
       float w0[2 * JQ];
       load_weights(wt, 0, w0);
-      const hx_u32 qtile = sm.base + Q_OFF + qb * Q_BYTES;
+      const hx_u32 qtile = sm.base + Q_OFF + u.qb * Q_BYTES;
 
       using V = float[2 * RQ];
       auto issue = [&]() -> float {
@@ -121,17 +104,15 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_PLAIN_FILTER> {
         reduce_store(p, t, v, e, scale, b1, b2);
         e += BK;
       };
-      run_stages<PAIRS, V>(ns, issue, sum, store);
-      // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
-      sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
-    }
+      run_stages<PAIRS, V>(u.ns, issue, sum, store);
+    });
   }
 };
 
 }  // namespace
 
-HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_PLAIN_KERNEL(const HX_GRID_CONSTANT Params p) {
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_PREFILL_NAME(hx_mqa_logits_wgmma, hx_mqa_topk_wgmma)(
+    const HX_GRID_CONSTANT Params p) {
   hx_grid_dependency_wait();
-  extern __shared__ __align__(1024) hx_u8 smem_raw[];
-  hx_prefill_cta<Cta>(p, smem_raw);
+  hx_prefill_cta<Cta>(p);
 }

@@ -21,16 +21,6 @@
 // the same unit staging its logits for warpgroup 0's filter warps instead of storing them (prefill_cta.h, STAGED).
 #include "prefill_cta.h"
 
-#if defined(HX_TOPK_FILTER) && HX_TOPK_FILTER
-using Params = PrefillTopkParams;
-#define HX_FOLD_FILTER true
-#define HX_FOLD_KERNEL hx_mqa_topk_wgmma_fold
-#else
-using Params = PrefillParams;
-#define HX_FOLD_FILTER false
-#define HX_FOLD_KERNEL hx_mqa_logits_wgmma_fold
-#endif
-
 #if !defined(HX_HEADS) || HX_HEADS != 64
 #error "mqa_logits_wgmma_fold.hip: build with -DHX_HEADS=64"
 #endif
@@ -39,7 +29,7 @@ namespace {
 
 constexpr int FTERMS = 4;  // e4m3 terms of q_eff
 
-struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
+struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FILTER> {
   static_assert(RQ == 2 && NX == FTERMS * RQ, "two query rows per half, four terms each");
   static constexpr int LOAD_REGS = 56, MATH_REGS = 224;
   static_assert(128 * LOAD_REGS + 2 * 128 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
@@ -157,31 +147,24 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
     const hx_u64 adesc0 = hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));
     hx_ring_pos<S> at;    // the next K stage
     hx_ring_pos<LS> lat;  // STAGED: the next slot of staged logits
-    for (hx_u32 qit = 0;; ++qit) {
-      sm.q.wait_full(qit);
-      const hx_u32 qb = qit & 1;
-      const hx_i32* rec = record(sm, qb);
-      const hx_i32 ns = hx_uniform_i32(rec[0]);
-      if (ns == 0) break;
-      const hx_i32 m0 = hx_uniform_i32(rec[1]);
-      const hx_i32 work_hi = hx_uniform_i32(rec[3]);
-      const hx_i32 n = hx_uniform_i32(rec[2]) + 64 * g + key;  // this lane's key in the unit's first stage
-      hx_i32 e = n - work_hi;
+    each_unit(sm, [&](const SlotUnit& u) {
+      const hx_i32 n = u.work_lo + 64 * g + key;  // this lane's key in the unit's first stage
+      hx_i32 e = n - u.work_hi;
       Tile t[2];
       const float* wt[2];
       float wq[2][RQ][2 * JQ];
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) make_tile(t[hh], p, sm, rec, m0, work_hi, hh, b2, n);
+      for (int hh = 0; hh < 2; ++hh) make_tile(t[hh], p, sm, u.rec, u.m0, u.work_hi, hh, b2, n);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        wt[hh] = weights_of(sm, qb, hh);
+        wt[hh] = weights_of(sm, u.qb, hh);
 #pragma unroll
         for (int q = 0; q < RQ; ++q) load_weights(wt[hh], q, wq[hh][q]);
       }
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);
+      for (int hh = 0; hh < 2; ++hh) fold_query(sm, u.qb, hh, g, g);
       hx_bar_sync(BAR_TERMS, 256);
-      const hx_u32 qtile = sm.base + Q_OFF + qb * Q_BYTES;
+      const hx_u32 qtile = sm.base + Q_OFF + u.qb * Q_BYTES;
 
       using V = float[2][2 * RQ];
       auto issue = [&]() -> float {
@@ -215,17 +198,15 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FOLD_FILTER> {
         stage_staged(sm, lat);
         e += BK;
       };
-      run_stages<true, V>(ns, issue, sum, store);
-      // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
-      sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
-    }
+      run_stages<true, V>(u.ns, issue, sum, store);
+    });
   }
 };
 
 }  // namespace
 
-HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_FOLD_KERNEL(const HX_GRID_CONSTANT Params p) {
+HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void HX_PREFILL_NAME(hx_mqa_logits_wgmma_fold, hx_mqa_topk_wgmma_fold)(
+    const HX_GRID_CONSTANT Params p) {
   hx_grid_dependency_wait();
-  extern __shared__ __align__(1024) hx_u8 smem_raw[];
-  hx_prefill_cta<Cta>(p, smem_raw);
+  hx_prefill_cta<Cta>(p);
 }

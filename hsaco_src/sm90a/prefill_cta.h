@@ -32,7 +32,7 @@
 // (docs/benchmarks.md, "the filter warps").
 #pragma once
 #include "index_math.h"
-#include "hx_params.h"
+#include "prefill_build.h"
 #include "hopper.h"
 #define HX_TOPK_KEYS_ONLY  // the order keys and entries only: the block-wide selection is not this kernel's
 #include "topk_select.h"
@@ -442,6 +442,30 @@ struct PrefillCta {
   HX_INLINE __device__ const hx_i32* record(const Smem& s, hx_u32 qb) {
     return (const hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
   }
+  // A math warpgroup's units in turn, each between the wait on its Q slot and the slot's release: body(u) with the
+  // slot and its record, as uniform values.
+  struct SlotUnit {
+    hx_u32 qb;
+    const hx_i32* rec;
+    hx_i32 ns, m0, work_lo, work_hi;
+  };
+  template <class Body>
+  HX_INLINE __device__ void each_unit(const Smem& s, Body&& body) {
+    for (hx_u32 qit = 0;; ++qit) {
+      s.q.wait_full(qit);
+      SlotUnit u;
+      u.qb = qit & 1;
+      u.rec = record(s, u.qb);
+      u.ns = hx_uniform_i32(u.rec[0]);
+      if (u.ns == 0) break;
+      u.m0 = hx_uniform_i32(u.rec[1]);
+      u.work_hi = hx_uniform_i32(u.rec[3]);
+      u.work_lo = hx_uniform_i32(u.rec[2]);
+      body(u);
+      // The slot afresh (a shuffle): ptxas spills the value if it is kept across the unit.
+      s.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));
+    }
+  }
   // kv_scale of key k (of 128) in K stage `slot`.
   HX_INLINE __device__ float kv_scale_at(const Smem& s, hx_u32 slot, hx_i32 k) {
     return ((const float*)(s.ptr + SC_OFF + slot * (BK * 4)))[k];
@@ -577,9 +601,10 @@ struct PrefillCta {
 };
 
 // A prefill kernel's body (Cta: a PrefillCta with its LOAD_REGS, BAR_OFF and math_warpgroup): warpgroup 0 loads and
-// fills (STAGED: filters), the others multiply. smem_raw: the kernel's dynamic shared memory.
+// fills (STAGED: filters), the others multiply.
 template <class Cta, class P>
-HX_INLINE __device__ void hx_prefill_cta(const P& p, hx_u8* smem_raw) {
+HX_INLINE __device__ void hx_prefill_cta(const P& p) {
+  extern __shared__ __align__(1024) hx_u8 smem_raw[];
   const hx_i32 tid = (hx_i32)hx_thread_x();
   const hx_i32 wg = hx_uniform_i32(tid / 128);
   const typename Cta::Smem sm = Cta::setup(smem_raw, Cta::BAR_OFF);
