@@ -170,6 +170,35 @@ HX_INLINE HX_DEV void hx_step_select(const float* w, const hx_i32* idx, hx_i32* 
   hx_barrier();  // every read of the old candidates is done, and of the staged row
 }
 
+// The workgroup arrays of a step kernel, declared first in its body: hx_step_rows' hist, scan, found and entries.
+#define HX_STEP_SHARED                       \
+  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS); \
+  HX_SHARED(hx_u32, scan, HX_BLOCK);         \
+  HX_SHARED(hx_u32, found, 2);               \
+  HX_SHARED(hx_u64, entries, MAX_TOP_K)
+
+// A step kernel's rows (P: TopkStepParams or PagedTopkStepParams), one block a row in turn: the row's candidates and
+// its chunk (with cols, only the chunk's columns above the candidates' floor, filtered into cols + row cols_stride)
+// merged into this thread's slots s = tid + k HX_BLOCK < top_k, key[k] and val[k] (hx_step_select); then
+// emit(row, w, idx, key, val) writes the slots and the step's other outputs of the row.
+template <class P, class Emit>
+HX_INLINE HX_DEV void hx_step_rows(const P& p, hx_i32* cols, hx_i64 cols_stride, hx_u32* hist, hx_u32* scan,
+                                   hx_u32* found, hx_u64* entries, Emit&& emit) {
+  for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
+    float* const w = p.w + row * p.w_stride;
+    hx_i32* const idx = p.indices + row * p.indices_stride;
+    hx_step_begin(w, p.top_k, p.base);
+    hx_i32* const row_cols = cols ? cols + row * cols_stride : 0;
+    const hx_u32 kept = row_cols ? hx_topk_filter_chunk(w, p.top_k, p.width, row_cols, scan) : (hx_u32)p.width;
+    hx_i32 key[HX_MERGE_SLOTS];
+    float val[HX_MERGE_SLOTS];
+    hx_step_select(w, idx, p.ws + row * p.ws_stride, row_cols, p.top_k, p.top_k + (hx_i32)kept, p.base,
+                   p.last && p.sorted, hist, scan, found, entries, key, val);
+    emit(row, w, idx, key, val);
+    hx_barrier();  // the shared arrays and W are the next row's
+  }
+}
+
 // The key a slot is written as: n, or with rel n - rel (a key's position in its own
 // request: a valid key n >= rel, so >= 0; one int32 cannot hold is written -1).
 HX_INLINE HX_HD hx_i32 hx_merge_index(hx_i64 n, const hx_i32* rel) {

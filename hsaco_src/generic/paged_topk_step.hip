@@ -40,19 +40,10 @@ HX_INLINE HX_DEV hx_i32 hx_chunk_length(const PagedTopkStepParams& p, hx_i64 row
 // At least three blocks of 256 an SM, or two of 512: ptxas then keeps the merge's slots in registers.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_paged_topk_step(const HX_GRID_CONSTANT PagedTopkStepParams p) {
   hx_grid_dependency_wait();
-  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
-  HX_SHARED(hx_u32, scan, HX_BLOCK);
-  HX_SHARED(hx_u32, found, 2);
-  HX_SHARED(hx_u64, entries, MAX_TOP_K);
+  HX_STEP_SHARED;
   const hx_i32 tid = (hx_i32)hx_thread_x();
-  for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
-    float* const w = p.w + row * p.w_stride;
-    hx_i32* const idx = p.indices + row * p.indices_stride;
-    hx_step_begin(w, p.top_k, p.base);
-    hx_i32 key[HX_MERGE_SLOTS];
-    float val[HX_MERGE_SLOTS];
-    hx_step_select(w, idx, p.ws + row * p.ws_stride, 0, p.top_k, p.top_k + p.width, p.base, p.last && p.sorted, hist,
-                   scan, found, entries, key, val);
+  hx_step_rows(p, (hx_i32*)0, 0, hist, scan, found, entries,
+               [&](hx_i64 row, float* w, hx_i32* idx, const hx_i32* key, const float* val) {
     const hx_i64 b = row / p.next_n;
     HX_UNROLL
     for (int k = 0; k < HX_MERGE_SLOTS; ++k) {
@@ -79,6 +70,5 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_paged_to
         }
       }
     }
-    hx_barrier();  // the shared arrays and W are the next row's
-  }
+  });
 }

@@ -21,21 +21,10 @@ HX_INLINE HX_DEV hx_i32 hx_chunk_end(hx_i32 end, hx_i64 first_key, hx_i32 width)
 // At least three blocks of 256 an SM, or two of 512: ptxas then keeps the merge's slots in registers.
 HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_topk_chunk_step(const HX_GRID_CONSTANT TopkStepParams p) {
   hx_grid_dependency_wait();
-  HX_SHARED(hx_u32, hist, HX_TOPK_MAX_BINS);
-  HX_SHARED(hx_u32, scan, HX_BLOCK);
-  HX_SHARED(hx_u32, found, 2);
-  HX_SHARED(hx_u64, entries, MAX_TOP_K);
+  HX_STEP_SHARED;
   const hx_i32 tid = (hx_i32)hx_thread_x();
-  for (hx_i64 row = hx_block_x(); row < p.rows; row += hx_grid_dim_x()) {
-    float* const w = p.w + row * p.w_stride;
-    hx_i32* const idx = p.indices + row * p.indices_stride;
-    hx_step_begin(w, p.top_k, p.base);
-    hx_i32* const cols = p.cols ? p.cols + row * p.cols_stride : 0;
-    const hx_u32 kept = cols ? hx_topk_filter_chunk(w, p.top_k, p.width, cols, scan) : (hx_u32)p.width;
-    hx_i32 key[HX_MERGE_SLOTS];
-    float val[HX_MERGE_SLOTS];
-    hx_step_select(w, idx, p.ws + row * p.ws_stride, cols, p.top_k, p.top_k + (hx_i32)kept, p.base,
-                   p.last && p.sorted, hist, scan, found, entries, key, val);
+  hx_step_rows(p, p.cols, p.cols_stride, hist, scan, found, entries,
+               [&](hx_i64 row, float* w, hx_i32* idx, const hx_i32* key, const float* val) {
     const hx_i32* const rel = p.last && p.rel ? p.rel + row : 0;
     float* const values = p.last && p.values ? p.values + row * p.values_stride : 0;
     HX_UNROLL
@@ -50,6 +39,5 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, HX_BLOCK > 256 ? 2 : 3) void hx_topk_chu
       p.chunk_ks[row] = hx_chunk_end(p.ks[row], p.next_key, p.next_width);
       p.chunk_ke[row] = hx_chunk_end(p.ke[row], p.next_key, p.next_width);
     }
-    hx_barrier();  // the shared arrays and W are the next row's
-  }
+  });
 }

@@ -470,7 +470,7 @@ PLANTS = {
         Plant("filter_threshold_the_largest_candidate", "common/topk_chunks.h",
               "if (tid < half && scan[tid + half] < scan[tid])", "if (tid < half && scan[tid + half] > scan[tid])"),
         Plant("filter_kept_column_one_late", "common/topk_chunks.h", "cols[at] = i0 + t;", "cols[at] = i0 + t + 1;"),
-        Plant("selection_blind_to_the_last_kept", "generic/topk_chunk_step.hip", "p.top_k + (hx_i32)kept,",
+        Plant("selection_blind_to_the_last_kept", "common/topk_chunks.h", "p.top_k + (hx_i32)kept,",
               "p.top_k + (hx_i32)kept - (kept > 0),"),
         # the fused path: a finish that trusts a row whose floor kept fewer than top_k keys, that places every
         # region's entries at the first one's place, that ranks an ascending entry one place late; a generic filter
