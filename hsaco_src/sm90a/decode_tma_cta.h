@@ -1,6 +1,7 @@
-// The shared-memory layout of the sm_90a paged decode kernel paged_mqa_logits_wgmma_tma.hip, on decode_common.h:
-// its stage ring (keys in the MMA's layout, scales, records), the Q slots and the barriers, and the setup that lays
-// them over the dynamic shared memory.
+// The shared-memory layout of the sm_90a paged decode kernels (paged_mqa_logits_wgmma_tma.hip and the fused top-k's
+// paged_mqa_topk_wgmma_tma.hip), on decode_common.h: their stage ring (keys in the MMA's layout, scales, records),
+// the Q slots and the barriers, the setup that lays them over the dynamic shared memory, and the math warpgroups'
+// walk over the segments in the Q slots.
 #pragma once
 #include "decode_common.h"
 
@@ -58,6 +59,30 @@ HX_INLINE __device__ hx_ring<2> q_ring(const Smem& s) {
 HX_INLINE __device__ hx_ring<CLAIM_R> claim_ring(const Smem& s) {
   const hx_u32 b = s.base + BAR_OFF + 8 * (2 * SRMAX + 4);
   return {b, b + 8 * CLAIM_R};
+}
+// A math warpgroup's segments in turn, each between the wait on its Q slot and the slot's release: body(g) with the
+// slot's record as uniform values, its Q tile and the weight group of lane l's column pair.
+struct Segment {
+  hx_u32 rec, qtile, wt;  // shared addresses
+  hx_i32 ns, b, live;     // stages, sequence, live rows
+};
+template <class Body>
+HX_INLINE __device__ void each_segment(const Smem& sm, hx_i32 l, Body&& body) {
+  const hx_ring<2> q = q_ring(sm);
+  for (hx_u32 qit = 0;; ++qit) {
+    q.wait_full(qit);
+    const hx_u32 qb = qit & 1;
+    Segment g;
+    g.rec = sm.base + QREC_OFF + qb * QREC_BYTES;
+    g.ns = hx_uniform_i32(lds_i32(g.rec));
+    if (g.ns == 0) break;
+    g.b = hx_uniform_i32(lds_i32(g.rec + 4));
+    g.live = hx_uniform_i32(lds_i32(g.rec + 8));
+    g.qtile = sm.base + Q_OFF + qb * sm.qslot;
+    g.wt = sm.base + W_OFF + qb * W_SLOT + 4 * (l & 3) * WGROUP;
+    body(g);
+    q.arrive_empty(qit);
+  }
 }
 // The producer's page warps: two, or three for 16-token blocks (a stage of four blocks is eight copies).
 template <class P>

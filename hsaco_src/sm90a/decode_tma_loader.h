@@ -2,6 +2,7 @@
 // on decode_tma_cta.h and decode_feed.h: the block-table walk and, per block, the tensor copy of its keys (with its
 // scales where the page allows, else one bulk copy of them besides), stages in turn by warps 0 and 2 (and 3 after
 // its fill, for 16-token blocks); each segment's query rows and weights into a Q slot (warp 1); the -inf fill (warp 3).
+// Then the body both TMA decode kernels run, this warpgroup beside their math warpgroups (hx_decode_tma_cta).
 #pragma once
 #include "decode_tma_cta.h"
 #include "decode_feed.h"
@@ -95,6 +96,21 @@ HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 
     if (p.clean) fill_columns(p, hx_balanced_part(total_fill, hx_grid_dim_x(), hx_block_x()), lane, 32);
     if (warps == 3) page_warp(p, sm, deal, lane, 2, warps);  // after its fill: a third page warp
   }
+}
+
+// A TMA decode kernel's body: the layout (setup(p, extra, stages)), then
+// warpgroup 0 runs producer(sm, tid) and math warpgroup mw = wg - 1 runs math(sm, its thread in the warpgroup, mw).
+// The page warps finish issuing long before their last copies land: a warp must not leave with its tensor copies in
+// flight (seen on the H200 as a launch failure of a later kernel), so the CTA leaves together.
+template <class P, class Producer, class Math>
+HX_INLINE __device__ void hx_decode_tma_cta(const P& p, hx_u32 extra, hx_u32 stages, Producer&& producer, Math&& math) {
+  extern __shared__ __align__(1024) hx_u8 smem_raw[];
+  const hx_i32 tid = (hx_i32)hx_thread_x();
+  const hx_i32 wg = hx_uniform_i32(tid / 128);
+  const Smem sm = setup(smem_raw, p, extra, stages);
+  if (wg == 0) producer(sm, tid);
+  else math(sm, tid - 128 * wg, wg - 1);
+  hx_barrier();
 }
 
 }  // namespace

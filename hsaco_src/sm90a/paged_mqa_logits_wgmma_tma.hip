@@ -66,24 +66,15 @@ HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& s
   hx_setmaxnreg_inc<MATH_REGS>();
   const MathLane ml = math_lane(p, mt);
   const hx_i32 l = ml.l, b1 = ml.b1, b2 = ml.b2;
-  const hx_ring<2> q = q_ring(sm);
   const float ninf = hx_bits_to_f32(0xFF800000u);
   StagePos at;
   hx_i32 turn = 0;                                // this stage's warpgroup, it % 3
-  for (hx_u32 qit = 0;; ++qit) {
-    q.wait_full(qit);
-    const hx_u32 qb = qit & 1, rec = sm.base + QREC_OFF + qb * QREC_BYTES;
-    const hx_i32 ns = hx_uniform_i32(lds_i32(rec));
-    if (ns == 0) break;
-    const hx_i32 b = hx_uniform_i32(lds_i32(rec + 4));
-    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));
-    const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
-    const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (l & 3) * WGROUP;
-    float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;
+  each_segment(sm, l, [&](const Segment& seg) {
+    float* const seq_out = p.out + (hx_i64)seg.b * p.next_n * p.out_stride;
     // This warpgroup's stages of the segment: each waited for, its passes run by rows(c), released, and the -inf
     // of its dead rows stored.
     auto stages = [&](auto&& rows) {
-      for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
+      for (hx_i32 s = 0; s < seg.ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
         if (turn != m) continue;
         hx_mbar_wait(stage_full(sm, at.slot), at.phase);
         Pass c = stage_pass(p, sm, ml, at.slot);
@@ -92,32 +83,32 @@ HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& s
         rows(c);
         hx_mbar_arrive(stage_empty(sm, at.slot));
         // Dead rows: nothing computed, -inf where a row's bound (0) leaves the column, when clean.
-        for (hx_i32 j = live + b2; j < p.next_n; j += 2) {
-          const bool valid = c.n < lds_i32(rec + 32 + 4 * j);
+        for (hx_i32 j = seg.live + b2; j < p.next_n; j += 2) {
+          const bool valid = c.n < lds_i32(seg.rec + 32 + 4 * j);
           hx_store_f32_if(c.in && (valid || c.clean), seq_out + j * p.out_stride + c.n, ninf);
         }
       }
     };
-    if (live <= RMAX) {
+    if (seg.live <= RMAX) {
       hx_static_for<RMAX>([&](auto i) {
         constexpr int R = i + 1;
-        if (live != R) return;
+        if (seg.live != R) return;
         float w2[R][2 * JQ];
-        load_row_weights<R>(wt, w2);
+        load_row_weights<R>(seg.wt, w2);
         stages([&](Pass& c) {
-          c.bdesc = hx_wgmma_desc_sw128(qtile);
-          c.bounds = rec + 32;
+          c.bdesc = hx_wgmma_desc_sw128(seg.qtile);
+          c.bounds = seg.rec + 32;
           c.out = seq_out + c.n;
           pass<R>(c, b1, b2, w2);
         });
       });
     } else {
       stages([&](Pass& c) {
-        for (hx_i32 pb = 0; pb < live; pb += RMAX) {
-          const hx_i32 R = hx_min_i32(RMAX, live - pb);
-          c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));
-          c.wt = wt + 4 * pb * WROW;
-          c.bounds = rec + 32 + 4 * pb;
+        for (hx_i32 pb = 0; pb < seg.live; pb += RMAX) {
+          const hx_i32 R = hx_min_i32(RMAX, seg.live - pb);
+          c.bdesc = hx_wgmma_desc_sw128(seg.qtile + pb * (H * D));
+          c.wt = seg.wt + 4 * pb * WROW;
+          c.bounds = seg.rec + 32 + 4 * pb;
           c.out = seq_out + pb * p.out_stride + c.n;
           hx_static_for<RMAX>([&](auto i) {
             if (R == i + 1) pass<i + 1>(c, b1, b2);
@@ -125,21 +116,15 @@ HX_INLINE __device__ void math_warpgroup(const DecodeTmaParams& p, const Smem& s
         }
       });
     }
-    q.arrive_empty(qit);
-  }
+  });
 }
 
 }  // namespace
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_logits_wgmma_tma(const HX_GRID_CONSTANT DecodeTmaParams p) {
   hx_grid_dependency_wait();
-  extern __shared__ __align__(1024) hx_u8 smem_raw[];
-  const hx_i32 tid = (hx_i32)hx_thread_x();
-  const hx_i32 wg = hx_uniform_i32(tid / 128);
-  const Smem sm = setup(smem_raw, p);
-  if (wg == 0) producer_warpgroup(p, sm, tid, p.claims, p.deal_share, p.deal_grain);
-  else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
-  // The page warps finish issuing long before their last copies land: a warp must not leave with its tensor
-  // copies in flight (seen on the H200 as a launch failure of a later kernel), so the CTA leaves together.
-  hx_barrier();
+  hx_decode_tma_cta(
+      p, 0, 0,
+      [&](const Smem& sm, hx_i32 tid) { producer_warpgroup(p, sm, tid, p.claims, p.deal_share, p.deal_grain); },
+      [&](const Smem& sm, hx_i32 mt, hx_i32 mw) { math_warpgroup(p, sm, mt, mw); });
 }

@@ -84,7 +84,6 @@ template <class P>
 HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, hx_i32 m) {
   hx_setmaxnreg_inc<MATH_REGS>();
   const MathLane ml = math_lane(p, mt);
-  const hx_ring<2> q = q_ring(sm);
   const hx_u32 gt = (hx_u32)(128 * m + mt);
   const hx_u32 top_k = (hx_u32)p.top_k;
   const hx_i64 u = hx_block_x();
@@ -95,31 +94,23 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
   bar();
   StagePos at;
   hx_i32 turn = 0;  // this stage's warpgroup, it % 3
-  for (hx_u32 qit = 0;; ++qit) {
-    q.wait_full(qit);
-    const hx_u32 qb = qit & 1, rec = sm.base + QREC_OFF + qb * QREC_BYTES;
-    const hx_i32 ns = hx_uniform_i32(lds_i32(rec));
-    if (ns == 0) break;
-    const hx_i32 b = hx_uniform_i32(lds_i32(rec + 4));
-    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));
-    const hx_u32 qtile = sm.base + Q_OFF + qb * sm.qslot;
-    const hx_u32 wt = sm.base + W_OFF + qb * W_SLOT + 4 * (ml.l & 3) * WGROUP;
+  each_segment(sm, ml.l, [&](const Segment& seg) {
     hx_static_for<TOPK_ROWS>([&](auto i) {
       constexpr int R = i + 1;
-      if (live != R) return;
+      if (seg.live != R) return;
       float w2[R][2 * JQ];
-      load_row_weights<R>(wt, w2);
+      load_row_weights<R>(seg.wt, w2);
       const auto floors = [&]() { return Append{k, k.floor[0], R > 1 ? k.floor[1] : 0u}; };
       Append emit = floors();  // after the meeting that reset the rows
-      for (hx_i32 s = 0; s < ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
+      for (hx_i32 s = 0; s < seg.ns; ++s, at.next(sm.S), turn = turn == MATH_WG - 1 ? 0 : turn + 1) {
         if (turn == m) {
           hx_mbar_wait(stage_full(sm, at.slot), at.phase);
           Pass c = stage_pass(p, sm, ml, at.slot);
           c.clean = false;
           c.stride = 0;
           c.out = nullptr;
-          c.bdesc = hx_wgmma_desc_sw128(qtile);
-          c.bounds = rec + 32;
+          c.bdesc = hx_wgmma_desc_sw128(seg.qtile);
+          c.bounds = seg.rec + 32;
           pass<R>(c, ml.b1, ml.b2, w2, emit);
           hx_mbar_arrive(stage_empty(sm, at.slot));
         }
@@ -133,27 +124,23 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
         }
       }
     });
-    // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.
+    // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for its sequence b.
     bar();
-    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);
-    hx_cand_write<GROUP>(k, gt, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, u + b, b, p.next_n, live, top_k,
-                         hx_grid_dim_x());
+    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);
+    hx_cand_write<GROUP>(k, gt, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, u + seg.b, seg.b, p.next_n, seg.live,
+                         top_k, hx_grid_dim_x());
     bar();  // every entry is read before the rows start again
     hx_cand_reset(k, gt, TOPK_ROWS);
     bar();
-    q.arrive_empty(qit);
-  }
+  });
 }
 
 }  // namespace
 
 HX_KERNEL __launch_bounds__(HX_BLOCK, 1) void hx_paged_mqa_topk_wgmma_tma(const HX_GRID_CONSTANT DecodeTopkParams p) {
   hx_grid_dependency_wait();
-  extern __shared__ __align__(1024) hx_u8 smem_raw[];
-  const hx_i32 tid = (hx_i32)hx_thread_x();
-  const hx_i32 wg = hx_uniform_i32(tid / 128);
-  const Smem sm = setup(smem_raw, p, topk_bytes(p.next_n, p.top_k), (hx_u32)p.stages);
-  if (wg == 0) producer_warpgroup(p, sm, tid);
-  else math_warpgroup(p, sm, tid - 128 * wg, wg - 1);
-  hx_barrier();
+  hx_decode_tma_cta(
+      p, topk_bytes(p.next_n, p.top_k), (hx_u32)p.stages,
+      [&](const Smem& sm, hx_i32 tid) { producer_warpgroup(p, sm, tid); },
+      [&](const Smem& sm, hx_i32 mt, hx_i32 mw) { math_warpgroup(p, sm, mt, mw); });
 }

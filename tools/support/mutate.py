@@ -399,8 +399,8 @@ PLANTS = {
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip",
               "if (key <= (jr ? floor1 : floor0)) return;", "if (key <= floor0) return;"),
         *_fused_rows_plants("fused"),
-        Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + b, b,",
-              "p.seq_nparts, u, b,"),
+        Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + seg.b, seg.b,",
+              "p.seq_nparts, u, seg.b,"),
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
               "          c.clean = false;\n"
               "          c.in = c.in && c.n + 1 < lds_i32(sm.base + REC_OFF + at.slot * 16 + 4);\n"),
@@ -550,8 +550,8 @@ SM90A_TMA_LOADER = "sm90a/decode_tma_loader.h"  # its page warps
 SM90A_TMA_CTA = "sm90a/decode_tma_cta.h"  # its layout and a math lane's stage (shared with the fused top-k kernel)
 PLANTS["sm90a_decode_tma"] = [
     DECODE_COMMON["next_n_blind_bound"],
-    Plant("batch_blind_row", SM90A_TMA, "float* const seq_out = p.out + (hx_i64)b * p.next_n * p.out_stride;",
-          "float* const seq_out = p.out + (hx_i64)0 * b * p.next_n * p.out_stride;"),
+    Plant("batch_blind_row", SM90A_TMA, "float* const seq_out = p.out + (hx_i64)seg.b * p.next_n * p.out_stride;",
+          "float* const seq_out = p.out + (hx_i64)0 * seg.b * p.next_n * p.out_stride;"),
     Plant("split_boundary_one_block_late", "common/decode_work.h",
           "r.lo = (hx_i32)((a + per_block - 1) / per_block);",
           "r.lo = (hx_i32)((a + per_block - 1) / per_block) + (a > 0 && a < (hx_i64)blocks * per_block);"),
@@ -565,8 +565,8 @@ PLANTS["sm90a_decode_tma"] = [
           "qsrc + (hx_i64)(s.live > 1 && j < 2 ? 1 - j : j) * H * D, (hx_u32)lane);"),
     Plant("page_prefetched_from_wrong_column", SM90A_TMA_LOADER, "table_entry(p, row, c0 + 32 + lane, blk.hi);",
           "table_entry(p, row, c0 + 31 + lane, blk.hi);"),
-    Plant("second_pass_reads_first_rows", SM90A_TMA, "c.bdesc = hx_wgmma_desc_sw128(qtile + pb * (H * D));",
-          "c.bdesc = hx_wgmma_desc_sw128(qtile + 0 * pb * (H * D));"),
+    Plant("second_pass_reads_first_rows", SM90A_TMA, "c.bdesc = hx_wgmma_desc_sw128(seg.qtile + pb * (H * D));",
+          "c.bdesc = hx_wgmma_desc_sw128(seg.qtile + 0 * pb * (H * D));"),
 ]
 # Its own: the cache layout reaches it through the host's tensor map, so paged_cache.h's layout plants have no text
 # here (tests/test_kv_map.py and the layout checks cover kv_map.py); a stage's keys copied from the next block, its
@@ -590,8 +590,8 @@ PLANTS["sm90a_decode_tma"] += [
     Plant("claimed_chunk_one_late", SM90A_FEED, "d.chunk((hx_i32)got);",
           "d.chunk((hx_i32)(got + 1 < (hx_u32)d.chunks ? got + 1 : got));"),
     # a one-pass segment's weights held in registers: every row given row 0's
-    Plant("one_pass_rows_share_row_zero_weights", SM90A_TMA, "        load_row_weights<R>(wt, w2);\n",
-          "        load_row_weights<R>(wt, w2);\n"
+    Plant("one_pass_rows_share_row_zero_weights", SM90A_TMA, "        load_row_weights<R>(seg.wt, w2);\n",
+          "        load_row_weights<R>(seg.wt, w2);\n"
           "        for (int jr = 1; jr < R; ++jr) for (int x = 0; x < 2 * JQ; ++x) w2[jr][x] = w2[0][x];\n"),
 ]
 # The suite each set needs by default (the plants live in kernels only these shapes reach).
