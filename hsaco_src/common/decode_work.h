@@ -178,6 +178,40 @@ HX_INLINE HX_HD hx_decode_seq hx_decode_sequence_of(const Params& p, hx_i32 b) {
                                p.block_size);
 }
 
+// Every unit's second pass: the sequences in chunks of `block` (thread t reads sequence b0 + t into scan[t] and
+// scan[block + t], after barrier()), with running prefixes of their work and fill; a sequence b where the unit's
+// pieces own_work and own_fill meet it goes to work(b, seq, its blocks of the unit) and fill(b, its fill columns of
+// the unit), each only where that piece meets it. Every thread walks the same sequences (uniform).
+template <class Params, class Barrier, class Work, class Fill>
+HX_INLINE HX_HD void hx_decode_walk(const Params& p, hx_i32 t, hx_i32 block, hx_range64 own_work, hx_range64 own_fill,
+                                    hx_i64* scan, Barrier&& barrier, Work&& work, Fill&& fill) {
+  hx_i64 work_base = 0, fill_base = 0;
+  for (hx_i32 b0 = 0; b0 < p.B; b0 += block) {
+    if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // this unit's pieces are done
+    const hx_i32 b = b0 + t;
+    hx_decode_seq mine = {};
+    if (b < p.B) mine = hx_decode_sequence_of(p, b);
+    barrier();  // the previous chunk's readers are done with scan[]
+    scan[t] = b < p.B ? hx_decode_work(mine) : 0;
+    scan[block + t] = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
+    barrier();
+    const hx_i32 count = hx_min_i32(block, p.B - b0);
+    for (hx_i32 i = 0; i < count; ++i) {  // every thread reads the same prefixes
+      const hx_i64 w = scan[i], f = scan[block + i];
+      const bool in_work = w > 0 && work_base < own_work.hi && work_base + w > own_work.lo;
+      const bool in_fill = f > 0 && fill_base < own_fill.hi && fill_base + f > own_fill.lo;
+      if (in_work || in_fill) {
+        const hx_i32 bb = b0 + i;
+        const hx_decode_seq seq = hx_decode_sequence_of(p, bb);
+        if (in_work) work(bb, seq, hx_owned_blocks(own_work, work_base, seq));
+        if (in_fill) fill(bb, hx_owned_fill(own_fill, fill_base, seq, p.max_model_len));
+      }
+      work_base += w;
+      fill_base += f;
+    }
+  }
+}
+
 // Which columns the rows of a sequence with [B] lengths see, as one affine rule: row j < rows sees the
 // columns n < first_end + j (and n < max_model_len), each new token its own position and every key before
 // it (docs/ops.md); rows j >= rows (dead ragged rows) see none. first_end is 64-bit: ctx - live + 1 passes

@@ -226,38 +226,14 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 3) void hx_paged_mqa_logits_generic(cons
   const hx_range64 own_fill = p.clean ? hx_balanced_part(total_fill, units, u) : hx_range64{0, 0};
 
   // Pass 2: walk the sequences in chunks, with running prefixes, and do what falls in this unit's pieces.
-  hx_i64 work_base = 0, fill_base = 0;
-  for (hx_i32 b0 = 0; b0 < p.B; b0 += HX_BLOCK) {
-    if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // uniform: this unit's pieces are done
-    const hx_i32 b = b0 + t;
-    hx_decode_seq mine = {};
-    if (b < p.B) {
-      mine = hx_decode_sequence_of(p, b);
-    }
-    hx_barrier();  // the previous chunk's readers are done with scan[]
-    s.scan[t] = b < p.B ? hx_decode_work(mine) : 0;
-    s.scan[HX_BLOCK + t] = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
-    hx_barrier();
-    const hx_i32 count = hx_min_i32(HX_BLOCK, p.B - b0);
-    for (hx_i32 i = 0; i < count; ++i) {  // uniform: every thread reads the same prefixes
-      const hx_i64 w = s.scan[i], f = s.scan[HX_BLOCK + i];
-      const bool in_work = w > 0 && work_base < own_work.hi && work_base + w > own_work.lo;
-      const bool in_fill = f > 0 && fill_base < own_fill.hi && fill_base + f > own_fill.lo;
-      if (in_work || in_fill) {
-        const hx_i32 bb = b0 + i;
-        const hx_decode_seq seq = hx_decode_sequence_of(p, bb);
-        if (in_work) hx_compute_blocks(p, g, s, bb, seq, hx_owned_blocks(own_work, work_base, seq));
-        if (in_fill) {
-          const hx_range cols = hx_owned_fill(own_fill, fill_base, seq, p.max_model_len);
-          const float neg_inf = hx_bits_to_f32(0xFF800000u);
-          for (hx_i32 j = 0; j < p.next_n; ++j) {
-            float* row = p.out + ((hx_i64)bb * p.next_n + j) * p.out_stride;
-            for (hx_i32 n = cols.lo + t; n < cols.hi; n += HX_BLOCK) row[n] = neg_inf;
-          }
+  hx_decode_walk(
+      p, t, HX_BLOCK, own_work, own_fill, s.scan, [] { hx_barrier(); },
+      [&](hx_i32 b, const hx_decode_seq& seq, hx_range blocks) { hx_compute_blocks(p, g, s, b, seq, blocks); },
+      [&](hx_i32 b, hx_range cols) {
+        const float neg_inf = hx_bits_to_f32(0xFF800000u);
+        for (hx_i32 j = 0; j < p.next_n; ++j) {
+          float* row = p.out + ((hx_i64)b * p.next_n + j) * p.out_stride;
+          for (hx_i32 n = cols.lo + t; n < cols.hi; n += HX_BLOCK) row[n] = neg_inf;
         }
-      }
-      work_base += w;
-      fill_base += f;
-    }
-  }
+      });
 }

@@ -379,40 +379,18 @@ HX_WAVE_FN void hx_decode_units(const P& p, const hx_lds& s, bool fill_columns, 
   }
 
   // Pass 2: walk the sequences in chunks, with running prefixes, and do what falls in this unit's pieces.
-  hx_i64 work_base = 0, fill_base = 0;
-  for (hx_i32 b0 = 0; b0 < p.B; b0 += HX_BLOCK) {
-    if (work_base >= own_work.hi && fill_base >= own_fill.hi) break;  // uniform: this unit's pieces are done
-    const hx_i32 b = b0 + t;
-    hx_decode_seq mine = {};
-    if (b < p.B) mine = hx_decode_sequence_of(p, b);
-    hx_workgroup_barrier();  // the previous chunk's readers are done with scan[]
-    s.scan[t] = b < p.B ? hx_decode_work(mine) : 0;
-    s.scan[HX_BLOCK + t] = b < p.B ? hx_decode_fill(mine, p.max_model_len) : 0;
-    hx_workgroup_barrier();
-    const hx_i32 count = hx_min_i32(HX_BLOCK, p.B - b0);
-    for (hx_i32 i = 0; i < count; ++i) {  // uniform: every thread reads the same prefixes
-      const hx_i64 wk = s.scan[i], f = s.scan[HX_BLOCK + i];
-      const bool in_work = wk > 0 && work_base < own_work.hi && work_base + wk > own_work.lo;
-      const bool in_fill = f > 0 && fill_base < own_fill.hi && fill_base + f > own_fill.lo;
-      if (in_work || in_fill) {
-        const hx_i32 bb = b0 + i;
-        const hx_decode_seq seq = hx_decode_sequence_of(p, bb);
-        if (in_work) {
-          const hx_range blocks = hx_owned_blocks(own_work, work_base, seq);
-          // Every value a buffer base or range is made from must be visibly wave-uniform (an SGPR), or the
-          // compiler loops over the lanes' values at each buffer access.
-          c.b = (hx_i32)hx_readfirstlane((hx_u32)bb);
-          const hx_i64 lo = (hx_i64)blocks.lo * p.block_size, hi = (hx_i64)blocks.hi * p.block_size;
-          c.c_lo = (hx_i32)hx_readfirstlane((hx_u32)(lo < p.max_model_len ? lo : p.max_model_len));
-          c.c_hi = (hx_i32)hx_readfirstlane((hx_u32)(hi < p.max_model_len ? hi : p.max_model_len));
-          c.load_hi = (hx_i32)hx_readfirstlane((hx_u32)hx_min_i32(c.c_hi, seq.keys));
-          c.pages = c.c_hi > c.c_lo ? hx_ceil_div(c.c_hi - c.c_lo, PAGE) : 0;
-          if (c.pages > 0) work(c, seq, bb);
-        }
-        if (in_fill) fill(bb, hx_owned_fill(own_fill, fill_base, seq, p.max_model_len));
-      }
-      work_base += wk;
-      fill_base += f;
-    }
-  }
+  hx_decode_walk(
+      p, t, HX_BLOCK, own_work, own_fill, s.scan, [] { hx_workgroup_barrier(); },
+      [&](hx_i32 bb, const hx_decode_seq& seq, hx_range blocks) {
+        // Every value a buffer base or range is made from must be visibly wave-uniform (an SGPR), or the
+        // compiler loops over the lanes' values at each buffer access.
+        c.b = (hx_i32)hx_readfirstlane((hx_u32)bb);
+        const hx_i64 lo = (hx_i64)blocks.lo * p.block_size, hi = (hx_i64)blocks.hi * p.block_size;
+        c.c_lo = (hx_i32)hx_readfirstlane((hx_u32)(lo < p.max_model_len ? lo : p.max_model_len));
+        c.c_hi = (hx_i32)hx_readfirstlane((hx_u32)(hi < p.max_model_len ? hi : p.max_model_len));
+        c.load_hi = (hx_i32)hx_readfirstlane((hx_u32)hx_min_i32(c.c_hi, seq.keys));
+        c.pages = c.c_hi > c.c_lo ? hx_ceil_div(c.c_hi - c.c_lo, PAGE) : 0;
+        if (c.pages > 0) work(c, seq, bb);
+      },
+      fill);
 }
