@@ -65,19 +65,15 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_FILTER> {
     hx_setmaxnreg_inc<MATH_REGS>();
     const hx_i32 mw = wg - 1;
     const hx_i32 g = mw & 1, h = mw >> 1;
-    const hx_i32 mt = tid - 128 * wg;  // thread in the warpgroup
-    const hx_i32 w = mt / 32, l = mt % 32;
-    const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
-    const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the 64 after the quad reduce
+    const MathLane ml = math_lane(tid, wg);
     float acc[NACC];
-    // Stage s's A descriptor is stage 0's plus s BK D / 16 in its address field.
-    const hx_u64 adesc0 = hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));
+    const hx_u64 adesc0 = stage0_keys(sm, g);
     hx_ring_pos<S> at;  // the next K stage
     each_unit(sm, [&](const SlotUnit& u) {
-      const hx_i32 n = u.work_lo + 64 * g + key;  // this lane's key in the unit's first stage
+      const hx_i32 n = u.work_lo + 64 * g + ml.key;  // this lane's key in the unit's first stage
       hx_i32 e = n - u.work_hi;
       Tile t;
-      make_tile(t, p, sm, u.rec, u.m0, u.work_hi, h, b2, n);
+      make_tile(t, p, sm, u.rec, u.m0, u.work_hi, h, ml.b2, n);
       const float* wt = weights_of(sm, u.qb, h);
       float w0[2 * JQ];
       load_weights(wt, 0, w0);
@@ -86,7 +82,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_FILTER> {
       using V = float[2 * RQ];
       auto issue = [&]() -> float {
         sm.k.wait_full(at);
-        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
+        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + ml.key);  // the sums hold 2 relu
         hx_fence_regs(acc);
         hx_wgmma_fence();
         hx_wgmma_k128(acc, adesc0 + (hx_u64)(at.slot * (BK * D / 16)), hx_wgmma_desc_sw128(qtile + h * QHALF_BYTES));
@@ -101,7 +97,7 @@ struct Cta : PrefillCta<HX_HEADS, 4, 0, Params, HX_FILTER> {
         at.next();
       };
       auto store = [&](const V& v, float scale) {
-        reduce_store(p, t, v, e, scale, b1, b2);
+        reduce_store(p, t, v, e, scale, ml.b1, ml.b2);
         e += BK;
       };
       run_stages<PAIRS, V>(u.ns, issue, sum, store);

@@ -138,23 +138,19 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FILTER> {
   HX_INLINE __device__ void math_warpgroup(const Params& p, const Smem& sm, hx_i32 tid, hx_i32 wg) {
     hx_setmaxnreg_inc<MATH_REGS>();
     const hx_i32 g = wg - 1;
-    const hx_i32 mt = tid - 128 * wg;  // thread in the warpgroup
-    const hx_i32 w = mt / 32, l = mt % 32;
-    const hx_i32 b1 = l & 1, b2 = (l >> 1) & 1;
-    const hx_i32 key = 16 * w + (l >> 2) + 8 * b1;  // this lane's key of the 64 after the quad reduce
+    const MathLane ml = math_lane(tid, wg);
     float acc[2][NACC];
-    // Stage s's A descriptor is stage 0's plus s BK D / 16 in its address field.
-    const hx_u64 adesc0 = hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));
+    const hx_u64 adesc0 = stage0_keys(sm, g);
     hx_ring_pos<S> at;    // the next K stage
     hx_ring_pos<LS> lat;  // STAGED: the next slot of staged logits
     each_unit(sm, [&](const SlotUnit& u) {
-      const hx_i32 n = u.work_lo + 64 * g + key;  // this lane's key in the unit's first stage
+      const hx_i32 n = u.work_lo + 64 * g + ml.key;  // this lane's key in the unit's first stage
       hx_i32 e = n - u.work_hi;
       Tile t[2];
       const float* wt[2];
       float wq[2][RQ][2 * JQ];
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) make_tile(t[hh], p, sm, u.rec, u.m0, u.work_hi, hh, b2, n);
+      for (int hh = 0; hh < 2; ++hh) make_tile(t[hh], p, sm, u.rec, u.m0, u.work_hi, hh, ml.b2, n);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         wt[hh] = weights_of(sm, u.qb, hh);
@@ -169,7 +165,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FILTER> {
       using V = float[2][2 * RQ];
       auto issue = [&]() -> float {
         sm.k.wait_full(at);
-        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + key);  // the sums hold 2 relu
+        const float scale = 0.5f * kv_scale_at(sm, at.slot, 64 * g + ml.key);  // the sums hold 2 relu
         hx_fence_regs(acc[0]);
         hx_fence_regs(acc[1]);
         hx_wgmma_fence();
@@ -194,7 +190,7 @@ struct Cta : PrefillCta<HX_HEADS, 2, FTERMS * 2, Params, HX_FILTER> {
       auto store = [&](const V& v, float scale) {
         const hx_u32 slot = stage_slot(sm, lat);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) reduce_store(p, t[hh], v[hh], e, scale, b1, b2, slot);
+        for (int hh = 0; hh < 2; ++hh) reduce_store(p, t[hh], v[hh], e, scale, ml.b1, ml.b2, slot);
         stage_staged(sm, lat);
         e += BK;
       };

@@ -442,6 +442,24 @@ struct PrefillCta {
   HX_INLINE __device__ const hx_i32* record(const Smem& s, hx_u32 qb) {
     return (const hx_i32*)(s.ptr + REC_OFF + qb * REC_BYTES);
   }
+  // A math thread's place (tid: its thread in the CTA, wg: its warpgroup): after the quad reduce it holds key `key`
+  // of its warpgroup's 64 for the query rows of parity b2 (b1: which key of its pair).
+  struct MathLane {
+    hx_i32 key, b1, b2;
+  };
+  HX_INLINE __device__ MathLane math_lane(hx_i32 tid, hx_i32 wg) {
+    const hx_i32 mt = tid - 128 * wg;  // thread in the warpgroup
+    const hx_i32 w = mt / 32, l = mt % 32;
+    MathLane m;
+    m.b1 = l & 1;
+    m.b2 = (l >> 1) & 1;
+    m.key = 16 * w + (l >> 2) + 8 * m.b1;
+    return m;
+  }
+  // The A descriptor of keys [64 g, 64 g + 64) of K stage 0; stage s's is s BK D / 16 past it in the address field.
+  HX_INLINE __device__ hx_u64 stage0_keys(const Smem& s, hx_i32 g) {
+    return hx_wgmma_desc_sw128(s.base + K_OFF + g * (64 * D));
+  }
   // A math warpgroup's units in turn, each between the wait on its Q slot and the slot's release: body(u) with the
   // slot and its record, as uniform values.
   struct SlotUnit {
