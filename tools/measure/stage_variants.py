@@ -71,11 +71,13 @@ _RELEASE_EARLY = [
 # row after the out rows: for tools/measure/cta_times.py, which allocates that row (the bench does not: a bench
 # row at next_n 8 would be written past).
 _CTA_CLOCK = [
-    Plant("cta_clock_start", TMA, "  const hx_i32 tid = (hx_i32)hx_thread_x();\n  const hx_i32 wg = hx_uniform_i32(tid / 128);\n",
+    Plant("cta_clock_start", TMA_LOADER, "  const hx_i32 tid = (hx_i32)hx_thread_x();\n  const hx_i32 wg = hx_uniform_i32(tid / 128);\n",
           "  const hx_i32 tid = (hx_i32)hx_thread_x();\n  const hx_i32 wg = hx_uniform_i32(tid / 128);\n"
           "  hx_u64 hx_t0;\n  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(hx_t0));\n  const long long hx_c0 = clock64();\n"),
-    Plant("cta_clock_end", TMA, "  hx_barrier();\n}\n",
-          "  hx_barrier();\n  if (tid == 0) {\n    hx_u64 t1;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t1));\n"
+    # in the body both TMA kernels run: the fused top-k kernel's out is 0, so only the logits kernel writes
+    Plant("cta_clock_end", TMA_LOADER, "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n}\n",
+          "  else math(sm, tid - 128 * wg, wg - 1);\n"
+          "  hx_barrier();\n  if (tid == 0 && p.out) {\n    hx_u64 t1;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t1));\n"
           "    const long long c1 = clock64();\n    hx_u32 smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n"
           "    hx_u64* o = (hx_u64*)(p.out + (hx_i64)p.B * p.next_n * p.out_stride) + 4 * hx_block_x();\n"
           "    o[0] = hx_t0;\n    o[1] = t1;\n    o[2] = (hx_u64)(c1 - hx_c0);\n    o[3] = smid;\n  }\n}\n"),
@@ -122,12 +124,12 @@ def _pingpong(f: str, side: str, threads: int, start: str, before_fence: str, pa
     and 5 (hx_turn_*, planted with TURN_PRIMITIVES): a side waits for its turn before issuing a stage's MMAs and
     passes it on after the text `pass_after` (its issue, or the wait that retires its MMAs: strict turns)."""
     arg = f"4, (hx_u32){side}, {threads}"
-    end = "      sm.q.arrive_empty((hx_u32)hx_uniform_i32((hx_i32)qit));\n    }\n  }\n"
+    end = "(u.ns, issue, sum, store);\n    });\n  }\n"
     return [TURN_PRIMITIVES,
             Plant("turn_start", f, start, f"{start}    hx_turn_start({arg});\n"),
             Plant("turn_wait", f, before_fence, before_fence.replace("hx_wgmma_fence();", f"hx_turn_wait({arg});\n        hx_wgmma_fence();")),
             Plant("turn_pass", f, pass_after, f"{pass_after}        hx_turn_pass({arg});\n"),
-            Plant("turn_end", f, end, end.replace("    }\n  }\n", f"    }}\n    hx_turn_end({arg});\n  }}\n"))]
+            Plant("turn_end", f, end, end.replace("    });\n  }\n", f"    }});\n    hx_turn_end({arg});\n  }}\n"))]
 
 
 _FOLD_START, _FOLD_FENCE = "const hx_i32 g = wg - 1;\n", "        hx_fence_regs(acc[1]);\n        hx_wgmma_fence();"
@@ -205,7 +207,7 @@ _NO_STORE = Plant("no_store", PRE_CTA, "const bool store = (e < 0) & (inside | t
 def _no_math() -> Plant:
     """The decode kernel's math warpgroups take each stage and give it back (its stages run their passes through
     rows(c))."""
-    return Plant("no_math", TMA, "        rows(c);\n", "        if (live < 0) rows(c);\n")
+    return Plant("no_math", TMA, "        rows(c);\n", "        if (seg.live < 0) rows(c);\n")
 
 
 _ONE_PAGE_WARP = Plant("one_pw", TMA_LOADER, "if (turn != which) continue;", "if (which) break;")
@@ -256,15 +258,15 @@ _APPEND_GUARD = Plant("append_guard", FUSED, "    k.e[jr * k.stride + at] = hx_t
 
 
 def _count_to(name: str, most: str) -> Plant:
-    return Plant(name, FUSED, "    bar();\n    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);\n",
+    return Plant(name, FUSED, "    bar();\n    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);\n",
                  f"    bar();\n    if (gt < TOPK_ROWS && k.count[gt] > {most}) k.count[gt] = {most};\n    bar();\n"
-                 "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);\n")
+                 "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);\n")
 
 
 _TRIMS_NEVER = Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) {", "if (hot && !hot) {")
 _NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"), _TRIMS_NEVER]
 _NO_END_CUT = [_count_to("count_to_top_k", "top_k"),
-               Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, live, top_k);\n    hx_cand_write", "    hx_cand_write")]
+               Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);\n    hx_cand_write", "    hx_cand_write")]
 _NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= (jr ? floor1 : floor0)) return;\n", "    if (key != 12345u) return;\n")
 # ... and each row's floor seeded from a word a row at `out` (the fused launch passes out = 0, which seeds nothing;
 # tools/measure/seeded_floor_probe.py passes floors there): a key enters only above both the seed and the row's own
@@ -273,11 +275,11 @@ _SEEDED = [
     Plant("seed_field", FUSED, "  hx_u32 floor0, floor1;", "  hx_u32 floor0, floor1, s0, s1;"),
     Plant("seed_test", FUSED, "    if (key <= (jr ? floor1 : floor0)) return;\n",
           "    if (key <= (jr ? floor1 : floor0) || key <= (jr ? s1 : s0)) return;\n"),
-    Plant("seed_load", FUSED, "    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));\n",
-          "    const hx_i32 live = hx_uniform_i32(lds_i32(rec + 8));\n"
+    Plant("seed_load", FUSED, "  each_segment(sm, ml.l, [&](const Segment& seg) {\n",
+          "  each_segment(sm, ml.l, [&](const Segment& seg) {\n"
           "    const hx_u32* sdp = (const hx_u32*)p.out;\n"
-          "    const hx_u32 sd0 = sdp ? sdp[(hx_i64)b * p.next_n] : 0u;\n"
-          "    const hx_u32 sd1 = sdp && live > 1 ? sdp[(hx_i64)b * p.next_n + 1] : 0u;\n"),
+          "    const hx_u32 sd0 = sdp ? sdp[(hx_i64)seg.b * p.next_n] : 0u;\n"
+          "    const hx_u32 sd1 = sdp && seg.live > 1 ? sdp[(hx_i64)seg.b * p.next_n + 1] : 0u;\n"),
     Plant("seed_pass", FUSED, "Append{k, k.floor[0], R > 1 ? k.floor[1] : 0u}",
           "Append{k, k.floor[0], R > 1 ? k.floor[1] : 0u, sd0, sd1}"),
 ]
@@ -460,8 +462,8 @@ VARIANTS = {
         **_PREFILL_STAGES,
         "free_run": _free_run(FOLD),
         # the unit's q_eff terms not computed (the MMA reads stale term rows)
-        "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, qb, hh, g, g);",
-                                "for (int hh = 0; hh < 0; ++hh) fold_query(sm, qb, hh, g, g);")],
+        "no_fold_query": [Plant("no_fold_query", FOLD, "for (int hh = 0; hh < 2; ++hh) fold_query(sm, u.qb, hh, g, g);",
+                                "for (int hh = 0; hh < 0; ++hh) fold_query(sm, u.qb, hh, g, g);")],
         # ... with the head sums cut to one head pair of eight (an eighth of the FFMAs), with no pairs of stages
         # (each stage's stores after its own sums), with stores that never happen (same instructions, predicate
         # false), with the two math warpgroups taking turns

@@ -112,13 +112,12 @@ PLANTS = {
     # kernels share (prefill_cta.h) are added below to both sets. Run with --suite cuda --set sm90a.
     "sm90a": [
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma.hip",
-              "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
-              "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
+              "const hx_u64 adesc0 = stage0_keys(sm, g);", "const hx_u64 adesc0 = stage0_keys(sm, 1 - g);"),
         # One wrong element in a long row: the logit at key column 40000 of every row, 10% off. A row's calc_diff
         # moves by less than 1e-5 at N = 65536 (the suite's 4x65536 shape); only the per-element bound sees it.
         Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma.hip",
-              "reduce_store(p, t, v, e, scale, b1, b2);",
-              "reduce_store(p, t, v, e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2);"),
+              "reduce_store(p, t, v, e, scale, ml.b1, ml.b2);",
+              "reduce_store(p, t, v, e, scale * (e + u.work_hi == 40000 ? 1.1f : 1.f), ml.b1, ml.b2);"),
     ],
     # The fold kernel (mqa_logits_wgmma_fold, H = 64): the linear term's B rows, their scales, the term itself, the
     # second half's MMA of a warpgroup, and the plain kernel's own plants at their place in this source. Run with
@@ -132,11 +131,10 @@ PLANTS = {
         Plant("halves_swapped_in_mma", "sm90a/mqa_logits_wgmma_fold.hip",
               "hx_wgmma_desc_sw128(qtile + hh * QHALF_BYTES)", "hx_wgmma_desc_sw128(qtile + (1 - hh) * QHALF_BYTES)"),
         Plant("swapped_warpgroup_tile", "sm90a/mqa_logits_wgmma_fold.hip",
-              "hx_wgmma_desc_sw128(sm.base + K_OFF + g * (64 * D));",
-              "hx_wgmma_desc_sw128(sm.base + K_OFF + (1 - g) * (64 * D));"),
+              "const hx_u64 adesc0 = stage0_keys(sm, g);", "const hx_u64 adesc0 = stage0_keys(sm, 1 - g);"),
         Plant("wrong_element_in_long_row", "sm90a/mqa_logits_wgmma_fold.hip",
-              "reduce_store(p, t[hh], v[hh], e, scale, b1, b2, slot);",
-              "reduce_store(p, t[hh], v[hh], e, scale * (e + work_hi == 40000 ? 1.1f : 1.f), b1, b2, slot);"),
+              "reduce_store(p, t[hh], v[hh], e, scale, ml.b1, ml.b2, slot);",
+              "reduce_store(p, t[hh], v[hh], e, scale * (e + u.work_hi == 40000 ? 1.1f : 1.f), ml.b1, ml.b2, slot);"),
     ],
     # gfx950 scaled-MFMA prefill kernel (H in {32, 64}, D = 128): run with --suite emu --set gfx950.
     "gfx950": [
