@@ -60,8 +60,8 @@ HX_INLINE __device__ hx_ring<CLAIM_R> claim_ring(const Smem& s) {
   const hx_u32 b = s.base + BAR_OFF + 8 * (2 * SRMAX + 4);
   return {b, b + 8 * CLAIM_R};
 }
-// A math warpgroup's segments in turn, each between the wait on its Q slot and the slot's release: body(g) with the
-// slot's record as uniform values, its Q tile and the weight group of lane l's column pair.
+// A math warpgroup's segments in turn, each between the wait on its Q slot and the slot's release: body(segment)
+// with the slot's record as uniform values, its Q tile and the weight group of lane l's column pair.
 struct Segment {
   hx_u32 rec, qtile, wt;  // shared addresses
   hx_i32 ns, b, live;     // stages, sequence, live rows

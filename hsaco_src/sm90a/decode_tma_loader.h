@@ -98,10 +98,10 @@ HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 
   }
 }
 
-// A TMA decode kernel's body: the layout (setup(p, extra, stages)), then
-// warpgroup 0 runs producer(sm, tid) and math warpgroup mw = wg - 1 runs math(sm, its thread in the warpgroup, mw).
-// The page warps finish issuing long before their last copies land: a warp must not leave with its tensor copies in
-// flight (seen on the H200 as a launch failure of a later kernel), so the CTA leaves together.
+// A TMA decode kernel's body: the layout (setup(p, extra, stages)), then warpgroup 0 runs producer(sm, tid) and math
+// warpgroup mw = wg - 1 runs math(sm, its thread in the warpgroup, mw). The page warps finish issuing long before
+// their last copies land: a warp must not leave with its tensor copies in flight (seen on the H200 as a launch
+// failure of a later kernel), so the CTA leaves together.
 template <class P, class Producer, class Math>
 HX_INLINE __device__ void hx_decode_tma_cta(const P& p, hx_u32 extra, hx_u32 stages, Producer&& producer, Math&& math) {
   extern __shared__ __align__(1024) hx_u8 smem_raw[];
