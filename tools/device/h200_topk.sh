@@ -8,12 +8,15 @@
 #             issue's rows, next_n 1 and 2
 #   variants  tools/measure/stage_variants.py --set sm90a_fused ($VARIANTS, made with --build-only) timed by
 #             `bench topk` at (64, 131072) and (16, 131072)
+#   sanitize  compute-sanitizer memcheck, synccheck and racecheck on two cases of the tests (tools/support/run_case.py):
+#             the fused decode top-k at both head counts and layouts beside its composed path (paged_topk_step), and
+#             the prefill top-k's fast paths (both sm_90a filters, the composed path's topk_chunk_step)
 # Env: STEPS (default all), OUT (default /tmp/hx-out), PLANTS (build/dev/pf), VARIANTS (build/dev/var), VSHAPES
 # (the variants' rows, default 64x131072,16x131072), BUDGET_S
 # (default 570: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/hx-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-"gpu plants bench variants"}
+STEPS=${STEPS:-"gpu plants bench variants sanitize"}
 PLANTS=${PLANTS:-build/dev/pf}
 VARIANTS=${VARIANTS:-build/dev/var}
 PY=${PY:-python3}
@@ -27,4 +30,16 @@ has bench && run bench 150 "$OUT/bench.log" $PY -m tools.measure.paged_topk_benc
   --rows 64x131072,64x32768,16x131072,16x32768,4x8192 --next-n 1,2
 has variants && run variants 120 "$OUT/variants.log" $PY -m tools.measure.stage_variants --set sm90a_fused \
   --builds "$VARIANTS" --prebuilt -- bench topk --device cuda:0 --shapes "${VSHAPES:-64x131072,16x131072}" --next-n 1,2
+if has sanitize; then
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  [ -z "$CS" ] && echo "== sanitize: no compute-sanitizer" >> "$S"
+  for tl in memcheck synccheck racecheck; do
+    for mc in "paged_topk_fused_cases rows_of_every_kind_pass_the_gate_and_match_the_composed_path" \
+              "prefill_topk_cases fast_path_heads"; do
+      set -- $mc
+      [ -n "$CS" ] && run "$tl $2" 90 "$OUT/sanitize_$tl.log" "$CS" --tool $tl --error-exitcode 9 \
+        $PY -m tools.support.run_case $1 $2
+    done
+  done
+fi
 cat "$S"
