@@ -82,6 +82,70 @@ _CTA_CLOCK = [
           "    hx_u64* o = (hx_u64*)(p.out + (hx_i64)p.B * p.next_n * p.out_stride) + 4 * hx_block_x();\n"
           "    o[0] = hx_t0;\n    o[1] = t1;\n    o[2] = (hx_u64)(c1 - hx_c0);\n    o[3] = smid;\n  }\n}\n"),
 ]
+# Where a small call's time goes before and after its keys stream: each CTA's %globaltimer at entry and exit, its
+# SM, and its clock64 at the steps of its chain (setup's barrier, the batch's totals, the first key copy issued,
+# the first Q slot ready, math warpgroup 0's first stage landed, each math warpgroup's last stage done, exit),
+# 32 u64 a CTA in the row after the out rows: for tools/measure/decode_chain.py, which allocates that row.
+_CHAIN_HELPER = (
+    "template <class P>\nHX_INLINE __device__ void hx_chain_at(const P& p, int k, hx_u64 v) {\n"
+    "  if (p.out) ((hx_u64*)(p.out + (hx_i64)p.B * p.next_n * p.out_stride))[32 * hx_block_x() + k] = v;\n}\n"
+    "template <class P>\nHX_INLINE __device__ void hx_chain_clock(const P& p, int k) { hx_chain_at(p, k, (hx_u64)clock64()); }\n")
+_CTA_CHAIN = [
+    # the stamps' registers: at the shipped 72 they make the producer spill (the shipped kernel has no local memory),
+    # which moves what they measure; 80 fits beside the math warpgroups' 144
+    Plant("chain_load_regs", TMA_CTA, "constexpr int LOAD_REGS = 72,", "constexpr int LOAD_REGS = 80,"),
+    Plant("chain_helper", COMMON, "// A sequence from its [B] lengths", _CHAIN_HELPER + "// A sequence from its [B] lengths"),
+    Plant("chain_walk_entry", COMMON, "    const hx_i32 b = b0 + lane;\n",
+          "    const hx_i32 b = b0 + lane;\n    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 16);\n"
+          "    if (hx_thread_x() == 32 && b0 == 0) hx_chain_clock(p, 23);\n"),
+    Plant("chain_dealt", TMA_LOADER, "  const Deal deal = deal_of(total_work, claims, share, grain);\n",
+          "  const Deal deal = deal_of(total_work, claims, share, grain);\n  if (tid == 0) hx_chain_clock(p, 20);\n"),
+    Plant("chain_q_entry", "sm90a/decode_feed.h", "  hx_u32 qit = 0;\n",
+          "  hx_u32 qit = 0;\n  if (lane == 0) hx_chain_clock(p, 21);\n"),
+    Plant("chain_q_piece", "sm90a/decode_feed.h", "  each_piece(deal, sm, lane, false, [&](hx_range64 own) {\n",
+          "  each_piece(deal, sm, lane, false, [&](hx_range64 own) {\n    if (lane == 0) hx_chain_clock(p, 22);\n"),
+    Plant("chain_walk_top", COMMON, "  hx_i64 base = 0;\n",
+          "  hx_i64 base = 0;\n  if (hx_thread_x() == 32) hx_chain_clock(p, 24);\n"),
+    Plant("chain_walk_priced", COMMON, "    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;\n",
+          "    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;\n"
+          "    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 17);\n"),
+    Plant("chain_walk_scanned", COMMON, "    const hx_i64 start = base + incl - w;\n",
+          "    const hx_i64 start = base + incl - w;\n    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 18);\n"),
+    Plant("chain_walk_hit", COMMON, "      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));\n",
+          "      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));\n"
+          "      if (hx_thread_x() == 0) hx_chain_clock(p, 19);\n"),
+    Plant("chain_entry", TMA_LOADER, "  const Smem sm = setup(smem_raw, p, extra, stages);\n",
+          "  if (tid == 0) {\n    hx_u64 t;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+          "    hx_chain_at(p, 0, t);\n    hx_chain_clock(p, 3);\n  }\n"
+          "  const Smem sm = setup(smem_raw, p, extra, stages);\n  if (tid == 0) hx_chain_clock(p, 4);\n"),
+    Plant("chain_exit", TMA_LOADER, "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n}\n",
+          "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n  if (tid == 0) {\n    hx_chain_clock(p, 12);\n"
+          "    hx_u64 t;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n    hx_chain_at(p, 1, t);\n"
+          "    hx_u32 smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n    hx_chain_at(p, 2, smid);\n  }\n}\n"),
+    Plant("chain_totals", TMA_LOADER, "  batch_totals(p, sm, tid, total_work, total_fill);\n",
+          "  batch_totals(p, sm, tid, total_work, total_fill);\n  if (tid == 0) hx_chain_clock(p, 5);\n"),
+    Plant("chain_first_copy_flag", TMA_LOADER, "  hx_u32 turn = 0;  // the page warp of this stage\n",
+          "  hx_u32 turn = 0;  // the page warp of this stage\n  bool chain_first = true;\n"),
+    Plant("chain_first_copy", TMA_LOADER, "          if (ok) {\n",
+          "          if (which == 0 && lane == 0 && chain_first) {\n            chain_first = false;\n"
+          "            hx_chain_clock(p, 6);\n          }\n          if (ok) {\n"),
+    Plant("chain_q_ready", "sm90a/decode_feed.h", "      q.arrive_full(qit);\n      ++qit;\n",
+          "      if (lane == 0 && qit == 0) hx_chain_clock(p, 7);\n      q.arrive_full(qit);\n      ++qit;\n"),
+    Plant("chain_map", TMA_LOADER, "    hx_tma_prefetch_map(p.kv_map);\n  }\n",
+          "    hx_tma_prefetch_map(p.kv_map);\n  }\n  if (which == 0 && lane == 0) hx_chain_clock(p, 13);\n"),
+    Plant("chain_walked", TMA_LOADER, "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n",
+          "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n"
+          "      if (which == 0 && lane == 0 && chain_first) hx_chain_clock(p, 14);\n"),
+    Plant("chain_q_walked", "sm90a/decode_feed.h", "      if (blk.hi <= blk.lo) return;\n",
+          "      if (blk.hi <= blk.lo) return;\n      if (lane == 0 && qit == 0) hx_chain_clock(p, 15);\n"),
+    Plant("chain_stage_flag", TMA, "  hx_i32 turn = 0;                                // this stage's warpgroup, it % 3\n",
+          "  hx_i32 turn = 0;                                // this stage's warpgroup, it % 3\n  bool chain_first = true;\n"),
+    Plant("chain_first_stage", TMA, "        hx_mbar_wait(stage_full(sm, at.slot), at.phase);\n",
+          "        hx_mbar_wait(stage_full(sm, at.slot), at.phase);\n"
+          "        if (mt == 0 && m == 0 && chain_first) {\n          chain_first = false;\n          hx_chain_clock(p, 8);\n        }\n"),
+    Plant("chain_stage_done", TMA, "        hx_mbar_arrive(stage_empty(sm, at.slot));\n",
+          "        hx_mbar_arrive(stage_empty(sm, at.slot));\n        if (mt == 0) hx_chain_clock(p, 9 + m);\n"),
+]
 _TWO_CHAINS = [
     Plant("two_chains_init", COMMON, "      float sum = 0.f;\n", "      float s2[2] = {0.f, 0.f};\n"),
     Plant("two_chains_fma", COMMON, "          sum = __fmaf_rn(x + __builtin_fabsf(x), w2[jr][2 * jj + cc], sum);",
@@ -529,22 +593,9 @@ VARIANTS = {
         # ... in the MMA-only build and the loader alone: the SM clock each ran at
         "mma_only_cta_clock": [_mma_only(), *_CTA_CLOCK],
         "no_math_cta_clock": [_no_math(), *_CTA_CLOCK],
-        # relu(x) x w as max(x, 0) x w (FMNMX on the ALU pipe beside the FFMA, instead of the FADD of x + |x|)
-        "relu_fmax": [_RELU_FMAX],
-        # each stage released once its MMA has retired (its keys read), not after the sums and stores (valid for
-        # segments of one pass only: next_n <= 2 at H = 64, <= 4 at H = 32)
-        "release_early": _RELEASE_EARLY,
-        # each (row, key) sum as two chains (one per column of the accumulator pair) added at the end
-        "two_chains": _TWO_CHAINS,
-        # the loader alone (no_math) with one thing changed: block-flat pages by one plain bulk copy each (the same
-        # bytes, unswizzled; block_size 64 only: a bulk copy moves whole 16-byte units, a 16-token page is 2112
-        # bytes) instead of the tensor copy; one page warp for every stage; a ring of at most 12 stages
-        "no_math_bulk_pages": [_no_math(), Plant(
-            "bulk_pages", TMA_LOADER, "  else hx_tma_load_3d(dst, p.kv_map, 0, 0, id, bar);",
-            "  else hx_bulk_g2s(dst, p.kv_cache + (hx_i64)id * hx_block_bytes(p.block_size, D), "
-            "hx_block_bytes(p.block_size, D), bar);")],
-        "no_math_one_page_warp": [_no_math(), _ONE_PAGE_WARP],
-        "no_math_ring_12": [_no_math(), _RING_12],
+        # the steps of each CTA's chain by its clock (tools/measure/decode_chain.py only), shipped and the loader alone
+        "cta_chain": _CTA_CHAIN,
+        "no_math_cta_chain": [_no_math(), *_CTA_CHAIN],
     },
 }
 
