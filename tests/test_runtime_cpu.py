@@ -471,3 +471,53 @@ def test_activate_follows_every_switch_to_another_device():
         d0.activate()
         assert hb.current == 0
     Device._cache.pop(("twodev", 1), None)
+
+
+def test_a_stream_outlives_the_memory_allocated_on_it_even_in_a_collected_cycle():
+    """Python finalizes the objects of a collected reference cycle in any order, and a stream-ordered free on a
+    destroyed stream crashes inside a driver: a stream with memory not yet freed on it, ours or a framework's,
+    stays reachable until that memory's free, so in a cycle of the stream, its framework's object and the memory,
+    the free comes first."""
+    from hipindexer.runtime import Stream
+
+    class Recording(HostBackend):
+        def __init__(self):
+            super().__init__(name="recordhost")
+            self.calls, self.next = [], 0x100
+
+        def stream_create(self):
+            self.next += 1
+            return self.next
+
+        def free(self, ptr, stream, ordered):
+            self.calls.append(("free", stream))
+            super().free(ptr, stream, ordered)
+
+        def stream_destroy(self, stream):
+            self.calls.append(("destroy", stream))
+
+    hb = Recording()
+
+    class FrameworkStream:  # destroys its stream when its object goes, as CuPy's and PyTorch's do
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __cuda_stream__(self):
+            return (0, self.handle)
+
+        def __del__(self):
+            hb.calls.append(("framework destroy", self.handle))
+
+    with registered(hb) as dev:
+        for foreign in (False, True):
+            hb.calls.clear()
+            fs = FrameworkStream(0x900) if foreign else None
+            s = Stream(dev) if fs is None else Stream(dev, external=fs)
+            h = s.handle
+            box = [s, fs, DeviceArray.empty(16, np.uint8, dev, stream=s), DeviceArray.empty(8, np.uint8, dev, stream=s)]
+            box.append(box)
+            del s, fs, box
+            gc.collect()
+            gc.collect()
+            done = ("framework destroy", h) if foreign else ("destroy", h)
+            assert hb.calls == [("free", h), ("free", h), done], (foreign, hb.calls)

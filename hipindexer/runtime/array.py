@@ -24,6 +24,13 @@ def _c_strides(shape, itemsize):
     return tuple(e * itemsize for e in _dl._c_elems(shape))
 
 
+# The streams that memory not yet freed was allocated on. Python finalizes the objects of a collected reference
+# cycle in any order, so a stream (ours, or a framework's that its Stream holds) in the same cycle as an allocation
+# could be destroyed before the allocation's stream-ordered free, which then crashes inside the driver; held here,
+# a stream is reachable, never in such a cycle, until the last of its memory is freed.
+_STREAMS_IN_USE: dict = {}
+
+
 class _Allocation:
     """Owns device memory; freed stream-ordered on the stream it was allocated on (never synchronises)."""
 
@@ -31,6 +38,9 @@ class _Allocation:
         device.activate()
         self.device, self.nbytes, self.stream = device, nbytes, stream
         self.ptr, self.ordered = device._b.malloc(max(int(nbytes), 1), stream.handle)
+        if not stream._allocations:
+            _STREAMS_IN_USE[id(stream)] = stream
+        stream._allocations += 1
 
     def __del__(self):
         # At interpreter exit the stream (or the context) may already be gone in whatever order the last
@@ -38,14 +48,17 @@ class _Allocation:
         # is ending, and its memory goes with it.
         if sys.is_finalizing():
             return
-        b = self.device._b
+        b, st = self.device._b, self.stream
         try:
-            b.free(self.ptr, self.stream.handle, self.ordered)
+            b.free(self.ptr, st.handle, self.ordered)
         except Exception:
             try:  # the allocation stream (a foreign one) may be gone: free on the device's own stream
                 b.free(self.ptr, self.device.default_stream.handle, self.ordered)
             except Exception:
                 pass
+        st._allocations -= 1
+        if not st._allocations:
+            _STREAMS_IN_USE.pop(id(st), None)
 
 
 class DeviceArray:

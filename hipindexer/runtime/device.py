@@ -227,6 +227,7 @@ class Stream:
         self.device.activate()
         b = self.device._b
         self._foreign = None
+        self._allocations = 0  # live allocations made on it (runtime/array.py keeps it reachable meanwhile)
         if external is None:
             self.handle, self._owned = b.stream_create(), True
         else:
