@@ -273,19 +273,22 @@ _DECODE_SHAPE = [
     ("lens_per_row", "i32"),  # context_lens is [B, next_n], a length per row (else [B], with next_n_lens)
 ]
 STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
-# The same for a kernel that copies keys through a tensor map of the cache, held in global memory
-# (hipindexer/ops/kv_map.py): its address is one more per-call pointer.
+# The same for a kernel that copies keys through a tensor map of the cache (hipindexer/ops/kv_map.py), carried by
+# value: a map in the parameter struct needs no fence before the copy engine reads it, where one in global memory
+# needs each CTA to acquire it (a fence that held every warp of the SM for about 2 us on an H100). The map follows the
+# per-call pointers, so one pack writes them and it.
 # The logits kernel also deals the tail of a batch's work to the units that come free first: claims is a pair of
 # counter words of its own (hipindexer/ops/claims.py; 0: nothing dealt), deal_share the tail's share of the work in
 # 1024ths, deal_grain a chunk's work at least (block prices, hsaco_src/sm90a/decode_common.h).
-STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("kv_map", "ptr:u8"), ("claims", "ptr:u32")] +
+TENSOR_MAP = Blob(size=128, align=64)  # CUtensorMap
+STRUCTS.append(Struct("DecodeTmaParams", _DECODE_POINTERS + [("claims", "ptr:u32"), ("kv_map", TENSOR_MAP)] +
                       _DECODE_SHAPE + [("deal_share", "i32"), ("deal_grain", "i32")]))
 # The same unit selecting each row's top_k instead of writing logits (hsaco_src/sm90a/paged_mqa_topk_wgmma_tma.hip;
 # out is 0): the workspace of hipindexer.ops.paged_topk, parts [(units + B) x next_n x top_k] entries (a unit u's
 # piece of sequence b at slot u + b), their counts, and per sequence the slots its pieces were written to.
 _DECODE_TOPK_POINTERS = [("parts", "ptr:u64"), ("part_counts", "ptr:i32"), ("seq_parts", "ptr:i32"),
                          ("seq_nparts", "ptr:i32")]
-STRUCTS.append(Struct("DecodeTopkParams", _DECODE_POINTERS + [("kv_map", "ptr:u8")] + _DECODE_TOPK_POINTERS +
+STRUCTS.append(Struct("DecodeTopkParams", _DECODE_POINTERS + _DECODE_TOPK_POINTERS + [("kv_map", TENSOR_MAP)] +
                       _DECODE_SHAPE + [("top_k", "i32"),
                                        ("stages", "i32"),  # sm_90a: the ring's depth at most (the buffers take the rest)
                                        ("cap", "i32")]))  # a row's candidates on chip at most (0: what fits)

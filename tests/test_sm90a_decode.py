@@ -126,6 +126,29 @@ def test_each_stream_gets_a_claim_pair_of_its_own_until_they_run_out(hopper):
     assert sent(streams[1]).claims == pairs[1]
 
 
+def test_a_prepared_launch_sends_its_pointers_and_the_tensor_map_by_value_per_call(hopper):
+    """The tensor-copy kernel takes the cache's map in its parameters: a prepared launch packs the per-call pointers
+    and the map's 128 bytes with one pack, leaving the fixed fields as prepared; a layout where that pack would
+    zero a fixed field, or a blob before a pointer, is refused."""
+    from hipindexer.ops.decode import DECODE_DEAL_POINTERS, DECODE_POINTERS
+    from hipindexer.ops.launch import kernel_for
+    hb, dev = hopper
+    kern = kernel_for(dev, TMA, {"HX_HEADS": 64})
+    launch = kern.prepare((3, 1, 1), pointers=DECODE_DEAL_POINTERS, B=5, max_model_len=77, deal_share=9)
+    struct = catalog.STRUCT["DecodeTmaParams"]
+    maps = [bytes(range(128)), bytes(range(255, 127, -1))]
+    for m in maps:
+        launch(0, *range(1, 10), m)
+        p = struct.ctype().from_buffer_copy(hb.launches[-1][4])
+        assert [getattr(p, f) for f in DECODE_DEAL_POINTERS[:-1]] == list(range(1, 10))
+        assert bytes(p.kv_map) == m and (p.B, p.max_model_len, p.deal_share) == (5, 77, 9)
+    launch(0, *range(1, 10), b"")
+    assert bytes(struct.ctype().from_buffer_copy(hb.launches[-1][4]).kv_map) == bytes(128)
+    for bad in (DECODE_POINTERS + ("kv_map",), DECODE_POINTERS + ("kv_map", "claims"), ("kv_cache",)):
+        with pytest.raises(ValueError, match="must be the struct's first fields"):
+            kern.prepare((3, 1, 1), pointers=bad)
+
+
 def test_catalog_declares_the_kernel_for_sm90a_only():
     k = catalog.KERNEL[TMA]
     assert k.targets == ("sm_90a",) and k.params == "DecodeTmaParams" and k.block == WGMMA_TMA_DECODE_SM90.block == 512

@@ -154,7 +154,6 @@ HX_KERNEL __launch_bounds__(384, 1) void hx_hopper_probe(const HX_GRID_CONSTANT 
       hx_bulk_g2s(t + 16384, src, 1024, ring.full_at(1));
       hx_tma_load_2d(t + 17408, src, 0, (hx_i32)lane, ring.full_at(1));
       hx_tma_load_3d(t + 18432, src, 0, 1, (hx_i32)lane, ring.full_at(1));
-      hx_tma_acquire_map(src);
       hx_tma_load_5d(t + 20480, src, 0, 1, 2, 3, (hx_i32)lane, ring.full_at(1));
       hx_bulk_g2s(t + 19456, src, 16, tx);
     }

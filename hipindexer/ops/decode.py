@@ -26,8 +26,7 @@ from .launch import (INT32_MAX, adopt, check_errors, check_out, check_resident, 
 
 # The per-call pointers of DecodeParams, in struct order (absent optional arrays pass 0).
 DECODE_POINTERS = ("q", "kv_cache", "weights", "context_lens", "next_n_lens", "block_tables", "out", "errors")
-DECODE_TMA_POINTERS = DECODE_POINTERS + ("kv_map",)  # DecodeTopkParams' first ones
-DECODE_DEAL_POINTERS = DECODE_TMA_POINTERS + ("claims",)  # DecodeTmaParams
+DECODE_DEAL_POINTERS = DECODE_POINTERS + ("claims", "kv_map")  # DecodeTmaParams': the map's bytes last
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, next_n_lens=None,
@@ -92,16 +91,15 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
 
 
 def launch_decode(launch, extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors):
-    """A prepared decode launch on device arrays; a tensor-copy kernel also takes the cache's map and the
-    stream's claim pair (extras, of prepare_decode)."""
+    """A prepared decode launch on device arrays; a tensor-copy kernel also takes the stream's claim pair and the
+    cache's map (extras, of prepare_decode)."""
     launch(st.handle, *decode_pointers(extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables,
                                        out, errors))
 
 
 def decode_pointers(extras, st, q, kv_cache, weights, context_lens, next_n_lens, block_tables, out, errors) -> tuple:
-    """The per-call pointers of a prepared decode launch (DECODE_POINTERS' order; with extras, the cache's
-    tensor map and the stream's claim pair after them), from device arrays (next_n_lens and errors may be
-    None)."""
+    """The per-call values of a prepared decode launch (DECODE_POINTERS' order; with extras, the stream's claim
+    pair and the cache's tensor map after them), from device arrays (next_n_lens and errors may be None)."""
     ptrs = (q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
             block_tables.ptr, out.ptr, 0 if errors is None else errors.ptr)
     return ptrs if extras is None else (*ptrs, *extras(st, kv_cache.ptr))
@@ -198,10 +196,10 @@ def plan_and_prepare_decode(dev, s: DecodeShape, out_stride: int, clean_logits: 
 def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logits: bool, preshuffle: bool,
                    extras=None):
     """(launch, extras) of a planned decode kernel for shape s: the launch, a function of (stream,
-    DECODE_POINTERS' pointers[, the cache's tensor map, the claim pair]), and for a kernel that reads the cache
-    through a tensor map, f(stream, cache address) -> (that map, the stream's claim pair, 0 where the plan deals
-    nothing) (launch_decode passes them; `extras` reuses one made for the same kernel and cache shape), else
-    None."""
+    DECODE_POINTERS' pointers[, the claim pair, the cache's tensor map]), and for a kernel that reads the cache
+    through a tensor map, f(stream, cache address) -> (the stream's claim pair, 0 where the plan deals nothing,
+    and that map's bytes) (launch_decode passes them; `extras` reuses one made for the same kernel and cache
+    shape), else None."""
     tma = DECODE.by_key[plan.kernel].kv_map
     deal = dict(deal_share=plan.deal_share, deal_grain=plan.deal_grain) if tma else {}
     launch = kern.prepare(plan.grid, plan.block, pointers=DECODE_DEAL_POINTERS if tma else DECODE_POINTERS,
@@ -215,6 +213,6 @@ def prepare_decode(dev, kern, plan, s: DecodeShape, out_stride: int, clean_logit
         return launch, extras
     map_of = kv_map_finder(dev, s.num_blocks, s.block_size, s.D, bool(preshuffle))
     if not plan.deal_share:  # nothing dealt: the kernel never reads the pair, so no stream takes one
-        return launch, lambda st, address: (map_of(st, address), 0)
+        return launch, lambda st, address: (0, map_of(address))
     pair_of = claim_pairs(kern)
-    return launch, lambda st, address: (map_of(st, address), pair_of(st.handle))
+    return launch, lambda st, address: (pair_of(st.handle), map_of(address))

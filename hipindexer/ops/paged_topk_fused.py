@@ -16,7 +16,7 @@ from ..plan import plan_decode
 from ..plan.bounds import workspace_bound
 from ..plan.decode import DECODE
 from ..runtime import DeviceArray
-from .decode import DECODE_TMA_POINTERS
+from .decode import DECODE_POINTERS
 from .kv_map import kv_map_finder
 from .launch import kernel_for, target_of
 from .topk import _grid, _stride
@@ -158,7 +158,7 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
     if grid > ws.units:
         raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
     select = kernel_for(dev, fk.key, lp.variant).prepare(
-        (grid, 1, 1), lp.block, pointers=DECODE_TMA_POINTERS + FUSED_POINTERS, out_stride=0, num_blocks=s.num_blocks,
+        (grid, 1, 1), lp.block, pointers=DECODE_POINTERS + FUSED_POINTERS + ("kv_map",), out_stride=0, num_blocks=s.num_blocks,
         B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
         top_k=top_k, stages=stages, cap=cap)
@@ -215,8 +215,8 @@ def run_fused(plan: FusedPlan, st, q, kv_cache, weights, context_lens, block_tab
     pieces = (ws.parts.ptr, ws.part_counts.ptr, ws.seq_parts.ptr, ws.seq_nparts.ptr)
     h = st.handle
     plan.select(h, q.ptr, kv_cache.ptr, weights.ptr, context_lens.ptr, 0 if next_n_lens is None else next_n_lens.ptr,
-                block_tables.ptr, 0, 0 if errors is None else errors.ptr,
-                plan.map_of(st, kv_cache.ptr) if plan.map_of else 0, *pieces)
+                block_tables.ptr, 0, 0 if errors is None else errors.ptr, *pieces,
+                plan.map_of(kv_cache.ptr) if plan.map_of else b"")
     outs = (ws.seq_done.ptr, idx.ptr, 0 if vals is None else vals.ptr, 0 if slots is None else slots.ptr,
             block_tables.ptr)
     if plan.merge_first is not None:

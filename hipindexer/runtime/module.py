@@ -231,9 +231,10 @@ class Kernel:
         return self.device._b.module_global(self._module, name)
 
     def prepare(self, grid, block=None, shared_mem=None, pointers=(), overlap=True, **fields) -> "PreparedLaunch":
-        """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the 8-byte
-        fields named in `pointers` (in struct order) given per call. overlap=False launches it in plain
-        stream order even where the kernel would start during the grid before it (holds_a_cu_alone)."""
+        """A launch of this kernel for repeated calls from one thread: `fields` fixed now, the fields named in
+        `pointers` (the struct's first ones, in order: 8-byte fields, the last of them may be a byte blob such as a
+        tensor map) given per call. overlap=False launches it in plain stream order even where the kernel would
+        start during the grid before it (holds_a_cu_alone)."""
         return PreparedLaunch(self, grid, block, shared_mem, pointers, fields, overlap)
 
     def __repr__(self):
@@ -242,22 +243,26 @@ class Kernel:
 
 class PreparedLaunch:
     """One kernel launch set up for repeated calls: a parameter struct of its own with every field but
-    the per-call pointers filled, the grid, the block and the shared memory. A call packs the pointers
-    with one struct.pack_into and enqueues. The driver copies the struct during the launch call, so a
-    prepared launch used by one thread at a time needs no other protection."""
+    the per-call ones filled, the grid, the block and the shared memory. A call packs the per-call values
+    (8-byte pointers, then at most one blob of bytes) with one struct.pack_into and enqueues. The driver copies
+    the struct during the launch call, so a prepared launch used by one thread at a time needs no other
+    protection."""
 
     __slots__ = ("_activate", "_args", "_block", "_fn", "_grid", "_launch", "_pack", "_smem", "kernel", "params")
 
     def __init__(self, kernel, grid, block, shared_mem, pointers, fields, overlap=True):
         mirror = kernel.mirror
         slots = [getattr(mirror, name) for name in pointers]
-        if any(f.size != 8 for f in slots) or [f.offset for f in slots] != list(range(0, 8 * len(slots), 8)):
-            # one pack_into writes every byte up to the last pointer: a field between two pointers would be zeroed
-            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be the struct's first 8-byte "
-                             f"fields, in order, with nothing between them")
+        named = [name for name, _ in mirror._fields_ if not name.startswith("_pad")]
+        words = slots[:-1] if slots and slots[-1].size != 8 else slots  # a last field of another size: a blob
+        if (named[:len(pointers)] != list(pointers) or any(f.size != 8 for f in words)
+                or [f.offset for f in words] != list(range(0, 8 * len(words), 8))):
+            # one pack_into writes every byte up to the last field: a field between two of them would be zeroed
+            raise ValueError(f"kernel {kernel.name}: pointers {list(pointers)} must be the struct's first fields, "
+                             f"in order, 8-byte ones with nothing between them and at most a blob after them")
         layout, end = "<", 0
         for f in slots:
-            layout, end = layout + f"{f.offset - end}xQ", f.offset + 8
+            layout, end = layout + f"{f.offset - end}x" + ("Q" if f in words else f"{f.size}s"), f.offset + f.size
         self._pack = struct.Struct(layout).pack_into
         self.kernel, self.params = kernel, mirror(**fields)  # unnamed padding stays zero
         self._args = kernel.device._b.launch_args(ctypes.addressof(self.params), kernel.param_size)

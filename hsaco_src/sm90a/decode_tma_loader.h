@@ -10,7 +10,8 @@
 namespace {
 
 // ------------------------------------------------------------------ warpgroup 0
-// Block id's keys (block_size x 128 bytes) to dst through the host's tensor map of the cache (hipindexer/kv_map.py).
+// Block id's keys (block_size x 128 bytes) to dst through the host's tensor map of the cache (hipindexer/kv_map.py),
+// which the launch carries by value in its parameters.
 // Block-flat: [blocks][rows][128 bytes], one box a block, landing as token-major 128-byte rows in the 128-byte
 // swizzle; where a page is whole 128-byte rows (block_size 64: 66), the box is the page, its scales rows 64 and
 // 65. Preshuffled: a 16-token group's chunk c of tokens 8h..8h+7 is 128 contiguous bytes, a core matrix of the
@@ -33,10 +34,7 @@ HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, const Deal& deal
                                     hx_u32 warps) {
   const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
   const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
-  if (lane < SB) {
-    hx_tma_acquire_map(p.kv_map);
-    hx_tma_prefetch_map(p.kv_map);
-  }
+  if (lane < SB) hx_tma_prefetch_map(p.kv_map);  // the map rides in the parameters: nothing to acquire
   StagePos at;
   hx_u32 turn = 0;  // the page warp of this stage
   each_piece(deal, sm, lane, which == 0, [&](hx_range64 own) {

@@ -278,11 +278,6 @@ HX_INLINE __device__ void hx_tma_load_5d(hx_u32 dst, const void* map, hx_i32 c0,
   asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
                :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar) : "memory");
 }
-// A tensor map the host wrote to global memory before the launch: acquired into the tensor-map proxy (the TMA
-// unit reads it there, not through the generic proxy the copy wrote it with), once per thread that uses it.
-HX_INLINE __device__ void hx_tma_acquire_map(const void* map) {
-  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(map) : "memory");
-}
 // Brings a tensor map into the TMA unit's descriptor cache ahead of its first use.
 // Brings the line holding `p` into the L2, nothing into registers (no wait).
 HX_INLINE __device__ void hx_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }

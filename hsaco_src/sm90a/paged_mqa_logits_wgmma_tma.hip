@@ -5,7 +5,9 @@
 // The MMA (swap-AB, as in prefill): a stage of 64 keys is the M side (A, 64 x 128 bytes, K-major), a pass's live
 // query rows x H heads the N side (B, N = rows x H <= 128, K-major, in the 128-byte swizzle), m64nNk32 e4m3 x
 // e4m3 -> f32 in four k32 steps over D = 128. The keys come through a tensor map of the cache that the host
-// encodes once per cache (hipindexer/kv_map.py) and land in a layout the MMA reads as they are: block-flat pages
+// encodes once per cache (hipindexer/kv_map.py) and passes by value in the parameters (a map in global memory would
+// need each CTA to acquire it first, a fence that stalls the whole SM), and land in a layout the MMA reads as they
+// are: block-flat pages
 // in the 128-byte swizzle, preshuffled pages as the unswizzled layout's core matrices (a 16-token group's chunk c
 // of 8 tokens is 128 contiguous bytes already), so nothing rewrites a stage and both layouts feed the MMA the same
 // keys in the same order: bitwise identical logits.

@@ -21,7 +21,7 @@ from hipindexer.bench.timing import L2_BYTES, time_graph
 from hipindexer.runtime import Device, DeviceArray, get_kernel
 
 WORDS = 32  # u64 a CTA in the spare row
-STEPS = ((4, "setup's barrier"), (5, "the batch's totals"), (20, "the deal"), (13, "page warp 0: tensor map acquired"),
+STEPS = ((4, "setup's barrier"), (5, "the batch's totals"), (20, "the deal"), (13, "page warp 0: its copies about to begin"),
          (16, "page warp 0: the walk begun"), (17, "page warp 0: its lanes' sequences read and priced"),
          (18, "page warp 0: their prefix scanned"), (19, "page warp 0: a sequence of its own taken"),
          (14, "page warp 0: its first sequence found"), (21, "Q warp: begun"), (22, "Q warp: its first piece"),

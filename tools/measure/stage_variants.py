@@ -131,8 +131,8 @@ _CTA_CHAIN = [
           "            hx_chain_clock(p, 6);\n          }\n          if (ok) {\n"),
     Plant("chain_q_ready", "sm90a/decode_feed.h", "      q.arrive_full(qit);\n      ++qit;\n",
           "      if (lane == 0 && qit == 0) hx_chain_clock(p, 7);\n      q.arrive_full(qit);\n      ++qit;\n"),
-    Plant("chain_map", TMA_LOADER, "    hx_tma_prefetch_map(p.kv_map);\n  }\n",
-          "    hx_tma_prefetch_map(p.kv_map);\n  }\n  if (which == 0 && lane == 0) hx_chain_clock(p, 13);\n"),
+    Plant("chain_map", TMA_LOADER, "  if (lane < SB) hx_tma_prefetch_map(p.kv_map);",
+          "  if (which == 0 && lane == 0) hx_chain_clock(p, 13);\n  if (lane < SB) hx_tma_prefetch_map(p.kv_map);"),
     Plant("chain_walked", TMA_LOADER, "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n",
           "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n"
           "      if (which == 0 && lane == 0 && chain_first) hx_chain_clock(p, 14);\n"),
