@@ -275,7 +275,7 @@ _DECODE_SHAPE = [
 STRUCTS.append(Struct("DecodeParams", _DECODE_POINTERS + _DECODE_SHAPE))
 # The same for a kernel that copies keys through a tensor map of the cache (hipindexer/ops/kv_map.py), carried by
 # value: a map in the parameter struct needs no fence before the copy engine reads it, where one in global memory
-# needs each CTA to acquire it (a fence that held every warp of the SM for about 2 us on an H100). The map follows the
+# needs each CTA to acquire it, a fence that stalls every warp of the SM (docs/benchmarks.md). The map follows the
 # per-call pointers, so one pack writes them and it.
 # The logits kernel also deals the tail of a batch's work to the units that come free first: claims is a pair of
 # counter words of its own (hipindexer/ops/claims.py; 0: nothing dealt), deal_share the tail's share of the work in
