@@ -6,8 +6,9 @@ struct (DecodeTmaParams.kv_map, DecodeTopkParams.kv_map), where the copy engine 
 global memory needs each CTA to acquire it first, which stalls the SM for microseconds), and nothing is uploaded.
 
 Block-flat: [num_blocks][rows][D bytes] in the 128-byte swizzle, one box a block: the whole page where it is whole
-D-byte rows (block_size 64 at D = 128: 66 rows, the scales in the last two), else its keys. Preshuffled, unswizzled: a 16-token group holds chunk c (16 bytes) of its tokens 8h..8h+7 in 128 contiguous
-bytes at 256 c + 128 h, so the map walks (those 128 bytes, chunk c, half h, group g, block), one box a block's keys,
+D-byte rows (block_size 64 at D = 128: 66 rows, the scales in the last two), else its keys. Preshuffled,
+unswizzled: a 16-token group holds chunk c (16 bytes) of its tokens 8h..8h+7 in 128 contiguous bytes at
+256 c + 128 h, so the map walks (those 128 bytes, chunk c, half h, group g, block), one box a block's keys,
 which lands group g's half h at 2048 g + 1024 h and chunk c at 128 c within it: the MMA's core matrices
 (hsaco_src/sm90a/decode_tma_loader.h, copy_keys). The copy engine reads the cache in 128-byte runs either way.
 """

@@ -158,8 +158,8 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
     if grid > ws.units:
         raise ValueError(f"workspace: holds the pieces of {ws.units} units; this call plans {grid}")
     select = kernel_for(dev, fk.key, lp.variant).prepare(
-        (grid, 1, 1), lp.block, pointers=DECODE_POINTERS + FUSED_POINTERS + ("kv_map",), out_stride=0, num_blocks=s.num_blocks,
-        B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
+        (grid, 1, 1), lp.block, pointers=DECODE_POINTERS + FUSED_POINTERS + ("kv_map",), out_stride=0,
+        num_blocks=s.num_blocks, B=s.B, next_n=s.next_n, H=s.H, D=s.D, block_size=s.block_size, max_blocks=s.max_blocks,
         max_model_len=s.max_model_len, clean=0, preshuffle=int(bool(preshuffle)), lens_per_row=int(s.lens_per_row),
         top_k=top_k, stages=stages, cap=cap)
     idx, vals, slots = outs

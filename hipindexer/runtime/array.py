@@ -10,6 +10,7 @@ import functools
 import math
 import operator
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -27,8 +28,10 @@ def _c_strides(shape, itemsize):
 # The streams that memory not yet freed was allocated on. Python finalizes the objects of a collected reference
 # cycle in any order, so a stream (ours, or a framework's that its Stream holds) in the same cycle as an allocation
 # could be destroyed before the allocation's stream-ordered free, which then crashes inside the driver; held here,
-# a stream is reachable, never in such a cycle, until the last of its memory is freed.
+# a stream is reachable, never in such a cycle, until the last of its memory is freed. The lock keeps each stream's
+# count whole across threads; nothing under it makes an object the collector tracks, so no finalizer runs there.
 _STREAMS_IN_USE: dict = {}
+_STREAMS_LOCK = threading.Lock()
 
 
 class _Allocation:
@@ -38,9 +41,10 @@ class _Allocation:
         device.activate()
         self.device, self.nbytes, self.stream = device, nbytes, stream
         self.ptr, self.ordered = device._b.malloc(max(int(nbytes), 1), stream.handle)
-        if not stream._allocations:
-            _STREAMS_IN_USE[id(stream)] = stream
-        stream._allocations += 1
+        with _STREAMS_LOCK:
+            if not stream._allocations:
+                _STREAMS_IN_USE[id(stream)] = stream
+            stream._allocations += 1
 
     def __del__(self):
         # At interpreter exit the stream (or the context) may already be gone in whatever order the last
@@ -56,9 +60,10 @@ class _Allocation:
                 b.free(self.ptr, self.device.default_stream.handle, self.ordered)
             except Exception:
                 pass
-        st._allocations -= 1
-        if not st._allocations:
-            _STREAMS_IN_USE.pop(id(st), None)
+        with _STREAMS_LOCK:
+            st._allocations -= 1
+            last = _STREAMS_IN_USE.pop(id(st), None) if not st._allocations else None  # dropped after the lock
+        del last
 
 
 class DeviceArray:
