@@ -83,68 +83,73 @@ _CTA_CLOCK = [
           "    o[0] = hx_t0;\n    o[1] = t1;\n    o[2] = (hx_u64)(c1 - hx_c0);\n    o[3] = smid;\n  }\n}\n"),
 ]
 # Where a small call's time goes before and after its keys stream: each CTA's %globaltimer at entry and exit, its
-# SM, and its clock64 at the steps of its chain (setup's barrier, the batch's totals, the first key copy issued,
-# the first Q slot ready, math warpgroup 0's first stage landed, each math warpgroup's last stage done, exit),
-# 32 u64 a CTA in the row after the out rows: for tools/measure/decode_chain.py, which allocates that row.
+# SM, and its clock64 at the steps of its chain (tools/measure/decode_chain.py's STEPS names each word), 32 u64 a CTA
+# in the rows after the out rows, which decode_chain.py allocates.
 _CHAIN_HELPER = (
     "template <class P>\nHX_INLINE __device__ void hx_chain_at(const P& p, int k, hx_u64 v) {\n"
     "  if (p.out) ((hx_u64*)(p.out + (hx_i64)p.B * p.next_n * p.out_stride))[32 * hx_block_x() + k] = v;\n}\n"
     "template <class P>\nHX_INLINE __device__ void hx_chain_clock(const P& p, int k) { hx_chain_at(p, k, (hx_u64)clock64()); }\n")
+_GLOBALTIMER = "    hx_u64 t;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+
+
+def _after(name: str, file: str, anchor: str, added: str) -> Plant:
+    """Lines added right after the anchor's text."""
+    return Plant(name, file, anchor, anchor + added)
+
+
+def _clock_after(name: str, file: str, anchor: str, who: str, word) -> Plant:
+    """Thread(s) `who` (a condition) write the clock to word `word` (a number or an expression), right after the
+    anchor (a line; inside the block it opens, if it opens one)."""
+    indent = anchor[:len(anchor) - len(anchor.lstrip())] + ("  " if anchor.rstrip().endswith("{") else "")
+    return _after(name, file, anchor, f"{indent}if ({who}) hx_chain_clock(p, {word});\n")
+
+
+FEED = "sm90a/decode_feed.h"
 _CTA_CHAIN = [
     # the stamps' registers: at the shipped 72 they make the producer spill (the shipped kernel has no local memory),
     # which moves what they measure; 80 fits beside the math warpgroups' 144
     Plant("chain_load_regs", TMA_CTA, "constexpr int LOAD_REGS = 72,", "constexpr int LOAD_REGS = 80,"),
     Plant("chain_helper", COMMON, "// A sequence from its [B] lengths", _CHAIN_HELPER + "// A sequence from its [B] lengths"),
-    Plant("chain_walk_entry", COMMON, "    const hx_i32 b = b0 + lane;\n",
-          "    const hx_i32 b = b0 + lane;\n    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 16);\n"
-          "    if (hx_thread_x() == 32 && b0 == 0) hx_chain_clock(p, 23);\n"),
-    Plant("chain_dealt", TMA_LOADER, "  const Deal deal = deal_of(total_work, claims, share, grain);\n",
-          "  const Deal deal = deal_of(total_work, claims, share, grain);\n  if (tid == 0) hx_chain_clock(p, 20);\n"),
-    Plant("chain_q_entry", "sm90a/decode_feed.h", "  hx_u32 qit = 0;\n",
-          "  hx_u32 qit = 0;\n  if (lane == 0) hx_chain_clock(p, 21);\n"),
-    Plant("chain_q_piece", "sm90a/decode_feed.h", "  each_piece(deal, sm, lane, false, [&](hx_range64 own) {\n",
-          "  each_piece(deal, sm, lane, false, [&](hx_range64 own) {\n    if (lane == 0) hx_chain_clock(p, 22);\n"),
-    Plant("chain_walk_top", COMMON, "  hx_i64 base = 0;\n",
-          "  hx_i64 base = 0;\n  if (hx_thread_x() == 32) hx_chain_clock(p, 24);\n"),
-    Plant("chain_walk_priced", COMMON, "    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;\n",
-          "    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;\n"
-          "    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 17);\n"),
-    Plant("chain_walk_scanned", COMMON, "    const hx_i64 start = base + incl - w;\n",
-          "    const hx_i64 start = base + incl - w;\n    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 18);\n"),
-    Plant("chain_walk_hit", COMMON, "      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));\n",
-          "      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));\n"
-          "      if (hx_thread_x() == 0) hx_chain_clock(p, 19);\n"),
     Plant("chain_entry", TMA_LOADER, "  const Smem sm = setup(smem_raw, p, extra, stages);\n",
-          "  if (tid == 0) {\n    hx_u64 t;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
-          "    hx_chain_at(p, 0, t);\n    hx_chain_clock(p, 3);\n  }\n"
+          "  if (tid == 0) {\n" + _GLOBALTIMER + "    hx_chain_at(p, 0, t);\n    hx_chain_clock(p, 3);\n  }\n"
           "  const Smem sm = setup(smem_raw, p, extra, stages);\n  if (tid == 0) hx_chain_clock(p, 4);\n"),
-    Plant("chain_exit", TMA_LOADER, "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n}\n",
-          "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n  if (tid == 0) {\n    hx_chain_clock(p, 12);\n"
-          "    hx_u64 t;\n    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n    hx_chain_at(p, 1, t);\n"
-          "    hx_u32 smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n    hx_chain_at(p, 2, smid);\n  }\n}\n"),
-    Plant("chain_totals", TMA_LOADER, "  batch_totals(p, sm, tid, total_work, total_fill);\n",
-          "  batch_totals(p, sm, tid, total_work, total_fill);\n  if (tid == 0) hx_chain_clock(p, 5);\n"),
-    Plant("chain_first_copy_flag", TMA_LOADER, "  hx_u32 turn = 0;  // the page warp of this stage\n",
-          "  hx_u32 turn = 0;  // the page warp of this stage\n  bool chain_first = true;\n"),
+    _after("chain_exit", TMA_LOADER, "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n",
+           "  if (tid == 0) {\n    hx_chain_clock(p, 12);\n" + _GLOBALTIMER + "    hx_chain_at(p, 1, t);\n"
+           "    hx_u32 smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n    hx_chain_at(p, 2, smid);\n  }\n"),
+    _clock_after("chain_totals", TMA_LOADER, "  batch_totals(p, sm, tid, total_work, total_fill);\n", "tid == 0", 5),
+    _clock_after("chain_dealt", TMA_LOADER, "  const Deal deal = deal_of(total_work, claims, share, grain);\n",
+                 "tid == 0", 20),
+    Plant("chain_map", TMA_LOADER, "  if (lane < SB) hx_tma_prefetch_map(p.kv_map);",
+          "  if (which == 0 && lane == 0) hx_chain_clock(p, 13);\n  if (lane < SB) hx_tma_prefetch_map(p.kv_map);"),
+    _clock_after("chain_walk_top", COMMON, "  hx_i64 base = 0;\n", "hx_thread_x() == 32", 24),
+    _after("chain_walk_entry", COMMON, "    const hx_i32 b = b0 + lane;\n",
+           "    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 16);\n"
+           "    if (hx_thread_x() == 32 && b0 == 0) hx_chain_clock(p, 23);\n"),
+    _clock_after("chain_walk_priced", COMMON, "    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;\n",
+                 "hx_thread_x() == 0 && b0 == 0", 17),
+    _clock_after("chain_walk_scanned", COMMON, "    const hx_i64 start = base + incl - w;\n",
+                 "hx_thread_x() == 0 && b0 == 0", 18),
+    _clock_after("chain_walk_hit", COMMON,
+                 "      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));\n",
+                 "hx_thread_x() == 0", 19),
+    _after("chain_first_copy_flag", TMA_LOADER, "  hx_u32 turn = 0;  // the page warp of this stage\n",
+           "  bool chain_first = true;\n"),
+    _clock_after("chain_walked", TMA_LOADER, "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n",
+                 "which == 0 && lane == 0 && chain_first", 14),
     Plant("chain_first_copy", TMA_LOADER, "          if (ok) {\n",
           "          if (which == 0 && lane == 0 && chain_first) {\n            chain_first = false;\n"
           "            hx_chain_clock(p, 6);\n          }\n          if (ok) {\n"),
-    Plant("chain_q_ready", "sm90a/decode_feed.h", "      q.arrive_full(qit);\n      ++qit;\n",
+    _clock_after("chain_q_entry", FEED, "  hx_u32 qit = 0;\n", "lane == 0", 21),
+    _clock_after("chain_q_piece", FEED, "  each_piece(deal, sm, lane, false, [&](hx_range64 own) {\n", "lane == 0", 22),
+    _clock_after("chain_q_walked", FEED, "      if (blk.hi <= blk.lo) return;\n", "lane == 0 && qit == 0", 15),
+    Plant("chain_q_ready", FEED, "      q.arrive_full(qit);\n      ++qit;\n",
           "      if (lane == 0 && qit == 0) hx_chain_clock(p, 7);\n      q.arrive_full(qit);\n      ++qit;\n"),
-    Plant("chain_map", TMA_LOADER, "  if (lane < SB) hx_tma_prefetch_map(p.kv_map);",
-          "  if (which == 0 && lane == 0) hx_chain_clock(p, 13);\n  if (lane < SB) hx_tma_prefetch_map(p.kv_map);"),
-    Plant("chain_walked", TMA_LOADER, "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n",
-          "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n"
-          "      if (which == 0 && lane == 0 && chain_first) hx_chain_clock(p, 14);\n"),
-    Plant("chain_q_walked", "sm90a/decode_feed.h", "      if (blk.hi <= blk.lo) return;\n",
-          "      if (blk.hi <= blk.lo) return;\n      if (lane == 0 && qit == 0) hx_chain_clock(p, 15);\n"),
-    Plant("chain_stage_flag", TMA, "  hx_i32 turn = 0;                                // this stage's warpgroup, it % 3\n",
-          "  hx_i32 turn = 0;                                // this stage's warpgroup, it % 3\n  bool chain_first = true;\n"),
-    Plant("chain_first_stage", TMA, "        hx_mbar_wait(stage_full(sm, at.slot), at.phase);\n",
-          "        hx_mbar_wait(stage_full(sm, at.slot), at.phase);\n"
-          "        if (mt == 0 && m == 0 && chain_first) {\n          chain_first = false;\n          hx_chain_clock(p, 8);\n        }\n"),
-    Plant("chain_stage_done", TMA, "        hx_mbar_arrive(stage_empty(sm, at.slot));\n",
-          "        hx_mbar_arrive(stage_empty(sm, at.slot));\n        if (mt == 0) hx_chain_clock(p, 9 + m);\n"),
+    _after("chain_stage_flag", TMA, "  hx_i32 turn = 0;                                // this stage's warpgroup, it % 3\n",
+           "  bool chain_first = true;\n"),
+    _after("chain_first_stage", TMA, "        hx_mbar_wait(stage_full(sm, at.slot), at.phase);\n",
+           "        if (mt == 0 && m == 0 && chain_first) {\n          chain_first = false;\n          hx_chain_clock(p, 8);\n"
+           "        }\n"),
+    _clock_after("chain_stage_done", TMA, "        hx_mbar_arrive(stage_empty(sm, at.slot));\n", "mt == 0", "9 + m"),
 ]
 _TWO_CHAINS = [
     Plant("two_chains_init", COMMON, "      float sum = 0.f;\n", "      float s2[2] = {0.f, 0.f};\n"),
