@@ -57,10 +57,13 @@ HX_INLINE __device__ hx_i64 shfl_xor_i64(hx_i64 v, int m) {
   return (hx_i64)(((hx_u64)hi << 32) | lo);
 }
 
-// A sequence from its [B] lengths (context_lens[b], next_n_lens[b] or next_n) as one lane read them.
+// A sequence from its [B] lengths (context_lens[b], next_n_lens[b] or next_n) as one lane read them. These kernels
+// take blocks of 16 or 64 tokens only (the catalog's), so its blocks come from a shift, not a division: the walk
+// to a unit's first sequence is a chain of such steps that every call waits on.
 template <class P>
 HX_INLINE __device__ hx_decode_seq sequence(const P& p, hx_i32 ctx, hx_i32 live) {
-  return hx_decode_sequence(ctx, live, p.next_n, p.max_model_len, p.block_size);
+  return p.block_size == SK ? hx_decode_sequence(ctx, live, p.next_n, p.max_model_len, SK)
+                            : hx_decode_sequence(ctx, live, p.next_n, p.max_model_len, 16);
 }
 // What one block of the sequence costs here, in eighths of the time its bytes take to stream in: that (MEMW) while
 // the MMA keeps up with them, else two a live row, at either head count. Units balance their pieces of the batch
@@ -84,57 +87,96 @@ HX_INLINE __device__ hx_i64 work_price(const hx_decode_seq& s) {
   else return s.blocks > 0 ? blocks + SegmentPrice<P>::value : 0;
 }
 // Blocks [lo, hi) of the sequence whose price starts at `start` that a unit owning [own.lo, own.hi) takes.
+// A block priced MEMW (a sequence of at most MEMW / 2 live rows) divides as a shift.
 template <class P>
 HX_INLINE __device__ hx_range owned_blocks(hx_range64 own, hx_i64 start, const hx_decode_seq& s) {
-  return hx_owned_blocks_priced(own, start + SegmentPrice<P>::value, s.blocks, block_price(s));
+  const hx_i64 at = start + SegmentPrice<P>::value, per = block_price(s);
+  return per == MEMW ? hx_owned_blocks_priced(own, at, s.blocks, MEMW) : hx_owned_blocks_priced(own, at, s.blocks, per);
 }
 
-// Calls f(b, seq, start) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
-// prefix of prices meets [own.lo, own.hi): one warp, every lane making the same calls. Lane i reads sequence
-// b0 + i. With per-row lengths the lane keeps the ctx and live hx_decode_sequence_at gives (the longest row's keys
-// and the rows up to the last with keys), from which sequence() gives the same keys, blocks and fill, whether a
-// row is negative, and whether the rows need their own bounds; the sequence f gets then points at its rows' own
-// lengths (the Q warp's row bounds read them), else it follows the [B] form's affine rule.
-template <class P, class Price, class F>
-HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& price, F&& f) {
+// One lane's sequence of a chunk of 32 (sequence b0 + lane, none past B): its lengths as read, its price, and the
+// chunk's prices summed up to it. With per-row lengths the lane keeps the ctx and live hx_decode_sequence_at gives
+// (the longest row's keys and the rows up to the last with keys), from which sequence() gives the same keys, blocks
+// and fill, whether a row is negative, and whether the rows need their own bounds.
+struct ChunkLane {
+  hx_i32 ctx, live;
+  bool negative, own_rows;
+  hx_i64 w, incl;
+};
+template <class P, class Price>
+HX_INLINE __device__ ChunkLane read_chunk(const P& p, hx_i32 b0, hx_i32 lane, Price&& price) {
+  ChunkLane c = {0, 0, false, false, 0, 0};
+  const hx_i32 b = b0 + lane;
+  if (b < p.B) {
+    if (p.lens_per_row) {
+      const hx_decode_seq s = hx_decode_sequence_of(p, b);
+      c.ctx = s.ctx;
+      c.live = s.live;
+      c.negative = s.malformed;
+      c.own_rows = s.row_lens != nullptr;
+    } else {
+      c.ctx = p.context_lens[b];
+      c.live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
+    }
+    c.w = price(sequence(p, c.ctx, c.live));
+  }
+  c.incl = c.w;
+#pragma unroll
+  for (int x = 1; x < 32; x <<= 1) {
+    const hx_i64 y = hx_shfl_up_i64(c.incl, x);
+    if (lane >= x) c.incl += y;
+  }
+  return c;
+}
+// Chunk 0 of the batch as a caller already read it with the work price (have: the batch is that one chunk), for the
+// walk to take instead of reading it again.
+struct FirstChunk {
+  ChunkLane c;
+  bool have;
+};
+// The sequence b of a chunk's lane, as the walk hands it on: with per-row lengths that need their own bounds it
+// points at its rows' lengths (the Q warp's row bounds read them), else it follows the [B] form's affine rule.
+template <class P>
+HX_INLINE __device__ hx_decode_seq chunk_sequence(const P& p, hx_i32 ctx, hx_i32 live, bool negative, bool own_rows,
+                                                  hx_i32 b) {
+  hx_decode_seq s = sequence(p, ctx, live);
+  if (p.lens_per_row && own_rows) {
+    s.malformed = negative;
+    s.row_lens = p.context_lens + (hx_i64)b * p.next_n;
+  }
+  return s;
+}
+
+// Calls f(b, seq, range) for each sequence b, in order, whose piece [start, start + price(seq)) of the batch's
+// prefix of prices meets [own.lo, own.hi), range being span(own, start, seq), what the unit owns of it: one warp,
+// every lane making the same calls. Each lane reads, prices and spans its own sequence of a chunk of 32 at once, so a
+// sequence met costs the warp a few shuffles, not a chain of divisions. Chunk 0 comes from `first` where it has it
+// (read with this price).
+template <class P, class Price, class Span, class F>
+HX_INLINE __device__ void walk(const P& p, hx_range64 own, hx_i32 lane, Price&& price, Span&& span, F&& f,
+                               const FirstChunk& first) {
   hx_i64 base = 0;
   for (hx_i32 b0 = 0; b0 < p.B && base < own.hi; b0 += 32) {
-    const hx_i32 b = b0 + lane;
-    hx_i32 ctx = 0, live = 0;
-    bool negative = false, own_rows = false;
-    if (b < p.B) {
-      if (p.lens_per_row) {
-        const hx_decode_seq s = hx_decode_sequence_of(p, b);
-        ctx = s.ctx;
-        live = s.live;
-        negative = s.malformed;
-        own_rows = s.row_lens != nullptr;
-      } else {
-        ctx = p.context_lens[b];
-        live = p.next_n_lens ? p.next_n_lens[b] : p.next_n;
-      }
-    }
-    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;
-    hx_i64 incl = w;
-#pragma unroll
-    for (int x = 1; x < 32; x <<= 1) {
-      const hx_i64 y = hx_shfl_up_i64(incl, x);
-      if (lane >= x) incl += y;
-    }
-    const hx_i64 start = base + incl - w;
-    hx_u32 hits = hx_ballot(w > 0 && start < own.hi && start + w > own.lo);
+    const ChunkLane c = b0 == 0 && first.have ? first.c : read_chunk(p, b0, lane, price);
+    const hx_i64 start = base + c.incl - c.w;
+    const hx_range r = span(own, start, chunk_sequence(p, c.ctx, c.live, c.negative, c.own_rows, b0 + lane));
+    hx_u32 hits = hx_ballot(c.w > 0 && start < own.hi && start + c.w > own.lo);
     while (hits) {
       const hx_i32 k = __ffs(hits) - 1;
       hits &= hits - 1;
-      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));
-      if (p.lens_per_row && hx_shfl_idx_i32(own_rows, k)) {
-        s.malformed = hx_shfl_idx_i32(negative, k) != 0;
-        s.row_lens = p.context_lens + (hx_i64)(b0 + k) * p.next_n;
-      }
-      f(b0 + k, s, hx_shfl_idx_i64(start, k));
+      const hx_decode_seq s = chunk_sequence(p, hx_shfl_idx_i32(c.ctx, k), hx_shfl_idx_i32(c.live, k),
+                                             hx_shfl_idx_i32(c.negative, k) != 0, hx_shfl_idx_i32(c.own_rows, k) != 0,
+                                             b0 + k);
+      f(b0 + k, s, hx_range{hx_shfl_idx_i32(r.lo, k), hx_shfl_idx_i32(r.hi, k)});
     }
-    base += hx_shfl_idx_i64(incl, 31);
+    base += hx_shfl_idx_i64(c.incl, 31);
   }
+}
+// The walk of a unit's work: sequences priced by work_price, of which it owns the key blocks owned_blocks gives.
+template <class P, class F>
+HX_INLINE __device__ void walk_work(const P& p, hx_range64 own, hx_i32 lane, const FirstChunk& first, F&& f) {
+  walk(p, own, lane, work_price<P>,
+       [](hx_range64 o, hx_i64 start, const hx_decode_seq& s) { return owned_blocks<P>(o, start, s); }, f, first);
 }
 
 // ------------------------------------------------------------------ the math pass

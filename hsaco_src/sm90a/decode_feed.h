@@ -36,6 +36,26 @@ HX_INLINE __device__ void batch_totals(const P& p, const Smem& sm, hx_i32 tid, h
   total_fill = tot[1] + tot[3] + tot[5] + tot[7];
 }
 
+// The same for a batch of at most 32 sequences, by every warp of the producer alone: its chunk of the walk (read
+// with the work price, kept for the walk's first chunk) gives the total work, so no warp waits on another before
+// its first piece; the fill's total is summed only where asked (the fill warp).
+template <class P>
+HX_INLINE __device__ ChunkLane chunk_totals(const P& p, hx_i32 warp, hx_i32 lane, hx_i64& total_work, bool want_fill,
+                                            hx_i64& total_fill) {
+  const ChunkLane c = read_chunk(p, 0, lane, work_price<P>);
+  total_work = hx_shfl_idx_i64(c.incl, 31);
+  const hx_decode_seq s = chunk_sequence(p, c.ctx, c.live, c.negative, c.own_rows, lane);
+  const bool malformed = lane < p.B && s.malformed;
+  if (hx_ballot(malformed) && warp == 0 && lane == 0 && hx_block_x() == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
+  if (want_fill) {
+    hx_i64 fill = lane < p.B ? hx_decode_fill(s, p.max_model_len) : 0;
+#pragma unroll
+    for (int x = 16; x >= 1; x >>= 1) fill += shfl_xor_i64(fill, x);
+    total_fill = fill;
+  }
+  return c;
+}
+
 // Block-table column col of a row (entries [0, hi) exist for this segment): the block id, or -1 for a column
 // past hi (not read) or an entry naming no block (never read through: error bit 0).
 template <class P>
@@ -135,12 +155,11 @@ HX_INLINE __device__ void each_piece(const Deal& d, const Smem& sm, hx_i32 lane,
 // that whoever claims a chunk of it finds the chunk's first entries there rather than in device memory (with the
 // lengths, the lookups a chunk's first copy waits on).
 template <class P>
-HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32 lane) {
+HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32 lane, const FirstChunk& first) {
   if (d.chunks == 0) return;
   const hx_range64 r = hx_balanced_part(d.tail, hx_grid_dim_x(), hx_block_x());
   const hx_range64 mine = {d.tail_lo + r.lo, d.tail_lo + r.hi};
-  walk(p, mine, lane, work_price<P>, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-    const hx_range blk = owned_blocks<P>(mine, start, s);
+  walk_work(p, mine, lane, first, [&](hx_i32 b, const hx_decode_seq& s, hx_range blk) {
     const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
     const hx_i32 hi = hx_min_i32(blk.hi, p.max_blocks);  // entries past the table: never named
     if (hi <= blk.lo) return;
@@ -151,13 +170,12 @@ HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32
 // Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
 // waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
 template <class P>
-HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane) {
+HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane, const FirstChunk& first) {
   const hx_ring<2> q = q_ring(sm);
-  const hx_i32 SB = SK / p.block_size;
+  const hx_i32 SB = p.block_size == SK ? 1 : SK / 16;
   hx_u32 qit = 0;
   each_piece(deal, sm, lane, false, [&](hx_range64 own) {
-    walk(p, own, lane, work_price<P>, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-      const hx_range blk = owned_blocks<P>(own, start, s);
+    walk_work(p, own, lane, first, [&](hx_i32 b, const hx_decode_seq& s, hx_range blk) {
       if (blk.hi <= blk.lo) return;
       const hx_u32 slot = qit & 1, rec = sm.base + QREC_OFF + slot * QREC_BYTES;
       q.wait_empty(qit);
@@ -189,11 +207,12 @@ HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& dea
 template <class P>
 HX_INLINE __device__ void fill_columns(const P& p, hx_range64 own, hx_i32 t, hx_i32 nt) {
   walk(p, own, t & 31, [&](const hx_decode_seq& s) { return hx_decode_fill(s, p.max_model_len); },
-       [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-         const hx_range cols = hx_owned_fill(own, start, s, p.max_model_len);
+       [&](hx_range64 o, hx_i64 start, const hx_decode_seq& s) { return hx_owned_fill(o, start, s, p.max_model_len); },
+       [&](hx_i32 b, const hx_decode_seq& s, hx_range cols) {
          for (hx_i32 j = 0; j < p.next_n; ++j)
            hx_fill_neg_inf(p.out + ((hx_i64)b * p.next_n + j) * p.out_stride, cols.lo, cols.hi, t, nt);
-       });
+       },
+       FirstChunk{});
 }
 
 }  // namespace

@@ -12,10 +12,11 @@ constexpr hx_u32 K_STRIDE = K_BYTES + 1024;     // a key stage with room for a w
 constexpr hx_u32 SC_BYTES = SK * 4;             // a stage's kv_scale in the scale ring
 constexpr int MATH_WG = 3;                      // math warpgroups; stage it goes to warpgroup it % 3
 constexpr hx_u32 SRMAX = 18;                    // stages at most (the shared memory left at next_n 1 holds 22)
-// Registers per thread after setmaxnreg, within the launch allocation of 128 (65536 / 512): the math warpgroups
-// hold a pass's accumulators (64 at N = 128) and, for one-pass segments, its rows' weights (32 at H = 64) across
-// the segment's stages.
-constexpr int LOAD_REGS = 72, MATH_REGS = 144;
+// Registers per thread after setmaxnreg, within the launch allocation of 128 (65536 / 512), all of it: the math
+// warpgroups hold a pass's accumulators (64 at N = 128) and, for one-pass segments, its rows' weights (32 at H = 64)
+// across the segment's stages; the producer's warps hold a batch of one chunk (its lengths and prices) across their
+// pieces.
+constexpr int LOAD_REGS = 80, MATH_REGS = 144;
 static_assert(128 * LOAD_REGS + MATH_WG * 128 * MATH_REGS <= (65536 / HX_BLOCK / 8 * 8) * HX_BLOCK, "register budget");
 
 // Dynamic shared memory from a 1024-aligned base: the fixed part, then two Q slots and the key ring, whose sizes

@@ -31,15 +31,14 @@ HX_INLINE __device__ void copy_keys(const P& p, hx_u32 dst, hx_i32 id, hx_u32 ba
 // than the cache streams; the ring's depth, a multiple of 6, gives each slot one page warp either way.
 template <class P>
 HX_INLINE __device__ void page_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane, hx_u32 which,
-                                    hx_u32 warps) {
-  const hx_i32 bs = p.block_size, SB = SK / bs;  // blocks per stage: 1 or 4
+                                    hx_u32 warps, const FirstChunk& first) {
+  const hx_i32 bs = p.block_size, SB = bs == SK ? 1 : SK / 16;  // blocks per stage: 1 or 4
   const hx_u32 page = (hx_u32)hx_block_bytes(bs, D), kbytes = (hx_u32)bs * D;
   if (lane < SB) hx_tma_prefetch_map(p.kv_map);  // the map rides in the parameters: nothing to acquire
   StagePos at;
   hx_u32 turn = 0;  // the page warp of this stage
   each_piece(deal, sm, lane, which == 0, [&](hx_range64 own) {
-    walk(p, own, lane, work_price<P>, [&](hx_i32 b, const hx_decode_seq& s, hx_i64 start) {
-      const hx_range blk = owned_blocks<P>(own, start, s);
+    walk_work(p, own, lane, first, [&](hx_i32 b, const hx_decode_seq& s, hx_range blk) {
       const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;
       hx_i32 cur = table_entry(p, row, blk.lo + lane, blk.hi);  // lane i: column blk.lo + c0 + i of this batch
       for (hx_i32 c0 = blk.lo; c0 < blk.hi; c0 += 32) {
@@ -83,16 +82,18 @@ HX_INLINE __device__ void producer_warpgroup(const P& p, const Smem& sm, hx_i32 
                                              hx_i32 share = 0, hx_i32 grain = 0) {
   hx_setmaxnreg_dec<LOAD_REGS>();
   const hx_i32 warp = tid >> 5, lane = tid & 31;
-  hx_i64 total_work, total_fill;
-  batch_totals(p, sm, tid, total_work, total_fill);
+  hx_i64 total_work = 0, total_fill = 0;
+  FirstChunk first = {{}, p.B <= 32};  // uniform: every warp takes the same branch
+  if (first.have) first.c = chunk_totals(p, warp, lane, total_work, warp == 3, total_fill);
+  else batch_totals(p, sm, tid, total_work, total_fill);
   const Deal deal = deal_of(total_work, claims, share, grain);
   const hx_u32 warps = page_warps(p);
-  if (warp == 0 || warp == 2) page_warp(p, sm, deal, lane, warp >> 1, warps);
-  else if (warp == 1) query_warp(p, sm, deal, lane);
+  if (warp == 0 || warp == 2) page_warp(p, sm, deal, lane, warp >> 1, warps, first);
+  else if (warp == 1) query_warp(p, sm, deal, lane, first);
   else {
-    prefetch_tail_tables(p, deal, lane);
+    prefetch_tail_tables(p, deal, lane, first);
     if (p.clean) fill_columns(p, hx_balanced_part(total_fill, hx_grid_dim_x(), hx_block_x()), lane, 32);
-    if (warps == 3) page_warp(p, sm, deal, lane, 2, warps);  // after its fill: a third page warp
+    if (warps == 3) page_warp(p, sm, deal, lane, 2, warps, first);  // after its fill: a third page warp
   }
 }
 

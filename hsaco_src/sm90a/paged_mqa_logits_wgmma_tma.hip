@@ -12,7 +12,7 @@
 // of 8 tokens is 128 contiguous bytes already), so nothing rewrites a stage and both layouts feed the MMA the same
 // keys in the same order: bitwise identical logits.
 //
-// 512 threads, four warpgroups; setmaxnreg gives the producer 72 registers and the math warpgroups 144 (a pass's
+// 512 threads, four warpgroups; setmaxnreg gives the producer 80 registers and the math warpgroups 144 (a pass's
 // 64 accumulators at N = 128 and, for one-pass segments, the rows' weights):
 //   0                 warps 0 and 2: block-table entries (32 per load, the next 32 loaded under the current ones'
 //                     stages) and the copies of alternate stages, 64 keys a stage (one block of 64 or four of 16):

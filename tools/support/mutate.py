@@ -587,6 +587,14 @@ PLANTS["sm90a_decode_tma"] += [
     Plant("claim_pair_left_counted", SM90A_FEED, "            atomicExch(d.claims, 0u);\n", ""),
     Plant("claimed_chunk_one_late", SM90A_FEED, "d.chunk((hx_i32)got);",
           "d.chunk((hx_i32)(got + 1 < (hx_u32)d.chunks ? got + 1 : got));"),
+    # a batch of one chunk (decode_feed.h, chunk_totals; decode_common.h, walk): its total work taken without the
+    # last sequence's price (an exclusive prefix), so no unit owns that sequence's blocks; a sequence's owned blocks
+    # shuffled from its neighbouring lane's
+    Plant("one_chunk_total_without_the_last_sequence", SM90A_FEED, "total_work = hx_shfl_idx_i64(c.incl, 31);",
+          "total_work = hx_shfl_idx_i64(c.incl - c.w, p.B - 1);"),
+    Plant("owned_blocks_of_the_neighbouring_lane", "sm90a/decode_common.h",
+          "f(b0 + k, s, hx_range{hx_shfl_idx_i32(r.lo, k), hx_shfl_idx_i32(r.hi, k)});",
+          "f(b0 + k, s, hx_range{hx_shfl_idx_i32(r.lo, k ^ 1), hx_shfl_idx_i32(r.hi, k ^ 1)});"),
     # a one-pass segment's weights held in registers: every row given row 0's
     Plant("one_pass_rows_share_row_zero_weights", SM90A_TMA, "        load_row_weights<R>(seg.wt, w2);\n",
           "        load_row_weights<R>(seg.wt, w2);\n"
