@@ -22,14 +22,16 @@ from hipindexer.runtime import Device, DeviceArray, get_kernel
 
 WORDS = 32  # u64 a CTA in the spare row
 STEPS = ((4, "setup's barrier"), (5, "the batch's totals"), (20, "the deal"), (13, "page warp 0: its copies about to begin"),
-         (16, "page warp 0: the walk begun"), (17, "page warp 0: its lanes' sequences read and priced"),
-         (18, "page warp 0: their prefix scanned"), (19, "page warp 0: a sequence of its own taken"),
+         (16, "page warp 0: the walk begun"), (17, "page warp 0: its chunk read, priced and scanned"),
+         (18, "page warp 0: each lane's blocks spanned"), (19, "page warp 0: a sequence of its own taken"),
          (14, "page warp 0: its first sequence found"), (21, "Q warp: begun"), (22, "Q warp: its first piece"),
          (24, "Q warp: its walk entered"), (23, "Q warp: its walk begun"),
          (15, "Q warp: its first sequence found"),
          (6, "first key copy issued (its table entry read)"), (7, "first Q slot ready"),
          (8, "first stage landed (math warpgroup 0)"), (9, "last stage done, math warpgroup 0"),
          (10, "last stage done, math warpgroup 1"), (11, "last stage done, math warpgroup 2"), (12, "exit"))
+TWICE = ((25, "totals and deal, first run"), (26, "totals and deal, second run"), (27, "page warp 0: walk 1 begun"),
+         (28, "page warp 0: walk 1 done"), (29, "page warp 0: walk 2 begun"), (30, "page warp 0: walk 2 done"))
 
 
 def floors(dev, key_bytes: int, sets: int, repeats: int) -> tuple[float, float]:
@@ -58,7 +60,9 @@ def floors(dev, key_bytes: int, sets: int, repeats: int) -> tuple[float, float]:
 @click.option("--calls", default=40)
 @click.option("--device", default=None, help="cuda:N (default: the first GPU)")
 @click.option("--warm", is_flag=True, help="one set of inputs for every call: whatever the L2 holds stays there")
-def main(shapes, heads, next_n, calls, device, warm):
+@click.option("--twice", is_flag=True, help="the cta_chain_twice build: also its totals, deal and walk run twice")
+def main(shapes, heads, next_n, calls, device, warm, twice):
+    steps_named = STEPS + (TWICE if twice else ())
     dev = Device(device)
     for shape in shapes.split(","):
         B, ctx = (int(x) for x in shape.split("x"))
@@ -93,12 +97,12 @@ def main(shapes, heads, next_n, calls, device, warm):
             skews.append((t[:, 0].max() - t[:, 0].min()) / 1e3)
             cyc += int((t[:, 12] - t[:, 3]).sum())
             ns += int((t[:, 1] - t[:, 0]).sum())
-            steps.append({k: t[:, k] - t[:, 3] for k, _ in STEPS})
+            steps.append({k: t[:, k] - t[:, 3] for k, _ in steps_named})
         ghz = cyc / ns
         click.echo(f"({B}, {ctx}) H={heads} next_n={next_n}{', warm' if warm else ''}: {units} CTAs, {calls} calls alone, clock {ghz:.3f} GHz "
                    f"(CTA cycles over CTA time); span median {statistics.median(spans):.2f} us, start skew median "
                    f"{statistics.median(skews):.2f} us")
-        for k, name in STEPS:
+        for k, name in steps_named:
             allv = np.concatenate([s[k] for s in steps]) / ghz / 1e3
             lo, med, hi = np.percentile(allv, [5, 50, 95])
             click.echo(f"  {name:40s} {med:6.2f} us after entry (5%-95% of CTAs {lo:5.2f}-{hi:5.2f})")

@@ -106,9 +106,6 @@ def _clock_after(name: str, file: str, anchor: str, who: str, word) -> Plant:
 
 FEED = "sm90a/decode_feed.h"
 _CTA_CHAIN = [
-    # the stamps' registers: at the shipped 72 they make the producer spill (the shipped kernel has no local memory),
-    # which moves what they measure; 80 fits beside the math warpgroups' 144
-    Plant("chain_load_regs", TMA_CTA, "constexpr int LOAD_REGS = 72,", "constexpr int LOAD_REGS = 80,"),
     Plant("chain_helper", COMMON, "// A sequence from its [B] lengths", _CHAIN_HELPER + "// A sequence from its [B] lengths"),
     Plant("chain_entry", TMA_LOADER, "  const Smem sm = setup(smem_raw, p, extra, stages);\n",
           "  if (tid == 0) {\n" + _GLOBALTIMER + "    hx_chain_at(p, 0, t);\n    hx_chain_clock(p, 3);\n  }\n"
@@ -116,22 +113,21 @@ _CTA_CHAIN = [
     _after("chain_exit", TMA_LOADER, "  else math(sm, tid - 128 * wg, wg - 1);\n  hx_barrier();\n",
            "  if (tid == 0) {\n    hx_chain_clock(p, 12);\n" + _GLOBALTIMER + "    hx_chain_at(p, 1, t);\n"
            "    hx_u32 smid;\n    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(smid));\n    hx_chain_at(p, 2, smid);\n  }\n"),
-    _clock_after("chain_totals", TMA_LOADER, "  batch_totals(p, sm, tid, total_work, total_fill);\n", "tid == 0", 5),
+    _clock_after("chain_totals", TMA_LOADER, "  else batch_totals(p, sm, tid, total_work, total_fill);\n", "tid == 0", 5),
     _clock_after("chain_dealt", TMA_LOADER, "  const Deal deal = deal_of(total_work, claims, share, grain);\n",
                  "tid == 0", 20),
     Plant("chain_map", TMA_LOADER, "  if (lane < SB) hx_tma_prefetch_map(p.kv_map);",
           "  if (which == 0 && lane == 0) hx_chain_clock(p, 13);\n  if (lane < SB) hx_tma_prefetch_map(p.kv_map);"),
     _clock_after("chain_walk_top", COMMON, "  hx_i64 base = 0;\n", "hx_thread_x() == 32", 24),
-    _after("chain_walk_entry", COMMON, "    const hx_i32 b = b0 + lane;\n",
-           "    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 16);\n"
-           "    if (hx_thread_x() == 32 && b0 == 0) hx_chain_clock(p, 23);\n"),
-    _clock_after("chain_walk_priced", COMMON, "    const hx_i64 w = b < p.B ? price(sequence(p, ctx, live)) : 0;\n",
-                 "hx_thread_x() == 0 && b0 == 0", 17),
-    _clock_after("chain_walk_scanned", COMMON, "    const hx_i64 start = base + incl - w;\n",
+    Plant("chain_walk_entry", COMMON, "    const ChunkLane c = b0 == 0 && first.have ? first.c : read_chunk(p, b0, lane, price);\n",
+          "    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 16);\n"
+          "    if (hx_thread_x() == 32 && b0 == 0) hx_chain_clock(p, 23);\n"
+          "    const ChunkLane c = b0 == 0 && first.have ? first.c : read_chunk(p, b0, lane, price);\n"
+          "    if (hx_thread_x() == 0 && b0 == 0) hx_chain_clock(p, 17);\n"),
+    _clock_after("chain_walk_spanned", COMMON,
+                 "    const hx_range r = span(own, start, chunk_sequence(p, c.ctx, c.live, c.negative, c.own_rows, b0 + lane));\n",
                  "hx_thread_x() == 0 && b0 == 0", 18),
-    _clock_after("chain_walk_hit", COMMON,
-                 "      hx_decode_seq s = sequence(p, hx_shfl_idx_i32(ctx, k), hx_shfl_idx_i32(live, k));\n",
-                 "hx_thread_x() == 0", 19),
+    _clock_after("chain_walk_hit", COMMON, "                                             b0 + k);\n", "hx_thread_x() == 0", 19),
     _after("chain_first_copy_flag", TMA_LOADER, "  hx_u32 turn = 0;  // the page warp of this stage\n",
            "  bool chain_first = true;\n"),
     _clock_after("chain_walked", TMA_LOADER, "      const hx_i32* row = p.block_tables + (hx_i64)b * p.max_blocks;\n",
@@ -150,6 +146,26 @@ _CTA_CHAIN = [
            "        if (mt == 0 && m == 0 && chain_first) {\n          chain_first = false;\n          hx_chain_clock(p, 8);\n"
            "        }\n"),
     _clock_after("chain_stage_done", TMA, "        hx_mbar_arrive(stage_empty(sm, at.slot));\n", "mt == 0", "9 + m"),
+]
+# The same steps, with the producer's totals and deal, then page warp 0's walk over its own range, each run twice
+# before the real ones (the same code, so the second run finds the instructions, constants and lengths on chip):
+# words 25 and 26 end the two totals-and-deal runs, 27/28 and 29/30 begin and end the two walks.
+_CHAIN_TWICE = [
+    Plant("twice_totals", TMA_LOADER, "  FirstChunk first = {{}, p.B <= 32};",
+          "#pragma unroll 1\n  for (int rep = 0; rep < 2; ++rep) {\n    hx_i64 tw = 0, tf = 0;\n"
+          "    if (p.B <= 32) {\n      const ChunkLane c0 = chunk_totals(p, warp, lane, tw, warp == 3, tf);\n"
+          "      asm volatile(\"\" :: \"l\"(c0.incl));\n    } else batch_totals(p, sm, tid, tw, tf);\n"
+          "    const Deal d0 = deal_of(tw, claims, share, grain);\n"
+          "    asm volatile(\"\" :: \"l\"(d0.own.lo), \"l\"(d0.own.hi), \"l\"(tf));\n    hx_bar_sync(1, 128);\n"
+          "    if (tid == 0) hx_chain_clock(p, 25 + rep);\n  }\n"
+          "  FirstChunk first = {{}, p.B <= 32};"),
+    Plant("twice_walk", TMA_LOADER, "  each_piece(deal, sm, lane, which == 0, [&](hx_range64 own) {\n",
+          "#pragma unroll 1\n  for (int rep = 0; rep < 2; ++rep) {\n"
+          "    if (which == 0 && lane == 0) hx_chain_clock(p, 27 + 2 * rep);\n    hx_i32 acc = 0;\n"
+          "    walk_work(p, deal.own, lane, first, [&](hx_i32 b, const hx_decode_seq& s, hx_range blk) { acc += blk.lo + b; });\n"
+          "    asm volatile(\"\" :: \"r\"(acc));\n"
+          "    if (which == 0 && lane == 0) hx_chain_clock(p, 28 + 2 * rep);\n  }\n"
+          "  each_piece(deal, sm, lane, which == 0, [&](hx_range64 own) {\n"),
 ]
 _TWO_CHAINS = [
     Plant("two_chains_init", COMMON, "      float sum = 0.f;\n", "      float s2[2] = {0.f, 0.f};\n"),
@@ -601,6 +617,8 @@ VARIANTS = {
         # the steps of each CTA's chain by its clock (tools/measure/decode_chain.py only), shipped and the loader alone
         "cta_chain": _CTA_CHAIN,
         "no_math_cta_chain": [_no_math(), *_CTA_CHAIN],
+        # ... with the totals, the deal and page warp 0's walk run twice first (tools/measure/decode_chain.py --twice)
+        "cta_chain_twice": [*_CTA_CHAIN, *_CHAIN_TWICE],
     },
 }
 
