@@ -46,7 +46,8 @@ HX_INLINE __device__ ChunkLane chunk_totals(const P& p, hx_i32 warp, hx_i32 lane
   total_work = hx_shfl_idx_i64(c.incl, 31);
   const hx_decode_seq s = chunk_sequence(p, c.ctx, c.live, c.negative, c.own_rows, lane);
   const bool malformed = lane < p.B && s.malformed;
-  if (hx_ballot(malformed) && warp == 0 && lane == 0 && hx_block_x() == 0 && p.errors) hx_atomic_or(p.errors, ERR_LENGTH);
+  if (hx_ballot(malformed) && warp == 0 && lane == 0 && hx_block_x() == 0 && p.errors)
+    hx_atomic_or(p.errors, ERR_LENGTH);
   if (want_fill) {
     hx_i64 fill = lane < p.B ? hx_decode_fill(s, p.max_model_len) : 0;
 #pragma unroll
@@ -170,7 +171,8 @@ HX_INLINE __device__ void prefetch_tail_tables(const P& p, const Deal& d, hx_i32
 // Warp 1: each segment's record, live query rows and weights into the next Q slot, then the end record. The lane
 // waits for its own copies and fences them into the async proxy the MMA reads through before it arrives.
 template <class P>
-HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane, const FirstChunk& first) {
+HX_INLINE __device__ void query_warp(const P& p, const Smem& sm, const Deal& deal, hx_i32 lane,
+                                     const FirstChunk& first) {
   const hx_ring<2> q = q_ring(sm);
   const hx_i32 SB = p.block_size == SK ? 1 : SK / 16;
   hx_u32 qit = 0;
