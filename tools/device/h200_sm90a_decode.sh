@@ -28,7 +28,8 @@
 # The benchmark runs only when build, probe, sass, tests and check passed; the sanitizer and the plants are reported
 # beside it; profile and stages run only when named. Env: KERNEL, STEPS (default all but those two), OUT (default
 # /tmp/hx-out), PLANTS (default build/plants/$SET, made with `python -m tools.support.mutate --suite cuda --set $SET --builds
-# build/plants/$SET --build-only`), VARIANTS (default build/variants/$SET, made with `python -m tools.measure.stage_variants
+# build/plants/$SET --build-only`; CARRY, a pack of them made by `python -m tools.support.plant_carry pack`, is
+# unpacked into PLANTS first), VARIANTS (default build/variants/$SET, made with `python -m tools.measure.stage_variants
 # --set $SET --builds build/variants/$SET --build-only`), CHECK_ARGS / BENCH_ARGS (extra options), BUDGET_S
 # (default 470: every timeout is cut to what is left of it).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -197,6 +198,10 @@ EOF
   rm -f "$OUT/san.tmp"
   return $fail
 }
+
+if has mutate && [ -n "$CARRY" ]; then
+  run unpack 60 "$OUT/mutate.log" $PY -m tools.support.plant_carry unpack --carry "$CARRY" --builds "$PLANTS"
+fi
 
 if [ $HUNG = 0 ] && { has sanitize || has mutate; }; then
   FUNCTIONAL=$FAILED
