@@ -24,20 +24,13 @@
 // ext (2 words a wave), read after a meeting; ext is free again after the caller's next meeting.
 HX_INLINE HX_DEV void hx_floor_extremes(hx_u32& lo, hx_u32& hi, hx_u32* ext) {
   const hx_u32 lane = hx_thread_x() % HX_WAVE_SIZE;
-  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
-    const hx_u32 l2 = hx_wave_shfl_u32(lo, lane ^ d), h2 = hx_wave_shfl_u32(hi, lane ^ d);
-    lo = l2 < lo ? l2 : lo;
-    hi = h2 > hi ? h2 : hi;
-  }
+  hx_wave_extremes(lane, lo, hi);
   if (lane == 0) {
     ext[2 * (hx_thread_x() / HX_WAVE_SIZE)] = lo;
     ext[2 * (hx_thread_x() / HX_WAVE_SIZE) + 1] = hi;
   }
   hx_barrier();
-  for (hx_u32 w = 0; w < HX_FLOOR_WAVES; ++w) {
-    lo = ext[2 * w] < lo ? ext[2 * w] : lo;
-    hi = ext[2 * w + 1] > hi ? ext[2 * w + 1] : hi;
-  }
+  hx_waves_extremes<HX_FLOOR_WAVES>(lane, ext, lo, hi);
 }
 
 // The floor of the keys each(f) visits (f(key, at...) for every nonzero key of this thread's share of the sample,

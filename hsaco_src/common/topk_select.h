@@ -89,22 +89,45 @@ HX_INLINE HX_HD hx_u32 hx_atomic_add_u32(hx_u32* p, hx_u32 v) { return __atomic_
 // Pieces run by a group of G threads (thread t of 0..G-1, whole waves) that meet at bar(): a whole block, or the
 // math warpgroups of a kernel at a named barrier.
 
+// The smallest lo and the largest hi over a wave's lanes, every lane getting both: shuffles only.
+HX_INLINE HX_DEV void hx_wave_extremes(hx_u32 lane, hx_u32& lo, hx_u32& hi) {
+  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
+    const hx_u32 l2 = hx_wave_shfl_u32(lo, lane ^ d), h2 = hx_wave_shfl_u32(hi, lane ^ d);
+    lo = l2 < lo ? l2 : lo;
+    hi = h2 > hi ? h2 : hi;
+  }
+}
+
+// What crosses the waves of a group below goes through a word (or two) a wave in shared memory and comes back by
+// one read a lane and a wave's shuffles: a thread's steps grow with log2 of the wave, not with the group's count of
+// waves (32 in a block of 1,024 threads, each of whose threads would otherwise loop over all of them). Hence at most
+// a wave of waves.
+
+// The smallest lo and largest hi over a group of W waves, every thread getting both: each wave's pair, reduced
+// within the wave, at ext[2 w] and ext[2 w + 1] (written by the caller before its meeting).
+template <hx_u32 W>
+HX_INLINE HX_DEV void hx_waves_extremes(hx_u32 lane, const hx_u32* ext, hx_u32& lo, hx_u32& hi) {
+  static_assert(W >= 1 && W <= HX_WAVE_SIZE, "at most a wave of waves");
+  lo = lane < W ? ext[2 * lane] : 0xFFFFFFFFu;
+  hi = lane < W ? ext[2 * lane + 1] : 0u;
+  hx_wave_extremes(lane, lo, hi);
+}
+
 // Exclusive prefix sum of v over the group's threads in order; *total is the sum over all of them. Within each wave
-// by shuffles, then across waves through buf (a word a wave): two meetings. buf is free again on return.
+// by shuffles, then across waves through buf (a word a wave), scanned by every wave's lanes: two meetings. buf is
+// free again on return.
 template <hx_u32 G, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_exclusive_sum(hx_u32 t, Bar& bar, hx_u32 v, hx_u32* buf, hx_u32* total) {
-  static_assert(G % HX_WAVE_SIZE == 0, "whole waves");
+  static_assert(G % HX_WAVE_SIZE == 0 && G / HX_WAVE_SIZE <= HX_WAVE_SIZE, "whole waves, at most a wave of them");
+  constexpr hx_u32 W = G / HX_WAVE_SIZE;
   const hx_u32 lane = t % HX_WAVE_SIZE, wave = t / HX_WAVE_SIZE;
   const hx_u32 inclusive = hx_wave_inclusive_sum(v);
   if (lane == HX_WAVE_SIZE - 1) buf[wave] = inclusive;
   bar();
-  hx_u32 before = 0, all = 0;
-  for (hx_u32 w = 0; w < G / HX_WAVE_SIZE; ++w) {
-    const hx_u32 x = buf[w];
-    before += w < wave ? x : 0u;
-    all += x;
-  }
-  *total = all;
+  const hx_u32 x = lane < W ? buf[lane] : 0u;  // lane w holds wave w's sum
+  const hx_u32 upto = hx_wave_inclusive_sum(x);
+  *total = hx_wave_shfl_u32(upto, W - 1);
+  const hx_u32 before = hx_wave_shfl_u32(upto - x, wave);
   bar();
   return before + inclusive - v;
 }
@@ -158,20 +181,13 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
     lo = k < lo ? k : lo;
     hi = k > hi ? k : hi;
   });
-  for (hx_u32 d = 1; d < HX_WAVE_SIZE; d *= 2) {
-    const hx_u32 l2 = hx_wave_shfl_u32(lo, (t % HX_WAVE_SIZE) ^ d), h2 = hx_wave_shfl_u32(hi, (t % HX_WAVE_SIZE) ^ d);
-    lo = l2 < lo ? l2 : lo;
-    hi = h2 > hi ? h2 : hi;
-  }
+  hx_wave_extremes(t % HX_WAVE_SIZE, lo, hi);
   if (t % HX_WAVE_SIZE == 0) {
     hist[2 * (t / HX_WAVE_SIZE)] = lo;
     hist[2 * (t / HX_WAVE_SIZE) + 1] = hi;
   }
   bar();
-  for (hx_u32 w = 0; w < G / HX_WAVE_SIZE; ++w) {
-    lo = hist[2 * w] < lo ? hist[2 * w] : lo;
-    hi = hist[2 * w + 1] > hi ? hist[2 * w + 1] : hi;
-  }
+  hx_waves_extremes<G / HX_WAVE_SIZE>(t % HX_WAVE_SIZE, hist, lo, hi);
   bar();  // hist is cleared next
   int top = 32 + (lo == hi ? -1 : 31 - __builtin_clz(lo ^ hi));  // the highest bit left to resolve
   hx_u64 cut = top >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top + 1) << (top + 1);
