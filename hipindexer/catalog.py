@@ -415,6 +415,11 @@ KERNELS.append(Kernel("packed_prefill_windows", "generic/prefill_windows.hip", "
 # The standalone top-k over a logits array: one block per row, radix select, compaction in index order, bitonic sort
 # for sorted=True (hsaco_src/generic/topk_logits.hip).
 KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits", "TopkParams", block=256))
+# The resident path of topk_logits: a row's keys held in shared memory from one read to the selection's end. Its
+# launch takes what the row needs (hipindexer.plan.topk.resident_smem); the build's limit is the most a block has
+# beside the kernel's own 8 KiB: 160 KiB of LDS on gfx950, 227 KiB on sm_90a.
+KERNELS.append(Kernel("topk_resident", "generic/topk_resident.hip", "hx_topk_resident", "TopkParams", block=1024,
+                      smem=155520, smem_on=(("sm_90a", 223232),)))
 # The composed top-k ops' step kernels (hsaco_src/generic/paged_topk_step.hip, topk_chunk_step.hip).
 # Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
 # deep, 512 (shorter passes per row) for fewer rows (STEP_WIDE_ROWS in hipindexer.ops.prefill_topk and

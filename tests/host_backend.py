@@ -23,6 +23,7 @@ class HostBackend:
     def __init__(self, name="fakehost", arch="fake_arch", num_cus=4, wave_size=64):
         self.name, self._arch, self._cus, self.wave_size = name, arch, num_cus, wave_size
         self.bufs, self.launches, self.htod, self._globals = {}, [], 0, {}
+        self.shared = []  # each launch's dynamic shared memory bytes, beside launches
 
     available = lambda self: True  # noqa: E731
     device_count = lambda self: 1  # noqa: E731
@@ -88,6 +89,7 @@ class HostBackend:
             p = catalog.STRUCT["FillParams"].ctype().from_buffer_copy(sent)
             (ctypes.c_uint32 * p.count).from_address(p.dst)[:] = [p.value] * p.count
         self.launches.append((fn, grid, block, stream, sent))
+        self.shared.append(shmem)
 
 
 class OverlappingHostBackend(HostBackend):

@@ -50,7 +50,21 @@ def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
     from hipindexer.plan.topk import rowwise_pays
     from hipindexer.ops.launch import target_of
     plan = plan_topk(rows, N, 2048, target_of(gpu_device))
-    assert plan.rowwise == rowwise_pays(rows, N, target_of(gpu_device).num_cus) and plan.split == (not plan.rowwise)
+    assert plan.resident or (plan.rowwise == rowwise_pays(rows, N, target_of(gpu_device).num_cus)
+                             and plan.split == (not plan.rowwise))
+    _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, N", [(4, 1 << 13), (128, 1 << 15), (300, 12289)])
+@pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
+def test_resident_rows_on_the_gpu(gpu_device, rows, N, sorted):
+    """Rows a resident block holds (a decode step's, and an odd length whose rows start at every alignment), as
+    test_long_row_paths_on_the_gpu checks the other paths."""
+    _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, {"resident": True})
+
+
+def _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path):
     rng = np.random.default_rng(rows + N + sorted)
     x = rng.standard_normal((rows, N), dtype=np.float32)
     x[rng.random(x.shape) < 0.5] = -np.inf
@@ -188,6 +202,38 @@ def test_few_long_rows_take_one_rowwise_launch_and_no_workspace(hopper):
         topk_logits(logits, top_k, out=out, split=True, held=True)
     with pytest.raises(ValueError, match="^held"):
         topk_logits(logits, top_k, out=out, rowwise=True, held=1)
+
+
+def test_rows_a_block_holds_take_one_resident_launch_with_the_shared_memory_they_need(hopper):
+    """4 x 8192 by default: one launch of the resident kernel, a block a row, no workspace, the keys' room (and,
+    sorted, the sort's) as its dynamic shared memory; a prepared call copies and allocates nothing; resident=True
+    with another path's tunable, or for rows past a block's shared memory, raises naming it."""
+    from hipindexer.plan import plan_topk
+    from hipindexer.plan.topk import resident_smem
+    hb, dev = hopper
+    rows, N, top_k = 4, 8192, 2048
+    logits = DeviceArray.empty((rows, N), np.float32, dev)
+    out = DeviceArray.empty((rows, top_k), np.int32, dev)
+    assert plan_topk(rows, N, top_k, topk.target_of(dev)).resident
+    for sorted, smem in ((False, 4 * (N + 4)), (True, 4 * (N + 4) + 8 * top_k)):
+        assert resident_smem(N, top_k, sorted) == smem
+        n0 = len(hb.launches)
+        topk_logits(logits, top_k, out=out, sorted=sorted)
+        (fn, grid, block, _, raw), = hb.launches[n0:]
+        assert (fn, grid[0], block[0], hb.shared[-1]) == ("hx_topk_resident", rows,
+                                                           catalog.KERNEL["topk_resident"].block, smem)
+        f = TOPK.ctype().from_buffer_copy(raw)
+        assert (f.rows, f.N, f.top_k, f.sorted, f.logits, f.indices) == (rows, N, top_k, sorted, logits.ptr, out.ptr)
+    copies, buffers, n0 = hb.htod, len(hb.bufs), len(hb.launches)
+    topk_logits(logits, top_k, out=out)
+    assert hb.htod == copies and len(hb.bufs) == buffers and len(hb.launches) == n0 + 1
+    with pytest.raises(ValueError, match="^resident=True: the resident path takes none of"):
+        topk_logits(logits, top_k, out=out, resident=True, rowwise=True)
+    wide = DeviceArray.empty((1, 1 << 16), np.float32, dev)
+    with pytest.raises(ValueError, match="^resident=True: rows of 65536 columns"):
+        topk_logits(wide, top_k, out=DeviceArray.empty((1, top_k), np.int32, dev), resident=True)
+    with pytest.raises(ValueError, match="^resident: expected a bool"):
+        topk_logits(logits, top_k, out=out, resident=1)
 
 
 def test_the_planners_held_columns_are_the_row_wise_kernels():

@@ -22,7 +22,7 @@ TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-ca
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
 SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held")  # hipindexer.plan.topk.plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held", "resident")  # hipindexer.plan.topk.plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -262,6 +262,10 @@ def prepare_topk(dev, p, rows: int, N: int, top_k: int, logits_stride: int, indi
         return _split_launch(dev, p, common, rows), (p.group_rows, p.row_bytes)
     if p.rowwise:
         return _rowwise_launch(dev, p, common), None
+    if p.resident:
+        return kernel_for(dev, "topk_resident").prepare(p.grid_rows, KERNEL["topk_resident"].block,
+                                                        shared_mem=plan.resident_smem(N, top_k, sorted),
+                                                        pointers=TOPK_POINTERS, **common), None
     return kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS, **common), None
 
 

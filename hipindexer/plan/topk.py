@@ -10,6 +10,9 @@ Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
   reach it kept with no further read; a longer one runs the split path's three steps below, the kept keys in the
   block's shared memory.
   Taken where rowwise_us(...) is below the other path's time, split_us(...) or single_us(...) (rowwise_pays).
+- resident: one block a row, one launch (hsaco_src/generic/topk_resident.hip): the row read once into the block's
+  shared memory as keys, the radix select's passes and the compaction over them there; no workspace. For rows whose
+  keys fit a block (resident_fits); taken where resident_us(...) is below the other paths' times.
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..catalog import KERNEL
 from .target import Target, forced_int
 
 SPLIT_MIN_N = 16384      # shorter rows take the single-block kernel
@@ -52,6 +56,11 @@ MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 ROWWISE_US, HELD_US, ROWWISE_US_PER_32K, LONG_US_PER_32K = 21.0, 14.3, 8.7, 12.0
 SPLIT_US, SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW = 30.0, 1.9e6, 0.19
 SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
+# The resident path by an H100 fit (docs/benchmarks.md, "`topk_logits`: the resident path"): about RESIDENT_US of
+# launch, then per round of a block a unit (two share a unit's issue where their shared memory allows) a block's
+# RESIDENT_ROUND_US plus RESIDENT_US_PER_32K per 32,768 columns.
+RESIDENT_US, RESIDENT_ROUND_US, RESIDENT_US_PER_32K = 1.1, 4.1, 20.9
+RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
 
 
 def _pow2(n: int) -> int:
@@ -72,6 +81,24 @@ def rowwise_us(rows: int, N: int, units: int) -> float:
     return -(-rows // units) * (ROWWISE_US + LONG_US_PER_32K * N / 32768)
 
 
+def resident_smem(N: int, top_k: int, sorted: bool = True) -> int:
+    """Dynamic shared memory of a resident block for rows of up to N columns: the keys' slots (a row's misalignment
+    and its columns in whole float4s), and, sorted, room for the bitonic sort of its selection."""
+    words = (N + 7) & ~3
+    return 4 * words + (8 * _pow2(min(top_k, N)) if sorted else 0)
+
+
+def resident_fits(N: int, top_k: int, target: Target) -> bool:
+    """Whether rows of N columns, sorted or not, fit a resident block on `target` (and its 16-bit counts)."""
+    return N < RESIDENT_MAX_COLUMNS and resident_smem(N, top_k) <= KERNEL["topk_resident"].smem_for(target.arch)
+
+
+def resident_us(rows: int, N: int, units: int) -> float:
+    """The resident path's time by the H100 fit: a block's instructions set its time, so rows are paid in rounds of
+    a block a unit, whether or not a unit holds two of them at once."""
+    return RESIDENT_US + -(-rows // units) * (RESIDENT_ROUND_US + RESIDENT_US_PER_32K * N / 32768)
+
+
 def split_us(rows: int, N: int) -> float:
     """The split path's time by the H200 fit."""
     return max(SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW * rows)
@@ -80,6 +107,13 @@ def split_us(rows: int, N: int) -> float:
 def single_us(rows: int, N: int) -> float:
     """The single-block kernel's time by the H200 fit, for rows shorter than SPLIT_MIN_N."""
     return SINGLE_US + 4 * rows * N / SINGLE_BYTES_PER_US
+
+
+def _others_us(rows: int, N: int, units: int) -> float:
+    """The least of the other paths' fitted times: the row-wise path's, and the split path's (N >= SPLIT_MIN_N)
+    or the single-block kernel's."""
+    other = split_us(rows, N) if N >= SPLIT_MIN_N else single_us(rows, N)
+    return min(other, rowwise_us(rows, N, units))
 
 
 def rowwise_pays(rows: int, N: int, units: int) -> bool:
@@ -128,6 +162,7 @@ class TopkPlan:
     group_rows: int = 0
     rowwise: bool = False
     held: int = 0
+    resident: bool = False
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -144,7 +179,7 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              group_rows=None, rowwise=None, held=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
+              group_rows=None, rowwise=None, held=None, resident=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
     HELD_COLUMNS in the block; True unless told), split (bool: force the split path or the single-block kernel),
@@ -169,6 +204,21 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
                                             group_rows=group_rows).items() if v is not None}
     if held is not None and not isinstance(held, bool):
         raise ValueError(f"held: expected a bool or None, got {held!r}")
+    if resident is not None and not isinstance(resident, bool):
+        raise ValueError(f"resident: expected a bool or None, got {resident!r}")
+    others = dict(split_tunables, rowwise=rowwise, held=held)
+    others = {k: v for k, v in others.items() if v is not None}
+    if resident:
+        if others:
+            raise ValueError(f"resident=True: the resident path takes none of {sorted(others)}")
+        if not resident_fits(N, top_k, target):
+            raise ValueError(f"resident=True: rows of {N} columns at top_k {top_k} need {resident_smem(N, top_k)} "
+                             f"bytes of shared memory, past the {KERNEL['topk_resident'].smem_for(target.arch)} "
+                             f"a resident block has on {target.arch}")
+    elif resident is None and not others and resident_fits(N, top_k, target):
+        resident = resident_us(rows, N, target.num_cus) < _others_us(rows, N, target.num_cus)
+    if resident:
+        return TopkPlan(False, max(1, min(rows, max_blocks)), resident=True)
     if rowwise and split_tunables:
         raise ValueError(f"rowwise=True: the row-wise path takes none of {sorted(split_tunables)}")
     if rowwise is None:

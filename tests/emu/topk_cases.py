@@ -25,12 +25,26 @@ from hipindexer.runtime import Device, DeviceArray
 POISON_INDEX = np.iinfo(np.int32).min
 FORCED: dict = {}  # the tunables every call of a case passes: the path under test (PATHS)
 PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}, "rowwise": {"rowwise": True},
-         "rowwise_floor": {"rowwise": True, "held": False}}
+         "rowwise_floor": {"rowwise": True, "held": False}, "resident": {"resident": True}}
 
 
 def topk(*args, **kw):
-    """hipindexer.topk_logits on the path under test."""
+    """hipindexer.topk_logits on the path under test. Rows the resident path cannot hold raise, naming it, and are
+    then selected on the op's own path."""
+    logits, top_k = (list(args) + [kw.get("logits"), kw.get("top_k")][len(args):])[:2]
+    if FORCED.get("resident") and not _resident_fits(logits, top_k, kw.get("device")):
+        with pytest.raises(ValueError, match="^resident=True: rows of"):
+            hipindexer.topk_logits(*args, **FORCED, **kw)
+        return hipindexer.topk_logits(*args, **kw)
     return hipindexer.topk_logits(*args, **FORCED, **kw)
+
+
+def _resident_fits(logits, top_k, dev) -> bool:
+    from hipindexer.ops.launch import target_of
+    from hipindexer.plan.topk import resident_fits
+    if type(top_k) is not int or not 1 <= top_k <= 4096 or getattr(logits, "ndim", 0) != 2:
+        return True  # an argument the op rejects first
+    return resident_fits(logits.shape[-1], top_k, target_of(dev))
 
 
 def _poisoned(dev, rows, top_k, pad=0):

@@ -337,6 +337,17 @@ PLANTS = {
               "const hx_f32x4 q = spill[spill_at(t, j)];", "const hx_f32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
         Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (v >= least) {",
               "    if (v > least) {"),
+        # The resident path (generic/topk_resident.hip): a misaligned row's last column read as none, a radix pass
+        # counting keys outside the digits found so far, a wave's later runs placed as if its first had one key
+        # fewer, keys equal to the cut never taken.
+        Plant("resident_tail_column_dropped", "generic/topk_resident.hip",
+              "e[c] = col >= 0 && col < n ? x[col] : nan;", "e[c] = col >= 0 && col < n - 1 ? x[col] : nan;"),
+        Plant("resident_pass_blind_to_the_digits_found", "generic/topk_resident.hip",
+              "if ((ks[c] & fixed) == want_bits && ks[c] >= lo)", "if (ks[c] >= lo)"),
+        Plant("resident_wave_run_base_a_lane_short", "generic/topk_resident.hip",
+              "base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 1);", "base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 2);"),
+        Plant("resident_keys_equal_to_the_cut_left_out", "generic/topk_resident.hip",
+              "} else if (ks[j] == T && ks[j] != 0u) {", "} else if (ks[j] == T && ks[j] == 0u) {"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
@@ -657,6 +668,10 @@ FIRST_CASES = {
         "rowwise_held_entry_names_its_neighbour": "test_topk_case[wide_rows_top1_unsorted-rowwise]",
         "rowwise_held_shared_keys_read_a_float4_late": "test_topk_case[wide_rows_top4096_unsorted-rowwise]",
         "rowwise_held_floor_key_left_out": "test_topk_case[wide_rows_top1_unsorted-rowwise]",
+        "resident_tail_column_dropped": "test_topk_case[rows_as_long_as_a_block_holds-resident]",
+        "resident_pass_blind_to_the_digits_found": "test_topk_case[wide_rows_top512_unsorted-resident]",
+        "resident_wave_run_base_a_lane_short": "test_topk_case[wide_rows_top2048_unsorted-resident]",
+        "resident_keys_equal_to_the_cut_left_out": "test_topk_case[ties_decide_the_cut-resident]",
     },
     "paged_topk": {
         "staged_selection_unmapped": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
