@@ -13,6 +13,7 @@ import paged_topk_cases as C
 from hipindexer import catalog, fp8_paged_mqa_logits, fp8_paged_mqa_topk, paged_topk_workspace, testing, topk_logits
 from hipindexer.ops import paged_topk, paged_topk_whole
 from hipindexer.runtime import DeviceArray
+from hipindexer.plan import TARGETS
 
 
 @pytest.mark.toolchain
@@ -119,8 +120,8 @@ def test_chunks_and_what_each_launch_is_sent(hopper, H, D):
     assert [hb.launches[i][4] for i in range(n_again, len(hb.launches))] == \
         [hb.launches[i][4] for i in range(n0, n0 + 2 * chunks)]
     n1 = len(hb.launches)
-    whole = paged_topk_workspace(2, 2, 64, mml, 64, device=dev)
-    fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=whole)
+    one = paged_topk_workspace(2, 2, 64, mml, 64, device=dev, whole=False)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=one)
     assert _symbols(hb, n1) == [logits, "hx_paged_topk_step"]
 
 
@@ -189,10 +190,10 @@ def test_the_whole_row_path_sends_what_the_logits_op_and_topk_logits_send(hopper
 def test_the_whole_row_path_is_taken_where_it_pays_and_refused_where_it_cannot_serve(hopper):
     hb, dev = hopper
     for B, n, mml, whole in ((1, 1, 131072, True), (4, 2, 131072, True), (8, 2, 65536, True), (16, 2, 32768, True),
-                             (1, 1, 16384, False), (2, 1, 32768, False), (16, 1, 131072, False),
-                             (64, 1, 32768, False)):
+                             (1, 1, 16384, True), (4, 2, 8192, True), (32, 2, 8192, True), (64, 1, 8192, False),
+                             (2, 1, 32768, False), (16, 1, 131072, False), (64, 1, 32768, False)):
         assert paged_topk_workspace(B, n, 2048, mml, 64, device=dev).whole == whole, (B, n, mml)
-        assert paged_topk_whole.whole_pays(B, n, 2048, mml, 132) == whole
+        assert paged_topk_whole.whole_pays(B, n, 2048, mml, TARGETS["sm_90a"]) == whole
     assert not paged_topk_workspace(1, 1, 2048, 131072, 64, device=dev, whole=False).whole
     assert not paged_topk_workspace(1, 1, 2048, 131072, 64, device=dev, chunk=4096).whole
     inp = _inputs(dev, device_resident=False)

@@ -159,7 +159,7 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     if fused not in (None, True, False):
         raise ValueError(f"fused: expected None, True or False, got {fused!r}")
     check_whole(whole, fused, chunk)
-    if takes_whole(whole, fused, chunk, int(B), int(next_n), top_k, int(max_model_len), t.num_cus):
+    if takes_whole(whole, fused, chunk, int(B), int(next_n), top_k, int(max_model_len), t):
         return PagedTopkWorkspace(dev, int(B), int(next_n), top_k, int(block_size), None, t.num_cus, st,
                                   whole_len=int(max_model_len))
     why = "needs heads=" if heads is None else \
@@ -366,7 +366,7 @@ def _full(arrays, outs, max_model_len, top_k, next_n_lens, preshuffle, split_kv,
     else:
         if fused and why:
             raise ValueError(f"fused: True, but the fused kernel {why}")
-        use_whole = takes_whole(whole, fused, chunk, s.B, s.next_n, top_k, s.max_model_len, units)
+        use_whole = takes_whole(whole, fused, chunk, s.B, s.next_n, top_k, s.max_model_len, t)
         use_fused = not use_whole and why is None and chunk is None and \
             (fused or (fused is None and fused_pays(t, s.B, s.max_model_len, top_k)))
         if s.B == 0:

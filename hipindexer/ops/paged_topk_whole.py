@@ -12,6 +12,7 @@ import numpy as np
 
 from ..catalog import KERNEL
 from ..plan.bounds import workspace_bound
+from ..plan.target import Target
 from ..plan.topk import plan_topk
 from ..runtime import DeviceArray
 from .decode import launch_decode, plan_and_prepare_decode
@@ -42,11 +43,14 @@ def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, units: int) 
                                                                                               units)
 
 
-def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, units: int) -> bool:
-    """Whether the op takes the whole-row path by default: it fits, its rows have at least WHOLE_MIN_ROW keys and the
-    batch at least WHOLE_MIN_KEYS (the rows measured: docs/benchmarks.md, "at small batches")."""
-    return max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS and \
-        whole_fits(B, next_n, top_k, max_model_len, units)
+def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
+    """Whether the op takes the whole-row path by default: it fits, and either its rows have at least WHOLE_MIN_ROW
+    keys and the batch at least WHOLE_MIN_KEYS (docs/benchmarks.md, "at small batches"), or topk_logits takes its
+    resident path over the rows (rows of up to 16,384 keys: "the resident path")."""
+    if not whole_fits(B, next_n, top_k, max_model_len, target.num_cus):
+        return False
+    return (max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS) or \
+        plan_topk(B * next_n, max_model_len, top_k, target).resident
 
 
 def check_whole(whole, fused, chunk) -> None:
@@ -57,16 +61,17 @@ def check_whole(whole, fused, chunk) -> None:
         raise ValueError("whole: True asks for the whole-row path, which takes neither fused=True nor chunk=")
 
 
-def takes_whole(whole, fused, chunk, B: int, next_n: int, top_k: int, max_model_len: int, units: int) -> bool:
+def takes_whole(whole, fused, chunk, B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
     """Whether a call (or a workspace) of this batch takes the whole-row path: whole=True wherever it fits (else
     ValueError), whole=None where it pays and no other path is asked for (fused=, chunk=), whole=False never."""
+    units = target.num_cus
     if whole:
         if B and not whole_fits(B, next_n, top_k, max_model_len, units):
             raise ValueError(f"whole: True, but the logits of B={B} x next_n={next_n} rows of {max_model_len} keys "
                              f"and topk_logits' workspace do not fit the bound of "
                              f"{workspace_bound(B, next_n, top_k, units)} bytes")
         return True
-    return whole is None and fused is None and chunk is None and whole_pays(B, next_n, top_k, max_model_len, units)
+    return whole is None and fused is None and chunk is None and whole_pays(B, next_n, top_k, max_model_len, target)
 
 
 def whole_arrays(device, B: int, next_n: int, top_k: int, max_model_len: int, stream=None) -> tuple:
