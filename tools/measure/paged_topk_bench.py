@@ -7,8 +7,9 @@ back-to-back calls, median of repeats; one input set):
 
 H = 64, D = 128, block 64, equal lengths, top_k 2048, clean logits; the top-k op with a workspace made once
 (hipindexer.paged_topk_workspace, given the heads: the fused kernel's where it serves and pays) and out= given, as
-a serving loop calls it, and beside it each path forced (fused=True, fused=False). The workspace's bytes are reported
-beside the bound of docs/ops.md.
+a serving loop calls it, and beside it each path forced (fused=True, whole=True, fused=False), each also as one CUDA
+graph replay of 8 calls where graphs are available. The workspace's bytes are reported beside the bound of
+docs/ops.md.
 """
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ import numpy as np
 
 import hipindexer
 from hipindexer import testing
-from hipindexer.bench.timing import emulated, time_batches
+from hipindexer.bench.timing import emulated, time_batches, time_graph
 from hipindexer.runtime import Device, DeviceArray
 
 H, D, BLOCK, TOP_K = 64, 128, 64, 2048
-PATHS = ("logits", "logits_then_topk_logits", "paged_topk", "fused", "composed")
+PATHS = ("logits", "logits_then_topk_logits", "paged_topk", "fused", "whole", "composed")
 
 
 def sequences_of(rng, B: int, ctx: int, dev):
@@ -64,16 +65,17 @@ class Case:
     def mml(self) -> int:
         return self.base.max_model_len
 
-    def logits_op(self, lens=None, clean_logits=True):
+    def logits_op(self, lens=None, clean_logits=True, stream=None):
         """The decode logits op over the case (its own lengths, or `lens`) into its logits output."""
         hipindexer.fp8_paged_mqa_logits(self.q, self.cache, self.w, self.lens if lens is None else lens, self.table,
                                         self.mml, None, False, clean_logits=clean_logits, out=self.logits,
-                                        device=self.cache.device)
+                                        device=self.cache.device, stream=stream)
 
-    def topk_op(self, workspace, **kw):
+    def topk_op(self, workspace, stream=None, **kw):
         """The decode top-k op over the case into its indices output, in `workspace` (its path), with tunables."""
         hipindexer.fp8_paged_mqa_topk(self.q, self.cache, self.w, self.lens, self.table, self.mml, TOP_K,
-                                      workspace=workspace, out=self.idx, device=self.cache.device, **kw)
+                                      workspace=workspace, out=self.idx, device=self.cache.device, stream=stream,
+                                      **kw)
 
 
 def cases_of(rng, rows: str, next_ns: str, dev):
@@ -116,23 +118,30 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
                                                   fused=True)
         except ValueError:
             fws = None
+        try:  # the whole-row path forced, where it fits
+            wws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, whole=True)
+        except ValueError:
+            wws = None
         cws = hipindexer.paged_topk_workspace(B, n, TOP_K, mml, BLOCK, device=dev, fused=False)
 
-        def alone(i):
-            c.logits_op()
+        def alone(i, stream=None):
+            c.logits_op(stream=stream)
 
-        def two(i):
-            alone(i)
-            hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev)
+        def two(i, stream=None):
+            alone(i, stream)
+            hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev, stream=stream)
 
-        def topk(i):
-            c.topk_op(ws)
+        def topk(i, stream=None):
+            c.topk_op(ws, stream)
 
-        def fused(i):
-            c.topk_op(fws)
+        def fused(i, stream=None):
+            c.topk_op(fws, stream)
 
-        def composed(i):
-            c.topk_op(cws)
+        def whole(i, stream=None):
+            c.topk_op(wws, stream)
+
+        def composed(i, stream=None):
+            c.topk_op(cws, stream)
 
         def at_stages(st):
             return lambda i: c.topk_op(fws, stages=st)
@@ -142,9 +151,12 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
         depths = [int(x) for x in stage_list.split(",") if x] if fws else []
         groups = [int(x) for x in group_list.split(",") if x] if fws else []
         paths_of = (("logits", alone), ("logits_then_topk_logits", two), ("paged_topk", topk),
-                    ("fused", fused if fws else None), ("composed", composed))
+                    ("fused", fused if fws else None), ("whole", whole if wws else None), ("composed", composed))
         us = {k: statistics.median(time_batches(dev, f, repeats)[0]) if f else float("nan")
               for k, f in ((k, f if k in timed else None) for k, f in paths_of)}
+        graph = {k: time_graph(dev, lambda i, s, f=f: f(i, s), 8, repeats) if f and k in timed else None
+                 for k, f in paths_of}  # one input set: each replay runs the same call 8 times
+        us.update({f"graph_{k}": statistics.median(g) for k, g in graph.items() if g})
         us.update({k: statistics.median(time_batches(dev, f, repeats)[0])
                    for k, f in (*((f"fused_stages_{d}", at_stages(d)) for d in depths),
                                 *((f"fused_merge_group_{g}", at_group(g)) for g in groups))})
@@ -158,10 +170,13 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
             print(f"({B}, {ctx}) next_n {n}: logits {us['logits']:.1f} us, logits + topk_logits "
                   f"{us['logits_then_topk_logits']:.1f} us, fp8_paged_mqa_topk {us['paged_topk']:.1f} us "
                   f"({path}, {case['paged_topk_over_logits']:.2f}x the logits); "
-                  f"fused path {us['fused']:.1f} us, composed path {us['composed']:.1f} us; workspace "
+                  f"fused path {us['fused']:.1f} us, whole-row path {us['whole']:.1f} us, composed path "
+                  f"{us['composed']:.1f} us; workspace "
                   f"{ws.nbytes} B (bound {case['workspace_bound']} B)" +
                   "".join(f"; fused at {d} stages {us[f'fused_stages_{d}']:.1f} us" for d in depths) +
-                  "".join(f"; merge groups of {g} {us[f'fused_merge_group_{g}']:.1f} us" for g in groups),
+                  "".join(f"; merge groups of {g} {us[f'fused_merge_group_{g}']:.1f} us" for g in groups) +
+                  ("; graph replays: " + ", ".join(f"{k} {v:.1f}" for k, v in us.items() if k.startswith("graph_"))
+                   if any(k.startswith("graph_") for k in us) else ""),
                   flush=True)
     if as_json:
         click.echo(json.dumps({"device": repr(dev), "cases": cases}, indent=1))

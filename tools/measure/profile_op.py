@@ -85,7 +85,9 @@ def decode(shape, heads, next_n, block_size, kernel, calls):
 @click.option("--top-k", default=2048)
 @click.option("--sorted", "sort", is_flag=True)
 @click.option("--calls", default=2)
-def topk(shape, top_k, sort, calls):
+@click.option("--path", default=None, type=click.Choice(["single", "split", "rowwise", "resident"]),
+              help="A path forced (default: the op's choice).")
+def topk(shape, top_k, sort, calls, path):
     rows, N = _shape(shape)
     dev = Device()
     rng = np.random.default_rng(0)
@@ -94,7 +96,8 @@ def topk(shape, top_k, sort, calls):
     logits = DeviceArray.from_numpy(x, dev)
     out = DeviceArray.empty((rows, top_k), np.int32, dev)
     for _ in range(calls):
-        topk_logits(logits, top_k, sorted=sort, out=out)
+        topk_logits(logits, top_k, sorted=sort, out=out, **({"split": path == "split"} if path in ("single", "split")
+                                                            else {path: True} if path else {}))
     dev.synchronize()
 
 

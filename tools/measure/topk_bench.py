@@ -4,8 +4,8 @@
     python -m tools.measure.topk_bench --shapes 64x131072 --json
 
 Per shape (rows x N float32, half of each row -inf at random, top_k 2048): device microseconds per call of
-the op's own choice, of each path forced (--paths: the single-block kernel, the split path, the row-wise path, and
-that path with no row held in the block: rowwise_floor), and
+the op's own choice, of each path forced (--paths: the single-block kernel, the split path, the row-wise path,
+that path with no row held in the block: rowwise_floor, and the resident path), and
 of torch.topk (sorted as asked; when torch with CUDA is importable), by the method of hipindexer.bench.timing
 (events around back-to-back calls, median of repeats, input sets rotated past 3x the L2). The goal is
 3 x rows x N x 4 bytes at the read ceiling measured in the same run (our streaming read kernel, 4.4 TB/s on
@@ -21,12 +21,12 @@ import click
 import numpy as np
 
 import hipindexer
-from hipindexer.bench.timing import L2_BYTES, emulated, read_bandwidth, time_batches
+from hipindexer.bench.timing import L2_BYTES, emulated, read_bandwidth, time_batches, time_graph
 from hipindexer.runtime import Device, DeviceArray
 
 SHAPES = ((64, 131072), (128, 131072), (128, 32768), (512, 131072))
 PATHS = {"op": {}, "single": {"split": False}, "split": {"split": True}, "rowwise": {"rowwise": True},
-         "rowwise_floor": {"rowwise": True, "held": False}}
+         "rowwise_floor": {"rowwise": True, "held": False}, "resident": {"resident": True}}
 EMULATOR_SHAPES = ((2, 20000),)
 TOP_K = 2048
 
@@ -67,11 +67,14 @@ def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: i
            "goal_us": 3 * nbytes / ceiling * 1e6 + 10.0, "read_ceiling_us": nbytes / ceiling * 1e6}
     results = {}
     for path in paths:
-        def call(i, kw=PATHS[path], path=path):
+        def call(i, kw=PATHS[path], path=path, stream=None):
             return hipindexer.topk_logits(xs[i % sets], TOP_K, sorted=sorted, return_values=True,
-                                          out=out[path], values=val[path], **kw)
+                                          out=out[path], values=val[path], stream=stream, **kw)
         times, _, _ = time_batches(dev, call, repeats)
         row[f"{path}_us"] = statistics.median(times)
+        graph = time_graph(dev, lambda i, s, call=call: call(i, stream=s), max(8, sets), repeats)
+        if graph:
+            row[f"{path}_graph_us"] = statistics.median(graph)
         call(0)
         results[path] = (out[path].numpy(), val[path].numpy())
     b = results["single"]
@@ -114,14 +117,21 @@ def main(device_spec, shapes, repeats, paths, as_json) -> None:
         return
     click.echo(f"{dev.name}: read ceiling {ceiling / 1e12:.2f} TB/s (this run); goal = 3 x bytes / ceiling + 10 us, "
                f"and below torch.topk" + ("  [emulator: times measure the CPU]" if emulated(dev) else ""))
-    click.echo(f"{'shape':>12} {'sorted':>6} " + " ".join(f"{p + ' us':>10}" for p in shown)
+    graphs = all(f"{p}_graph_us" in r for r in rows for p in shown)
+    if graphs:  # each path's graph replay beside its back-to-back calls, whose host time a small call may show
+        click.echo("each path: back-to-back calls / one graph replay of them, us")
+        for r in rows:
+            for p in shown:
+                r[p + "_us_shown"] = f"{r[p + '_us']:.1f}/{r[p + '_graph_us']:.1f}"
+    cell = (lambda r, p: f"{r[p + '_us_shown']:>13}") if graphs else (lambda r, p: f"{r[p + '_us']:10.1f}")
+    click.echo(f"{'shape':>12} {'sorted':>6} " + " ".join(f"{p + ' us':>{13 if graphs else 10}}" for p in shown)
                + f" {'torch us':>9} {'goal us':>8} {'1 read us':>9}  verdict")
     for r in rows:
         torch_us = f"{r['torch_us']:9.1f}" if "torch_us" in r else f"{'-':>9}"
         checks = [] if r["paths_equal"] else ["PATHS DIFFER"]
         if r.get("torch_sets_equal") is False:
             checks.append("TORCH SETS DIFFER")
-        click.echo(f"{r['rows']:>5}x{r['N']:<6} {str(r['sorted']):>6} " + " ".join(f"{r[p + '_us']:10.1f}" for p in shown)
+        click.echo(f"{r['rows']:>5}x{r['N']:<6} {str(r['sorted']):>6} " + " ".join(cell(r, p) for p in shown)
                    + f" {torch_us} {r['goal_us']:8.1f} {r['read_ceiling_us']:9.1f}  "
                    f"{'meets' if r['meets_goal'] else 'MISSES'}{' ' + ', '.join(checks) if checks else ''}")
 
