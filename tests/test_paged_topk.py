@@ -17,8 +17,8 @@ from hipindexer.plan import TARGETS
 
 
 @pytest.mark.toolchain
-def test_paged_topk_cases_on_the_emulator(emu_kernels):
-    H.assert_child_cases_pass(emu_kernels, "tests/emu/paged_topk_cases.py", len(C.CASES))
+def test_paged_topk_cases_pass_on_the_emulator_and_every_paged_topk_plant_fails_them(emu_kernels):
+    H.assert_cases_pass_and_every_plant_fails_them("paged_topk", len(C.CASES))
 
 
 @pytest.mark.toolchain

@@ -24,8 +24,8 @@ D = 128
 
 
 @pytest.mark.toolchain
-def test_fused_cases_on_the_emulator(emu_kernels):
-    EH.assert_child_cases_pass(emu_kernels, "tests/emu/paged_topk_fused_cases.py", len(F.CASES))
+def test_fused_cases_pass_on_the_emulator_and_every_gfx950_fused_plant_fails_them(emu_kernels):
+    EH.assert_cases_pass_and_every_plant_fails_them("paged_topk_fused_mfma", len(F.CASES))
 
 
 @pytest.mark.gpu

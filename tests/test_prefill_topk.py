@@ -16,8 +16,8 @@ from hipindexer.runtime import DeviceArray
 
 
 @pytest.mark.toolchain
-def test_prefill_topk_cases_on_the_emulator(emu_kernels):
-    H.assert_child_cases_pass(emu_kernels, "tests/emu/prefill_topk_cases.py", len(C.CASES))
+def test_prefill_topk_cases_pass_on_the_emulator_and_every_prefill_topk_plant_fails_them(emu_kernels):
+    H.assert_cases_pass_and_every_plant_fails_them("prefill_topk", len(C.CASES))
 
 
 @pytest.mark.gpu

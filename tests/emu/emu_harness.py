@@ -169,8 +169,18 @@ def run_child_pytest(kernels: Path, *files):
         ROOT / "tests" / "emu", emulated=True, timeout=900)
 
 
-def assert_child_cases_pass(kernels: Path, file: str, count: int) -> None:
-    """run_child_pytest on one cases file: every one of its `count` tests ran and passed, none skipped."""
-    p = run_child_pytest(kernels, file)
-    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
-    assert f"{count} passed" in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+def assert_cases_pass_and_every_plant_fails_them(plant_set: str, count: int) -> None:
+    """tools/support/mutate.py on a set whose suite is a cases file (its SET_TESTS): the unplanted build passes all
+    `count` tests of the file, none skipped, and every plant of the set fails them. One run serves both claims, since
+    the harness runs the whole unplanted suite before it counts a plant as caught."""
+    import json
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", plant_set, "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert "]" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]  # the unplanted suite failed: no results
+    results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
+    clean, planted = results[0], results[1:]
+    assert not clean["caught"] and f"{count} passed" in clean["how"] and "skipped" not in clean["how"], clean
+    assert planted and all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
+    assert p.returncode == 0, p.stderr[-2000:]

@@ -4,7 +4,8 @@ Every case is a named function of a device in CASES: tests/test_paged_topk.py ru
 (this file in a child pytest with -p emu_session, where Device() is the emulator) and, marked gpu, on a real GPU.
 Outputs are poisoned before each call (indices and slots INT32_MIN, values NaN), so a slot the op leaves
 unwritten fails; inputs are fresh random arrays per case. Key chunks are forced narrow (the tunable chunk) so
-that small cases cross several chunks; the same cases also run in one chunk.
+that small cases cross several chunks; the same cases also run in one chunk (whole=False: the composed path, which
+these small rows would otherwise leave for the whole-row path).
 """
 from __future__ import annotations
 
@@ -37,7 +38,11 @@ def accumulation_of(dev, inp):
 
 
 def run(dev, inp, top_k, sorted=False, pad=0, **kw):
-    """One call with every output asked for and poisoned: (indices, values, slots) as numpy."""
+    """One call with every output asked for and poisoned: (indices, values, slots) as numpy. On the composed path
+    (whole=False) unless the call names its path or brings a workspace: the small rows of these cases would
+    otherwise take the whole-row path, which the_whole_row_path checks."""
+    if "whole" not in kw and "workspace" not in kw and not kw.get("fused"):
+        kw["whole"] = False
     outs = poisoned(dev, inp.q.shape[0] * inp.q.shape[1], top_k, pad)
     got = hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], top_k, next_n_lens=inp.next_n_lens,
                                         preshuffle=inp.preshuffle, sorted=sorted, return_values=True,
@@ -308,7 +313,7 @@ def no_rows_and_indices_alone(dev):
 def bad_arguments_raise_naming_them(dev):
     inp = case_inputs(91, B=2, ctx=100)
     R = 4
-    ws = hipindexer.paged_topk_workspace(2, 2, 8, inp.max_model_len, 16, device=dev)
+    ws = hipindexer.paged_topk_workspace(2, 2, 8, inp.max_model_len, 16, device=dev, whole=False)
     bad = [
         (dict(top_k=0), ValueError, "top_k"), (dict(top_k=4097), ValueError, "top_k"),
         (dict(top_k=True), ValueError, "top_k"),
