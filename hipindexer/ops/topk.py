@@ -69,8 +69,10 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     float32 [rows, top_k] device array, only with return_values=True. Either may have a row stride wider
     than top_k. stream, device: as for fp8_mqa_logits.
 
-    Paths (hipindexer.plan.topk): rows take the row-wise path where plan.topk.rowwise_pays, by its fit of the
-    paths' H200 times (rows of up to 32768 columns, held in the block, at all but the largest counts of short rows;
+    Paths (hipindexer.plan.topk): rows whose keys fit a block's shared memory take the resident path where its
+    fitted time is the least (rows of up to 16384 columns, at any count measured): one block a row in one launch,
+    the row read once into shared memory and selected there, no workspace. Other rows take the row-wise path where
+    plan.topk.rowwise_pays, by its fit of the paths' H200 times (rows of up to 32768 columns, held in the block;
     about a device's worth of rows of 65536 columns): one block a row in one launch doing the split path's steps
     below with the kept keys in shared memory, no workspace. Other rows of N >= 16384 columns take the split path,
     in groups of up to 1024 rows: a
@@ -83,7 +85,8 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
     zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
     the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
-    slower. Tunables: rowwise (bool), split (bool), part_columns, cap, group_rows (plan_topk's).
+    slower. Tunables: resident (bool), rowwise (bool), held (bool), split (bool), part_columns, cap, group_rows
+    (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,

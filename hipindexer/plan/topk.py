@@ -1,6 +1,6 @@
 """plan_topk: how hipindexer.topk_logits covers a [rows, N] logits array, from host shapes and a Target.
 
-Two paths, both exact and deterministic (hsaco_src/generic/topk_logits.hip, generic/topk_split_*.hip):
+Four paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, generic/topk_split_*.hip):
 
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
@@ -180,7 +180,9 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
               group_rows=None, rowwise=None, held=None, resident=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
-    """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): rowwise (bool:
+    """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): resident (bool: force
+    the resident path, ValueError where rows do not fit a block, or keep it out; any other tunable keeps it out),
+    rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
     HELD_COLUMNS in the block; True unless told), split (bool: force the split path or the single-block kernel),
     part_columns (columns per part, a multiple of 4: forces the split path's cut), cap (kept keys
