@@ -21,6 +21,33 @@ def pytest_runtest_makereport(item, call):
     return rep
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they will
+def pytest_collection_modifyitems(config, items):
+    """Tests marked mutation(set) go last, and the harness's runs of their sets start now, in the background
+    (tests/mutation_runs.py), where the gfx950 toolchain is there; without it those tests skip as before."""
+    sets, last = [], []
+    for item in items:
+        mark = item.get_closest_marker("mutation")
+        if mark is None:
+            continue
+        last.append(item)
+        sets.append(mark.args[0] if mark.args else item.callspec.params["plant_set"])
+    if not last:
+        return
+    items[:] = [i for i in items if i.get_closest_marker("mutation") is None] + last
+    import emu_harness
+    if not config.option.collectonly and emu_harness.toolchain_missing() is None:
+        import mutation_runs
+        mutation_runs.start(sets)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Harness runs still going when the session ends (it stopped early, or never read them) end with it."""
+    import sys
+    if "mutation_runs" in sys.modules:
+        sys.modules["mutation_runs"].stop()
+
+
 @pytest.fixture(scope="session")
 def gpu_device():
     """The first GPU (HIP, then CUDA); skips the test when there is none."""

@@ -2,8 +2,6 @@
 it and of its grid, the emulated sweep at its shapes, the static goals read from its ISA report, and its
 planted bugs caught."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from hipindexer.plan import TARGETS
 from tools.support import isa_lint, isa_report, roofline
 
 import emu_harness as H
+import mutation_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,14 +127,13 @@ def test_isa_lint_is_clean_for_every_build_of_the_unit(emu_kernels):
 
 
 @pytest.mark.toolchain
+@pytest.mark.mutation("gfx950_decode")
 def test_every_planted_bug_in_the_decode_kernels_is_caught(emu_kernels):
     """tools/support/mutate.py's "gfx950_decode" set (the decode set's bugs at their place in these kernels, a
     wrong lane half in the head reduction, the preshuffle strides swapped, and the kernels' own) against its
     suite: the first cases of the quick sample at H 32, 64 and D 128 plus the layout, untrusted-value and
     per-row length checks."""
-    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", "gfx950_decode",
-                        "--json"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=2400)
+    p = mutation_runs.result("gfx950_decode")
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]
     assert not clean["caught"], clean

@@ -11,6 +11,7 @@ from hipindexer.plan import TARGETS, plan_prefill
 from tools.support import isa_lint, isa_report, roofline
 
 import emu_harness as H
+import mutation_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,12 +191,12 @@ def test_isa_report_reads_any_gfx950_assembly(tmp_path):
 
 
 @pytest.mark.toolchain
+@pytest.mark.mutation("gfx950")
 def test_every_planted_bug_in_the_mfma_kernel_is_caught(emu_kernels):
     """tools/support/mutate.py's "gfx950" set (wrong lane half, wrong accumulator-to-head weight, permlane swap
     of the wrong pair, split one tile short, row-block tail overrun, dropped kv_scale, LDS buffers swapped)
     against its default suite (the quick shapes + 128x2048 at H 32, 64, D 128): ~4 min on 2 cores."""
-    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", "gfx950", "--json"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    p = mutation_runs.result("gfx950")
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]
     assert not clean["caught"], clean

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pytest
 
+import mutation_runs
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.toolchain
 
 
 # The sets whose suite is a cases file (topk, paged_topk, paged_topk_fused_mfma, prefill_topk) run from that op's
 # test file instead, where the harness's unplanted run of the cases is also the test that they pass.
+@pytest.mark.mutation
 @pytest.mark.parametrize("plant_set", ["generic", "decode", "cache"])
 def test_every_plant_is_caught_by_the_emulated_sweep(emu_kernels, plant_set):
-    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", plant_set, "--json"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    p = mutation_runs.result(plant_set)
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]
     assert not clean["caught"], clean
@@ -66,3 +68,25 @@ def test_shipped_sources_carry_no_plant_hooks():
     hooks = [f"{f.relative_to(ROOT)}:{n}" for f in sorted((ROOT / "hsaco_src").rglob("*")) if f.is_file()
              for n, line in enumerate(f.read_text().splitlines(), 1) if "HX_PLANT" in line]
     assert not hooks, hooks
+
+
+def test_background_runs_are_read_by_their_set_and_end_with_the_session(monkeypatch):
+    # tests/mutation_runs.py over stand-in harnesses: a set's result is its own run's, a set nothing started runs
+    # when asked, and stop() ends a run still going (its process group killed) and starts no more.
+    import threading
+    import time
+    import mutation_runs as M
+    monkeypatch.setattr(M, "_runs", {})
+    monkeypatch.setattr(M, "_live", set())
+    monkeypatch.setattr(M, "_stopped", threading.Event())
+    monkeypatch.setattr(M, "_argv", lambda s: [sys.executable, "-c", "import time; time.sleep(60)"] if s == "slow"
+                        else [sys.executable, "-c", f"print('ran {s}')"])
+    M.start(["a", "slow", "after"])
+    assert M.result("a").stdout.strip() == "ran a"
+    assert M.result("unstarted").stdout.strip() == "ran unstarted"
+    while not M._live:
+        time.sleep(0.05)
+    M.stop()
+    assert M.result("slow").returncode == -9
+    with pytest.raises(RuntimeError, match="the session ended"):
+        M.result("after")

@@ -17,6 +17,7 @@ from hipindexer.plan import TARGETS
 
 
 @pytest.mark.toolchain
+@pytest.mark.mutation("paged_topk")
 def test_paged_topk_cases_pass_on_the_emulator_and_every_paged_topk_plant_fails_them(emu_kernels):
     H.assert_cases_pass_and_every_plant_fails_them("paged_topk", len(C.CASES))
 

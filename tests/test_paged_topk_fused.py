@@ -24,6 +24,7 @@ D = 128
 
 
 @pytest.mark.toolchain
+@pytest.mark.mutation("paged_topk_fused_mfma")
 def test_fused_cases_pass_on_the_emulator_and_every_gfx950_fused_plant_fails_them(emu_kernels):
     EH.assert_cases_pass_and_every_plant_fails_them("paged_topk_fused_mfma", len(F.CASES))
 

@@ -16,6 +16,7 @@ from hipindexer.runtime import DeviceArray
 
 
 @pytest.mark.toolchain
+@pytest.mark.mutation("prefill_topk")
 def test_prefill_topk_cases_pass_on_the_emulator_and_every_prefill_topk_plant_fails_them(emu_kernels):
     H.assert_cases_pass_and_every_plant_fails_them("prefill_topk", len(C.CASES))
 

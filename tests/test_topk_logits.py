@@ -12,6 +12,7 @@ from hipindexer.runtime import DeviceArray
 
 
 @pytest.mark.toolchain
+@pytest.mark.mutation("topk")
 def test_topk_cases_pass_on_the_emulator_and_every_topk_plant_fails_them(emu_kernels):
     H.assert_cases_pass_and_every_plant_fails_them("topk", len(C.CASES) * len(C.PATHS))
 

@@ -174,10 +174,8 @@ def assert_cases_pass_and_every_plant_fails_them(plant_set: str, count: int) -> 
     `count` tests of the file, none skipped, and every plant of the set fails them. One run serves both claims, since
     the harness runs the whole unplanted suite before it counts a plant as caught."""
     import json
-    import subprocess
-    import sys
-    p = subprocess.run([sys.executable, "-m", "tools.support.mutate", "--suite", "emu", "--set", plant_set, "--json"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    import mutation_runs
+    p = mutation_runs.result(plant_set)
     assert "]" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]  # the unplanted suite failed: no results
     results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
     clean, planted = results[0], results[1:]
