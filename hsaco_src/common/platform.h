@@ -168,6 +168,29 @@ HX_INLINE __device__ hx_u32 hx_wave_shfl_u32(hx_u32 v, hx_u32 src_lane) {
 HX_INLINE __device__ hx_u32 hx_wave_shfl_u32(hx_u32 v, hx_u32 src_lane) { return __shfl_sync(0xFFFFFFFFu, v, src_lane); }
 #endif
 
+// How many lanes of the wave have p set; every lane of the wave takes part and gets the count.
+#if defined(HX_EMU)
+static inline __attribute__((always_inline)) hx_u32 hx_wave_count(bool p, const char* file = __builtin_FILE(),
+                                                                 int line = __builtin_LINE()) {
+  return (hx_u32)__builtin_popcountll(hx_emu_ballot(p, file, line));
+}
+#elif defined(HX_AMDGPU)
+HX_INLINE __device__ hx_u32 hx_wave_count(bool p) { return (hx_u32)__builtin_popcountll(__builtin_amdgcn_ballot_w64(p)); }
+#elif defined(HX_NVIDIA)
+HX_INLINE __device__ hx_u32 hx_wave_count(bool p) { return (hx_u32)__popc(__ballot_sync(0xFFFFFFFFu, p)); }
+#endif
+
+#if defined(HX_EMU) || defined(HX_AMDGPU) || defined(HX_NVIDIA)
+// p as lane 0 of the wave has it, by two shuffles (every lane taking part). A pointer that went through them is
+// one ptxas cannot rebuild from its parts: a row's output pointer then stays in registers, where ptxas otherwise
+// redoes its 64-bit multiply by the row stride at every store of a loop (the stores become generic ones).
+template <class T>
+HX_INLINE HX_DEV T* hx_wave_pointer(T* p) {
+  const hx_u64 u = (hx_u64)p;
+  return (T*)((hx_u64)hx_wave_shfl_u32((hx_u32)u, 0) | (hx_u64)hx_wave_shfl_u32((hx_u32)(u >> 32), 0) << 32);
+}
+#endif
+
 // *p |= v as one atomic operation (device error flags: several threads may set
 // different bits at once). The emulator runs one lane at a time.
 #if defined(HX_NVIDIA)

@@ -347,7 +347,14 @@ PLANTS = {
         Plant("resident_wave_run_base_a_lane_short", "generic/topk_resident.hip",
               "base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 1);", "base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 2);"),
         Plant("resident_keys_equal_to_the_cut_left_out", "generic/topk_resident.hip",
-              "} else if (ks[j] == T && ks[j] != 0u) {", "} else if (ks[j] == T && ks[j] == 0u) {"),
+              "eq = ks[j] == T && ks[j] != 0u;", "eq = ks[j] == T && ks[j] == 0u;"),
+        Plant("resident_next_counts_left_uncleared", "generic/topk_resident.hip",
+              "for (hx_u32 b = tid; b < RESIDENT_BINS; b += HX_BLOCK) hist[(buf ^ 1u) * RESIDENT_BINS + b] = 0u;",
+              "for (hx_u32 b = tid; b < 0u; b += HX_BLOCK) hist[(buf ^ 1u) * RESIDENT_BINS + b] = 0u;"),
+        Plant("resident_bin_search_blind_to_the_chunks_above", "generic/topk_resident.hip",
+              "above = hx_wave_shfl_u32(upto - s, c);", "above = hx_wave_shfl_u32(upto - s, c) * 0u;"),
+        Plant("resident_chunk_sums_miss_the_lower_bins", "generic/topk_resident.hip",
+              "if (2 * lane + 1 < per && b0 >= 1) lo_c = h[b0 - 1];", "if (2 * lane + 1 < per && b0 >= 1) lo_c = 0u;"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
@@ -672,6 +679,9 @@ FIRST_CASES = {
         "resident_pass_blind_to_the_digits_found": "test_topk_case[wide_rows_top512_unsorted-resident]",
         "resident_wave_run_base_a_lane_short": "test_topk_case[wide_rows_top2048_unsorted-resident]",
         "resident_keys_equal_to_the_cut_left_out": "test_topk_case[ties_decide_the_cut-resident]",
+        "resident_next_counts_left_uncleared": "test_topk_case[wide_rows_top512_unsorted-resident]",
+        "resident_bin_search_blind_to_the_chunks_above": "test_topk_case[wide_rows_top512_unsorted-resident]",
+        "resident_chunk_sums_miss_the_lower_bins": "test_topk_case[wide_rows_top512_unsorted-resident]",
     },
     "paged_topk": {
         "staged_selection_unmapped": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
