@@ -56,10 +56,10 @@ MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 ROWWISE_US, HELD_US, ROWWISE_US_PER_32K, LONG_US_PER_32K = 21.0, 14.3, 8.7, 12.0
 SPLIT_US, SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW = 30.0, 1.9e6, 0.19
 SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
-# The resident path by an H100 fit (docs/benchmarks.md, "`topk_logits`: the resident path"): about RESIDENT_US of
-# launch, then per round of a block a unit (two share a unit's issue where their shared memory allows) a block's
-# RESIDENT_ROUND_US plus RESIDENT_US_PER_32K per 32,768 columns.
-RESIDENT_US, RESIDENT_ROUND_US, RESIDENT_US_PER_32K = 1.1, 4.1, 20.9
+# The resident path by an H100 fit (docs/benchmarks.md, "`topk_logits`: the resident block's passes and
+# placement, shorter"): about RESIDENT_US of launch, then per round of a block a unit (two share a unit's issue where
+# their shared memory allows) a block's RESIDENT_ROUND_US plus RESIDENT_US_PER_32K per 32,768 columns.
+RESIDENT_US, RESIDENT_ROUND_US, RESIDENT_US_PER_32K = 1.1, 3.9, 19.6
 RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
 
 
