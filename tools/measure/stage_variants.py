@@ -514,6 +514,21 @@ FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_
                    "one_list": [_FINISH_ONE_LIST], "apart_2": [_FINISH_APART_2], "bits_11": [_FINISH_BITS_11],
                    "one_list_bits_11": [_FINISH_ONE_LIST, _FINISH_BITS_11]}
 
+RESIDENT = "generic/topk_resident.hip"
+# topk_logits' resident kernel (tools/measure/topk_bench.py --paths resident, field resident_graph_us): its steps
+# left out one at a time; the outputs are wrong, only the times mean anything.
+RESIDENT_VARIANTS = {
+    "shipped": [],
+    "no_pass_atomics": [Plant("no_pass_atomics", RESIDENT, "hx_atomic_add_u32(&h[(ks[c] >> shift) & (bins - 1u)], 1u);",
+                              "h[(ks[c] >> shift) & (bins - 1u)] = 1u;")],
+    "one_pass": [Plant("one_pass", RESIDENT, "if (whole) break;  // uniform", "if (whole || true) break;  // uniform")],
+    "no_passes": [Plant("no_passes", RESIDENT, "    if (V > top_k) {           // uniform",
+                        "    if (V > top_k && V == 12345u) {           // uniform")],
+    "no_writes": [Plant("no_writes", RESIDENT, "if (slot == 0xFFFFFFFFu) continue;", "if (slot != 0x1234567u) continue;")],
+    "no_compaction": [Plant("no_compaction", RESIDENT, "for (hx_u32 v0 = first; v0 < last; v0 += HX_WAVE_SIZE) {",
+                            "for (hx_u32 v0 = first; v0 < first; v0 += HX_WAVE_SIZE) {")],
+}
+
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
     # each build's package; rows of up to 32,768 columns are held unless told): without its floor (every key kept
@@ -527,6 +542,7 @@ VARIANTS = {
         "no_held_path": [Plant("no_held_path", ROWWISE, "if (s.tiles > held || !hx_rowwise_held(p, s, x, n, "
                                "by_lengths, f, hist, scan, found, ext))", "if ((void)held, true)")],
     },
+    "topk_resident": RESIDENT_VARIANTS,
     "sm90a_prefill_filter": FILTER_VARIANTS,
     "prefill_topk_finish": FINISH_VARIANTS,
     "paged_topk_merge": {"shipped": [], "loads_8": [_merge_loads(8)], "loads_32": [_merge_loads(32)]},
@@ -655,7 +671,8 @@ def main(vset, builds, variants, build_only, prebuilt, timeout, graph, module, f
         if not (d / "pkg").is_dir():
             click.echo(f"{name}: not built (in {d})")
             continue
-        r = PackageCopy(d / "pkg").run(["-m", module, *cmd, "--json"], ROOT, timeout=timeout)
+        # the copy's own package files, fresh: a build unpacked by tools/support/plant_carry.py has only kernels/
+        r = PackageCopy(d / "pkg").refresh().run(["-m", module, *cmd, "--json"], ROOT, timeout=timeout)
         try:
             doc = json.loads(r.stdout)
         except ValueError:
