@@ -524,7 +524,7 @@ RESIDENT_VARIANTS = {
     "one_pass": [Plant("one_pass", RESIDENT, "if (whole) break;  // uniform", "if (whole || true) break;  // uniform")],
     "no_passes": [Plant("no_passes", RESIDENT, "    if (V > top_k) {           // uniform",
                         "    if (V > top_k && V == 12345u) {           // uniform")],
-    "no_writes": [Plant("no_writes", RESIDENT, "if (slot == 0xFFFFFFFFu) continue;", "if (slot != 0x1234567u) continue;")],
+    "no_writes": [Plant("no_writes", RESIDENT, "if (gt || (eq && e < need)) put(", "if ((gt || (eq && e < need)) && slot == ~0u) put(")],
     "no_compaction": [Plant("no_compaction", RESIDENT, "for (hx_u32 v0 = first; v0 < last; v0 += HX_WAVE_SIZE) {",
                             "for (hx_u32 v0 = first; v0 < first; v0 += HX_WAVE_SIZE) {")],
 }
