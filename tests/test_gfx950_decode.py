@@ -133,9 +133,7 @@ def test_every_planted_bug_in_the_decode_kernels_is_caught(emu_kernels):
     wrong lane half in the head reduction, the preshuffle strides swapped, and the kernels' own) against its
     suite: the first cases of the quick sample at H 32, 64 and D 128 plus the layout, untrusted-value and
     per-row length checks."""
-    p = mutation_runs.result("gfx950_decode")
-    results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
-    clean, planted = results[0], results[1:]
+    clean, planted, p = mutation_runs.results("gfx950_decode")
     assert not clean["caught"], clean
     names = {r["plant"] for r in planted}
     assert {"wrong_lane_half_in_head_reduction", "preshuffle_strides_swapped", "next_n_blind_bound",

@@ -196,9 +196,7 @@ def test_every_planted_bug_in_the_mfma_kernel_is_caught(emu_kernels):
     """tools/support/mutate.py's "gfx950" set (wrong lane half, wrong accumulator-to-head weight, permlane swap
     of the wrong pair, split one tile short, row-block tail overrun, dropped kv_scale, LDS buffers swapped)
     against its default suite (the quick shapes + 128x2048 at H 32, 64, D 128): ~4 min on 2 cores."""
-    p = mutation_runs.result("gfx950")
-    results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
-    clean, planted = results[0], results[1:]
+    clean, planted, p = mutation_runs.results("gfx950")
     assert not clean["caught"], clean
     assert len(planted) >= 7 and all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
     assert p.returncode == 0, p.stderr[-2000:]

@@ -1,5 +1,4 @@
 """The suite catches planted kernel bugs: tools/support/mutate.py on the emulated gfx950 build."""
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +16,7 @@ pytestmark = pytest.mark.toolchain
 @pytest.mark.mutation
 @pytest.mark.parametrize("plant_set", ["generic", "decode", "cache"])
 def test_every_plant_is_caught_by_the_emulated_sweep(emu_kernels, plant_set):
-    p = mutation_runs.result(plant_set)
-    results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
-    clean, planted = results[0], results[1:]
+    clean, planted, p = mutation_runs.results(plant_set)
     assert not clean["caught"], clean
     assert planted and all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
     assert p.returncode == 0, p.stderr[-2000:]

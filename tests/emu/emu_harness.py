@@ -173,12 +173,8 @@ def assert_cases_pass_and_every_plant_fails_them(plant_set: str, count: int) -> 
     """tools/support/mutate.py on a set whose suite is a cases file (its SET_TESTS): the unplanted build passes all
     `count` tests of the file, none skipped, and every plant of the set fails them. One run serves both claims, since
     the harness runs the whole unplanted suite before it counts a plant as caught."""
-    import json
     import mutation_runs
-    p = mutation_runs.result(plant_set)
-    assert "]" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]  # the unplanted suite failed: no results
-    results = json.loads(p.stdout[:p.stdout.rindex("]") + 1])
-    clean, planted = results[0], results[1:]
+    clean, planted, p = mutation_runs.results(plant_set)
     assert not clean["caught"] and f"{count} passed" in clean["how"] and "skipped" not in clean["how"], clean
     assert planted and all(r["caught"] for r in planted), [r for r in planted if not r["caught"]]
     assert p.returncode == 0, p.stderr[-2000:]
