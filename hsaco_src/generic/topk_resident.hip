@@ -146,18 +146,18 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_resident(const HX_GRID_CONSTAN
         // W chunks of `per` bins from the top: chunk c is bins (top - (c + 1) per, top - c per], lane l of a wave
         // reading the chunk's bins `2 l` and `2 l + 1` below its top (per <= 2 x the wave: bins <= RESIDENT_BINS)
         const hx_u32 per = bins > W ? bins / W : 1u;
-        hx_u32 hi_c = 0, lo_c = 0;
-        const hx_i32 b0 = (hx_i32)bins - 1 - (hx_i32)(wave * per) - 2 * (hx_i32)lane;
-        if (2 * lane < per && b0 >= 0) hi_c = h[b0];
-        if (2 * lane + 1 < per && b0 >= 1) lo_c = h[b0 - 1];
-        const hx_u32 chunk = hx_wave_shfl_u32(hx_wave_inclusive_sum(hi_c + lo_c), HX_WAVE_SIZE - 1);
+        const auto pair_top = [&](hx_u32 c) { return (hx_i32)bins - 1 - (hx_i32)(c * per) - 2 * (hx_i32)lane; };
+        const auto pair_hi = [&](hx_i32 t) { return 2 * lane < per && t >= 0 ? h[t] : 0u; };
+        const auto pair_lo = [&](hx_i32 t) { return 2 * lane + 1 < per && t >= 1 ? h[t - 1] : 0u; };
+        const hx_i32 b0 = pair_top(wave);
+        const hx_u32 chunk = hx_wave_shfl_u32(hx_wave_inclusive_sum(pair_hi(b0) + pair_lo(b0)), HX_WAVE_SIZE - 1);
         if (lane == 0) sums[buf * W + wave] = chunk;
         hx_barrier();  // the chunk sums are whole
         // every wave alike: the chunk holding the need-th key, then its bin
         const hx_u32 s = lane < W ? sums[buf * W + lane] : 0u, upto = hx_wave_inclusive_sum(s);
         const hx_u32 c = hx_wave_count(upto < need), above = hx_wave_shfl_u32(upto - s, c);
-        const hx_i32 t0 = (hx_i32)bins - 1 - (hx_i32)(c * per) - 2 * (hx_i32)lane;
-        const hx_u32 hc = 2 * lane < per && t0 >= 0 ? h[t0] : 0u, lc = 2 * lane + 1 < per && t0 >= 1 ? h[t0 - 1] : 0u;
+        const hx_i32 t0 = pair_top(c);
+        const hx_u32 hc = pair_hi(t0), lc = pair_lo(t0);
         const hx_u32 pair = hc + lc, through = above + hx_wave_inclusive_sum(pair);
         const hx_u32 L = hx_wave_count(through < need);
         const hx_u32 before = hx_wave_shfl_u32(through - pair, L), hcL = hx_wave_shfl_u32(hc, L),

@@ -354,7 +354,7 @@ PLANTS = {
         Plant("resident_bin_search_blind_to_the_chunks_above", "generic/topk_resident.hip",
               "above = hx_wave_shfl_u32(upto - s, c);", "above = hx_wave_shfl_u32(upto - s, c) * 0u;"),
         Plant("resident_chunk_sums_miss_the_lower_bins", "generic/topk_resident.hip",
-              "if (2 * lane + 1 < per && b0 >= 1) lo_c = h[b0 - 1];", "if (2 * lane + 1 < per && b0 >= 1) lo_c = 0u;"),
+              "hx_wave_inclusive_sum(pair_hi(b0) + pair_lo(b0))", "hx_wave_inclusive_sum(pair_hi(b0))"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
     # merge's chunk base a block late (16 keys), the candidates' keys read from the wrong end (their order
