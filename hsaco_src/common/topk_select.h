@@ -332,28 +332,83 @@ HX_INLINE HX_DEV void hx_topk_pad(hx_i32* out_idx, float* out_val, hx_u32 from, 
   }
 }
 
+// One compare-exchange step of a bitonic network (span, stride < the wave) on an entry a lane holds at index i,
+// its partner at i ^ stride in lane ^ stride: the pair's lower index keeps the larger entry where the span runs
+// descending ((lower index & span) == 0), the smaller where it runs ascending.
+HX_INLINE HX_DEV hx_u64 hx_sort_exchange(hx_u64 v, hx_u32 i, hx_u32 lane, hx_u32 span, hx_u32 stride) {
+  const hx_u64 w = (hx_u64)hx_wave_shfl_u32((hx_u32)v, lane ^ stride) |
+                   (hx_u64)hx_wave_shfl_u32((hx_u32)(v >> 32), lane ^ stride) << 32;
+  const bool lower = (i & stride) == 0, descending = ((i & ~stride) & span) == 0;
+  return (lower == descending) == (v > w) ? v : w;
+}
+
+// The steps of spans [span_lo, span_hi] (strides from `first` at span_lo, from span / 2 at the others, down to 1)
+// within each chunk of 2 x the wave's entries, in registers: lane l of the chunk's wave holds entries l and l + the
+// wave. The chunks are the waves' in turn; every lane of a wave takes part.
+HX_INLINE HX_DEV void hx_sort_chunks(hx_u64* entries, hx_u32 size, hx_u32 span_lo, hx_u32 span_hi, hx_u32 first) {
+  constexpr hx_u32 WS = HX_WAVE_SIZE, W = HX_BLOCK / HX_WAVE_SIZE;
+  const hx_u32 lane = hx_thread_x() % WS;
+  for (hx_u32 c = hx_thread_x() / WS; c < size / (2 * WS); c += W) {  // uniform within the wave
+    const hx_u32 i0 = 2 * WS * c + lane, i1 = i0 + WS;
+    hx_u64 x0 = entries[i0], x1 = entries[i1];
+    for (hx_u32 span = span_lo; span <= span_hi; span *= 2) {
+      for (hx_u32 stride = span == span_lo ? first : span / 2; stride > 0; stride /= 2) {
+        if (stride == WS) {  // both entries of the pair in this lane
+          const bool descending = (i0 & span) == 0;
+          const hx_u64 hi = x0 > x1 ? x0 : x1, lo = x0 > x1 ? x1 : x0;
+          x0 = descending ? hi : lo;
+          x1 = descending ? lo : hi;
+        } else {
+          x0 = hx_sort_exchange(x0, i0, lane, span, stride);
+          x1 = hx_sort_exchange(x1, i1, lane, span, stride);
+        }
+      }
+    }
+    entries[i0] = x0;
+    entries[i1] = x1;
+  }
+}
+
 // entries[0, count) sorted descending in place, by the whole block (bitonic, over
 // count rounded up to a power of two, the slots past count filled with entry 0,
-// which sorts last): entries must hold that many.
+// which sorts last): entries must hold that many. The steps whose pairs lie within
+// a chunk of 2 x the wave's entries run in registers by shuffles (hx_sort_chunks),
+// the block meeting once per chunk pass; the wider steps through shared memory, a
+// meeting each. A kernel that defines HX_TOPK_SORT_BY_WAVES 0 before including this
+// header takes every step through shared memory (fewer registers).
+#ifndef HX_TOPK_SORT_BY_WAVES
+#define HX_TOPK_SORT_BY_WAVES 1
+#endif
 HX_INLINE HX_DEV void hx_topk_sort_desc(hx_u64* entries, hx_u32 count) {
+  constexpr hx_u32 CHUNK = 2 * HX_WAVE_SIZE;
   const hx_u32 tid = hx_thread_x();
   if (count <= 1u) return;
   hx_u32 size = 1;
   while (size < count) size *= 2;
   for (hx_u32 s = count + tid; s < size; s += HX_BLOCK) entries[s] = 0ull;
   hx_barrier();
-  for (hx_u32 span = 2; span <= size; span *= 2) {
-    for (hx_u32 stride = span / 2; stride > 0; stride /= 2) {
-      for (hx_u32 t = tid; t < size / 2; t += HX_BLOCK) {
-        const hx_u32 a = 2 * t - (t & (stride - 1)), b = a + stride;
-        const hx_u64 ea = entries[a], eb = entries[b];
-        if ((ea < eb) == ((a & span) == 0)) {  // runs alternate direction until the last span, descending
-          entries[a] = eb;
-          entries[b] = ea;
-        }
+  const auto shared_step = [&](hx_u32 span, hx_u32 stride) {
+    for (hx_u32 t = tid; t < size / 2; t += HX_BLOCK) {
+      const hx_u32 a = 2 * t - (t & (stride - 1)), b = a + stride;
+      const hx_u64 ea = entries[a], eb = entries[b];
+      if ((ea < eb) == ((a & span) == 0)) {  // runs alternate direction until the last span, descending
+        entries[a] = eb;
+        entries[b] = ea;
       }
-      hx_barrier();
     }
+    hx_barrier();
+  };
+  if (!HX_TOPK_SORT_BY_WAVES || size < CHUNK) {
+    for (hx_u32 span = 2; span <= size; span *= 2)
+      for (hx_u32 stride = span / 2; stride > 0; stride /= 2) shared_step(span, stride);
+    return;
+  }
+  hx_sort_chunks(entries, size, 2, CHUNK, 1);
+  hx_barrier();
+  for (hx_u32 span = 2 * CHUNK; span <= size; span *= 2) {
+    for (hx_u32 stride = span / 2; stride >= CHUNK; stride /= 2) shared_step(span, stride);
+    hx_sort_chunks(entries, size, span, span, HX_WAVE_SIZE);
+    hx_barrier();
   }
 }
 

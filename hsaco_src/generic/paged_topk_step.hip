@@ -16,6 +16,9 @@
 // the whole row; table columns past the caller's table become -1, which the logits
 // op flags only if a length reaches them, as it would have for the missing column
 // itself. Both are written last, read by the next logits launch on the stream.
+// Its sorts take every step through shared memory: the register steps (topk_select.h) would take this kernel past
+// the VGPRs of three blocks a gfx950 unit.
+#define HX_TOPK_SORT_BY_WAVES 0
 #include "topk_chunks.h"
 #include "paged_cache.h"
 

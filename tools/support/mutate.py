@@ -353,6 +353,9 @@ PLANTS = {
               "for (hx_u32 b = tid; b < 0u; b += HX_BLOCK) hist[(buf ^ 1u) * RESIDENT_BINS + b] = 0u;"),
         Plant("resident_bin_search_blind_to_the_chunks_above", "generic/topk_resident.hip",
               "above = hx_wave_shfl_u32(upto - s, c);", "above = hx_wave_shfl_u32(upto - s, c) * 0u;"),
+        Plant("sort_register_steps_stop_a_stride_short", "common/topk_select.h",
+              "for (hx_u32 stride = span == span_lo ? first : span / 2; stride > 0; stride /= 2) {",
+              "for (hx_u32 stride = span == span_lo ? first : span / 2; stride > 1; stride /= 2) {"),
         Plant("resident_chunk_sums_miss_the_lower_bins", "generic/topk_resident.hip",
               "hx_wave_inclusive_sum(pair_hi(b0) + pair_lo(b0))", "hx_wave_inclusive_sum(pair_hi(b0))"),
     ],
@@ -682,6 +685,7 @@ FIRST_CASES = {
         "resident_next_counts_left_uncleared": "test_topk_case[wide_rows_top512_unsorted-resident]",
         "resident_bin_search_blind_to_the_chunks_above": "test_topk_case[wide_rows_top512_unsorted-resident]",
         "resident_chunk_sums_miss_the_lower_bins": "test_topk_case[wide_rows_top512_unsorted-resident]",
+        "sort_register_steps_stop_a_stride_short": "test_topk_case[wide_rows_top512_sorted-single]",
     },
     "paged_topk": {
         "staged_selection_unmapped": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
