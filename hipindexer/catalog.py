@@ -420,6 +420,10 @@ KERNELS.append(Kernel("topk_logits", "generic/topk_logits.hip", "hx_topk_logits"
 # beside the kernel's own 8 KiB: 160 KiB of LDS on gfx950, 227 KiB on sm_90a.
 KERNELS.append(Kernel("topk_resident", "generic/topk_resident.hip", "hx_topk_resident", "TopkParams", block=1024,
                       smem=155520, smem_on=(("sm_90a", 223232),)))
+# The same at 512 threads, whose registers leave room for a second block a unit: for more rows than units
+# (hipindexer.plan.topk.resident_narrow).
+KERNELS.append(Kernel("topk_resident_narrow", "generic/topk_resident.hip", "hx_topk_resident", "TopkParams",
+                      block=512, smem=155520, smem_on=(("sm_90a", 223232),)))
 # The composed top-k ops' step kernels (hsaco_src/generic/paged_topk_step.hip, topk_chunk_step.hip).
 # Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
 # deep, 512 (shorter passes per row) for fewer rows (STEP_WIDE_ROWS in hipindexer.ops.prefill_topk and

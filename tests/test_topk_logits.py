@@ -59,10 +59,11 @@ def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, N", [(4, 1 << 13), (128, 1 << 15), (300, 12289)])
 @pytest.mark.parametrize("sorted", [False, True], ids=["unsorted", "sorted"])
-def test_resident_rows_on_the_gpu(gpu_device, rows, N, sorted):
-    """Rows a resident block holds (a decode step's, and an odd length whose rows start at every alignment), as
-    test_long_row_paths_on_the_gpu checks the other paths."""
-    _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, {"resident": True})
+@pytest.mark.parametrize("narrow", [False, True], ids=["wide", "narrow"])
+def test_resident_rows_on_the_gpu(gpu_device, rows, N, sorted, narrow):
+    """Rows a resident block holds (a decode step's, and an odd length whose rows start at every alignment), on
+    either build of the block, as test_long_row_paths_on_the_gpu checks the other paths."""
+    _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, {"resident": True, "narrow": narrow})
 
 
 def _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path):
@@ -235,6 +236,32 @@ def test_rows_a_block_holds_take_one_resident_launch_with_the_shared_memory_they
         topk_logits(wide, top_k, out=DeviceArray.empty((1, top_k), np.int32, dev), resident=True)
     with pytest.raises(ValueError, match="^resident: expected a bool"):
         topk_logits(logits, top_k, out=out, resident=1)
+    with pytest.raises(ValueError, match="^narrow: expected a bool"):
+        topk_logits(logits, top_k, out=out, resident=True, narrow=1)
+    with pytest.raises(ValueError, match="^narrow=True: only the resident path"):
+        topk_logits(logits, top_k, out=out, rowwise=True, narrow=True)
+    n0 = len(hb.launches)
+    topk_logits(logits, top_k, out=out, narrow=True)
+    (fn, grid, block, _, _), = hb.launches[n0:]
+    assert (fn, grid[0], block[0]) == ("hx_topk_resident", rows, catalog.KERNEL["topk_resident_narrow"].block) \
+        and block[0] < catalog.KERNEL["topk_resident"].block
+
+
+def test_the_resident_path_takes_the_narrow_block_for_more_rows_than_units_where_two_fit_a_unit():
+    """Two 512-thread blocks a unit for rows past the units (1,024 x 8,192 and x 16,384 on an H100: 25% and 15% off
+    the 1,024-thread block's time); the 1,024-thread block for a row or less a unit, and for rows whose two blocks
+    overflow a unit's shared memory (32,768 columns)."""
+    from hipindexer.plan import TARGETS, plan_topk
+    from hipindexer.plan.topk import resident_narrow
+    hopper = TARGETS["sm_90a"]
+    for rows, N, narrow in ((1024, 8192, True), (1024, 16384, True), (133, 8192, True), (132, 8192, False),
+                            (4, 8192, False), (300, 32768, False)):
+        assert resident_narrow(rows, N, 2048, hopper) == narrow, (rows, N)
+        p = plan_topk(rows, N, 2048, hopper, resident=True)
+        assert p.resident and p.narrow == narrow, (rows, N, p)
+    assert plan_topk(1024, 8192, 2048, hopper).narrow
+    assert not plan_topk(1024, 8192, 2048, hopper, resident=True, narrow=False).narrow
+    assert plan_topk(4, 8192, 2048, hopper, resident=True, narrow=True).narrow
 
 
 def test_the_planners_held_columns_are_the_row_wise_kernels():

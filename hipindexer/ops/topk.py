@@ -22,7 +22,7 @@ TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-ca
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
 SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held", "resident")  # hipindexer.plan.topk.plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held", "resident", "narrow")  # plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -71,7 +71,8 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
 
     Paths (hipindexer.plan.topk): rows whose keys fit a block's shared memory take the resident path where its
     fitted time is the least (rows of up to 16384 columns, at any count measured): one block a row in one launch,
-    the row read once into shared memory and selected there, no workspace. Other rows take the row-wise path where
+    the row read once into shared memory and selected there, no workspace; a block of 512 threads where there are
+    more rows than units and two such blocks fit a unit, of 1,024 otherwise. Other rows take the row-wise path where
     plan.topk.rowwise_pays, by its fit of the paths' H200 times (rows of up to 32768 columns, held in the block;
     about a device's worth of rows of 65536 columns): one block a row in one launch doing the split path's steps
     below with the kept keys in shared memory, no workspace. Other rows of N >= 16384 columns take the split path,
@@ -85,8 +86,8 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
     zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
     the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
-    slower. Tunables: resident (bool), rowwise (bool), held (bool), split (bool), part_columns, cap, group_rows
-    (plan_topk's).
+    slower. Tunables: resident (bool), narrow (bool), rowwise (bool), held (bool), split (bool), part_columns, cap,
+    group_rows (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
     without waiting. Raises before anything is copied or launched: ValueError for top_k outside 1..4096,
@@ -266,9 +267,10 @@ def prepare_topk(dev, p, rows: int, N: int, top_k: int, logits_stride: int, indi
     if p.rowwise:
         return _rowwise_launch(dev, p, common), None
     if p.resident:
-        return kernel_for(dev, "topk_resident").prepare(p.grid_rows, KERNEL["topk_resident"].block,
-                                                        shared_mem=plan.resident_smem(N, top_k, sorted),
-                                                        pointers=TOPK_POINTERS, **common), None
+        key = "topk_resident_narrow" if p.narrow else "topk_resident"
+        smem = plan.resident_smem(N, top_k, sorted)
+        return kernel_for(dev, key).prepare(p.grid_rows, KERNEL[key].block, shared_mem=smem, pointers=TOPK_POINTERS,
+                                            **common), None
     return kernel_for(dev, "topk_logits").prepare(p.grid_rows, BLOCK, pointers=TOPK_POINTERS, **common), None
 
 

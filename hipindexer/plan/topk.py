@@ -60,6 +60,11 @@ SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
 # placement, shorter"): about RESIDENT_US of launch, then per round of a block a unit (two share a unit's issue where
 # their shared memory allows) a block's RESIDENT_ROUND_US plus RESIDENT_US_PER_32K per 32,768 columns.
 RESIDENT_US, RESIDENT_ROUND_US, RESIDENT_US_PER_32K = 1.1, 3.9, 19.6
+# The narrow build (512 threads) where two of its blocks share each unit: a round of two blocks a unit costs about
+# NARROW_ROUND_US plus NARROW_US_PER_32K per 32,768 columns (the same section, forty-second session).
+NARROW_ROUND_US, NARROW_US_PER_32K = 2.8, 40.8
+UNIT_SHARED_BYTES = {"sm_90a": 233472, "gfx950": 163840}  # shared memory (LDS) a unit holds for its blocks
+RESIDENT_STATIC_BYTES = 8448  # a resident block's own shared memory (its counts and sums), beside the dynamic
 RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
 
 
@@ -93,9 +98,20 @@ def resident_fits(N: int, top_k: int, target: Target) -> bool:
     return N < RESIDENT_MAX_COLUMNS and resident_smem(N, top_k) <= KERNEL["topk_resident"].smem_for(target.arch)
 
 
-def resident_us(rows: int, N: int, units: int) -> float:
+def resident_narrow(rows: int, N: int, top_k: int, target: Target) -> bool:
+    """Whether rows take the resident path's narrow build (512 threads): where there are more rows than units and
+    two of its blocks fit a unit's shared memory, so that each unit runs two rows at once, one block issuing while
+    the other waits at a barrier. With a row or less a unit the 1,024-thread block is as fast or faster (it splits
+    a row's keys among more threads)."""
+    two = 2 * (resident_smem(N, top_k) + RESIDENT_STATIC_BYTES)
+    return rows > target.num_cus and two <= UNIT_SHARED_BYTES.get(target.arch, 0)
+
+
+def resident_us(rows: int, N: int, units: int, narrow: bool = False) -> float:
     """The resident path's time by the H100 fit: a block's instructions set its time, so rows are paid in rounds of
-    a block a unit, whether or not a unit holds two of them at once."""
+    a block a unit (whether or not a unit holds two of them at once), or with narrow=True of two narrow blocks."""
+    if narrow:
+        return RESIDENT_US + -(-rows // (2 * units)) * (NARROW_ROUND_US + NARROW_US_PER_32K * N / 32768)
     return RESIDENT_US + -(-rows // units) * (RESIDENT_ROUND_US + RESIDENT_US_PER_32K * N / 32768)
 
 
@@ -163,6 +179,7 @@ class TopkPlan:
     rowwise: bool = False
     held: int = 0
     resident: bool = False
+    narrow: bool = False
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -179,9 +196,11 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              group_rows=None, rowwise=None, held=None, resident=None, max_blocks: int = MAX_BLOCKS) -> TopkPlan:
+              group_rows=None, rowwise=None, held=None, resident=None, narrow=None,
+              max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): resident (bool: force
     the resident path, ValueError where rows do not fit a block, or keep it out; any other tunable keeps it out),
+    narrow (bool: the resident path's 512-thread build or its 1,024-thread one; resident_narrow(...) unless told),
     rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
     HELD_COLUMNS in the block; True unless told), split (bool: force the split path or the single-block kernel),
@@ -208,6 +227,8 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
         raise ValueError(f"held: expected a bool or None, got {held!r}")
     if resident is not None and not isinstance(resident, bool):
         raise ValueError(f"resident: expected a bool or None, got {resident!r}")
+    if narrow is not None and not isinstance(narrow, bool):
+        raise ValueError(f"narrow: expected a bool or None, got {narrow!r}")
     others = dict(split_tunables, rowwise=rowwise, held=held)
     others = {k: v for k, v in others.items() if v is not None}
     if resident:
@@ -218,9 +239,14 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
                              f"bytes of shared memory, past the {KERNEL['topk_resident'].smem_for(target.arch)} "
                              f"a resident block has on {target.arch}")
     elif resident is None and not others and resident_fits(N, top_k, target):
-        resident = resident_us(rows, N, target.num_cus) < _others_us(rows, N, target.num_cus)
+        wide = narrow is False or not resident_narrow(rows, N, top_k, target)
+        resident = resident_us(rows, N, target.num_cus, not wide) < _others_us(rows, N, target.num_cus)
     if resident:
-        return TopkPlan(False, max(1, min(rows, max_blocks)), resident=True)
+        if narrow is None:
+            narrow = resident_narrow(rows, N, top_k, target)
+        return TopkPlan(False, max(1, min(rows, max_blocks)), resident=True, narrow=narrow)
+    if narrow is not None:
+        raise ValueError(f"narrow={narrow}: only the resident path has a narrow block (pass resident=True)")
     if rowwise and split_tunables:
         raise ValueError(f"rowwise=True: the row-wise path takes none of {sorted(split_tunables)}")
     if rowwise is None:

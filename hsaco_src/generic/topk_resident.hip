@@ -18,6 +18,8 @@
 //    lane's keys follow the lanes' before it; key i lands at (keys > T before i) + min(keys == T before i, need).
 //    Unsorted output is this index order (the other paths' too).
 // 4. sorted: the selection's entries in shared memory after the keys, bitonic-sorted descending; then -1 padding.
+// Two builds: 1,024 threads (on sm_90a a unit's whole register file, one block a unit) and 512 (two blocks a unit,
+// one issuing while the other waits at a barrier); hipindexer.plan.topk.resident_narrow says which a call takes.
 // The block's dynamic shared memory: resident_words(N) keys, then (sorted) 8 pow2(min(top_k, N)) bytes of entries;
 // the planner (hipindexer.plan.topk.resident_fits) takes the path only where that fits the build's HX_SMEM, and
 // only for N < 65,536, so that the counts of step 3 fit 16 bits each.
@@ -26,6 +28,7 @@
 #define RESIDENT_LOADS 8  // float4 loads a thread issues before any of them is keyed
 #define RESIDENT_BITS 10  // a radix pass's digit: two passes' counts in the 8 KiB the single-block kernel's one takes
 #define RESIDENT_BINS (1u << RESIDENT_BITS)
+static_assert(RESIDENT_BINS <= 2 * HX_BLOCK, "a pass's bins are two a lane of the block's waves at most");
 
 template <int N>
 struct hx_resident_loads {

@@ -25,7 +25,8 @@ from hipindexer.runtime import Device, DeviceArray
 POISON_INDEX = np.iinfo(np.int32).min
 FORCED: dict = {}  # the tunables every call of a case passes: the path under test (PATHS)
 PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}, "rowwise": {"rowwise": True},
-         "rowwise_floor": {"rowwise": True, "held": False}, "resident": {"resident": True}}
+         "rowwise_floor": {"rowwise": True, "held": False}, "resident": {"resident": True},
+         "resident_narrow": {"resident": True, "narrow": True}}
 
 
 def topk(*args, **kw):
