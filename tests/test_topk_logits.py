@@ -248,9 +248,8 @@ def test_rows_a_block_holds_take_one_resident_launch_with_the_shared_memory_they
 
 
 def test_the_resident_path_takes_the_narrow_block_for_more_rows_than_units_where_two_fit_a_unit():
-    """Two 512-thread blocks a unit for rows past the units (1,024 x 8,192 and x 16,384 on an H100: 25% and 15% off
-    the 1,024-thread block's time); the 1,024-thread block for a row or less a unit, and for rows whose two blocks
-    overflow a unit's shared memory (32,768 columns)."""
+    """Two 512-thread blocks a unit for rows past the units where two fit a unit's shared memory; the 1,024-thread
+    block for a row or less a unit, and for rows whose two blocks overflow a unit's shared memory (32,768 columns)."""
     from hipindexer.plan import TARGETS, plan_topk
     from hipindexer.plan.topk import resident_narrow
     hopper = TARGETS["sm_90a"]

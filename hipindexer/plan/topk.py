@@ -60,9 +60,10 @@ SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
 # placement, shorter"): about RESIDENT_US of launch, then per round of a block a unit (two share a unit's issue where
 # their shared memory allows) a block's RESIDENT_ROUND_US plus RESIDENT_US_PER_32K per 32,768 columns.
 RESIDENT_US, RESIDENT_ROUND_US, RESIDENT_US_PER_32K = 1.1, 3.9, 19.6
-# The narrow build (512 threads) where two of its blocks share each unit: a round of two blocks a unit costs about
-# NARROW_ROUND_US plus NARROW_US_PER_32K per 32,768 columns (the same section, forty-second session).
-NARROW_ROUND_US, NARROW_US_PER_32K = 2.8, 40.8
+# The narrow build (512 threads) where two of its blocks share each unit: about NARROW_US, then per round of two
+# blocks a unit NARROW_ROUND_US plus NARROW_US_PER_32K per 32,768 columns (docs/benchmarks.md, "sorted outputs
+# sorted in registers, and a 512-thread resident block").
+NARROW_US, NARROW_ROUND_US, NARROW_US_PER_32K = 5.4, 1.5, 41.2
 UNIT_SHARED_BYTES = {"sm_90a": 233472, "gfx950": 163840}  # shared memory (LDS) a unit holds for its blocks
 RESIDENT_STATIC_BYTES = 8448  # a resident block's own shared memory (its counts and sums), beside the dynamic
 RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
@@ -111,7 +112,7 @@ def resident_us(rows: int, N: int, units: int, narrow: bool = False) -> float:
     """The resident path's time by the H100 fit: a block's instructions set its time, so rows are paid in rounds of
     a block a unit (whether or not a unit holds two of them at once), or with narrow=True of two narrow blocks."""
     if narrow:
-        return RESIDENT_US + -(-rows // (2 * units)) * (NARROW_ROUND_US + NARROW_US_PER_32K * N / 32768)
+        return NARROW_US + -(-rows // (2 * units)) * (NARROW_ROUND_US + NARROW_US_PER_32K * N / 32768)
     return RESIDENT_US + -(-rows // units) * (RESIDENT_ROUND_US + RESIDENT_US_PER_32K * N / 32768)
 
 
