@@ -218,18 +218,11 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
-    if split is not None and not isinstance(split, bool):
-        raise ValueError(f"split: expected a bool or None, got {split!r}")
-    if rowwise is not None and not isinstance(rowwise, bool):
-        raise ValueError(f"rowwise: expected a bool or None, got {rowwise!r}")
+    for name, flag in dict(split=split, rowwise=rowwise, held=held, resident=resident, narrow=narrow).items():
+        if flag is not None and not isinstance(flag, bool):
+            raise ValueError(f"{name}: expected a bool or None, got {flag!r}")
     split_tunables = {k: v for k, v in dict(split=split, part_columns=part_columns, cap=cap,
                                             group_rows=group_rows).items() if v is not None}
-    if held is not None and not isinstance(held, bool):
-        raise ValueError(f"held: expected a bool or None, got {held!r}")
-    if resident is not None and not isinstance(resident, bool):
-        raise ValueError(f"resident: expected a bool or None, got {resident!r}")
-    if narrow is not None and not isinstance(narrow, bool):
-        raise ValueError(f"narrow: expected a bool or None, got {narrow!r}")
     others = dict(split_tunables, rowwise=rowwise, held=held)
     others = {k: v for k, v in others.items() if v is not None}
     if resident:
