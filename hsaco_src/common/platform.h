@@ -181,13 +181,17 @@ HX_INLINE __device__ hx_u32 hx_wave_count(bool p) { return (hx_u32)__popc(__ball
 #endif
 
 #if defined(HX_EMU) || defined(HX_AMDGPU) || defined(HX_NVIDIA)
-// p as lane 0 of the wave has it, by two shuffles (every lane taking part). A pointer that went through them is
-// one ptxas cannot rebuild from its parts: a row's output pointer then stays in registers, where ptxas otherwise
-// redoes its 64-bit multiply by the row stride at every store of a loop (the stores become generic ones).
+// v as lane src_lane has it, in two 32-bit shuffles (every lane taking part).
+HX_INLINE HX_DEV hx_u64 hx_wave_shfl_u64(hx_u64 v, hx_u32 src_lane) {
+  return (hx_u64)hx_wave_shfl_u32((hx_u32)v, src_lane) | (hx_u64)hx_wave_shfl_u32((hx_u32)(v >> 32), src_lane) << 32;
+}
+
+// p as lane 0 of the wave has it. A pointer that went through the shuffles is one ptxas cannot rebuild from its
+// parts: a row's output pointer then stays in registers, where ptxas otherwise redoes its 64-bit multiply by the
+// row stride at every store of a loop (the stores become generic ones).
 template <class T>
 HX_INLINE HX_DEV T* hx_wave_pointer(T* p) {
-  const hx_u64 u = (hx_u64)p;
-  return (T*)((hx_u64)hx_wave_shfl_u32((hx_u32)u, 0) | (hx_u64)hx_wave_shfl_u32((hx_u32)(u >> 32), 0) << 32);
+  return (T*)hx_wave_shfl_u64((hx_u64)p, 0);
 }
 #endif
 

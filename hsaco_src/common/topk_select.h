@@ -336,8 +336,7 @@ HX_INLINE HX_DEV void hx_topk_pad(hx_i32* out_idx, float* out_val, hx_u32 from, 
 // its partner at i ^ stride in lane ^ stride: the pair's lower index keeps the larger entry where the span runs
 // descending ((lower index & span) == 0), the smaller where it runs ascending.
 HX_INLINE HX_DEV hx_u64 hx_sort_exchange(hx_u64 v, hx_u32 i, hx_u32 lane, hx_u32 span, hx_u32 stride) {
-  const hx_u64 w = (hx_u64)hx_wave_shfl_u32((hx_u32)v, lane ^ stride) |
-                   (hx_u64)hx_wave_shfl_u32((hx_u32)(v >> 32), lane ^ stride) << 32;
+  const hx_u64 w = hx_wave_shfl_u64(v, lane ^ stride);
   const bool lower = (i & stride) == 0, descending = ((i & ~stride) & span) == 0;
   return (lower == descending) == (v > w) ? v : w;
 }
