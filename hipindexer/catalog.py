@@ -424,6 +424,10 @@ KERNELS.append(Kernel("topk_resident", "generic/topk_resident.hip", "hx_topk_res
 # (hipindexer.plan.topk.resident_narrow).
 KERNELS.append(Kernel("topk_resident_narrow", "generic/topk_resident.hip", "hx_topk_resident", "TopkParams",
                       block=512, smem=155520, smem_on=(("sm_90a", 223232),)))
+# The cluster path of topk_logits (sm_90a): a row's keys cut among a cluster of 8 blocks, held in their shared memory
+# (hsaco_src/sm90a/topk_cluster.hip); its launch takes what a block's part needs (hipindexer.plan.topk.cluster_smem).
+KERNELS.append(Kernel("topk_cluster", "sm90a/topk_cluster.hip", "hx_topk_cluster", "TopkParams", block=512,
+                      targets=("sm_90a",), smem=223232, defines=(("HX_CLUSTER", 8),)))
 # The composed top-k ops' step kernels (hsaco_src/generic/paged_topk_step.hip, topk_chunk_step.hip).
 # Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
 # deep, 512 (shorter passes per row) for fewer rows (STEP_WIDE_ROWS in hipindexer.ops.prefill_topk and

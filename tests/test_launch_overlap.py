@@ -68,7 +68,7 @@ def test_a_kernel_holds_an_sm_alone_when_two_of_its_blocks_would_overflow_its_sh
     assert not holds_a_cu_alone({}, HOPPER_SHARED_PER_SM)
 
 
-def test_on_hopper_the_tensor_core_kernels_the_merge_and_the_rowwise_and_resident_top_k_launch_to_overlap_and_no_other():
+def test_on_hopper_the_tensor_core_kernels_the_merge_and_the_rowwise_resident_and_cluster_top_k_launch_to_overlap_and_no_other():
     from hipindexer.runtime.module import DEFAULT_MANIFEST, holds_a_cu_alone
     if not DEFAULT_MANIFEST.is_file():
         pytest.skip(f"no built kernels: {DEFAULT_MANIFEST} is missing (run python build.py)")
@@ -78,7 +78,8 @@ def test_on_hopper_the_tensor_core_kernels_the_merge_and_the_rowwise_and_residen
     picked = {e["name"] for e in entries if holds_a_cu_alone(e, HOPPER_SHARED_PER_SM)}
     tensor_core = {n for n in names if n.endswith("_wgmma") or "_wgmma_" in n}  # not the test-only wgmma_peak
     assert len(tensor_core) >= 6 and {"fill_u32", "copy_u32x4", "prefill_topk_finish"} <= names
-    assert picked == tensor_core | {"paged_topk_merge", "topk_rowwise", "topk_resident", "topk_resident_narrow"}, \
+    assert picked == tensor_core | {"paged_topk_merge", "topk_rowwise", "topk_resident", "topk_resident_narrow",
+                                     "topk_cluster"}, \
         f"picked to overlap: {sorted(picked)}; the small generic blocks started in a grid's tail pile onto the " \
         "SMs that came free first"
 

@@ -53,7 +53,7 @@ def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
     plan = plan_topk(rows, N, 2048, target_of(gpu_device))
     assert plan.resident or (plan.rowwise == rowwise_pays(rows, N, target_of(gpu_device).num_cus)
                              and plan.split == (not plan.rowwise))
-    _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path)
+    agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path)
 
 
 @pytest.mark.gpu
@@ -63,10 +63,10 @@ def test_long_row_paths_on_the_gpu(gpu_device, rows, N, sorted, path):
 def test_resident_rows_on_the_gpu(gpu_device, rows, N, sorted, narrow):
     """Rows a resident block holds (a decode step's, and an odd length whose rows start at every alignment), on
     either build of the block, as test_long_row_paths_on_the_gpu checks the other paths."""
-    _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, {"resident": True, "narrow": narrow})
+    agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, {"resident": True, "narrow": narrow})
 
 
-def _agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path):
+def agrees_with_the_single_block_kernel(gpu_device, rows, N, sorted, path):
     rng = np.random.default_rng(rows + N + sorted)
     x = rng.standard_normal((rows, N), dtype=np.float32)
     x[rng.random(x.shape) < 0.5] = -np.inf

@@ -45,12 +45,14 @@ def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, units: int) 
 
 def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
     """Whether the op takes the whole-row path by default: it fits, and either its rows have at least WHOLE_MIN_ROW
-    keys and the batch at least WHOLE_MIN_KEYS (docs/benchmarks.md, "at small batches"), or topk_logits takes its
-    resident path over the rows (rows of up to 16,384 keys: "the resident path")."""
+    keys and the batch at least WHOLE_MIN_KEYS (docs/benchmarks.md, "at small batches"), or topk_logits holds the
+    rows on chip (its resident path, rows of up to 16,384 keys: "the resident path"; or its cluster path)."""
     if not whole_fits(B, next_n, top_k, max_model_len, target.num_cus):
         return False
-    return (max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS) or \
-        plan_topk(B * next_n, max_model_len, top_k, target).resident
+    if max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS:
+        return True
+    tp = plan_topk(B * next_n, max_model_len, top_k, target)
+    return tp.resident or tp.cluster
 
 
 def check_whole(whole, fused, chunk) -> None:

@@ -22,7 +22,7 @@ TOPK_POINTERS = ("logits", "lengths", "indices", "values")  # TopkParams' per-ca
 SPLIT_POINTERS = TOPK_POINTERS + ("work",)  # TopkSplitParams'
 SPLIT_KERNELS = ("topk_split_floor", "topk_split_gather", "topk_split_finish")
 MAX_BLOCKS = 1 << 16  # blocks per launch; a block takes rows r, r + MAX_BLOCKS, ... when there are more rows
-TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held", "resident", "narrow")  # plan_topk's
+TUNABLES = ("split", "part_columns", "cap", "group_rows", "rowwise", "held", "resident", "narrow", "cluster")  # plan_topk's
 _workspaces: dict = {}  # (device, stream handle, rows class, row_bytes) -> a DeviceArray
 
 
@@ -86,7 +86,10 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
     zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
     the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
-    slower. Tunables: resident (bool), narrow (bool), rowwise (bool), held (bool), split (bool), part_columns, cap,
+    slower. On sm_90a, cluster=True takes the cluster path: a cluster of 8 blocks a row in one launch, each block
+    holding an eighth of the row's keys in its shared memory and the radix passes' counts summed across the
+    cluster, no workspace.
+    Tunables: cluster (bool), resident (bool), narrow (bool), rowwise (bool), held (bool), split (bool), part_columns, cap,
     group_rows (plan_topk's).
 
     Returns the indices DeviceArray (int32 [rows, top_k]), or (indices, values) with return_values=True,
@@ -103,7 +106,9 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     ([[2, 0], [0, -1]], [[2.0, 0.5], [1.0, -inf]])
     """
     arrays = (logits, lengths, out, values, workspace)
-    key = resident_key(arrays, top_k, sorted, return_values, device, *tunables.items())
+    # the flags' types too: 1 == True, and a call with 1 must reach the full path's check
+    key = resident_key(arrays, top_k, sorted, type(sorted), return_values, type(return_values), device,
+                       *((k, v, type(v)) for k, v in tunables.items()))
     hit = prepared(key)
     if hit is None:
         return _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables, key)
@@ -266,6 +271,10 @@ def prepare_topk(dev, p, rows: int, N: int, top_k: int, logits_stride: int, indi
         return _split_launch(dev, p, common, rows), (p.group_rows, p.row_bytes)
     if p.rowwise:
         return _rowwise_launch(dev, p, common), None
+    if p.cluster:
+        return kernel_for(dev, "topk_cluster").prepare(p.grid_rows, KERNEL["topk_cluster"].block,
+                                                       shared_mem=plan.cluster_smem(N, top_k, sorted),
+                                                       pointers=TOPK_POINTERS, **common), None
     if p.resident:
         key = "topk_resident_narrow" if p.narrow else "topk_resident"
         smem = plan.resident_smem(N, top_k, sorted)

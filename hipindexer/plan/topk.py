@@ -13,6 +13,10 @@ Four paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 - resident: one block a row, one launch (hsaco_src/generic/topk_resident.hip): the row read once into the block's
   shared memory as keys, the radix select's passes and the compaction over them there; no workspace. For rows whose
   keys fit a block (resident_fits); taken where resident_us(...) is below the other paths' times.
+- cluster (sm_90a): a cluster of CLUSTER blocks a row, one launch (hsaco_src/sm90a/topk_cluster.hip): the row's
+  keys cut among the cluster's blocks, each holding its part in shared memory, the radix passes' counts summed across
+  the blocks through distributed shared memory; no workspace. For rows whose parts fit a block (cluster_fits); taken
+  only when asked for (cluster=True) until its times are fitted.
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -67,6 +71,7 @@ NARROW_US, NARROW_ROUND_US, NARROW_US_PER_32K = 5.4, 1.5, 41.2
 UNIT_SHARED_BYTES = {"sm_90a": 233472, "gfx950": 163840}  # shared memory (LDS) a unit holds for its blocks
 RESIDENT_STATIC_BYTES = 8448  # a resident block's own shared memory (its counts and sums), beside the dynamic
 RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
+CLUSTER = dict(KERNEL["topk_cluster"].defines)["HX_CLUSTER"]  # the cluster path's blocks a row
 
 
 def _pow2(n: int) -> int:
@@ -114,6 +119,25 @@ def resident_us(rows: int, N: int, units: int, narrow: bool = False) -> float:
     if narrow:
         return NARROW_US + -(-rows // (2 * units)) * (NARROW_ROUND_US + NARROW_US_PER_32K * N / 32768)
     return RESIDENT_US + -(-rows // units) * (RESIDENT_ROUND_US + RESIDENT_US_PER_32K * N / 32768)
+
+
+def cluster_slots(N: int) -> int:
+    """Float4 slots of a row of up to N columns each block of a cluster holds (hx_cluster_slots)."""
+    return -(-((N + 7) & ~3) // 4 // CLUSTER)
+
+
+def cluster_smem(N: int, top_k: int, sorted: bool = True) -> int:
+    """Dynamic shared memory of a cluster block for rows of up to N columns: its part's key slots, and, sorted, room
+    for the bitonic sort of the row's selection (used in the cluster's first block)."""
+    return 16 * cluster_slots(N) + (8 * _pow2(min(top_k, N)) if sorted else 0)
+
+
+def cluster_fits(N: int, top_k: int, target: Target) -> bool:
+    """Whether rows of N columns, sorted or not, take the cluster path on `target`: a build for its arch, a block's
+    part within its shared memory and its keys within 16-bit counts."""
+    k = KERNEL["topk_cluster"]
+    return target.arch in k.targets and 4 * cluster_slots(N) < 65536 and cluster_smem(N, top_k) <= k.smem_for(
+        target.arch)
 
 
 def split_us(rows: int, N: int) -> float:
@@ -181,6 +205,7 @@ class TopkPlan:
     held: int = 0
     resident: bool = False
     narrow: bool = False
+    cluster: bool = False
 
 
 def workspace_layout(top_k: int, cap: int | None = None) -> tuple[int, int]:
@@ -197,10 +222,11 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
-              group_rows=None, rowwise=None, held=None, resident=None, narrow=None,
+              group_rows=None, rowwise=None, held=None, resident=None, narrow=None, cluster=None,
               max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): resident (bool: force
     the resident path, ValueError where rows do not fit a block, or keep it out; any other tunable keeps it out),
+    cluster (bool: the same for the cluster path, which any other tunable also keeps out),
     narrow (bool: the resident path's 512-thread build or its 1,024-thread one; resident_narrow(...) unless told),
     rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
@@ -218,13 +244,25 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     >>> plan_topk(64, 8192, 2048, TARGETS["sm_90a"]).split
     False
     """
-    for name, flag in dict(split=split, rowwise=rowwise, held=held, resident=resident, narrow=narrow).items():
+    for name, flag in dict(split=split, rowwise=rowwise, held=held, resident=resident, narrow=narrow,
+                           cluster=cluster).items():
         if flag is not None and not isinstance(flag, bool):
             raise ValueError(f"{name}: expected a bool or None, got {flag!r}")
     split_tunables = {k: v for k, v in dict(split=split, part_columns=part_columns, cap=cap,
                                             group_rows=group_rows).items() if v is not None}
     others = dict(split_tunables, rowwise=rowwise, held=held)
     others = {k: v for k, v in others.items() if v is not None}
+    if cluster:
+        asked = dict(others, resident=resident, narrow=narrow)
+        asked = sorted(k for k, v in asked.items() if v is not None)
+        if asked:
+            raise ValueError(f"cluster=True: the cluster path takes none of {asked}")
+        if not cluster_fits(N, top_k, target):
+            raise ValueError(f"cluster=True: no cluster path for rows of {N} columns at top_k {top_k} on "
+                             f"{target.arch} (an sm_90a build whose blocks hold {cluster_smem(N, top_k)} bytes "
+                             f"of a row's part and its sort)")
+    if cluster:
+        return TopkPlan(False, CLUSTER * max(1, min(rows, max_blocks // CLUSTER)), cluster=True)
     if resident:
         if others:
             raise ValueError(f"resident=True: the resident path takes none of {sorted(others)}")

@@ -99,6 +99,48 @@ HX_INLINE __device__ void hx_static_for_from(F& f) {
 template <int N, class F>
 HX_INLINE __device__ void hx_static_for(F&& f) { hx_static_for_from<0, N>(f); }
 
+// ---------------------------------------------------------------- clusters
+// A kernel declared with a cluster shape runs its blocks in clusters of that many, co-scheduled on one GPC; each
+// block reads the others' shared memory (distributed shared memory) by a shared::cluster address. A block must not
+// exit while another may still read its shared memory: it meets the cluster (hx_cluster_sync) after its last read.
+
+// This block's rank in its cluster, its cluster's index in the grid, and the grid's count of clusters (x only).
+HX_INLINE __device__ hx_u32 hx_cluster_rank() {
+  hx_u32 r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+HX_INLINE __device__ hx_u32 hx_cluster_id_x() {
+  hx_u32 r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+HX_INLINE __device__ hx_u32 hx_clusters_x() {
+  hx_u32 r;
+  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster meets (so the block's own threads too): what each wrote to shared
+// memory before it (release) is visible to every reader in the cluster after it (acquire).
+HX_INLINE __device__ void hx_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The shared::cluster address of the word at shared address `addr` (hx_smem_u32) in the block of rank `rank`: the
+// same offset in that block's shared memory, so offsets added to it stay within the block.
+HX_INLINE __device__ hx_u32 hx_cluster_map(hx_u32 addr, hx_u32 rank) {
+  hx_u32 r;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+HX_INLINE __device__ hx_u32 hx_cluster_load_u32(hx_u32 addr) {
+  hx_u32 v;
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+HX_INLINE __device__ void hx_cluster_store_u64(hx_u32 addr, hx_u64 v) {
+  asm volatile("st.shared::cluster.u64 [%0], %1;" :: "r"(addr), "l"(v) : "memory");
+}
+
 // ---------------------------------------------------------------- mbarriers
 // An mbarrier (8 bytes of shared memory) completes a phase when its pending arrivals reach zero and its
 // expected transaction bytes have all landed; it then re-arms with the count it was initialised with. Phase k

@@ -27,25 +27,29 @@ FORCED: dict = {}  # the tunables every call of a case passes: the path under te
 PATHS = {"single": {"split": False}, "split": {"split": True, "part_columns": 512}, "rowwise": {"rowwise": True},
          "rowwise_floor": {"rowwise": True, "held": False}, "resident": {"resident": True},
          "resident_narrow": {"resident": True, "narrow": True}}
+SM90A_PATHS = {"cluster": {"cluster": True}}  # sm_90a paths, not emulated (tests/test_topk_cluster.py)
 
 
 def topk(*args, **kw):
-    """hipindexer.topk_logits on the path under test. Rows the resident path cannot hold raise, naming it, and are
-    then selected on the op's own path."""
+    """hipindexer.topk_logits on the path under test. Rows the resident or the cluster path cannot hold raise,
+    naming it, and are then selected on the op's own path."""
     logits, top_k = (list(args) + [kw.get("logits"), kw.get("top_k")][len(args):])[:2]
-    if FORCED.get("resident") and not _resident_fits(logits, top_k, kw.get("device")):
-        with pytest.raises(ValueError, match="^resident=True: rows of"):
-            hipindexer.topk_logits(*args, **FORCED, **kw)
-        return hipindexer.topk_logits(*args, **kw)
+    for path, fits, error in (("resident", "resident_fits", "^resident=True: rows of"),
+                              ("cluster", "cluster_fits", "^cluster=True: no cluster path")):
+        if FORCED.get(path) and not _fits(fits, logits, top_k, kw.get("device")):
+            with pytest.raises(ValueError, match=error):
+                hipindexer.topk_logits(*args, **FORCED, **kw)
+            return hipindexer.topk_logits(*args, **kw)
     return hipindexer.topk_logits(*args, **FORCED, **kw)
 
 
-def _resident_fits(logits, top_k, dev) -> bool:
+def _fits(name, logits, top_k, dev) -> bool:
+    """plan.topk's `name` (resident_fits, cluster_fits) for the call's rows."""
     from hipindexer.ops.launch import target_of
-    from hipindexer.plan.topk import resident_fits
+    from hipindexer.plan import topk as plan
     if type(top_k) is not int or not 1 <= top_k <= 4096 or getattr(logits, "ndim", 0) != 2:
         return True  # an argument the op rejects first
-    return resident_fits(logits.shape[-1], top_k, target_of(dev))
+    return getattr(plan, name)(logits.shape[-1], top_k, target_of(dev))
 
 
 def _poisoned(dev, rows, top_k, pad=0):
@@ -538,9 +542,9 @@ def dev():
 
 
 def run_case(dev, name, path):
-    """CASES[name] with every call on `path`."""
+    """CASES[name] with every call on `path` (of PATHS or SM90A_PATHS)."""
     FORCED.clear()
-    FORCED.update(PATHS[path])
+    FORCED.update({**PATHS, **SM90A_PATHS}[path])
     try:
         CASES[name](dev)
     finally:

@@ -6,7 +6,7 @@
 Per shape (rows x N float32, half of each row -inf at random, top_k 2048): device microseconds per call of
 the op's own choice, of each path forced (--paths: the single-block kernel, the split path, the row-wise path,
 that path with no row held in the block: rowwise_floor, and the resident path, on the planner's build of its block
-or on the 1,024- or 512-thread one: resident_wide, resident_narrow), and
+or on the 1,024- or 512-thread one: resident_wide, resident_narrow; the cluster path, sm_90a), and
 of torch.topk (sorted as asked; when torch with CUDA is importable), by the method of hipindexer.bench.timing
 (events around back-to-back calls, median of repeats, input sets rotated past 3x the L2). The goal is
 3 x rows x N x 4 bytes at the read ceiling measured in the same run (our streaming read kernel, 4.4 TB/s on
@@ -28,7 +28,8 @@ from hipindexer.runtime import Device, DeviceArray
 SHAPES = ((64, 131072), (128, 131072), (128, 32768), (512, 131072))
 PATHS = {"op": {}, "single": {"split": False}, "split": {"split": True}, "rowwise": {"rowwise": True},
          "rowwise_floor": {"rowwise": True, "held": False}, "resident": {"resident": True},
-         "resident_wide": {"resident": True, "narrow": False}, "resident_narrow": {"resident": True, "narrow": True}}
+         "resident_wide": {"resident": True, "narrow": False}, "resident_narrow": {"resident": True, "narrow": True},
+         "cluster": {"cluster": True}}
 EMULATOR_SHAPES = ((2, 20000),)
 TOP_K = 2048
 

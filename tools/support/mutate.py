@@ -337,26 +337,27 @@ PLANTS = {
               "const hx_f32x4 q = spill[spill_at(t, j)];", "const hx_f32x4 q = spill[spill_at(t, (j + 1) % HX_SPLIT_VEC)];"),
         Plant("rowwise_held_floor_key_left_out", "generic/topk_rowwise.hip", "    if (v >= least) {",
               "    if (v > least) {"),
-        # The resident path (generic/topk_resident.hip): a misaligned row's last column read as none, a radix pass
-        # counting keys outside the digits found so far, a wave's later runs placed as if its first had one key
-        # fewer, keys equal to the cut never taken.
-        Plant("resident_tail_column_dropped", "generic/topk_resident.hip",
+        # The resident path's steps (common/topk_resident.h, which the cluster path shares): a misaligned row's
+        # last column read as none, a radix pass counting keys outside the digits found so far, a wave's later runs
+        # placed as if its first had one key fewer, keys equal to the cut never taken.
+        Plant("resident_tail_column_dropped", "common/topk_resident.h",
               "e[c] = col >= 0 && col < n ? x[col] : nan;", "e[c] = col >= 0 && col < n - 1 ? x[col] : nan;"),
-        Plant("resident_pass_blind_to_the_digits_found", "generic/topk_resident.hip",
+        Plant("resident_pass_blind_to_the_digits_found", "common/topk_resident.h",
               "if ((ks[c] & fixed) == want_bits && ks[c] >= lo)", "if (ks[c] >= lo)"),
-        Plant("resident_wave_run_base_a_lane_short", "generic/topk_resident.hip",
-              "base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 1);", "base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 2);"),
-        Plant("resident_keys_equal_to_the_cut_left_out", "generic/topk_resident.hip",
+        Plant("resident_wave_run_base_a_lane_short", "common/topk_resident.h",
+              "r.base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 1);",
+              "r.base += hx_wave_shfl_u32(incl, HX_WAVE_SIZE - 2);"),
+        Plant("resident_keys_equal_to_the_cut_left_out", "common/topk_resident.h",
               "eq = ks[j] == T && ks[j] != 0u;", "eq = ks[j] == T && ks[j] == 0u;"),
-        Plant("resident_next_counts_left_uncleared", "generic/topk_resident.hip",
+        Plant("resident_next_counts_left_uncleared", "common/topk_resident.h",
               "for (hx_u32 b = tid; b < RESIDENT_BINS; b += HX_BLOCK) hist[(buf ^ 1u) * RESIDENT_BINS + b] = 0u;",
               "for (hx_u32 b = tid; b < 0u; b += HX_BLOCK) hist[(buf ^ 1u) * RESIDENT_BINS + b] = 0u;"),
-        Plant("resident_bin_search_blind_to_the_chunks_above", "generic/topk_resident.hip",
+        Plant("resident_bin_search_blind_to_the_chunks_above", "common/topk_resident.h",
               "above = hx_wave_shfl_u32(upto - s, c);", "above = hx_wave_shfl_u32(upto - s, c) * 0u;"),
         Plant("sort_register_steps_stop_a_stride_short", "common/topk_select.h",
               "for (hx_u32 stride = span == span_lo ? first : span / 2; stride > 0; stride /= 2) {",
               "for (hx_u32 stride = span == span_lo ? first : span / 2; stride > 1; stride /= 2) {"),
-        Plant("resident_chunk_sums_miss_the_lower_bins", "generic/topk_resident.hip",
+        Plant("resident_chunk_sums_miss_the_lower_bins", "common/topk_resident.h",
               "hx_wave_inclusive_sum(pair_hi(b0) + pair_lo(b0))", "hx_wave_inclusive_sum(pair_hi(b0))"),
     ],
     # The composed decode top-k's own step (generic/paged_topk_step.hip, the merge of common/topk_chunks.h): the
@@ -557,6 +558,17 @@ SM90A_SHARED = [
     Plant("dropped_kv_scale_sm90a", "sm90a/prefill_cta.h", "inside ? z * scale : ninf", "inside ? z : ninf"),
 ]
 PLANTS["sm90a"] += SM90A_SHARED
+# The cluster path of topk_logits (sm90a/topk_cluster.hip; its suite tests/test_topk_cluster.py, on an sm_90a
+# GPU): a bin's count summed without the last block's, a block's selection placed after its own counts as well as
+# those of the blocks before it, a block's part of the row a float4 short.
+PLANTS["topk_cluster"] = [
+    Plant("cluster_counts_leave_out_the_last_block", "sm90a/topk_cluster.hip",
+          "for (hx_u32 r = 0; r < HX_CLUSTER; ++r) c +=", "for (hx_u32 r = 0; r < HX_CLUSTER - 1; ++r) c +="),
+    Plant("cluster_places_after_its_own_counts", "sm90a/topk_cluster.hip",
+          "const hx_u32 theirs = lane < rank ? peers(3) : 0u;", "const hx_u32 theirs = lane <= rank ? peers(3) : 0u;"),
+    Plant("cluster_part_a_slot_short", "sm90a/topk_cluster.hip", "ve = vb + per < m4 ? vb + per : m4",
+          "ve = vb + per - 1 < m4 ? vb + per - 1 : m4"),
+]
 PLANTS["sm90a_fold"] += SM90A_SHARED
 # The sm_90a tensor-core decode kernel (paged_mqa_logits_wgmma_tma, keys by the tensor copy engine): the decode
 # set's plants at their place in the kernel (the index math of decode_work.h as is), a swapped next_n row in the
@@ -651,7 +663,7 @@ SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_t
              "paged_topk_fused_mfma": "tests/emu/paged_topk_fused_cases.py",
              "prefill_topk": "tests/emu/prefill_topk_cases.py",
              "prefill_topk_sm90a": "tests/emu/prefill_topk_cases.py",
-             "launch_overlap": "tests/test_launch_overlap.py"}
+             "launch_overlap": "tests/test_launch_overlap.py", "topk_cluster": "tests/test_topk_cluster.py"}
 
 # The test of a SET_TESTS file that catches each plant, run before the rest of the file (run_tests): a planted
 # run stops at its first failure anyway, so naming it saves the cases before it. A plant its first case misses
@@ -686,6 +698,11 @@ FIRST_CASES = {
         "resident_bin_search_blind_to_the_chunks_above": "test_topk_case[wide_rows_top512_unsorted-resident]",
         "resident_chunk_sums_miss_the_lower_bins": "test_topk_case[wide_rows_top512_unsorted-resident]",
         "sort_register_steps_stop_a_stride_short": "test_topk_case[wide_rows_top512_sorted-single]",
+    },
+    "topk_cluster": {
+        "cluster_counts_leave_out_the_last_block": "test_cluster_rows_on_the_gpu[unsorted-16-32768]",
+        "cluster_places_after_its_own_counts": "test_cluster_rows_on_the_gpu[unsorted-16-32768]",
+        "cluster_part_a_slot_short": "test_cluster_rows_on_the_gpu[unsorted-16-32768]",
     },
     "paged_topk": {
         "staged_selection_unmapped": "test_paged_topk_case[wide_rows_top7_bs16_seqlens]",
