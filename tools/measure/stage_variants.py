@@ -514,19 +514,24 @@ FINISH_VARIANTS = {"shipped": [], "no_cut": [_FINISH_CUT], "no_order": [_FINISH_
                    "one_list": [_FINISH_ONE_LIST], "apart_2": [_FINISH_APART_2], "bits_11": [_FINISH_BITS_11],
                    "one_list_bits_11": [_FINISH_ONE_LIST, _FINISH_BITS_11]}
 
-RESIDENT = "generic/topk_resident.hip"
+RESIDENT, RESIDENT_STEPS = "generic/topk_resident.hip", "common/topk_resident.h"
 # topk_logits' resident kernel (tools/measure/topk_bench.py --paths resident, field resident_graph_us): its steps
-# left out one at a time; the outputs are wrong, only the times mean anything.
+# left out one at a time (the steps' header is the cluster path's too: a build of these also changes that kernel);
+# the outputs are wrong, only the times mean anything.
 RESIDENT_VARIANTS = {
     "shipped": [],
-    "no_pass_atomics": [Plant("no_pass_atomics", RESIDENT, "hx_atomic_add_u32(&h[(ks[c] >> shift) & (bins - 1u)], 1u);",
+    "no_pass_atomics": [Plant("no_pass_atomics", RESIDENT_STEPS,
+                              "hx_atomic_add_u32(&h[(ks[c] >> shift) & (bins - 1u)], 1u);",
                               "h[(ks[c] >> shift) & (bins - 1u)] = 1u;")],
-    "one_pass": [Plant("one_pass", RESIDENT, "if (whole) break;  // uniform", "if (whole || true) break;  // uniform")],
-    "no_passes": [Plant("no_passes", RESIDENT, "    if (V > top_k) {           // uniform",
-                        "    if (V > top_k && V == 12345u) {           // uniform")],
-    "no_writes": [Plant("no_writes", RESIDENT, "if (gt || (eq && e < need)) put(", "if ((gt || (eq && e < need)) && slot == ~0u) put(")],
-    "no_compaction": [Plant("no_compaction", RESIDENT, "for (hx_u32 v0 = first; v0 < last; v0 += HX_WAVE_SIZE) {",
-                            "for (hx_u32 v0 = first; v0 < first; v0 += HX_WAVE_SIZE) {")],
+    "one_pass": [Plant("one_pass", RESIDENT_STEPS, "if (whole) break;  // uniform",
+                       "if (whole || true) break;  // uniform")],
+    "no_passes": [Plant("no_passes", RESIDENT, "    if (V > top_k)             // uniform",
+                        "    if (V > top_k && V == 12345u)  // uniform")],
+    "no_writes": [Plant("no_writes", RESIDENT_STEPS, "if (gt || (eq && e < need)) put(",
+                        "if ((gt || (eq && e < need)) && slot == ~0u) put(")],
+    "no_compaction": [Plant("no_compaction", RESIDENT_STEPS,
+                            "for (hx_u32 v0 = r.first; v0 < r.last; v0 += HX_WAVE_SIZE) {",
+                            "for (hx_u32 v0 = r.first; v0 < r.first; v0 += HX_WAVE_SIZE) {")],
 }
 
 VARIANTS = {
