@@ -182,6 +182,15 @@ def default_cap(top_k: int) -> int:
     return max(CAP, 4 * _pow2(top_k))
 
 
+def _check_forced(path: str, asked: dict, fits: bool, why: str) -> None:
+    """A path forced by its tunable (path=True): ValueError where other tunables were asked for too, or where the rows
+    do not fit it (why)."""
+    if asked:
+        raise ValueError(f"{path}=True: the {path} path takes none of {sorted(asked)}")
+    if not fits:
+        raise ValueError(f"{path}=True: {why}")
+
+
 @dataclass(frozen=True)
 class TopkPlan:
     """split=False: the single-block kernel on grid_rows blocks, or with rowwise=True the row-wise kernel (floors at
@@ -253,23 +262,16 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
     others = dict(split_tunables, rowwise=rowwise, held=held)
     others = {k: v for k, v in others.items() if v is not None}
     if cluster:
-        asked = dict(others, resident=resident, narrow=narrow)
-        asked = sorted(k for k, v in asked.items() if v is not None)
-        if asked:
-            raise ValueError(f"cluster=True: the cluster path takes none of {asked}")
-        if not cluster_fits(N, top_k, target):
-            raise ValueError(f"cluster=True: no cluster path for rows of {N} columns at top_k {top_k} on "
-                             f"{target.arch} (an sm_90a build whose blocks hold {cluster_smem(N, top_k)} bytes "
-                             f"of a row's part and its sort)")
-    if cluster:
+        asked = {k: v for k, v in dict(others, resident=resident, narrow=narrow).items() if v is not None}
+        _check_forced("cluster", asked, cluster_fits(N, top_k, target),
+                      f"no cluster path for rows of {N} columns at top_k {top_k} on {target.arch} (an sm_90a build "
+                      f"whose blocks hold {cluster_smem(N, top_k)} bytes of a row's part and its sort)")
         return TopkPlan(False, CLUSTER * max(1, min(rows, max_blocks // CLUSTER)), cluster=True)
     if resident:
-        if others:
-            raise ValueError(f"resident=True: the resident path takes none of {sorted(others)}")
-        if not resident_fits(N, top_k, target):
-            raise ValueError(f"resident=True: rows of {N} columns at top_k {top_k} need {resident_smem(N, top_k)} "
-                             f"bytes of shared memory, past the {KERNEL['topk_resident'].smem_for(target.arch)} "
-                             f"a resident block has on {target.arch}")
+        _check_forced("resident", others, resident_fits(N, top_k, target),
+                      f"rows of {N} columns at top_k {top_k} need {resident_smem(N, top_k)} bytes of shared memory, "
+                      f"past the {KERNEL['topk_resident'].smem_for(target.arch)} a resident block has on "
+                      f"{target.arch}")
     elif resident is None and not others and resident_fits(N, top_k, target):
         wide = narrow is False or not resident_narrow(rows, N, top_k, target)
         resident = resident_us(rows, N, target.num_cus, not wide) < _others_us(rows, N, target.num_cus)
