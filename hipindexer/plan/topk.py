@@ -16,7 +16,7 @@ Four paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 - cluster (sm_90a): a cluster of CLUSTER blocks a row, one launch (hsaco_src/sm90a/topk_cluster.hip): the row's
   keys cut among the cluster's blocks, each holding its part in shared memory, the radix passes' counts summed across
   the blocks through distributed shared memory; no workspace. For rows whose parts fit a block (cluster_fits); taken
-  only when asked for (cluster=True) until its times are fitted.
+  only when asked for (cluster=True).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -197,7 +197,8 @@ class TopkPlan:
     rank r of a step-th of each row). split=True: kernels 1 and 3 on grid_rows blocks,
     kernel 2 on grid_parts blocks over rows x parts items of part_len columns, over a workspace of workspace_bytes
     (row_bytes per row of a group of group_rows rows, cap kept entries at cand_off); floors at rank r of a step-th of
-    each row. The launches cover groups of group_rows rows in turn, the last holding what is left."""
+    each row. The launches cover groups of group_rows rows in turn, the last holding what is left. cluster=True: the
+    cluster kernel on grid_rows blocks, CLUSTER a row."""
     split: bool
     grid_rows: int
     parts: int = 0
@@ -235,7 +236,8 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
               max_blocks: int = MAX_BLOCKS) -> TopkPlan:
     """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): resident (bool: force
     the resident path, ValueError where rows do not fit a block, or keep it out; any other tunable keeps it out),
-    cluster (bool: the same for the cluster path, which any other tunable also keeps out),
+    cluster (bool: True forces the cluster path, ValueError with any other tunable or where rows do not fit it;
+    never taken otherwise),
     narrow (bool: the resident path's 512-thread build or its 1,024-thread one; resident_narrow(...) unless told),
     rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
