@@ -411,6 +411,18 @@ HX_INLINE HX_DEV void hx_topk_sort_desc(hx_u64* entries, hx_u32 count) {
   }
 }
 
+// A selection's entries[0, selected), written by the whole block before its last meeting, sorted descending and
+// written in that order: each entry's index to out_idx, and (unless out_val is 0) the logit x[index] to out_val.
+HX_INLINE HX_DEV void hx_topk_write_sorted(hx_u64* entries, hx_u32 selected, hx_i32* out_idx, float* out_val,
+                                           const float* x) {
+  hx_topk_sort_desc(entries, selected);
+  for (hx_u32 s = hx_thread_x(); s < selected; s += HX_BLOCK) {
+    const hx_i32 i = hx_topk_entry_index(entries[s]);
+    out_idx[s] = i;
+    if (out_val) out_val[s] = x[i];
+  }
+}
+
 // The top_k of x[0, n) (minus_inf_selectable: -inf is a value, not a gap), by the
 // whole block, into out_idx (and out_val unless 0): index order, or descending
 // value when sorted; -1 (-inf) past the selection. The shared arrays are free
@@ -488,14 +500,7 @@ HX_INLINE HX_DEV void hx_topk_select(const float* x, hx_i32 n, bool by_lengths, 
 
   // 3. sorted: descending entries, over the selection rounded up to a power of two
   hx_barrier();  // every entry is written
-  if (sorted) hx_topk_sort_desc(entries, selected);
-  if (sorted) {
-    for (hx_u32 s = tid; s < selected; s += HX_BLOCK) {
-      const hx_i32 i = hx_topk_entry_index(entries[s]);
-      out_idx[s] = i;
-      if (out_val) out_val[s] = x[i];
-    }
-  }
+  if (sorted) hx_topk_write_sorted(entries, selected, out_idx, out_val, x);
 
   // 4. padding
   hx_topk_pad(out_idx, out_val, selected, top_k);

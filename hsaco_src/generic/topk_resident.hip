@@ -77,12 +77,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_resident(const HX_GRID_CONSTAN
     // 4. sorted: descending entries; then padding
     if (sorted) {
       hx_barrier();  // every entry is written
-      hx_topk_sort_desc(sel, selected);
-      for (hx_u32 s = tid; s < selected; s += HX_BLOCK) {
-        const hx_i32 i = hx_topk_entry_index(sel[s]);
-        out_idx[s] = i;
-        if (out_val) out_val[s] = x[i];
-      }
+      hx_topk_write_sorted(sel, selected, out_idx, out_val, x);
     }
     hx_topk_pad(out_idx, out_val, selected, top_k);
     hx_barrier();  // the keys and the entries are the next row's

@@ -12,7 +12,7 @@
 // 3. each block's counts (keys > T, keys == T) to peer; a meeting; a block places its selection
 //    (hx_resident_place) after those of the blocks before it, which hold the row's lower columns;
 // 4. sorted: each block writes its entries into the shared memory of the cluster's first block instead, which
-//    sorts them after a meeting (hx_topk_sort_desc) and writes the row; the first block pads the row.
+//    sorts them after a meeting and writes the row (hx_topk_write_sorted); the first block pads the row.
 // Buffers read by other blocks are rewritten only after a meeting that every reader reaches after its reads: a
 // pass's histogram two passes later, peer's words a step later, and the sort's entries a row later.
 // The block's dynamic shared memory: cluster_slots(N) float4s of keys, then (sorted, used in the first block)
@@ -120,14 +120,7 @@ void hx_topk_cluster(const HX_GRID_CONSTANT TopkParams p) {
     // 4. sorted: the first block sorts every block's entries; the first block pads
     if (sorted) hx_cluster_sync();  // uniform over the cluster: every entry is written
     if (rank == 0) {
-      if (sorted) {
-        hx_topk_sort_desc(sel, selected);
-        for (hx_u32 s = tid; s < selected; s += HX_BLOCK) {
-          const hx_i32 i = hx_topk_entry_index(sel[s]);
-          out_idx[s] = i;
-          if (out_val) out_val[s] = x[i];
-        }
-      }
+      if (sorted) hx_topk_write_sorted(sel, selected, out_idx, out_val, x);
       hx_topk_pad(out_idx, out_val, selected, top_k);
     }
     hx_barrier();  // the keys and the entries are the next row's
