@@ -193,3 +193,12 @@ def test_an_array_allocated_on_a_foreign_stream_keeps_that_stream_alive(hopper):
     gc.collect()
     assert alive() is None, "the foreign stream's object is kept past its last array"
     assert Stream(dev, external=int(dev.default_stream))._foreign is None  # a bare handle holds nothing
+
+
+def test_a_prepared_launch_key_tells_a_flag_from_the_int_equal_to_it():
+    """1 == True and hash(1) == hash(True): the key holds the options' types, so a call passing 1 for a flag (or
+    a tunable) misses the launch a call with True prepared and meets the full path's type check."""
+    from hipindexer.ops.launch import resident_key
+    assert resident_key((), True, ("held", True)) != resident_key((), 1, ("held", True))
+    assert resident_key((), True, ("held", True)) != resident_key((), True, ("held", 1))
+    assert resident_key((), True, ("held", True)) == resident_key((), True, ("held", True))

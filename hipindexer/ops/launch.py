@@ -183,9 +183,12 @@ def _absent(a):
 
 def resident_key(arrays, *options):
     """The prepared-launch key of a call whose arrays are all DeviceArrays (None for an absent optional
-    one), else None: host and foreign arrays take the full path every call."""
+    one), else None: host and foreign arrays take the full path every call. Options are keyed with their types
+    (a tuple, such as a tunable's (name, value), with its items'): 1 == True, and a call passing 1 for a flag must
+    reach the full path's type check, not the launch a call with True prepared."""
     try:
-        return (*[a.layout if type(a) is DeviceArray else _absent(a) for a in arrays], *options)
+        return (*[a.layout if type(a) is DeviceArray else _absent(a) for a in arrays], *options,
+                *[tuple(map(type, o)) if type(o) is tuple else type(o) for o in options])
     except _NotResident:
         return None
 

@@ -106,9 +106,7 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     ([[2, 0], [0, -1]], [[2.0, 0.5], [1.0, -inf]])
     """
     arrays = (logits, lengths, out, values, workspace)
-    # the flags' types too: 1 == True, and a call with 1 must reach the full path's check
-    key = resident_key(arrays, top_k, sorted, type(sorted), return_values, type(return_values), device,
-                       *((k, v, type(v)) for k, v in tunables.items()))
+    key = resident_key(arrays, top_k, sorted, return_values, device, *tunables.items())
     hit = prepared(key)
     if hit is None:
         return _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables, key)
