@@ -187,8 +187,10 @@ def resident_key(arrays, *options):
     (a tuple, such as a tunable's (name, value), with its items'): 1 == True, and a call passing 1 for a flag must
     reach the full path's type check, not the launch a call with True prepared."""
     try:
-        return (*[a.layout if type(a) is DeviceArray else _absent(a) for a in arrays], *options,
-                *[tuple(map(type, o)) if type(o) is tuple else type(o) for o in options])
+        kinds = tuple(map(type, options))
+        if tuple in kinds:
+            kinds = tuple(tuple(map(type, o)) if type(o) is tuple else type(o) for o in options)
+        return (*[a.layout if type(a) is DeviceArray else _absent(a) for a in arrays], *options, kinds)
     except _NotResident:
         return None
 
