@@ -427,7 +427,7 @@ KERNELS.append(Kernel("topk_resident_narrow", "generic/topk_resident.hip", "hx_t
 # The cluster path of topk_logits (sm_90a): a row's keys cut among a cluster of 8 blocks, held in their shared memory
 # (hsaco_src/sm90a/topk_cluster.hip); its launch takes what a block's part needs (hipindexer.plan.topk.cluster_smem).
 KERNELS.append(Kernel("topk_cluster", "sm90a/topk_cluster.hip", "hx_topk_cluster", "TopkParams", block=512,
-                      targets=("sm_90a",), smem=223232, defines=(("HX_CLUSTER", 8),)))
+                      targets=("sm_90a",), smem=219136, defines=(("HX_CLUSTER", 8),)))
 # The composed top-k ops' step kernels (hsaco_src/generic/paged_topk_step.hip, topk_chunk_step.hip).
 # Two block sizes of the step: 256 threads while a group has rows enough to fill the device several blocks an SM
 # deep, 512 (shorter passes per row) for fewer rows (STEP_WIDE_ROWS in hipindexer.ops.prefill_topk and

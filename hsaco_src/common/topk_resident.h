@@ -1,9 +1,9 @@
 // The steps of a selection over keys resident in shared memory (hx_topk_key order keys, a float4 of them a slot),
 // shared by the resident path's block (generic/topk_resident.hip: a row in one block) and the cluster path's
 // (sm90a/topk_cluster.hip: a row's slots cut among the blocks of a cluster). A group here is the whole block
-// (HX_BLOCK threads); `meet` is the meeting after which every holder's counts of a pass are whole (the block's
-// barrier, or the cluster's), `count(buf, t)` the whole count of bin t of pass buffer buf (the block's own, or the
-// sum of every holder's).
+// (HX_BLOCK threads); `meet(buf)` is the meeting after which the counts of a pass (in buffer buf) are whole where
+// `count` reads them (the block's barrier; or the cluster's, then the blocks' sums of every block's counts, then the
+// cluster's again), `count(buf, t)` the whole count of bin t of the pass in buffer buf.
 #pragma once
 #include "topk_select.h"
 
@@ -116,7 +116,7 @@ HX_INLINE HX_DEV void hx_resident_cut(hx_u32 tid, const hx_u32x4* keys4, hx_u32 
       for (int c = 0; c < 4; ++c)  // key 0 never matches: T >= lo > 0 above the bits left
         if ((ks[c] & fixed) == want_bits && ks[c] >= lo) hx_atomic_add_u32(&h[(ks[c] >> shift) & (bins - 1u)], 1u);
     }
-    meet();  // the pass's counts are whole; the other buffer's readers are done
+    meet(buf);  // the pass's counts are whole; the other buffer's readers are done
     for (hx_u32 b = tid; b < RESIDENT_BINS; b += HX_BLOCK) hist[(buf ^ 1u) * RESIDENT_BINS + b] = 0u;
     // W chunks of `per` bins from the top: chunk c is bins (top - (c + 1) per, top - c per], lane l of a wave
     // reading the chunk's bins `2 l` and `2 l + 1` below its top (per <= 2 x the wave: bins <= RESIDENT_BINS)

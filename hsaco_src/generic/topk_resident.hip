@@ -53,7 +53,7 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_topk_resident(const HX_GRID_CONSTAN
     hx_u32* scan = sums;       // the compaction's: the chunk sums the last pass does not read
     if (V > top_k)             // uniform
       hx_resident_cut(
-          tid, keys4, m4, lo, hi, top_k, hist, sums, [] { hx_barrier(); },
+          tid, keys4, m4, lo, hi, top_k, hist, sums, [](hx_u32) { hx_barrier(); },
           [&](hx_u32 buf, hx_u32 t) { return hist[buf * RESIDENT_BINS + t]; }, T, need, scan);
     const hx_u32 selected = V < top_k ? V : top_k;
 

@@ -137,6 +137,16 @@ HX_INLINE __device__ hx_u32 hx_cluster_load_u32(hx_u32 addr) {
   asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+HX_INLINE __device__ hx_u32x4 hx_cluster_load_u32x4(hx_u32 addr) {
+  hx_u32x4 v;
+  asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr) : "memory");
+  return v;
+}
+HX_INLINE __device__ void hx_cluster_store_u32x4(hx_u32 addr, const hx_u32x4& v) {
+  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" :: "r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
 HX_INLINE __device__ void hx_cluster_store_u64(hx_u32 addr, hx_u64 v) {
   asm volatile("st.shared::cluster.u64 [%0], %1;" :: "r"(addr), "l"(v) : "memory");
 }

@@ -7,14 +7,15 @@
 //    keys, least and greatest key to a word of its shared memory (peer); a meeting; every block reads the others'
 //    and reduces them to the row's;
 // 2. T and need by the radix passes (hx_resident_cut) over the keys each block holds, a pass's counts in each
-//    block's own histogram and the cluster's meeting the pass's: each bin's whole count is the sum of the blocks'
-//    (every block reads every block's; all find the same T and need);
+//    block's own histogram; at a pass's meeting the blocks sum the bins over every block's histogram, an eighth of
+//    them each, and write the sums into every block, so that all find the same T and need from their own copy;
 // 3. each block's counts (keys > T, keys == T) to peer; a meeting; a block places its selection
 //    (hx_resident_place) after those of the blocks before it, which hold the row's lower columns;
 // 4. sorted: each block writes its entries into the shared memory of the cluster's first block instead, which
 //    sorts them after a meeting and writes the row (hx_topk_write_sorted); the first block pads the row.
-// Buffers read by other blocks are rewritten only after a meeting that every reader reaches after its reads: a
-// pass's histogram two passes later, peer's words a step later, and the sort's entries a row later.
+// Buffers read or written by other blocks are rewritten only after a meeting that every reader reaches after its
+// reads: a pass's histogram two passes later, total4 a pass later, peer's words a step later, and the sort's entries
+// a row later.
 // The block's dynamic shared memory: cluster_slots(N) float4s of keys, then (sorted, used in the first block)
 // 8 pow2(min(top_k, N)) bytes of entries (hipindexer.plan.topk.cluster_smem). A block's keys are fewer than
 // 65,536, for hx_resident_place's counts (hipindexer.plan.topk.cluster_fits).
@@ -28,7 +29,8 @@ HX_KERNEL __cluster_dims__(HX_CLUSTER, 1, 1) HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 2)
 void hx_topk_cluster(const HX_GRID_CONSTANT TopkParams p) {
   hx_grid_dependency_wait();
   constexpr hx_u32 W = HX_BLOCK / HX_WAVE_SIZE;
-  HX_SHARED(hx_u32, hist, 2 * RESIDENT_BINS);  // two passes' counts: one is cleared while the others read this one
+  HX_SHARED(hx_u32x4, hist4, 2 * RESIDENT_BINS / 4);  // two passes' counts: one cleared while the other is read
+  HX_SHARED(hx_u32x4, total4, RESIDENT_BINS / 4);     // the pass's whole counts, the sum of every block's
   HX_SHARED(hx_u32, sums, 2 * W);               // the passes' chunk sums, likewise; then the compaction's scan
   HX_SHARED(hx_u32, ext, 3 * W);                // the waves' least and greatest key and count
   HX_SHARED(hx_u32, peer, 4);                   // the block's: least, greatest, count; then its placement counts
@@ -38,7 +40,8 @@ void hx_topk_cluster(const HX_GRID_CONSTANT TopkParams p) {
   const hx_u32 tid = hx_thread_x(), lane = tid % HX_WAVE_SIZE, wave = tid / HX_WAVE_SIZE;
   const hx_u32 rank = hx_cluster_rank(), top_k = (hx_u32)p.top_k;
   const bool by_lengths = p.lengths != 0, sorted = p.sorted != 0;
-  const hx_u32 hist_at = hx_smem_u32(hist), peer_at = hx_smem_u32(peer);
+  hx_u32* const hist = (hx_u32*)hist4;
+  const hx_u32 hist_at = hx_smem_u32(hist4), total_at = hx_smem_u32(total4), peer_at = hx_smem_u32(peer);
   // lane l < HX_CLUSTER's word w of block l's peer (0 for other lanes)
   const auto peers = [&](hx_u32 w) { return lane < HX_CLUSTER ? hx_cluster_load_u32(hx_cluster_map(peer_at + 4u * w, lane)) : 0u; };
   for (hx_i64 row = hx_cluster_id_x(); row < p.rows; row += hx_clusters_x()) {
@@ -79,17 +82,28 @@ void hx_topk_cluster(const HX_GRID_CONSTANT TopkParams p) {
     // 2. T and need over the cluster's counts
     hx_u32 T = 0u, need = 0u;  // V <= top_k: every selectable key (all > 0)
     hx_u32* scan = sums;
+    // A pass's meeting: the blocks' counts are whole; block r sums the bins' float4 groups r, r + HX_CLUSTER, ...
+    // over every block's counts and writes each sum into every block's total4 (16-byte reads and writes: the
+    // cluster's shared memory is slow to small ones); then every total4 is whole.
+    const auto gather = [&](hx_u32 buf) {
+      hx_cluster_sync();
+      for (hx_u32 i = rank + HX_CLUSTER * tid; i < RESIDENT_BINS / 4; i += HX_CLUSTER * HX_BLOCK) {
+        const hx_u32 at = hist_at + 16u * (buf * (RESIDENT_BINS / 4) + i);
+        hx_u32x4 s = {0u, 0u, 0u, 0u};
+        HX_UNROLL
+        for (hx_u32 r = 0; r < HX_CLUSTER; ++r) {
+          const hx_u32x4 c = hx_cluster_load_u32x4(hx_cluster_map(at, r));
+          s = {s.x + c.x, s.y + c.y, s.z + c.z, s.w + c.w};
+        }
+        HX_UNROLL
+        for (hx_u32 r = 0; r < HX_CLUSTER; ++r) hx_cluster_store_u32x4(hx_cluster_map(total_at + 16u * i, r), s);
+      }
+      hx_cluster_sync();
+    };
     if (V > top_k)  // uniform over the cluster
       hx_resident_cut(
-          tid, keys4, m, lo, hi, top_k, hist, sums, [] { hx_cluster_sync(); },
-          [&](hx_u32 buf, hx_u32 t) {
-            const hx_u32 at = hist_at + 4u * (buf * RESIDENT_BINS + t);
-            hx_u32 c = 0;
-            HX_UNROLL
-            for (hx_u32 r = 0; r < HX_CLUSTER; ++r) c += hx_cluster_load_u32(hx_cluster_map(at, r));
-            return c;
-          },
-          T, need, scan);
+          tid, keys4, m, lo, hi, top_k, hist, sums, gather,
+          [&](hx_u32, hx_u32 t) { return ((const hx_u32*)total4)[t]; }, T, need, scan);
     const hx_u32 selected = V < top_k ? V : top_k;
 
     // 3. this block's counts; the blocks' before it; the placement

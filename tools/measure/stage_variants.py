@@ -534,6 +534,23 @@ RESIDENT_VARIANTS = {
                             "for (hx_u32 v0 = r.first; v0 < r.first; v0 += HX_WAVE_SIZE) {")],
 }
 
+CLUSTER = "sm90a/topk_cluster.hip"
+# topk_logits' cluster kernel (tools/measure/topk_bench.py --paths cluster, field cluster_graph_us): the radix
+# passes with each block's own counts and barrier instead of the cluster's (what the exchange costs), a pass's
+# gathered counts without the meeting after them, and no passes at all; the outputs are wrong, only the times mean
+# anything.
+CLUSTER_VARIANTS = {
+    "shipped": [],
+    "passes_alone": [Plant("passes_alone", CLUSTER,
+                           "hist, sums, gather,\n          [&](hx_u32, hx_u32 t) { return ((const hx_u32*)total4)[t]; }",
+                           "hist, sums, [](hx_u32) { hx_barrier(); },\n"
+                           "          [&](hx_u32 buf, hx_u32 t) { return hist[buf * RESIDENT_BINS + t]; }")],
+    "one_meeting_a_pass": [Plant("one_meeting_a_pass", CLUSTER, "      }\n      hx_cluster_sync();\n    };",
+                                 "      }\n    };")],
+    "no_passes": [Plant("no_passes", CLUSTER, "if (V > top_k)  // uniform over the cluster",
+                        "if (V > top_k && V == 12345u)  // uniform over the cluster")],
+}
+
 VARIANTS = {
     # topk_logits' row-wise kernel on rows read the long way (tools/measure/topk_bench.py --paths rowwise_floor from
     # each build's package; rows of up to 32,768 columns are held unless told): without its floor (every key kept
@@ -548,6 +565,7 @@ VARIANTS = {
                                "by_lengths, f, hist, scan, found, ext))", "if ((void)held, true)")],
     },
     "topk_resident": RESIDENT_VARIANTS,
+    "topk_cluster": CLUSTER_VARIANTS,
     "sm90a_prefill_filter": FILTER_VARIANTS,
     "prefill_topk_finish": FINISH_VARIANTS,
     "paged_topk_merge": {"shipped": [], "loads_8": [_merge_loads(8)], "loads_32": [_merge_loads(32)]},

@@ -563,7 +563,8 @@ PLANTS["sm90a"] += SM90A_SHARED
 # those of the blocks before it, a block's part of the row a float4 short.
 PLANTS["topk_cluster"] = [
     Plant("cluster_counts_leave_out_the_last_block", "sm90a/topk_cluster.hip",
-          "for (hx_u32 r = 0; r < HX_CLUSTER; ++r) c +=", "for (hx_u32 r = 0; r < HX_CLUSTER - 1; ++r) c +="),
+          "for (hx_u32 r = 0; r < HX_CLUSTER; ++r) {\n          const hx_u32x4 c",
+          "for (hx_u32 r = 0; r < HX_CLUSTER - 1; ++r) {\n          const hx_u32x4 c"),
     Plant("cluster_places_after_its_own_counts", "sm90a/topk_cluster.hip",
           "const hx_u32 theirs = lane < rank ? peers(3) : 0u;", "const hx_u32 theirs = lane <= rank ? peers(3) : 0u;"),
     Plant("cluster_part_a_slot_short", "sm90a/topk_cluster.hip", "ve = vb + per < m4 ? vb + per : m4",
