@@ -46,13 +46,13 @@ def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, units: int) 
 def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
     """Whether the op takes the whole-row path by default: it fits, and either its rows have at least WHOLE_MIN_ROW
     keys and the batch at least WHOLE_MIN_KEYS (docs/benchmarks.md, "at small batches"), or topk_logits holds the
-    rows on chip (its resident path, rows of up to 16,384 keys: "the resident path"; or its cluster path)."""
+    rows in a block (its resident path, rows of up to 16,384 keys: "the resident path")."""
     if not whole_fits(B, next_n, top_k, max_model_len, target.num_cus):
         return False
     if max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS:
         return True
     tp = plan_topk(B * next_n, max_model_len, top_k, target)
-    return tp.resident or tp.cluster
+    return tp.resident
 
 
 def check_whole(whole, fused, chunk) -> None:
@@ -109,7 +109,7 @@ def plan_whole(dev, s, top_k, ws, sorted, return_values, outs, logits_kw) -> Who
     idx, vals, slots = outs
     logits = ws.w[:R, :s.max_model_len]
     decode, extras = plan_and_prepare_decode(dev, s, _stride(logits, R, s.max_model_len), True, **logits_kw)
-    tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS)
+    tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS, sorted=sorted)
     if tp.split and ws.topk.nbytes < tp.workspace_bytes:
         raise AssertionError(f"a whole-row workspace holds {ws.topk.nbytes} bytes for topk_logits, which needs "
                              f"{tp.workspace_bytes}")

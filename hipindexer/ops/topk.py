@@ -86,9 +86,10 @@ def topk_logits(logits, top_k, lengths=None, sorted=False, return_values=False, 
     array of at least workspace_bytes(rows, top_k) bytes, used by one stream at a time; its contents need no
     zeroing). A row whose floor kept fewer than top_k keys, or more than the workspace holds (many keys equal to
     the floor, or a sample that misjudged the row), is selected by the single-block algorithm, correct and
-    slower. On sm_90a, cluster=True takes the cluster path: a cluster of 8 blocks a row in one launch, each block
-    holding an eighth of the row's keys in its shared memory and the radix passes' counts summed across the
-    cluster, no workspace.
+    slower. On sm_90a the cluster path gives a row a cluster of 8 blocks in one launch, each block holding an eighth
+    of the row's keys in its shared memory and the radix passes' counts summed across the cluster, no workspace:
+    unsorted rows take it where 8 blocks a row fit the device at once and the planner's fits price it below the
+    other paths (few long rows); cluster=True forces it, cluster=False keeps it out.
     Tunables: cluster (bool), resident (bool), narrow (bool), rowwise (bool), held (bool), split (bool), part_columns, cap,
     group_rows (plan_topk's).
 
@@ -244,7 +245,7 @@ def _topk_logits(arrays, top_k, sorted, return_values, stream, device, tunables,
         o = DeviceArray.empty((rows, top_k), np.int32, dev, st)
     if return_values and v is None:
         v = DeviceArray.empty((rows, top_k), np.float32, dev, st)
-    p = plan.plan_topk(rows, N, top_k, target_of(dev), max_blocks=MAX_BLOCKS, **tunables)
+    p = plan.plan_topk(rows, N, top_k, target_of(dev), max_blocks=MAX_BLOCKS, sorted=sorted, **tunables)
     w = _workspace_arg(workspace, p.workspace_bytes, dev, st) if p.split else None
     if rows == 0:
         return (o, v) if return_values else o

@@ -1,6 +1,6 @@
 """plan_topk: how hipindexer.topk_logits covers a [rows, N] logits array, from host shapes and a Target.
 
-Four paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, generic/topk_split_*.hip):
+Five paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, generic/topk_split_*.hip):
 
 - single: one block per row (rows past the grid cap taken in turn), which reads its row once per radix pass and
   once to compact. The choice for short rows (N < SPLIT_MIN_N), where three launches cost more than they save.
@@ -16,7 +16,7 @@ Four paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 - cluster (sm_90a): a cluster of CLUSTER blocks a row, one launch (hsaco_src/sm90a/topk_cluster.hip): the row's
   keys cut among the cluster's blocks, each holding its part in shared memory, the radix passes' counts summed across
   the blocks through distributed shared memory; no workspace. For rows whose parts fit a block (cluster_fits); taken
-  only when asked for (cluster=True).
+  for few long unsorted rows where cluster_us(...) is below the other paths' times (cluster_pays).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -31,6 +31,7 @@ O(min(rows, SPLIT_MAX_ROWS) x cap), independent of N.
 """
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 
 from ..catalog import KERNEL
@@ -72,6 +73,12 @@ UNIT_SHARED_BYTES = {"sm_90a": 233472, "gfx950": 163840}  # shared memory (LDS) 
 RESIDENT_STATIC_BYTES = 8448  # a resident block's own shared memory (its counts and sums), beside the dynamic
 RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
 CLUSTER = dict(KERNEL["topk_cluster"].defines)["HX_CLUSTER"]  # the cluster path's blocks a row
+# The cluster path by an H100 fit (docs/benchmarks.md, "`topk_logits`: a cluster's counts gathered once"), unsorted
+# rows in one round (a block a unit): about CLUSTER_US plus CLUSTER_US_PER_32K per 32,768 columns. More rows than
+# units / CLUSTER run in rounds that cost more than the other paths, and sorted rows wait for one block's sort of the
+# whole selection: neither takes the path by default.
+CLUSTER_US, CLUSTER_US_PER_32K = 12.7, 4.9
+CLUSTER_MIN_N = 65536  # shorter rows: the resident or held row-wise path was as fast or faster at every row measured
 
 
 def _pow2(n: int) -> int:
@@ -138,6 +145,19 @@ def cluster_fits(N: int, top_k: int, target: Target) -> bool:
     k = KERNEL["topk_cluster"]
     return target.arch in k.targets and 4 * cluster_slots(N) < 65536 and cluster_smem(N, top_k) <= k.smem_for(
         target.arch)
+
+
+def cluster_us(N: int) -> float:
+    """The cluster path's time by the H100 fit, for unsorted rows in one round (rows x CLUSTER <= units)."""
+    return CLUSTER_US + CLUSTER_US_PER_32K * N / 32768
+
+
+def cluster_pays(rows: int, N: int, top_k: int, sorted: bool, target: Target) -> bool:
+    """Whether the rows take the cluster path by default: unsorted, at least CLUSTER_MIN_N columns, in one round of
+    a block a unit, and faster by the fits than the row-wise, split or single-block path."""
+    return (not sorted and N >= CLUSTER_MIN_N and 0 < rows * CLUSTER <= target.num_cus
+            and cluster_fits(N, top_k, target)
+            and cluster_us(N) < _others_us(rows, N, target.num_cus))
 
 
 def split_us(rows: int, N: int) -> float:
@@ -233,11 +253,11 @@ def workspace_bytes(rows: int, top_k: int, cap: int | None = None) -> int:
 
 def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_columns=None, cap=None,
               group_rows=None, rowwise=None, held=None, resident=None, narrow=None, cluster=None,
-              max_blocks: int = MAX_BLOCKS) -> TopkPlan:
-    """The path and its cut for rows x N at top_k on `target`. Tunables (tests, measurements): resident (bool: force
-    the resident path, ValueError where rows do not fit a block, or keep it out; any other tunable keeps it out),
-    cluster (bool: True forces the cluster path, ValueError with any other tunable or where rows do not fit it;
-    never taken otherwise),
+              max_blocks: int = MAX_BLOCKS, sorted: bool = False) -> TopkPlan:
+    """The path and its cut for rows x N at top_k on `target`, for outputs sorted or not. Tunables (tests,
+    measurements): resident (bool: force the resident path, ValueError where rows do not fit a block, or keep it out;
+    any other tunable keeps it out), cluster (bool: True forces the cluster path, ValueError with any other tunable
+    or where rows do not fit it; False keeps it out, as any other tunable does; cluster_pays(...) unless told),
     narrow (bool: the resident path's 512-thread build or its 1,024-thread one; resident_narrow(...) unless told),
     rowwise (bool:
     force the row-wise path, or keep it out), held (bool: whether the row-wise path holds rows of at most
@@ -269,6 +289,7 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
                       f"no cluster path for rows of {N} columns at top_k {top_k} on {target.arch} (an sm_90a build "
                       f"whose blocks hold {cluster_smem(N, top_k)} bytes of a row's part and its sort)")
         return TopkPlan(False, CLUSTER * max(1, min(rows, max_blocks // CLUSTER)), cluster=True)
+    free = not others and resident is None and narrow is None and cluster is None  # every path the planner's
     if resident:
         _check_forced("resident", others, resident_fits(N, top_k, target),
                       f"rows of {N} columns at top_k {top_k} need {resident_smem(N, top_k)} bytes of shared memory, "
@@ -281,10 +302,12 @@ def plan_topk(rows: int, N: int, top_k: int, target: Target, split=None, part_co
         if narrow is None:
             narrow = resident_narrow(rows, N, top_k, target)
         return TopkPlan(False, max(1, min(rows, max_blocks)), resident=True, narrow=narrow)
+    if free and cluster_pays(rows, N, top_k, sorted, target):
+        return TopkPlan(False, CLUSTER * rows, cluster=True)
     if narrow is not None:
         raise ValueError(f"narrow={narrow}: only the resident path has a narrow block (pass resident=True)")
     if rowwise and split_tunables:
-        raise ValueError(f"rowwise=True: the row-wise path takes none of {sorted(split_tunables)}")
+        raise ValueError(f"rowwise=True: the row-wise path takes none of {builtins.sorted(split_tunables)}")
     if rowwise is None:
         rowwise = not split_tunables and rowwise_pays(rows, N, target.num_cus)
     if held is not None and not rowwise:
