@@ -16,7 +16,7 @@ Five paths, all exact and deterministic (hsaco_src/generic/topk_logits.hip, gene
 - cluster (sm_90a): a cluster of CLUSTER blocks a row, one launch (hsaco_src/sm90a/topk_cluster.hip): the row's
   keys cut among the cluster's blocks, each holding its part in shared memory, the radix passes' counts summed across
   the blocks through distributed shared memory; no workspace. For rows whose parts fit a block (cluster_fits); taken
-  for few long unsorted rows where cluster_us(...) is below the other paths' times (cluster_pays).
+  for few long rows where cluster_us(...) is below the other paths' times (cluster_pays).
 - split: a block a row takes the row's floor from a sample of a `sample_step`-th of its columns (runs of 8), at
   rank `floor_rank`, so that about SAMPLE_MARGIN top_k of a long row's keys reach it; then each row cut into
   `parts` column ranges, parts * rows blocks (in rounds of BLOCKS_PER_CU a unit) reading each range once with 16-byte
@@ -73,12 +73,13 @@ UNIT_SHARED_BYTES = {"sm_90a": 233472, "gfx950": 163840}  # shared memory (LDS) 
 RESIDENT_STATIC_BYTES = 8448  # a resident block's own shared memory (its counts and sums), beside the dynamic
 RESIDENT_MAX_COLUMNS = 65536 - 8  # a resident block's counts of a row's keys are 16-bit
 CLUSTER = dict(KERNEL["topk_cluster"].defines)["HX_CLUSTER"]  # the cluster path's blocks a row
-# The cluster path by an H100 fit (docs/benchmarks.md, "`topk_logits`: a cluster's counts gathered once"), unsorted
-# rows in one round (a block a unit): about CLUSTER_US plus CLUSTER_US_PER_32K per 32,768 columns. More rows than
-# units / CLUSTER run in rounds that cost more than the other paths, and sorted rows wait for one block's sort of the
-# whole selection: neither takes the path by default.
-CLUSTER_US, CLUSTER_US_PER_32K = 12.7, 4.9
-CLUSTER_MIN_N = 65536  # shorter rows: the resident or held row-wise path was as fast or faster at every row measured
+# The cluster path by an H200 fit (docs/benchmarks.md, "`topk_logits`: a cluster's counts gathered once"), rows in
+# one round (a block a unit): about CLUSTER_US plus CLUSTER_US_PER_32K per 32,768 columns and CLUSTER_US_PER_ROW a
+# row; sorted, CLUSTER_SORT_US more than the other paths' sorts take (the cluster's first block sorts the row's whole
+# selection), and only while the clusters hold half the units at most (past that the sort took 9 us more). More
+# rows than units / CLUSTER run in rounds that cost more than the other paths.
+CLUSTER_US, CLUSTER_US_PER_32K, CLUSTER_US_PER_ROW, CLUSTER_SORT_US = 10.6, 2.8, 0.4, 5.0
+CLUSTER_MIN_N = 32768  # shorter rows: the resident or held row-wise path was as fast or faster at every row measured
 
 
 def _pow2(n: int) -> int:
@@ -147,17 +148,19 @@ def cluster_fits(N: int, top_k: int, target: Target) -> bool:
         target.arch)
 
 
-def cluster_us(N: int) -> float:
-    """The cluster path's time by the H100 fit, for unsorted rows in one round (rows x CLUSTER <= units)."""
-    return CLUSTER_US + CLUSTER_US_PER_32K * N / 32768
+def cluster_us(rows: int, N: int, sorted: bool = False) -> float:
+    """The cluster path's time by the H200 fit, for rows in one round (rows x CLUSTER <= units); sorted, beside the
+    other paths' fitted times (which leave their sorts out), what its sort takes past theirs."""
+    return (CLUSTER_US + CLUSTER_US_PER_32K * N / 32768 + CLUSTER_US_PER_ROW * rows
+            + (CLUSTER_SORT_US if sorted else 0.0))
 
 
 def cluster_pays(rows: int, N: int, top_k: int, sorted: bool, target: Target) -> bool:
-    """Whether the rows take the cluster path by default: unsorted, at least CLUSTER_MIN_N columns, in one round of
-    a block a unit, and faster by the fits than the row-wise, split or single-block path."""
-    return (not sorted and N >= CLUSTER_MIN_N and 0 < rows * CLUSTER <= target.num_cus
-            and cluster_fits(N, top_k, target)
-            and cluster_us(N) < _others_us(rows, N, target.num_cus))
+    """Whether the rows take the cluster path by default: at least CLUSTER_MIN_N columns, in one round of a block a
+    unit (sorted: half the units at most), and faster by the fits than the row-wise, split or single-block path."""
+    units = target.num_cus // 2 if sorted else target.num_cus
+    return (N >= CLUSTER_MIN_N and 0 < rows * CLUSTER <= units and cluster_fits(N, top_k, target)
+            and cluster_us(rows, N, sorted) < _others_us(rows, N, target.num_cus))
 
 
 def split_us(rows: int, N: int) -> float:
