@@ -3,13 +3,14 @@ whole [rows, max_model_len] array, on one device, by the method of hipindexer.be
 back-to-back calls, median of repeats; one input set):
 
     python -m tools.measure.paged_topk_bench [--rows 64x131072,64x32768,16x32768,4x8192] [--next-n 1,2] [--json]
-        [--stages 6,12] [--merge-groups 0,4,8] [--paths logits,fused]
+        [--stages 6,12] [--merge-groups 0,4,8] [--paths logits,fused] [--pair cluster=false]
 
 H = 64, D = 128, block 64, equal lengths, top_k 2048, clean logits; the top-k op with a workspace made once
 (hipindexer.paged_topk_workspace, given the heads: the fused kernel's where it serves and pays) and out= given, as
 a serving loop calls it, and beside it each path forced (fused=True, whole=True, fused=False), each also as one CUDA
 graph replay of 8 calls where graphs are available. The workspace's bytes are reported beside the bound of
-docs/ops.md.
+docs/ops.md. --pair gives the pair's topk_logits tunables (name=value, comma-separated; true / false / integers),
+so that the pair times the path the whole-row path would take with them.
 """
 from __future__ import annotations
 
@@ -88,6 +89,18 @@ def cases_of(rng, rows: str, next_ns: str, dev):
             yield Case(B, ctx, n, base, cache, lens, table, *rows_of(rng, B, n, base.max_model_len, dev))
 
 
+def _tunable(spec: str) -> tuple:
+    """name=value of --pair as (name, True / False / int)."""
+    name, _, value = spec.partition("=")
+    v = value.strip().lower()
+    if v in ("true", "false"):
+        return name.strip(), v == "true"
+    try:
+        return name.strip(), int(v)
+    except ValueError:
+        raise click.BadParameter(f"expected name=true|false|integer, got {spec!r}", param_hint="--pair") from None
+
+
 @click.command()
 @click.option("--device", "device_name", default=None)
 @click.option("--rows", default="64x131072,64x32768,16x32768,4x8192")
@@ -99,11 +112,13 @@ def cases_of(rng, rows: str, next_ns: str, dev):
               help="Also time the fused path with its merge in these group sizes (comma-separated; 0: one level).")
 @click.option("--paths", default=",".join(PATHS), show_default=True,
               help="The timed paths (comma-separated): the others report nan.")
+@click.option("--pair", "pair_spec", default="", help="topk_logits tunables of the pair, name=value,...")
 @click.option("--json", "as_json", is_flag=True)
-def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_json):
+def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, pair_spec, as_json):
     timed = set(paths.split(","))
     if not timed <= set(PATHS):
         raise click.BadParameter(f"expected some of {', '.join(PATHS)}, got {paths!r}", param_hint="--paths")
+    pair_kw = dict(_tunable(kv) for kv in pair_spec.split(",") if kv)
     dev = Device(device_name)
     if emulated(dev):
         rows = "2x256"
@@ -129,7 +144,7 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
 
         def two(i, stream=None):
             alone(i, stream)
-            hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev, stream=stream)
+            hipindexer.topk_logits(logits, TOP_K, out=idx, device=dev, stream=stream, **pair_kw)
 
         def topk(i, stream=None):
             c.topk_op(ws, stream)
@@ -162,6 +177,7 @@ def main(device_name, rows, next_ns, repeats, stage_list, group_list, paths, as_
                                 *((f"fused_merge_group_{g}", at_group(g)) for g in groups))})
         path = "fused" if ws.fused else "whole" if ws.whole else "composed"
         case = {"B": B, "ctx": ctx, "next_n": n, "H": H, "top_k": TOP_K, "fused": ws.fused, "path": path,
+                "pair_tunables": pair_kw,
                 **{f"us_{k}": v for k, v in us.items()},
                 "paged_topk_over_logits": us["paged_topk"] / us["logits"], "workspace_bytes": ws.nbytes,
                 "workspace_bound": ws.bound}

@@ -3,7 +3,8 @@
     python -m tools.measure.topk_bench                       # the four shapes below, both orders, both paths
     python -m tools.measure.topk_bench --shapes 64x131072 --json
 
-Per shape (rows x N float32, half of each row -inf at random, top_k 2048): device microseconds per call of
+Per shape (rows x N float32, half of each row -inf at random unless --inf-fraction says otherwise; a decode row
+has none, top_k 2048): device microseconds per call of
 the op's own choice, of each path forced (--paths: the single-block kernel, the split path, the row-wise path,
 that path with no row held in the block: rowwise_floor, and the resident path, on the planner's build of its block
 or on the 1,024- or 512-thread one: resident_wide, resident_narrow; the cluster path, sm_90a), and
@@ -34,12 +35,12 @@ EMULATOR_SHAPES = ((2, 20000),)
 TOP_K = 2048
 
 
-def _inputs(rows: int, N: int, sets: int, dev) -> list[DeviceArray]:
+def _inputs(rows: int, N: int, sets: int, dev, inf_fraction: float = 0.5) -> list[DeviceArray]:
     rng = np.random.default_rng(rows * N)
     out = []
     for _ in range(sets):
         x = rng.standard_normal((rows, N), dtype=np.float32)
-        x[rng.random(x.shape) < 0.5] = -np.inf
+        x[rng.random(x.shape) < inf_fraction] = -np.inf
         out.append(DeviceArray.from_numpy(x, dev))
     return out
 
@@ -59,14 +60,15 @@ def _torch_topk(xs, sorted: bool):
     return call, np.sort(call(0).indices.cpu().numpy(), axis=1)
 
 
-def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: int, paths=("op", "single")) -> dict:
+def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: int, paths=("op", "single"),
+                inf_fraction: float = 0.5) -> dict:
     nbytes = rows * N * 4
     sets = 1 if emulated(dev) else max(2, -(-3 * L2_BYTES.get(dev.arch, 64 << 20) // nbytes))
-    xs = _inputs(rows, N, sets, dev)
+    xs = _inputs(rows, N, sets, dev, inf_fraction)
     paths = ("op", "single", *(p for p in paths if p not in ("op", "single")))
     out = {p: DeviceArray.empty((rows, TOP_K), np.int32, dev) for p in paths}
     val = {p: DeviceArray.empty((rows, TOP_K), np.float32, dev) for p in paths}
-    row = {"rows": rows, "N": N, "top_k": TOP_K, "sorted": sorted,
+    row = {"rows": rows, "N": N, "top_k": TOP_K, "sorted": sorted, "inf_fraction": inf_fraction,
            "goal_us": 3 * nbytes / ceiling * 1e6 + 10.0, "read_ceiling_us": nbytes / ceiling * 1e6}
     results = {}
     for path in paths:
@@ -100,8 +102,10 @@ def bench_shape(dev, rows: int, N: int, sorted: bool, ceiling: float, repeats: i
 @click.option("--shapes", default=None, help="ROWSxN,... (default: 64x131072,128x131072,128x32768,512x131072).")
 @click.option("--repeats", default=20, show_default=True)
 @click.option("--paths", default="op,single", show_default=True, help=f"Paths timed, of {','.join(PATHS)}.")
+@click.option("--inf-fraction", default=0.5, show_default=True, help="The share of each row's columns set to -inf.")
+@click.option("--orders", type=click.Choice(["both", "sorted", "unsorted"]), default="both", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def main(device_spec, shapes, repeats, paths, as_json) -> None:
+def main(device_spec, shapes, repeats, paths, inf_fraction, orders, as_json) -> None:
     paths = tuple(p for p in paths.split(",") if p)
     bad = [p for p in paths if p not in PATHS]
     if bad:
@@ -112,8 +116,9 @@ def main(device_spec, shapes, repeats, paths, as_json) -> None:
     else:
         todo = EMULATOR_SHAPES if emulated(dev) else SHAPES
     ceiling = read_bandwidth(dev, 8 << 20) if emulated(dev) else read_bandwidth(dev)
-    rows = [bench_shape(dev, r, n, s, ceiling, 3 if emulated(dev) else repeats, paths)
-            for r, n in todo for s in (True, False)]
+    sorts = {"both": (True, False), "sorted": (True,), "unsorted": (False,)}[orders]
+    rows = [bench_shape(dev, r, n, s, ceiling, 3 if emulated(dev) else repeats, paths, inf_fraction)
+            for r, n in todo for s in sorts]
     shown = [p for p in PATHS if f"{p}_us" in rows[0]]
     if as_json:
         click.echo(json.dumps({"device": dev.name, "read_ceiling_GBps": ceiling / 1e9, "rows": rows}, indent=1))
