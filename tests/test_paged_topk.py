@@ -192,7 +192,7 @@ def test_the_whole_row_path_is_taken_where_it_pays_and_refused_where_it_cannot_s
     hb, dev = hopper
     for B, n, mml, whole in ((1, 1, 131072, True), (4, 2, 131072, True), (8, 2, 65536, True), (16, 2, 32768, True),
                              (1, 1, 16384, True), (4, 2, 8192, True), (32, 2, 8192, True), (64, 1, 8192, False),
-                             (2, 1, 32768, False), (16, 1, 131072, False), (64, 1, 32768, False)):
+                             (2, 1, 32768, True), (1, 2, 65536, True), (16, 1, 131072, False), (64, 1, 32768, False)):
         assert paged_topk_workspace(B, n, 2048, mml, 64, device=dev).whole == whole, (B, n, mml)
         assert paged_topk_whole.whole_pays(B, n, 2048, mml, TARGETS["sm_90a"]) == whole
     assert not paged_topk_workspace(1, 1, 2048, 131072, 64, device=dev, whole=False).whole

@@ -70,17 +70,19 @@ def test_cluster_true_takes_one_launch_of_whole_clusters_with_the_shared_memory_
 
 def test_few_long_rows_take_the_cluster_path_by_default_and_nothing_else_does():
     """By default the cluster path takes rows of at least CLUSTER_MIN_N columns whose clusters all fit the device at
-    once (sorted: half of it), where its fit prices it below the other paths; more rows, shorter rows, any other
-    path's tunable, cluster=False and a gfx950 device keep it out."""
+    once (sorted, or blocks that hold a unit alone: half of it), where its fit prices it below the other paths; more
+    rows, shorter rows, any other path's tunable, cluster=False and a gfx950 device keep it out."""
     from hipindexer.plan import TARGETS, plan_topk
     from hipindexer.plan.topk import CLUSTER, CLUSTER_MIN_N, cluster_pays
     hopper, top_k = TARGETS["sm_90a"], 2048
     most = hopper.num_cus // CLUSTER
-    for rows, N, sorted in ((1, 1 << 16, False), (8, 1 << 15, False), (most, 1 << 16, False), (8, 1 << 17, True)):
+    for rows, N, sorted in ((1, 1 << 16, False), (8, 1 << 15, False), (most, 1 << 16, False), (8, 1 << 17, True),
+                            (2, 1 << 18, False), (most // 2, 1 << 18, True)):
         p = plan_topk(rows, N, top_k, hopper, sorted=sorted)
         assert p.cluster and p.grid_rows == CLUSTER * rows and cluster_pays(rows, N, top_k, sorted, hopper)
     assert not plan_topk(most, 1 << 16, top_k, hopper, sorted=True).cluster  # sorted: half the units at most
     assert not plan_topk(most + 1, 1 << 16, top_k, hopper).cluster
+    assert not plan_topk(most // 2 + 1, 1 << 18, top_k, hopper).cluster  # a block a unit: half the units at most
     assert not plan_topk(8, CLUSTER_MIN_N - 4, top_k, hopper).cluster
     for tunable in ({"cluster": False}, {"split": True}, {"rowwise": True}, {"cap": 8192}):
         assert not plan_topk(8, 1 << 16, top_k, hopper, **tunable).cluster

@@ -135,9 +135,8 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     fused path's, which only calls of that shape (accumulation="fast", no split_kv) may use; else it is the
     composed path's, whose chunk is the widest the bound allows (workspace_bound, with the device's CU or SM
     count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). Before
-    either, where the whole-row path pays (whole_pays: rows of at least 32,768 keys, at least 2^17 keys in all,
-    the batch's logits and topk_logits' workspace within the bound; whole=True: wherever they fit, whole=False:
-    never; not with chunk= or fused=) the workspace is the whole-row path's, for calls of max_model_len up to the
+    either, where the whole-row path pays (whole_pays: the batch's logits and topk_logits' workspace within the
+    bound; whole=True: the same, or ValueError; whole=False: never; not with chunk= or fused=) the workspace is the whole-row path's, for calls of max_model_len up to the
     one given. The workspace's `fused` and `whole` say which it is.
 
     >>> import hipindexer
@@ -224,8 +223,8 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     and at least B sequences, of the path the call takes; None makes one for the call. Its bytes stay within
     workspace_bound, whatever max_model_len.
 
-    Three paths (docs/ops.md, "Top-k"). Whole-row (every target, where whole_pays: rows of at least 32,768 keys, at
-    least 2^17 keys in the batch, and its logits with topk_logits' workspace within the bound): the logits op into
+    Three paths (docs/ops.md, "Top-k"). Whole-row (every target, where whole_pays: its logits with topk_logits'
+    workspace within the bound): the logits op into
     the workspace, topk_logits over it, and a kernel that maps the selection to cache slots. Fused (sm_90a and
     gfx950, where fused_refusal finds nothing against the call's shape: H in {32, 64}, D = 128, the target's fast
     block sizes, next_n <= 2, top_k <= 2048, accumulation="fast", no split_kv):

@@ -20,8 +20,6 @@ from .launch import kernel_for, target_of
 from .topk import MAX_BLOCKS, _grid, _stride, launch_topk, prepare_topk
 from .topk import workspace_bytes as topk_workspace_bytes
 
-WHOLE_MIN_ROW = 32768      # whole_pays: rows of at least this many keys (max_model_len)
-WHOLE_MIN_KEYS = 1 << 17   # ... in a batch of at least this many (B x max_model_len)
 SLOTS_POINTERS = ("indices", "slots", "block_tables")
 
 
@@ -44,15 +42,11 @@ def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, units: int) 
 
 
 def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
-    """Whether the op takes the whole-row path by default: it fits, and either its rows have at least WHOLE_MIN_ROW
-    keys and the batch at least WHOLE_MIN_KEYS (docs/benchmarks.md, "at small batches"), or topk_logits holds the
-    rows in a block (its resident path, rows of up to 16,384 keys: "the resident path")."""
-    if not whole_fits(B, next_n, top_k, max_model_len, target.num_cus):
-        return False
-    if max_model_len >= WHOLE_MIN_ROW and B * max_model_len >= WHOLE_MIN_KEYS:
-        return True
-    tp = plan_topk(B * next_n, max_model_len, top_k, target)
-    return tp.resident
+    """Whether the op takes the whole-row path by default: wherever it fits (whole_fits). At every batch measured
+    where the logits and topk_logits' workspace fit the bound, from (1, 8192) to (32, 8192) and (16, 32768), the
+    path was faster than the fused and composed paths (docs/benchmarks.md, "at small batches", "the resident path"
+    and "the whole-row path wherever it fits")."""
+    return whole_fits(B, next_n, top_k, max_model_len, target.num_cus)
 
 
 def check_whole(whole, fused, chunk) -> None:

@@ -54,12 +54,15 @@ MAX_BLOCKS = 1 << 16     # the op's grid cap (hipindexer.ops.topk.MAX_BLOCKS)
 # the block"), which the planner compares: a row-wise round of blocks costs about HELD_US + ROWWISE_US_PER_32K per
 # 32,768 columns where the rows are held, ROWWISE_US + LONG_US_PER_32K per 32,768 columns where they are read the
 # long way; the split path about SPLIT_US plus the logits' bytes at SPLIT_BYTES_PER_US, and at least
-# SPLIT_US_PER_ROW a row (its last kernel's block a row, at hundreds of rows); the single-block kernel, on rows
+# SPLIT_US_PER_ROW a row (its last kernel's block a row, at hundreds of rows), and SPLIT_US_PER_LONG per 131,072
+# columns a row has past SPLIT_LONG_N (rows of 262,144 columns took 10-12 us more than rows of 131,072 of the same
+# bytes: docs/benchmarks.md, "the split path's long rows and the cluster's"); the single-block kernel, on rows
 # shorter than SPLIT_MIN_N, SINGLE_US plus the bytes at SINGLE_BYTES_PER_US. LONG_US_PER_32K puts a round of rows of
 # 131,072 columns at the 69 us the kernel that holds rows took there (docs/benchmarks.md, "Where the top-k ops
 # stand").
 ROWWISE_US, HELD_US, ROWWISE_US_PER_32K, LONG_US_PER_32K = 21.0, 14.3, 8.7, 12.0
 SPLIT_US, SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW = 30.0, 1.9e6, 0.19
+SPLIT_LONG_N, SPLIT_US_PER_LONG = 131072, 10.8
 SINGLE_US, SINGLE_BYTES_PER_US = 24.0, 4.8e5
 # The resident path by an H100 fit (docs/benchmarks.md, "`topk_logits`: the resident block's passes and
 # placement, shorter"): about RESIDENT_US of launch, then per round of a block a unit (two share a unit's issue where
@@ -79,6 +82,7 @@ CLUSTER = dict(KERNEL["topk_cluster"].defines)["HX_CLUSTER"]  # the cluster path
 # selection), and only while the clusters hold half the units at most (past that the sort took 9 us more). More
 # rows than units / CLUSTER run in rounds that cost more than the other paths.
 CLUSTER_US, CLUSTER_US_PER_32K, CLUSTER_US_PER_ROW, CLUSTER_SORT_US = 10.6, 2.8, 0.4, 5.0
+CLUSTER_STATIC_BYTES = 12624  # a cluster block's own shared memory (its counts, sums and gathered sums)
 CLUSTER_MIN_N = 32768  # shorter rows: the resident or held row-wise path was as fast or faster at every row measured
 
 
@@ -155,17 +159,27 @@ def cluster_us(rows: int, N: int, sorted: bool = False) -> float:
             + (CLUSTER_SORT_US if sorted else 0.0))
 
 
+def cluster_alone(N: int, top_k: int, sorted: bool, target: Target) -> bool:
+    """Whether a cluster block of rows of N columns holds a unit alone (two of them pass its shared memory)."""
+    two = 2 * (cluster_smem(N, top_k, sorted) + CLUSTER_STATIC_BYTES)
+    return two > UNIT_SHARED_BYTES.get(target.arch, 0)
+
+
 def cluster_pays(rows: int, N: int, top_k: int, sorted: bool, target: Target) -> bool:
     """Whether the rows take the cluster path by default: at least CLUSTER_MIN_N columns, in one round of a block a
-    unit (sorted: half the units at most), and faster by the fits than the row-wise, split or single-block path."""
-    units = target.num_cus // 2 if sorted else target.num_cus
+    unit, and faster by the fits than the row-wise, split or single-block path. Sorted, or where a block holds a
+    unit alone, the clusters take half the units at most: a cluster's blocks must find room in one group of units
+    at once, and past that some waited for a second round (16 rows of 262,144 columns took 69 us against 38 at 8)."""
+    half = sorted or cluster_alone(N, top_k, sorted, target)
+    units = target.num_cus // 2 if half else target.num_cus
     return (N >= CLUSTER_MIN_N and 0 < rows * CLUSTER <= units and cluster_fits(N, top_k, target)
             and cluster_us(rows, N, sorted) < _others_us(rows, N, target.num_cus))
 
 
 def split_us(rows: int, N: int) -> float:
     """The split path's time by the H200 fit."""
-    return max(SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW * rows)
+    return (max(SPLIT_US + 4 * rows * N / SPLIT_BYTES_PER_US, SPLIT_US_PER_ROW * rows)
+            + SPLIT_US_PER_LONG * max(0, N - SPLIT_LONG_N) / SPLIT_LONG_N)
 
 
 def single_us(rows: int, N: int) -> float:
