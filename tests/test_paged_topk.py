@@ -134,7 +134,7 @@ def test_the_whole_row_path_is_the_logits_op_then_topk_logits_then_the_slots(hop
     mml = inp.max_model_len
     ws = paged_topk_workspace(2, 2, 64, mml, 64, device=dev, whole=True)
     assert ws.whole and not ws.fused and ws.width == mml and ws.nbytes <= ws.bound
-    assert ws.nbytes == paged_topk_whole.whole_workspace_bytes(2, 2, 64, mml)
+    assert ws.nbytes == paged_topk_whole.whole_workspace_bytes(2, 2, 64, mml, TARGETS["sm_90a"])
     outs = tuple(DeviceArray.empty((4, 64), dt, dev) for dt in (np.int32, np.float32, np.int32))
     errors = DeviceArray.from_numpy(np.zeros(1, np.int32), dev)
     kw = dict(workspace=ws, out=outs, errors=errors, return_values=True, return_slots=True)
@@ -188,11 +188,29 @@ def test_the_whole_row_path_sends_what_the_logits_op_and_topk_logits_send(hopper
             assert hb.launches[n1:] == mine
 
 
+def test_a_whole_row_call_planned_onto_the_split_path_without_its_workspace_reads_its_rows_row_wise(hopper,
+                                                                                                    monkeypatch):
+    """A whole-row workspace holds topk_logits' workspace only where its own rows would take the split path
+    (whole_topk_bytes); a call of fewer sequences or shorter rows that plans the split path anyway takes the
+    row-wise path, which needs none, instead of reading past the workspace."""
+    hb, dev = hopper
+    inp = _inputs(dev)
+    ws = paged_topk_workspace(2, 2, 64, inp.max_model_len, 64, device=dev, whole=True)
+    assert ws.whole and ws.topk.nbytes == 0
+    real = paged_topk_whole.plan_topk
+    monkeypatch.setattr(paged_topk_whole, "plan_topk",
+                        lambda *a, **kw: real(*a, **kw) if kw.get("rowwise") else real(*a, split=True, **kw))
+    n0 = len(hb.launches)
+    fp8_paged_mqa_topk(*inp.args()[:6], 64, workspace=ws)
+    assert _symbols(hb, n0) == ["hx_paged_mqa_logits_generic", "hx_topk_rowwise"]
+
+
 def test_the_whole_row_path_is_taken_where_it_pays_and_refused_where_it_cannot_serve(hopper):
     hb, dev = hopper
     for B, n, mml, whole in ((1, 1, 131072, True), (4, 2, 131072, True), (8, 2, 65536, True), (16, 2, 32768, True),
-                             (1, 1, 16384, True), (4, 2, 8192, True), (32, 2, 8192, True), (64, 1, 8192, False),
-                             (2, 1, 32768, True), (1, 2, 65536, True), (16, 1, 131072, False), (64, 1, 32768, False)):
+                             (1, 1, 16384, True), (4, 2, 8192, True), (32, 2, 8192, True), (64, 1, 8192, True),
+                             (2, 1, 32768, True), (1, 2, 65536, True), (32, 1, 32768, True), (16, 1, 131072, False),
+                             (64, 1, 32768, False), (128, 2, 16384, False)):
         assert paged_topk_workspace(B, n, 2048, mml, 64, device=dev).whole == whole, (B, n, mml)
         assert paged_topk_whole.whole_pays(B, n, 2048, mml, TARGETS["sm_90a"]) == whole
     assert not paged_topk_workspace(1, 1, 2048, 131072, 64, device=dev, whole=False).whole

@@ -136,19 +136,18 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
         args = dict(B=9, next_n=2, top_k=256, max_model_len=3000, block_size=64, device=dev) | kw
         assert not hipindexer.paged_topk_workspace(**args).fused, kw  # the fused kernel cannot serve, or not pay
     assert hipindexer.paged_topk_workspace(9, 2, 256, 3000, 64, device=dev, heads=64, fused=True).fused
-    # a few sequences of rows of 32,768 keys or more, and rows topk_logits holds resident (up to 16,384 keys),
-    # whose logits fit the bound, take the whole-row path; past it, long rows take the fused path however few (its
-    # merge in two levels); many sequences' short rows (thin pieces) the composed path; with whole=False, a few
-    # sequences' rows of two top_k or more the fused path, shorter ones the composed path
+    # every batch whose logits fit the bound takes the whole-row path; past it, long rows take the fused path
+    # however few (its merge in two levels); with whole=False, a few sequences' rows of two top_k or more the fused
+    # path, shorter ones and many sequences' short rows (thin pieces) the composed path
     def path(ws):
         return "whole" if ws.whole else "fused" if ws.fused else "composed"
     assert [path(hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64))
             for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (8, 4096),
                          (64, 16384), (9, 8192), (8, 4095), (16, 131072), (64, 32768))] == \
-        ["whole"] * 5 + ["composed"] + ["whole"] * 2 + ["fused"] * 2
+        ["whole"] * 8 + ["fused"] * 2
     assert [path(hipindexer.paged_topk_workspace(B, 1, 2048, L, 64, device=dev, heads=64, whole=False))
-            for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (8, 4096), (9, 8192), (8, 4095))] == \
-        ["fused"] * 5 + ["composed"] * 2
+            for B, L in ((1, 131072), (8, 65536), (16, 32768), (4, 8192), (8, 4096), (9, 8192), (8, 4095),
+                         (64, 16384))] == ["fused"] * 5 + ["composed"] * 3
     n0 = len(hb.launches)
     hipindexer.fp8_paged_mqa_topk(*inp.args()[:6], 256)  # short rows held resident: the whole-row path
     assert [fn for fn, *_ in hb.launches[n0:]] == ["hx_paged_mqa_logits_wgmma_tma", "hx_topk_resident"]

@@ -18,7 +18,6 @@ from ..runtime import DeviceArray
 from .decode import launch_decode, plan_and_prepare_decode
 from .launch import kernel_for, target_of
 from .topk import MAX_BLOCKS, _grid, _stride, launch_topk, prepare_topk
-from .topk import workspace_bytes as topk_workspace_bytes
 
 SLOTS_POINTERS = ("indices", "slots", "block_tables")
 
@@ -28,17 +27,28 @@ def whole_width(max_model_len: int) -> int:
     return -(-max_model_len // 4) * 4
 
 
-def whole_workspace_bytes(B: int, next_n: int, top_k: int, max_model_len: int) -> int:
-    """What a whole-row workspace takes: the logits [B * next_n, whole_width] float32 and topk_logits' workspace
-    for B * next_n rows."""
+def whole_topk_bytes(R: int, max_model_len: int, top_k: int, target: Target) -> int:
+    """The workspace topk_logits takes over R rows of max_model_len logits on `target`, sorted or not: the split
+    path's (plan.topk.workspace_bytes) where it would take that path, else none (its other paths keep their work on
+    chip)."""
+    need = 0
+    for sort in (False, True):
+        tp = plan_topk(R, max_model_len, top_k, target, max_blocks=MAX_BLOCKS, sorted=sort)
+        need = max(need, tp.workspace_bytes if tp.split else 0)
+    return need
+
+
+def whole_workspace_bytes(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> int:
+    """What a whole-row workspace takes: the logits [B * next_n, whole_width] float32 and the workspace topk_logits
+    takes over them (whole_topk_bytes)."""
     R = B * next_n
-    return 4 * R * whole_width(max_model_len) + topk_workspace_bytes(R, top_k)
+    return 4 * R * whole_width(max_model_len) + whole_topk_bytes(R, max_model_len, top_k, target)
 
 
-def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, units: int) -> bool:
-    """Whether a whole-row workspace stays within the bound (workspace_bound, with the device's units)."""
-    return B > 0 and whole_workspace_bytes(B, next_n, top_k, max_model_len) <= workspace_bound(B, next_n, top_k,
-                                                                                              units)
+def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
+    """Whether a whole-row workspace stays within the bound (workspace_bound, with the target's units)."""
+    return B > 0 and whole_workspace_bytes(B, next_n, top_k, max_model_len, target) <= workspace_bound(
+        B, next_n, top_k, target.num_cus)
 
 
 def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
@@ -46,7 +56,7 @@ def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Targ
     where the logits and topk_logits' workspace fit the bound, from (1, 8192) to (32, 8192) and (16, 32768), the
     path was faster than the fused and composed paths (docs/benchmarks.md, "at small batches", "the resident path"
     and "the whole-row path wherever it fits")."""
-    return whole_fits(B, next_n, top_k, max_model_len, target.num_cus)
+    return whole_fits(B, next_n, top_k, max_model_len, target)
 
 
 def check_whole(whole, fused, chunk) -> None:
@@ -60,21 +70,21 @@ def check_whole(whole, fused, chunk) -> None:
 def takes_whole(whole, fused, chunk, B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
     """Whether a call (or a workspace) of this batch takes the whole-row path: whole=True wherever it fits (else
     ValueError), whole=None where it pays and no other path is asked for (fused=, chunk=), whole=False never."""
-    units = target.num_cus
     if whole:
-        if B and not whole_fits(B, next_n, top_k, max_model_len, units):
+        if B and not whole_fits(B, next_n, top_k, max_model_len, target):
             raise ValueError(f"whole: True, but the logits of B={B} x next_n={next_n} rows of {max_model_len} keys "
                              f"and topk_logits' workspace do not fit the bound of "
-                             f"{workspace_bound(B, next_n, top_k, units)} bytes")
+                             f"{workspace_bound(B, next_n, top_k, target.num_cus)} bytes")
         return True
     return whole is None and fused is None and chunk is None and whole_pays(B, next_n, top_k, max_model_len, target)
 
 
 def whole_arrays(device, B: int, next_n: int, top_k: int, max_model_len: int, stream=None) -> tuple:
-    """A whole-row workspace's arrays: the logits and topk_logits' workspace."""
+    """A whole-row workspace's arrays: the logits and topk_logits' workspace (empty where its path needs none)."""
     R = B * next_n
     return (DeviceArray.empty((R, whole_width(max_model_len)), np.float32, device, stream),
-            DeviceArray.empty((topk_workspace_bytes(R, top_k),), np.uint8, device, stream))
+            DeviceArray.empty((whole_topk_bytes(R, max_model_len, top_k, target_of(device)),), np.uint8, device,
+                              stream))
 
 
 @dataclass
@@ -104,9 +114,8 @@ def plan_whole(dev, s, top_k, ws, sorted, return_values, outs, logits_kw) -> Who
     logits = ws.w[:R, :s.max_model_len]
     decode, extras = plan_and_prepare_decode(dev, s, _stride(logits, R, s.max_model_len), True, **logits_kw)
     tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS, sorted=sorted)
-    if tp.split and ws.topk.nbytes < tp.workspace_bytes:
-        raise AssertionError(f"a whole-row workspace holds {ws.topk.nbytes} bytes for topk_logits, which needs "
-                             f"{tp.workspace_bytes}")
+    if tp.split and ws.topk.nbytes < tp.workspace_bytes:  # a call shorter than the workspace's rows, planned split
+        tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS, rowwise=True)
     topk, split = prepare_topk(dev, tp, R, s.max_model_len, top_k, _stride(logits, R, s.max_model_len),
                                _stride(idx, R, top_k), _stride(vals, R, top_k) if return_values else 0, sorted)
     launch = kernel_for(dev, "topk_slots").prepare(
