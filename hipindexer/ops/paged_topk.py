@@ -136,8 +136,9 @@ def paged_topk_workspace(B: int, next_n: int, top_k: int, max_model_len: int, bl
     composed path's, whose chunk is the widest the bound allows (workspace_bound, with the device's CU or SM
     count), no wider than max_model_len needs; `chunk` forces a narrower one (a multiple of block_size). Before
     either, where the whole-row path pays (whole_pays: the batch's logits and topk_logits' workspace within the
-    bound; whole=True: the same, or ValueError; whole=False: never; not with chunk= or fused=) the workspace is the whole-row path's, for calls of max_model_len up to the
-    one given. The workspace's `fused` and `whole` say which it is.
+    bound; whole=True: the same, or ValueError; whole=False: never; not with chunk= or fused=) the workspace is the
+    whole-row path's, for calls of max_model_len up to the one given. The workspace's `fused` and `whole` say which
+    it is.
 
     >>> import hipindexer
     >>> ws = hipindexer.paged_topk_workspace(4, 2, 64, 100_000, 16, device="emu:gfx950")
@@ -224,8 +225,8 @@ def fp8_paged_mqa_topk(q, kv_cache, weights, context_lens, block_tables, max_mod
     workspace_bound, whatever max_model_len.
 
     Three paths (docs/ops.md, "Top-k"). Whole-row (every target, where whole_pays: its logits with topk_logits'
-    workspace within the bound): the logits op into
-    the workspace, topk_logits over it, and a kernel that maps the selection to cache slots. Fused (sm_90a and
+    workspace within the bound): the logits op into the workspace, topk_logits over it, and a kernel that maps the
+    selection to cache slots. Fused (sm_90a and
     gfx950, where fused_refusal finds nothing against the call's shape: H in {32, 64}, D = 128, the target's fast
     block sizes, next_n <= 2, top_k <= 2048, accumulation="fast", no split_kv):
     the decode kernel's unit selects on chip and a merge kernel joins the units' pieces; the op takes it where

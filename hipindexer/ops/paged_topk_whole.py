@@ -114,7 +114,7 @@ def plan_whole(dev, s, top_k, ws, sorted, return_values, outs, logits_kw) -> Who
     logits = ws.w[:R, :s.max_model_len]
     decode, extras = plan_and_prepare_decode(dev, s, _stride(logits, R, s.max_model_len), True, **logits_kw)
     tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS, sorted=sorted)
-    if tp.split and ws.topk.nbytes < tp.workspace_bytes:  # a call shorter than the workspace's rows, planned split
+    if tp.split and ws.topk.nbytes < tp.workspace_bytes:  # fewer or shorter rows than the workspace's
         tp = plan_topk(R, s.max_model_len, top_k, target_of(dev), max_blocks=MAX_BLOCKS, rowwise=True)
     topk, split = prepare_topk(dev, tp, R, s.max_model_len, top_k, _stride(logits, R, s.max_model_len),
                                _stride(idx, R, top_k), _stride(vals, R, top_k) if return_values else 0, sorted)
