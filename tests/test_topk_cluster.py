@@ -88,3 +88,22 @@ def test_few_long_rows_take_the_cluster_path_by_default_and_nothing_else_does():
         assert not plan_topk(8, 1 << 16, top_k, hopper, **tunable).cluster
     assert not plan_topk(8, 1 << 16, top_k, TARGETS["gfx950"]).cluster
     assert plan_topk(4, 1 << 13, top_k, hopper).resident  # rows a block holds stay on the resident path
+
+
+def test_the_planners_own_shared_memory_of_the_resident_and_cluster_blocks_covers_their_builds():
+    """plan.topk counts a block's own shared memory (its counts and sums, beside the dynamic) to decide whether two
+    blocks share a unit (resident_narrow, cluster_alone): the sm_90a builds must need no more than it counts."""
+    import json
+    from hipindexer.plan.topk import CLUSTER_STATIC_BYTES, RESIDENT_STATIC_BYTES
+    from hipindexer.runtime.module import DEFAULT_MANIFEST
+    if not DEFAULT_MANIFEST.is_file():
+        pytest.skip("no built kernels")
+    counted = {"topk_resident": RESIDENT_STATIC_BYTES, "topk_resident_narrow": RESIDENT_STATIC_BYTES,
+               "topk_cluster": CLUSTER_STATIC_BYTES}
+    built = {e["name"]: e["resources"]["shared"] for e in json.loads(DEFAULT_MANIFEST.read_text())["kernels"]
+             if e["target"] == "sm_90a" and e["name"] in counted}
+    if not built:
+        pytest.skip("the manifest has no sm_90a build")
+    assert built.keys() == counted.keys(), built
+    for name, shared in built.items():
+        assert shared <= counted[name], (name, shared, counted[name])
