@@ -397,6 +397,29 @@ def _merge_loads(n: int) -> Plant:
     """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
     return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")
 
+# The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
+# positions inside the row), the cuts to top_k, the ordered write (every slot -1), all of the row's work (the
+# lists still emptied).
+_MERGE_LOAD = "x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];"
+MERGE_VARIANTS = {
+    "shipped": [],
+    "loads_8": [_merge_loads(8)],
+    "loads_32": [_merge_loads(32)],
+    "no_loads": [Plant("no_loads", MERGE, _MERGE_LOAD,
+                       "x[k] = hx_topk_entry((at + 1u) * 2654435761u | 1u, (hx_i64)(at % (hx_u32)p.max_model_len)); "
+                       "(void)piece_slot[q];")],
+    "no_cuts": [Plant("no_cuts", MERGE,
+                      "have = hx_group_cut<HX_BLOCK, 4>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);",
+                      "c = 0ull;")],
+    "no_order": [Plant("no_order", MERGE, "const hx_u32 wrote = f.write_in_order(",
+                       "const hx_u32 wrote = 0u;\n    if (p.top_k < 0) f.write_in_order(")],
+    "launch_only": [Plant("launch_only", MERGE, "  hx_grid_dependency_wait();\n",
+                          "  hx_grid_dependency_wait();\n  if (p.top_k > 0) {\n"
+                          "    for (hx_i64 b = hx_block_x() * HX_BLOCK + hx_thread_x(); b < p.B; "
+                          "b += (hx_i64)hx_grid_dim_x() * HX_BLOCK) p.seq_nparts[b] = 0;\n    return;\n  }\n")],
+}
+
+
 # A warp's one arrival (lane 0, after the warp's shared stores are ordered by bar.warp.sync), predicated: no branch
 # for ptxas to see while a wgmma is in flight.
 def _warp_arrive(bar: str) -> str:
@@ -568,7 +591,7 @@ VARIANTS = {
     "topk_cluster": CLUSTER_VARIANTS,
     "sm90a_prefill_filter": FILTER_VARIANTS,
     "prefill_topk_finish": FINISH_VARIANTS,
-    "paged_topk_merge": {"shipped": [], "loads_8": [_merge_loads(8)], "loads_32": [_merge_loads(32)]},
+    "paged_topk_merge": MERGE_VARIANTS,
     "sm90a_fused": {"shipped": [], "exact_at_meetings": [_EXACT_AT_MEETINGS], "warp_append": [_WARP_APPEND],
                     "meet_two_rounds": _MEET_TWO_ROUNDS, "no_trims": _NO_TRIMS, "no_end_cut": _NO_END_CUT,
                     "no_trims_no_end_cut": [_APPEND_GUARD, _TRIMS_NEVER, *_NO_END_CUT],
