@@ -53,10 +53,9 @@ def whole_fits(B: int, next_n: int, top_k: int, max_model_len: int, target: Targ
 
 def whole_pays(B: int, next_n: int, top_k: int, max_model_len: int, target: Target) -> bool:
     """Whether the op takes the whole-row path by default: wherever it fits (whole_fits). At every batch measured
-    where it fit, from (1, 8192) to (32, 8192) and (16, 32768), it was faster than the fused and composed paths
-    (docs/benchmarks.md, "at small batches", "the resident path" and "the whole-row path wherever it fits"; the
-    batches that fit only since its workspace is sized by topk_logits' path, such as (64, 8192), are not yet
-    timed)."""
+    where it fit, from (1, 8192) to (256, 8192), (96, 16384) and (32, 32768), it was faster than the fused and
+    composed paths or level with the faster (docs/benchmarks.md, "at small batches", "the resident path", "the
+    whole-row path wherever it fits" and "the whole-row batches timed")."""
     return whole_fits(B, next_n, top_k, max_model_len, target)
 
 
