@@ -397,6 +397,7 @@ def _merge_loads(n: int) -> Plant:
     """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
     return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")
 
+
 # The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
 # positions inside the row), the cuts to top_k, the ordered write (every slot -1), all of the row's work (the
 # lists still emptied); and its cuts by 8-bit digits or one entry a thread in flight (outputs right).
