@@ -401,6 +401,11 @@ def _merge_loads(n: int) -> Plant:
 # The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
 # positions inside the row), the cuts to top_k, the ordered write (every slot -1), all of the row's work (the
 # lists still emptied); and its cuts by 8-bit digits or one entry a thread in flight (outputs right).
+def _merge_cut(name: str, args: str) -> Plant:
+    """The merge's cut with other template arguments after the block (loads in flight, then the digit's bits)."""
+    return Plant(name, MERGE, "hx_group_cut<HX_BLOCK, 4>(", f"hx_group_cut<HX_BLOCK, {args}>(")
+
+
 _MERGE_LOAD = "x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];"
 MERGE_VARIANTS = {
     "shipped": [],
@@ -414,8 +419,8 @@ MERGE_VARIANTS = {
                       "c = 0ull;")],
     "no_order": [Plant("no_order", MERGE, "const hx_u32 wrote = f.write_in_order(",
                        "const hx_u32 wrote = 0u;\n    if (p.top_k < 0) f.write_in_order(")],
-    "cut_bits_8": [Plant("cut_bits_8", MERGE, "hx_group_cut<HX_BLOCK, 4>(", "hx_group_cut<HX_BLOCK, 4, 8>(")],
-    "cut_loads_1": [Plant("cut_loads_1", MERGE, "hx_group_cut<HX_BLOCK, 4>(", "hx_group_cut<HX_BLOCK, 1>(")],
+    "cut_bits_8": [_merge_cut("cut_bits_8", "4, 8")],
+    "cut_loads_1": [_merge_cut("cut_loads_1", "1")],
     "launch_only": [Plant("launch_only", MERGE, "  hx_grid_dependency_wait();\n",
                           "  hx_grid_dependency_wait();\n  if (p.top_k > 0) {\n"
                           "    for (hx_i64 b = hx_block_x() * HX_BLOCK + hx_thread_x(); b < p.B; "
