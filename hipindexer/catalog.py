@@ -131,6 +131,7 @@ class Kernel:
     variants: tuple = field(default_factory=lambda: ({},))
     smem: int = 0  # dynamic shared memory bytes per block (-DHX_SMEM; the runtime raises the limit and launches with it)
     smem_on: tuple = ()  # ((target, bytes), ...): where a target's build takes other than smem
+    block_on: tuple = ()  # ((target, threads), ...): where a target's build takes other than block
     defines: tuple = ()  # ((NAME, value), ...) for every variant: one source built as two kernels
     accumulation: str | None = None  # logits kernels: their class in ACCUMULATION (the gate's per-element eps)
     test_only: bool = False  # built for the tests into kernels/test-only/: never in a wheel or in `hipindexer info`
@@ -148,6 +149,10 @@ class Kernel:
     def smem_for(self, target: str) -> int:
         """The dynamic shared memory of the kernel's build for `target`."""
         return dict(self.smem_on).get(target, self.smem)
+
+    def block_for(self, target: str) -> int:
+        """The threads per block of the kernel's build for `target` (its manifest entry's block)."""
+        return dict(self.block_on).get(target, self.block)
 
     @property
     def variant_axis(self) -> str | None:
@@ -439,7 +444,8 @@ KERNELS.append(Kernel("paged_topk_step_wide", "generic/paged_topk_step.hip", "hx
                       "PagedTopkStepParams", block=512))
 KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge",
                       "PagedTopkMergeParams", block=512, smem=131072,  # 16,384 entries of a row's list at once
-                      smem_on=(("sm_90a", 196608),)))  # 24,576: one round for the rows of B = 16 at 131,072
+                      smem_on=(("sm_90a", 196608),),  # 24,576: one round for the rows of B = 16 at 131,072
+                      block_on=(("sm_90a", 1024),)))  # an SM's 2,048 threads are two blocks of 1,024 or four of 512
 KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=256))
 KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",

@@ -64,7 +64,7 @@ def compile_job(job: Job, tc: Toolchain, src: Path, work: Path, out: Path) -> di
         report = _compile(job, tc, expand(job.flags, src, work), Path(tmp), tmp_obj, env)
         data = tmp_obj.read_bytes()
         if job.target == "gfx950":
-            param_size, res = amd_resources(data, report, k.symbol, k.block)
+            param_size, res = amd_resources(data, report, k.symbol, k.block_for(job.target))
         else:
             param_size, res = cuda_resources(data, report, k.symbol)
         want = catalog.STRUCT[k.params].size
@@ -91,7 +91,7 @@ def compile_job(job: Job, tc: Toolchain, src: Path, work: Path, out: Path) -> di
         "flags": job.flags,
         "params": k.params,
         "param_size": param_size,
-        "block": k.block,
+        "block": k.block_for(job.target),
         "dynamic_smem": k.smem_for(job.target),
         "resources": res,
     }

@@ -31,7 +31,7 @@ class Job:
 
 def flags_for(target: str, mode: str, kernel, variant: dict) -> list[str]:
     """Compiler flags, with <src>/<work> placeholders; "|" splits nvcc's from ptxas's in nvcc+ptxas mode."""
-    defines = [f"-DHX_BLOCK={kernel.block}"] + [f"-D{k}={variant[k]}" for k in sorted(variant)]
+    defines = [f"-DHX_BLOCK={kernel.block_for(target)}"] + [f"-D{k}={variant[k]}" for k in sorted(variant)]
     defines += [f"-D{k}={v}" for k, v in kernel.defines]
     if kernel.smem_for(target):
         defines.append(f"-DHX_SMEM={kernel.smem_for(target)}")

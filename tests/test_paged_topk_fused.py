@@ -161,6 +161,7 @@ def test_which_workspace_and_launches_a_call_gets(hopper):
     assert (sel.top_k, sel.next_n, sel.out, sel.clean) == (256, 2, 0, 0)
     assert bytes(sel.kv_map) == inp.kv_cache.ptr.to_bytes(8, "little") * 16  # the cache's map, by value
     merge = hipindexer.catalog.STRUCT["PagedTopkMergeParams"].ctype().from_buffer_copy(hb.launches[n0 + 1][4])
+    assert hb.launches[n0 + 1][2][0] == hipindexer.catalog.KERNEL["paged_topk_merge"].block_for("sm_90a") == 1024
     assert merge.parts == sel.parts and merge.seq_nparts == sel.seq_nparts and merge.units == hb.launches[n0][1][0]
     assert merge.values != 0 and merge.slots != 0
     n1 = len(hb.launches)

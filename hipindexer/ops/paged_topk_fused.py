@@ -168,8 +168,9 @@ def plan_fused(dev, s, top_k, ws, sorted, outs, preshuffle, stages, units=None, 
     # The merge's blocks, one or a few a row, each fill an SM, so the runtime would start them during the select's
     # tail, on the SMs the select freed first; MERGE_OVERLAPS=False keeps them in stream order, spread over the
     # device (docs/benchmarks.md, "Launches that overlap").
-    merges = [kernel_for(dev, "paged_topk_merge").prepare(
-        _grid(R * (groups if level else 1)), KERNEL["paged_topk_merge"].block, pointers=MERGE_POINTERS,
+    merge = kernel_for(dev, "paged_topk_merge")
+    merges = [merge.prepare(
+        _grid(R * (groups if level else 1)), merge.block, pointers=MERGE_POINTERS,
         overlap=MERGE_OVERLAPS, indices_stride=_stride(idx, R, top_k), values_stride=_stride(vals, R, top_k),
         slots_stride=_stride(slots, R, top_k), B=s.B, next_n=s.next_n, top_k=top_k, units=grid,
         max_blocks=s.max_blocks, block_size=s.block_size, max_model_len=s.max_model_len, sorted=int(bool(sorted)),

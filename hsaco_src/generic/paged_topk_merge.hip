@@ -24,7 +24,7 @@
 #define HX_MAX_PIECES 512                     // units of a fused launch (the op holds them to it)
 #define HX_MERGE_CAP (HX_SMEM / 8)              // the list's entries in shared memory at once
 #ifndef HX_MERGE_LOADS
-#define HX_MERGE_LOADS 16                       // list entries a thread loads at once
+#define HX_MERGE_LOADS (8192 / HX_BLOCK)        // list entries a thread loads at once: 8,192 a block in flight
 #endif
 static_assert(HX_MAX_PIECES <= 2 * HX_BLOCK, "two pieces a thread in the scan");
 static_assert(HX_MERGE_CAP >= 2 * MAX_TOP_K, "a selection and as many entries again");

@@ -389,13 +389,13 @@ _HIST_BY_MATCH = Plant("hist_by_match", SELECT, """\
 
 
 # The fused path's merge (generic/paged_topk_merge.hip): its gather with fewer or more list entries a thread in
-# flight.
+# flight than its build's (8 at sm_90a's 1,024 threads, 16 at gfx950's 512).
 MERGE = "generic/paged_topk_merge.hip"
 
 
 def _merge_loads(n: int) -> Plant:
     """The decode merge's gather with n list entries a thread in flight (HX_MERGE_LOADS)."""
-    return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS 16", f"#define HX_MERGE_LOADS {n}")
+    return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS (8192 / HX_BLOCK)", f"#define HX_MERGE_LOADS {n}")
 
 
 # The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
@@ -409,8 +409,8 @@ def _merge_cut(name: str, args: str) -> Plant:
 _MERGE_LOAD = "x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];"
 MERGE_VARIANTS = {
     "shipped": [],
-    "loads_8": [_merge_loads(8)],
-    "loads_32": [_merge_loads(32)],
+    "loads_4": [_merge_loads(4)],
+    "loads_16": [_merge_loads(16)],
     "no_loads": [Plant("no_loads", MERGE, _MERGE_LOAD,
                        "x[k] = hx_topk_entry((at + 1u) * 2654435761u | 1u, (hx_i64)(at % (hx_u32)p.max_model_len)); "
                        "(void)piece_slot[q];")],
