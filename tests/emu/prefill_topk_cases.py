@@ -327,10 +327,12 @@ def fused_rows_whose_best_keys_crowd_one_part(dev):
     takes that cut no row is recomputed. With even regions (every filter's, forced) the crowded part overflows and
     the finish recomputes its keys alone. Every filter stays exact; the recomputes are asserted where the shape's
     even region is smaller than what crowds it (both shapes on the emulator, the generic filter's on sm_90a)."""
-    N, top_k = 8192, 256
+    N = 8192
     target = target_of(dev)
     crowding = 0
-    for H, D, M in ((32, 128, 256), (16, 64, 128)):  # the fewest rows whose parts outgrow an even region (gfx950)
+    # the fewest rows (and their top_k) whose parts outgrow an even region on gfx950, for its MFMA filter and for
+    # the generic one
+    for H, D, M, top_k in ((32, 128, 64, 128), (16, 64, 128, 256)):
         ws = hipindexer.prefill_topk_workspace(M, N, top_k, device=dev, H=H, D=D, fused=True)
         lay = ws.layout
         filt, _ = prefill_topk_fused.filter_kernels(target, H, D)
