@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compile every catalog kernel x target x variant into code objects + manifest.
 
-    python build.py [--target gfx950|sm_90a|emu-gfx950 ...] [--no-emu | --emu-only] [--check] [--force]
+    python build.py [--target gfx950|sm_90a|emu-gfx950 ...] [--no-emu | --emu-only [--emu-kernels KEY,...]]
+                    [--check] [--force]
                     [-j N] [--quiet] [--src DIR] [--out DIR] [--work DIR]
 
 Objects land in <out>/<target>/<variant_key>.<hsaco|cubin> (default out:
@@ -13,7 +14,8 @@ file is missing / differs from its recorded sha256. --check compiles nothing:
 it verifies the manifest against the objects and the sources and exits 1
 naming every stale kernel. --emu-only builds only the emulated twins, over the
 gfx950 objects already in <out> (tools/support/mutate.py's planted trees,
-whose gfx950 objects are never run). The work lives in hxbuild/ (its __init__
+whose gfx950 objects are never run); --emu-kernels narrows that to some kernels' twins, and the emulator then
+loads no other. The work lives in hxbuild/ (its __init__
 maps the modules). Stdlib only, plus msgpack for the AMDGPU metadata.
 """
 
@@ -57,6 +59,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-emu", action="store_true", help=f"leave {EMU} out of the default targets (wheel builds)")
     ap.add_argument("--emu-only", action="store_true",
                     help=f"build only {EMU}, from --src, over the gfx950 objects already in --out (planted trees)")
+    ap.add_argument("--emu-kernels", default=None, metavar="KEY,...",
+                    help=f"with --emu-only: the twins of these catalog keys alone; the emulator then loads no other "
+                         f"kernel (a planted tree whose suite runs only these)")
     ap.add_argument("--check", action="store_true", help="verify manifest vs objects and sources; compile nothing")
     ap.add_argument("--force", action="store_true", help="rebuild everything")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
@@ -71,6 +76,9 @@ def main(argv=None) -> int:
     log = lambda msg: _log(a.quiet, msg)  # noqa: E731
     if a.emu_only and not (out / manifest.NAME).is_file():
         ap.error(f"--emu-only builds over the gfx950 objects of a build, and {out} has none")
+    if a.emu_kernels is not None and not a.emu_only:
+        ap.error("--emu-kernels goes with --emu-only")
+    only = None if a.emu_kernels is None else set(a.emu_kernels.split(","))
 
     try:
         if a.check:
@@ -87,7 +95,10 @@ def main(argv=None) -> int:
         else:  # --emu-only: the twins still include the generated params header
             write_params_header(work)
         if emu:
-            emubuild.build_target(out, src, work, _gfx950_entries(out), a.jobs, log, a.force)
+            entries = [e for e in _gfx950_entries(out) if only is None or e["name"] in only]
+            if only is not None and only - {e["name"] for e in entries}:
+                ap.error(f"--emu-kernels: no gfx950 build of {sorted(only - {e['name'] for e in entries})} in {out}")
+            emubuild.build_target(out, src, work, entries, a.jobs, log, a.force)
         return 0
     except (BuildError, emubuild.EmuBuildError) as e:
         print(f"build.py: error: {e}", file=sys.stderr)

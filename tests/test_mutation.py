@@ -50,6 +50,19 @@ def test_every_first_case_names_a_plant_of_its_set_and_a_test_its_file_collects(
         assert not missing, (plant_set, missing)
 
 
+def test_a_set_s_own_kernels_have_gfx950_builds_and_a_launch_outside_them_stops_the_harness():
+    # A planted tree of a set in SET_KERNELS has emulated twins of those kernels alone (build.py --emu-kernels).
+    from hipindexer import catalog
+    from tools.support import mutate
+    for plant_set, keys in mutate.SET_KERNELS.items():
+        assert plant_set in mutate.SET_TESTS, plant_set
+        assert keys and all("gfx950" in catalog.KERNEL[k].targets for k in keys), (plant_set, keys)
+    out = "E   hipindexer.runtime.hip.HipError: hipModuleLoadData failed: hipErrorInvalidImage (200)\n"
+    with pytest.raises(SystemExit, match="outside the set's SET_KERNELS"):
+        mutate._no_twin(subprocess.CompletedProcess([], 1, out, ""), "tests/emu/topk_cases.py")
+    mutate._no_twin(subprocess.CompletedProcess([], 1, "FAILED x::y - AssertionError\n", ""), "a plant's catch")
+
+
 def test_every_stage_variant_matches_its_kernel_source_exactly_once():
     from tools.measure import stage_variants as variants
     for vset, named in variants.VARIANTS.items():

@@ -666,6 +666,21 @@ SET_TESTS = {"topk": "tests/emu/topk_cases.py", "paged_topk": "tests/emu/paged_t
              "prefill_topk_sm90a": "tests/emu/prefill_topk_cases.py",
              "launch_overlap": "tests/test_launch_overlap.py", "topk_cluster": "tests/test_topk_cluster.py"}
 
+# The kernels (catalog keys) a set's suite launches on the emulator, where they are few of those its plants' files
+# reach: a planted tree builds the emulated twins of these alone (most of a plant's time is that build). The
+# emulator then loads no other, and a run that tries (NO_TWIN) stops the harness: the clean
+# tree is built the same way, so its suite passing proves the list.
+SET_KERNELS = {
+    "topk": ("topk_logits", "topk_rowwise", "topk_resident", "topk_resident_narrow", "topk_split_floor",
+             "topk_split_gather", "topk_split_finish"),
+    "paged_topk": ("paged_mqa_logits_generic", "paged_topk_step", "paged_topk_step_wide", "paged_topk_merge",
+                   "topk_resident", "topk_slots"),
+    "prefill_topk": ("mqa_logits_generic", "mqa_logits_mfma", "mqa_topk_generic", "mqa_topk_mfma",
+                     "prefill_topk_sample", "prefill_topk_floor", "prefill_topk_floor_wide", "prefill_topk_finish",
+                     "topk_chunk_step", "topk_chunk_step_wide"),
+}
+NO_TWIN = "hipModuleLoadData failed"  # the emulator's answer to an object its registry lacks
+
 # The test of a SET_TESTS file that catches each plant, run before the rest of the file (run_tests): a planted
 # run stops at its first failure anyway, so naming it saves the cases before it. A plant its first case misses
 # still runs the whole file (and says so); a name the file lacks stops the harness.
@@ -772,10 +787,12 @@ def apply(src: Path, plant: Plant) -> None:
     path.write_text(text.replace(plant.old, plant.new))
 
 
-def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str]) -> subprocess.CompletedProcess:
+def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str],
+                  kernels: tuple | None = None) -> subprocess.CompletedProcess:
     """A copy of hsaco_src/ with `plants` applied, built into the package copy d/pkg. A planted build starts from
     the clean build's objects (clean/pkg), the clean build from the checkout's own where there is one, so
-    build.py recompiles only the kernels whose sources differ from what it starts from."""
+    build.py recompiles only the kernels whose sources differ from what it starts from. `kernels` (catalog keys,
+    for the emulator): the emulated twins of these alone, and the emulator loads no other kernel."""
     if d.exists():
         shutil.rmtree(d)
     shutil.copytree(ROOT / "hsaco_src", d / "src")
@@ -786,11 +803,15 @@ def build_planted(d: Path, clean: Path, plants: list[Plant], targets: list[str])
         pkg.seed(PackageCopy(clean / "pkg").kernels)
     else:
         pkg.seed()
+    only = ["--emu-kernels", ",".join(kernels)] if kernels and "emu-gfx950" in targets else []
     if plants and "emu-gfx950" in targets:
         # The emulated suite runs the emulated twins alone: a planted tree rebuilds only those (their gfx950
         # ISA compiles were most of a plant's build), over the clean gfx950 objects, which nothing runs.
-        return pkg.refresh().build([], src=d / "src", extra=["--emu-only"])
-    return pkg.refresh().build(targets, src=d / "src")
+        return pkg.refresh().build([], src=d / "src", extra=["--emu-only", *only])
+    b = pkg.refresh().build(targets, src=d / "src")
+    if b.returncode or not only:
+        return b
+    return pkg.build([], src=d / "src", extra=["--emu-only", *only])  # the clean tree's suite proves the list
 
 
 def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tuple[bool, str]:
@@ -799,6 +820,7 @@ def run_suite(pkg: PackageCopy, suite: dict, cmd: list[str], timeout: int) -> tu
                     emulated=suite["device"].startswith("emu"), timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout} s"
+    _no_twin(p, " ".join(cmd))
     try:
         doc = json.loads(p.stdout)
         failed = [c for c in doc["cases"] if c["status"] == "failed"]
@@ -836,9 +858,17 @@ def _pytest(pkg: PackageCopy, suite: dict, target, timeout: int) -> tuple[int, s
         p = pkg.run(argv, ROOT / "tests" / "emu", emulated=bool(emu), timeout=timeout)
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {timeout} s"
+    _no_twin(p, target)
     lines = p.stdout.strip().splitlines()
     failed = [line.split("::", 1)[-1] for line in lines if line.startswith(("FAILED", "ERROR"))]
     return p.returncode, (f"failed: {failed[0]}" if failed else (lines[-1] if lines else f"exit {p.returncode}"))
+
+
+def _no_twin(p: subprocess.CompletedProcess, what) -> None:
+    """A run that launched a kernel its tree has no emulated twin of (outside its set's SET_KERNELS) proves
+    nothing either way: it stops the harness instead of counting as a catch."""
+    if NO_TWIN in p.stdout or NO_TWIN in p.stderr:
+        raise SystemExit(f"{what}: a kernel outside the set's SET_KERNELS was launched ({NO_TWIN}); add it there")
 
 
 def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: int, build_only: bool,
@@ -847,7 +877,8 @@ def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: 
     name = plant.name if plant else "(none: the suite must pass)"
     d = root / (plant.name if plant else "clean")
     t0 = time.time()
-    b = None if prebuilt else build_planted(d, root / "clean", [plant] if plant else [], spec["targets"])
+    b = None if prebuilt else build_planted(d, root / "clean", [plant] if plant else [], spec["targets"],
+                                            SET_KERNELS.get(plant_set))
     pkg = PackageCopy(d / "pkg")
     if b is not None and b.returncode != 0:
         r = {"plant": name, "caught": bool(plant), "how": "build failed: " + (b.stderr.strip().splitlines() or ["?"])[-1]}
@@ -900,7 +931,7 @@ def main(suite, plant_set, plants, cmd, timeout, builds, build_only, prebuilt, j
                                 build_only=build_only, prebuilt=prebuilt)
         clean_built = not (build_only or prebuilt)
         if clean_built:  # the plants start from its objects; its suite then runs beside the first plants
-            b = build_planted(root / "clean", root / "clean", [], spec["targets"])
+            b = build_planted(root / "clean", root / "clean", [], spec["targets"], SET_KERNELS.get(plant_set))
             if b.returncode != 0:
                 raise SystemExit("the unmodified tree does not build: " + (b.stderr.strip().splitlines() or ["?"])[-1])
         with ThreadPoolExecutor(max_workers=jobs) as pool:  # each plant's work is in child processes
