@@ -445,7 +445,7 @@ KERNELS.append(Kernel("paged_topk_step_wide", "generic/paged_topk_step.hip", "hx
 KERNELS.append(Kernel("paged_topk_merge", "generic/paged_topk_merge.hip", "hx_paged_topk_merge",
                       "PagedTopkMergeParams", block=512, smem=131072,  # 16,384 entries of a row's list at once
                       smem_on=(("sm_90a", 196608),),  # 24,576: one round for the rows of B = 16 at 131,072
-                      block_on=(("sm_90a", 1024),)))  # an SM's 2,048 threads are two blocks of 1,024 or four of 512
+                      block_on=(("sm_90a", 1024),)))  # one block an SM (its buffer): twice the threads for a row
 KERNELS.append(Kernel("topk_chunk_step", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
                       block=256))
 KERNELS.append(Kernel("topk_chunk_step_wide", "generic/topk_chunk_step.hip", "hx_topk_chunk_step", "TopkStepParams",
