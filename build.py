@@ -96,8 +96,9 @@ def main(argv=None) -> int:
             write_params_header(work)
         if emu:
             entries = [e for e in _gfx950_entries(out) if only is None or e["name"] in only]
-            if only is not None and only - {e["name"] for e in entries}:
-                ap.error(f"--emu-kernels: no gfx950 build of {sorted(only - {e['name'] for e in entries})} in {out}")
+            unbuilt = sorted((only or set()) - {e["name"] for e in entries})
+            if unbuilt:
+                ap.error(f"--emu-kernels: no gfx950 build of {unbuilt} in {out}")
             emubuild.build_target(out, src, work, entries, a.jobs, log, a.force)
         return 0
     except (BuildError, emubuild.EmuBuildError) as e:

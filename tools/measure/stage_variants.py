@@ -398,14 +398,14 @@ def _merge_loads(n: int) -> Plant:
     return Plant(f"merge_loads_{n}", MERGE, "#define HX_MERGE_LOADS (8192 / HX_BLOCK)", f"#define HX_MERGE_LOADS {n}")
 
 
-# The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
-# positions inside the row), the cuts to top_k, the ordered write (every slot -1), all of the row's work (the
-# lists still emptied); and its cuts by 8-bit digits or one entry a thread in flight (outputs right).
 def _merge_cut(name: str, args: str) -> Plant:
     """The merge's cut with other template arguments after the block (loads in flight, then the digit's bits)."""
     return Plant(name, MERGE, "hx_group_cut<HX_BLOCK, 4>(", f"hx_group_cut<HX_BLOCK, {args}>(")
 
 
+# The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
+# positions inside the row), the cuts to top_k, the ordered write (every slot -1), all of the row's work (the
+# lists still emptied); and its cuts by 8-bit digits or one entry a thread in flight (outputs right).
 _MERGE_LOAD = "x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];"
 MERGE_VARIANTS = {
     "shipped": [],
