@@ -58,18 +58,24 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
   for (hx_i64 item = hx_block_x(); item < (hx_i64)p.B * p.next_n * groups; item += hx_grid_dim_x()) {
     const hx_i64 row = item / groups, b = row / p.next_n, j = row % p.next_n;
     const hx_u32 g = (hx_u32)(item % groups);
-    const hx_i32 listed = p.seq_nparts[b];
-    const hx_u32 nl = listed < 0 ? 0u : listed > p.units ? (hx_u32)p.units : (hx_u32)listed;  // list entries
     const hx_u32 first = p.group > 0 ? g * (hx_u32)p.group : 0u;
     const hx_u32 step = p.group > 0 || p.stride < 1 ? 1u : (hx_u32)p.stride;
+    // 1. the pieces' slots and entry counts, and where each starts in the row's list: the list's words read beside
+    //    its length (those past it are left from earlier calls and not taken), so that the counts wait on one read
+    hx_i32 listed_slot[2];
+    for (hx_u32 k = 0; k < 2; ++k) {
+      const hx_u32 at = first + (2 * tid + k) * step;
+      listed_slot[k] = at < (hx_u32)p.units ? p.seq_parts[b * p.units + at] : -1;
+    }
+    const hx_i32 listed = p.seq_nparts[b];
+    const hx_u32 nl = listed < 0 ? 0u : listed > p.units ? (hx_u32)p.units : (hx_u32)listed;  // list entries
     const hx_u32 np = p.group > 0 ? (nl > first ? (nl - first < (hx_u32)p.group ? nl - first : (hx_u32)p.group) : 0u)
                                   : (nl + step - 1u) / step;
     if (p.group > 0 && np < 2u) continue;  // uniform: a group of one piece is its own merge
-    // 1. the pieces' slots and entry counts, and where each starts in the row's list
     hx_u32 count[2];
     for (hx_u32 k = 0; k < 2; ++k) {
       const hx_u32 q = 2 * tid + k;
-      hx_i64 slot = q < np ? p.seq_parts[b * p.units + first + q * step] : -1;
+      hx_i64 slot = q < np ? listed_slot[k] : -1;
       slot = slot >= 0 && slot < slots ? slot : -1;
       const hx_i32 c = slot >= 0 ? p.part_counts[slot * p.next_n + j] : 0;
       count[k] = c < 0 ? 0u : (hx_u32)c > top_k ? top_k : (hx_u32)c;
@@ -83,11 +89,13 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     bar();
     // 2. the row's top_k of the list: its entries [lo, hi) that pass the last cut appended to the selection so far,
     //    e[0, have), and the whole cut to top_k in shared memory once it is half full, until the list has passed.
-    // f(x, in) for each of this thread's tiles of the list's entries in [lo, hi): x[k] one entry, in[k] whether it
-    // is one (a slot past the range holds 0). Every HX_BLOCK-th entry of the list, HX_MERGE_LOADS of them a thread in
-    // flight at once, walking the pieces' starts forward from a search for the first (no search per entry): one walk
-    // for wide pieces and narrow ones, a tile spanning as many pieces as it meets. Every thread calls f as often as
-    // the others (uniform trip counts), so f may meet its wave.
+    //    Until the first cut every entry passes, so each goes to its own place, and each thread keeps its entries'
+    //    range of keys for that cut.
+    // f(x, in, base) for each of this thread's tiles of the list's entries in [lo, hi): x[k] entry base + tid + k
+    // HX_BLOCK, in[k] whether it is one (a slot past the range holds 0). Every HX_BLOCK-th entry of the list,
+    // HX_MERGE_LOADS of them a thread in flight at once, walking the pieces' starts forward from a search for the first
+    // (no search per entry): one walk for wide pieces and narrow ones, a tile spanning as many pieces as it meets.
+    // Every thread calls f as often as the others (uniform trip counts), so f may meet its wave.
     auto pieces = [&](hx_u32 lo, hx_u32 hi, auto&& f) {
       hx_u64 x[HX_MERGE_LOADS];
       bool in[HX_MERGE_LOADS];
@@ -103,32 +111,47 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
             x[k] = p.parts[((hx_i64)piece_slot[q] * p.next_n + j) * (hx_i64)top_k + (at - piece_at[q])];
           }
         }
-        f(x, in);
+        f(x, in, base);
       }
     };
     hx_u32 have = 0;
     hx_u64 cut = 0;  // the smallest entry of the last cut's top_k: nothing below it can be among the row's top_k
+    hx_key_range range;  // this thread's entries' keys, until the first cut
     for (hx_u32 lo = 0; lo < total;) {  // uniform
       const hx_u32 n = total - lo < HX_MERGE_CAP - have ? total - lo : HX_MERGE_CAP - have;
-      if (tid == 0) found[2] = have;
-      bar();
-      pieces(lo, lo + n, [&](const hx_u64(&x)[HX_MERGE_LOADS], const bool(&in)[HX_MERGE_LOADS]) {
-        bool keep[HX_MERGE_LOADS];
-        hx_u32 at[HX_MERGE_LOADS];
-        HX_UNROLL
-        for (int k = 0; k < HX_MERGE_LOADS; ++k) keep[k] = in[k] && x[k] > cut;
-        hx_append_each(keep, &found[2], at);  // one add a warp and tile: a lane's add each queued on one word
-        HX_UNROLL
-        for (int k = 0; k < HX_MERGE_LOADS; ++k)
-          if (keep[k]) e[at[k]] = x[k];
-      });
-      bar();
-      have = found[2];
+      if (cut == 0) {  // uniform
+        pieces(lo, lo + n, [&](const hx_u64(&x)[HX_MERGE_LOADS], const bool(&in)[HX_MERGE_LOADS], hx_u32 base) {
+          HX_UNROLL
+          for (int k = 0; k < HX_MERGE_LOADS; ++k)
+            if (in[k]) {
+              e[have + (base - lo) + tid + (hx_u32)k * HX_BLOCK] = x[k];
+              range.add(x[k]);
+            }
+        });
+        have += n;
+        bar();
+      } else {
+        if (tid == 0) found[2] = have;
+        bar();
+        pieces(lo, lo + n, [&](const hx_u64(&x)[HX_MERGE_LOADS], const bool(&in)[HX_MERGE_LOADS], hx_u32) {
+          bool keep[HX_MERGE_LOADS];
+          hx_u32 at[HX_MERGE_LOADS];
+          HX_UNROLL
+          for (int k = 0; k < HX_MERGE_LOADS; ++k) keep[k] = in[k] && x[k] > cut;
+          hx_append_each(keep, &found[2], at);  // one add a warp and tile: a lane's add each queued on one word
+          HX_UNROLL
+          for (int k = 0; k < HX_MERGE_LOADS; ++k)
+            if (keep[k]) e[at[k]] = x[k];
+        });
+        bar();
+        have = found[2];
+        bar();  // found[2] is read by all before the cut takes it
+      }
       lo += n;
-      bar();  // found[2] is read by all before the cut takes it
-      if (have > HX_MERGE_CAP / 2 || lo == total) {
-        hx_u64 c;
-        have = hx_group_cut<HX_BLOCK, 4>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);
+      if (have > HX_MERGE_CAP / 2 || lo == total) {  // uniform
+        const hx_u64 c = hx_group_cut_value<HX_BLOCK, 4>(tid, bar, e, have, top_k, hist, scan, found, 64,
+                                                         cut == 0, range);
+        if (have > top_k) have = hx_group_keep<HX_BLOCK>(tid, bar, e, have, c, found + 2);
         have = have < top_k ? have : top_k;  // more only from a workspace in a bad state (equal entries)
         cut = c > cut ? c : cut;
       }
@@ -152,7 +175,8 @@ HX_KERNEL HX_LAUNCH_BOUNDS_NV(HX_BLOCK, 1) void hx_paged_topk_merge(const HX_GRI
     });
     for (hx_u32 s = wrote + tid; s < top_k; s += HX_BLOCK) hx_merge_write(p, row, b, s, -1, 0u);
     bar();  // the shared arrays are the next row's; every thread's reads of the sequence's list are done
-    if (tid == 0 && hx_atomic_add_acq_rel(p.seq_done + b, 1) == p.next_n - 1) {
+    // the sequence's last row to finish empties its list (a sequence of one row: this block, with no count)
+    if (tid == 0 && (p.next_n == 1 || hx_atomic_add_acq_rel(p.seq_done + b, 1) == p.next_n - 1)) {
       p.seq_nparts[b] = 0;
       p.seq_done[b] = 0;
     }

@@ -5,11 +5,13 @@
     ncu ... python3 -m tools.measure.profile_op decode --shape 64x131072 --heads 64 --next-n 1
     ncu ... python3 -m tools.measure.profile_op topk --shape 64x131072 --top-k 2048
     ncu -k regex:mqa_topk_wgmma ... python3 -m tools.measure.profile_op prefill-topk --shape 4096x32768 --heads 64
+    ncu -k regex:paged_topk_merge ... python3 -m tools.measure.profile_op paged-topk --shape 16x131072 --path fused
 """
 import click
 import numpy as np
 
-from hipindexer import fp8_mqa_logits, fp8_mqa_topk, fp8_paged_mqa_logits, prefill_topk_workspace, testing, topk_logits
+from hipindexer import (fp8_mqa_logits, fp8_mqa_topk, fp8_paged_mqa_logits, fp8_paged_mqa_topk, paged_topk_workspace,
+                        prefill_topk_workspace, testing, topk_logits)
 from hipindexer.runtime import Device, DeviceArray
 
 
@@ -77,6 +79,29 @@ def decode(shape, heads, next_n, block_size, kernel, calls):
     out = DeviceArray.empty((B * next_n, inp.max_model_len), np.float32, dev)
     for _ in range(calls):
         fp8_paged_mqa_logits(*args, clean_logits=True, out=out, device=dev, **({"kernel": kernel} if kernel else {}))
+    dev.synchronize()
+
+
+@main.command()
+@click.option("--shape", default="64x131072", help="BxCONTEXT, every sequence at the context")
+@click.option("--heads", default=64)
+@click.option("--next-n", default=1)
+@click.option("--top-k", default=2048)
+@click.option("--path", default=None, type=click.Choice(["fused", "whole", "composed"]),
+              help="A path forced (default: the op's choice).")
+@click.option("--calls", default=2)
+def paged_topk(shape, heads, next_n, top_k, path, calls):
+    B, ctx = _shape(shape)
+    dev = Device()
+    case = testing.DecodeCase(B, next_n, heads, 128, 64, mean_context=ctx, spread="equal", key_codes=True)
+    inp = testing.decode_inputs(np.random.default_rng(0), case)
+    args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+    forced = {"fused": dict(fused=True), "whole": dict(whole=True), "composed": dict(fused=False)}.get(path, {})
+    ws = paged_topk_workspace(B, next_n, top_k, inp.max_model_len, 64, device=dev, heads=heads, head_dim=128,
+                              **forced)
+    out = DeviceArray.empty((B * next_n, top_k), np.int32, dev)
+    for _ in range(calls):
+        fp8_paged_mqa_topk(*args[:6], top_k, workspace=ws, out=out, device=dev)
     dev.synchronize()
 
 

@@ -400,7 +400,7 @@ def _merge_loads(n: int) -> Plant:
 
 def _merge_cut(name: str, args: str) -> Plant:
     """The merge's cut with other template arguments after the block (loads in flight, then the digit's bits)."""
-    return Plant(name, MERGE, "hx_group_cut<HX_BLOCK, 4>(", f"hx_group_cut<HX_BLOCK, {args}>(")
+    return Plant(name, MERGE, "hx_group_cut_value<HX_BLOCK, 4>(", f"hx_group_cut_value<HX_BLOCK, {args}>(")
 
 
 # The merge's phases each left out (outputs wrong): the list's loads (entries made up from their place in it, their
@@ -414,9 +414,10 @@ MERGE_VARIANTS = {
     "no_loads": [Plant("no_loads", MERGE, _MERGE_LOAD,
                        "x[k] = hx_topk_entry((at + 1u) * 2654435761u | 1u, (hx_i64)(at % (hx_u32)p.max_model_len)); "
                        "(void)piece_slot[q];")],
-    "no_cuts": [Plant("no_cuts", MERGE,
-                      "have = hx_group_cut<HX_BLOCK, 4>(tid, bar, e, have, top_k, hist, scan, found, found + 2, c);",
-                      "c = 0ull;")],
+    "no_cuts": [Plant("no_cuts", MERGE, "const hx_u64 c = hx_group_cut_value<HX_BLOCK, 4>(",
+                      "const hx_u64 c = 0ull; if (p.top_k < 0) hx_group_cut_value<HX_BLOCK, 4>("),
+                Plant("no_keep", MERGE, "if (have > top_k) have = hx_group_keep<HX_BLOCK>(",
+                      "if (p.top_k < 0) have = hx_group_keep<HX_BLOCK>(")],
     "no_order": [Plant("no_order", MERGE, "const hx_u32 wrote = f.write_in_order(",
                        "const hx_u32 wrote = 0u;\n    if (p.top_k < 0) f.write_in_order(")],
     "cut_bits_8": [_merge_cut("cut_bits_8", "4, 8")],
