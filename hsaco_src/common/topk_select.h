@@ -170,8 +170,8 @@ HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist
 // straddle the cut, the complemented index's; it stops at the first digit whose bin is taken whole, or after
 // `passes` digits: the cut is then the lowest entry of its bin, and the entries at or above it the top `want` and
 // the rest of that bin. Shared: hist (2048 words), scan (a word a wave), found (2); free again on return.
-// hx_group_select_in takes the keys' range instead, as `range`: the least and greatest key of the entries thread t
-// owns (a caller that kept them as it stored the entries), so that the select need not read them all once more.
+// `range` is the keys' range: the least and greatest key of the entries thread t owns (hx_group_cut_value reads
+// them; a caller that kept them as it stored the entries passes them, so that nothing reads the entries for them).
 struct hx_key_range {
   hx_u32 lo = 0xFFFFFFFFu, hi = 0u;
   HX_MEMBER HX_HD void add(hx_u64 x) {
@@ -181,7 +181,7 @@ struct hx_key_range {
   }
 };
 template <hx_u32 G, int BITS = 11, class Bar, class Each>
-HX_INLINE HX_DEV hx_u64 hx_group_select_in(hx_u32 t, Bar& bar, const Each& each, hx_key_range range, hx_u32 want,
+HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx_key_range range, hx_u32 want,
                                            hx_u32* hist, hx_u32* scan, hx_u32* found, int passes = 64) {
   static_assert(BITS >= 1 && BITS <= 11, "a pass's bins fit hist (HX_TOPK_MAX_BINS)");
   // the keys' range: the bits above its highest differing bit are every entry's
@@ -216,13 +216,6 @@ HX_INLINE HX_DEV hx_u64 hx_group_select_in(hx_u32 t, Bar& bar, const Each& each,
   }
   return cut;
 }
-template <hx_u32 G, int BITS = 11, class Bar, class Each>
-HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx_u32 want, hx_u32* hist,
-                                        hx_u32* scan, hx_u32* found, int passes = 64) {
-  hx_key_range range;
-  each([&](hx_u64 x) { range.add(x); });
-  return hx_group_select_in<G, BITS>(t, bar, each, range, want, hist, scan, found, passes);
-}
 
 // The top `want` of the entries e[0, count) (as hx_group_select takes them), kept in e[0, min(count, want)) in no
 // particular order; returns that count, and in cut the smallest entry an entry must reach to be kept (when count >
@@ -232,7 +225,7 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
 // past the tile). The select's passes read U entries a thread at a time, a digit of BITS bits a pass. Shared: hist,
 // scan and found as hx_group_select's, fill (1); all free again on return.
 // hx_group_cut_value finds the cut alone (0 where count <= want: every entry is kept; from the threads' `range`
-// where `known`, as hx_group_select_in), hx_group_keep moves the entries at or above a cut down, and hx_group_cut
+// where `known`), hx_group_keep moves the entries at or above a cut down, and hx_group_cut
 // is the two, as above.
 #define HX_CUT_ITEMS 8
 template <hx_u32 G, int U = 1, int BITS = 11, class Bar>
@@ -254,7 +247,7 @@ HX_INLINE HX_DEV hx_u64 hx_group_cut_value(hx_u32 t, Bar& bar, const hx_u64* e, 
     for (; i < count; i += G) f(e[i]);
   };
   if (!known) each([&](hx_u64 x) { range.add(x); });
-  return hx_group_select_in<G, BITS>(t, bar, each, range, want, hist, scan, found, passes);
+  return hx_group_select<G, BITS>(t, bar, each, range, want, hist, scan, found, passes);
 }
 template <hx_u32 G, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_keep(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u64 cut, hx_u32* fill) {
