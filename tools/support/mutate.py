@@ -150,7 +150,7 @@ PLANTS = {
         Plant("lds_buffers_swapped", "gfx950/mqa_logits_mfma.hip", "<false>(p, r, c, wlo, kbuf1, sbuf1, kbuf0, sbuf0",
               "<false>(p, r, c, wlo, kbuf0, sbuf0, kbuf1, sbuf1"),
         Plant("one_wrong_element_gfx950", "gfx950/mqa_logits_mfma.hip", "__builtin_fminf((x + y) * kvs, lim)",
-              "__builtin_fminf((x + y) * kvs * (n0 + (hx_i32)(r.toff / 4) == 40000 ? 1.01f : 1.f), lim)"),
+              "__builtin_fminf((x + y) * kvs * (n0 + (hx_i32)(r.toff / 4) == 10000 ? 1.01f : 1.f), lim)"),
         # the first chunk staged before the windows: a wrong guess never staged again, or the guess taken as right
         # whatever the windows say
         Plant("wrong_guess_kept", "gfx950/mqa_logits_mfma.hip",
@@ -645,7 +645,8 @@ SET_CMDS = {
     # the quick pairwise decode sample at the MFMA kernels' shapes (every block size and layout they serve) plus
     # the layout, untrusted-value and [B, next_n] length checks there
     "gfx950_decode": "check decode --quick --heads 32,64 --dims 128 --cases 8 --reruns 0",
-    "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,128x2048,2x65536 --reruns 0 "
+    # the quick shapes plus a row long enough to be split (the one wrong element of a long row)
+    "gfx950": "check prefill --heads 32,64 --dims 128 --shapes 1x113,17x76,64x128,61x256,2x16384,128x2048 --reruns 0 "
               "--kernel mqa_logits_mfma",
     # sm_90a: small shapes for the tails and splits, 4x65536 for one wrong element in a long row
     "sm90a": "check prefill --heads 32,64 --dims 128 --shapes 17x76,61x1024,128x2048,1024x1560,4x65536 --reruns 0 "
