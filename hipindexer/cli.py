@@ -764,9 +764,8 @@ def bench_decode_cmd(device_spec, rows, heads, next_ns, clean, repeats, block_si
                                      param_hint="--deal") from None
     shapes = rows or (EMULATOR_ROWS if emulated(dev) else DECODE_BENCH_ROWS)
     cleans = {"true": [True], "false": [False], "both": [True, False]}[clean]
-    ceiling_bytes = (16 << 20) if emulated(dev) else (2 << 30)
     _progress(f"device {dev!r}: measuring the copy and read ceilings")
-    copy_bw, read_bw = copy_bandwidth(dev, ceiling_bytes), read_bandwidth(dev, ceiling_bytes)
+    copy_bw, read_bw = copy_bandwidth(dev), read_bandwidth(dev)
     results = []
     for spread, B, ctx in shapes:
         results += bench_decode_shape(dev, spread, B, ctx, heads,
@@ -822,7 +821,7 @@ def bench_topk_cmd(device_spec, op, shapes, heads, next_ns, top_k, repeats, as_j
     shp = shapes or ((EMULATOR_DECODE_ROWS if decode else EMULATOR_PREFILL_SHAPES) if emulated(dev) else
                      (DECODE_TOPK_ROWS if decode else PREFILL_TOPK_SHAPES))
     _progress(f"device {dev!r}: measuring the read ceiling")
-    bw = read_bandwidth(dev, nbytes=(1 << 20) if emulated(dev) else 2 << 30)
+    bw = read_bandwidth(dev)
     todo = [(a, b, H, n) for (a, b) in shp for H in heads for n in (next_ns if decode else (0,))]
     rows = []
     for i, (a, b, H, n) in enumerate(todo):

@@ -97,11 +97,20 @@ def emulated(device) -> bool:
     return device.backend == "emu"
 
 
-def copy_bandwidth(device, nbytes: int | None = None, repeats: int = 10) -> float:
+# On the emulator a ceiling only has to run (its rate is the CPU's): so few bytes, so few times.
+EMULATED_CEILING = (1 << 20, 2)
+
+
+def _ceiling_size(device, nbytes: int, repeats: int) -> tuple[int, int]:
+    if emulated(device):
+        return min(nbytes, EMULATED_CEILING[0]), min(repeats, EMULATED_CEILING[1])
+    return nbytes, repeats
+
+
+def copy_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
     """Our copy kernel's (read + write) bytes per second: the bandwidth ceiling (2 GiB moved on a GPU,
-    8 MiB on the emulator)."""
-    if nbytes is None:
-        nbytes = 8 << 20 if emulated(device) else 2 << 30
+    1 MiB on the emulator)."""
+    nbytes, repeats = _ceiling_size(device, nbytes, repeats)
     n16 = nbytes // 32
     src = DeviceArray.empty((n16 * 16,), np.uint8, device).fill(1)
     dst = DeviceArray.empty((n16 * 16,), np.uint8, device)
@@ -115,7 +124,9 @@ def copy_bandwidth(device, nbytes: int | None = None, repeats: int = 10) -> floa
 
 
 def read_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
-    """Our read-only streaming kernel's bytes read per second: the read ceiling of a memory-bound kernel."""
+    """Our read-only streaming kernel's bytes read per second: the read ceiling of a memory-bound kernel (1 MiB
+    read on the emulator)."""
+    nbytes, repeats = _ceiling_size(device, nbytes, repeats)
     n16 = nbytes // 16
     src = DeviceArray.empty((n16 * 16,), np.uint8, device).fill(1)
     kern = get_kernel("stream_read_u32x4", device=device)

@@ -115,7 +115,7 @@ def main(device_spec, shapes, repeats, paths, inf_fraction, orders, as_json) -> 
         todo = [tuple(int(v) for v in s.split("x")) for s in shapes.split(",")]
     else:
         todo = EMULATOR_SHAPES if emulated(dev) else SHAPES
-    ceiling = read_bandwidth(dev, 8 << 20) if emulated(dev) else read_bandwidth(dev)
+    ceiling = read_bandwidth(dev)
     sorts = {"both": (True, False), "sorted": (True,), "unsorted": (False,)}[orders]
     rows = [bench_shape(dev, r, n, s, ceiling, 3 if emulated(dev) else repeats, paths, inf_fraction)
             for r, n in todo for s in sorts]
