@@ -50,6 +50,18 @@ def test_every_first_case_names_a_plant_of_its_set_and_a_test_its_file_collects(
         assert not missing, (plant_set, missing)
 
 
+def test_every_first_run_names_a_plant_of_a_command_set_and_replaces_only_its_cases():
+    from tools.support import mutate
+    for plant_set, firsts in mutate.FIRST_ARGS.items():
+        assert plant_set in mutate.SET_CMDS and set(firsts) <= {p.name for p in mutate.PLANTS[plant_set]}, plant_set
+        argv = mutate.SET_CMDS[plant_set].split() + ["--fail-fast"]
+        for args in set(firsts.values()):
+            got = mutate.with_cases(argv, args)
+            at = argv.index("--cases")
+            assert got[:at] == argv[:at] and got[at:at + len(args.split())] == args.split(), (plant_set, got)
+            assert got[at + len(args.split()):] == argv[at + 2:], (plant_set, got)
+
+
 def test_a_set_s_own_kernels_have_gfx950_builds_and_a_launch_outside_them_stops_the_harness():
     # A planted tree of a set in SET_KERNELS has emulated twins of those kernels alone (build.py --emu-kernels).
     from hipindexer import catalog
