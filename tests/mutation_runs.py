@@ -1,10 +1,11 @@
 """The mutation harness's runs in a test session (tools/support/mutate.py --suite emu --set S --json), in the
 background.
 
-The harness keeps two cores busy (its --jobs); most other tests keep one. Run one after the other, the harness's
+The harness keeps two cores busy (its --jobs) most of a set's run, but not at its ends (the unmodified tree's
+build, the last plants beside a longer suite); most other tests keep one. Run one after the other, the harness's
 runs and the rest of the suite take turns with the machine, and a 2-core machine idles a core for half the suite.
 So once the session's tests are chosen, conftest.py starts the plant sets they ask for (tests marked
-`mutation(set)`) here, one set at a time in a thread of their own, and moves those tests to the end of the session;
+`mutation(set)`) here, RUNNERS sets at a time in threads of their own, and moves those tests to the end of the session;
 each then reads its set's run with result(set), waiting for it if it has not finished. stop() ends what is still
 running when the session ends.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 2400  # one set's run, all its plants
+RUNNERS = 2  # sets run at once: one set's ends leave a core to the other
 
 
 class _Run:
@@ -65,8 +67,12 @@ def _kill(p: subprocess.Popen) -> None:
         pass
 
 
-def _work(order: list[str]) -> None:
-    for plant_set in order:
+def _work(todo: list[str]) -> None:
+    while True:
+        with _lock:
+            if not todo:
+                return
+            plant_set = todo.pop(0)
         run = _runs[plant_set]
         try:
             if _stopped.is_set():
@@ -79,13 +85,14 @@ def _work(order: list[str]) -> None:
 
 
 def start(sets: list[str]) -> None:
-    """Run these plant sets, in this order, in a background thread (each at most once a session)."""
+    """Run these plant sets, in this order, RUNNERS at a time in background threads (each at most once a
+    session)."""
     with _lock:
         order = [s for s in dict.fromkeys(sets) if s not in _runs]
         for s in order:
             _runs[s] = _Run()
-    if order:
-        threading.Thread(target=_work, args=(order,), name="mutation-runs", daemon=True).start()
+    for i in range(min(RUNNERS, len(order))):
+        threading.Thread(target=_work, args=(order,), name=f"mutation-runs-{i}", daemon=True).start()
 
 
 def result(plant_set: str) -> subprocess.CompletedProcess:
