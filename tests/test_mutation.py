@@ -94,21 +94,22 @@ def test_shipped_sources_carry_no_plant_hooks():
 
 def test_background_runs_are_read_by_their_set_and_end_with_the_session(monkeypatch):
     # tests/mutation_runs.py over stand-in harnesses: a set's result is its own run's, a set nothing started runs
-    # when asked, and stop() ends a run still going (its process group killed) and starts no more.
+    # when asked, and stop() ends the runs still going (their process groups killed) and starts no more.
     import threading
     import time
     import mutation_runs as M
     monkeypatch.setattr(M, "_runs", {})
     monkeypatch.setattr(M, "_live", set())
     monkeypatch.setattr(M, "_stopped", threading.Event())
-    monkeypatch.setattr(M, "_argv", lambda s: [sys.executable, "-c", "import time; time.sleep(60)"] if s == "slow"
-                        else [sys.executable, "-c", f"print('ran {s}')"])
-    M.start(["a", "slow", "after"])
+    monkeypatch.setattr(M, "RUNNERS", 2)
+    monkeypatch.setattr(M, "_argv", lambda s: [sys.executable, "-c", "import time; time.sleep(60)"]
+                        if s.startswith("slow") else [sys.executable, "-c", f"print('ran {s}')"])
+    M.start(["a", "slow0", "slow1", "after"])  # both runners held by a slow set before "after" is taken
     assert M.result("a").stdout.strip() == "ran a"
     assert M.result("unstarted").stdout.strip() == "ran unstarted"
-    while not M._live:
+    while len(M._live) < 2:
         time.sleep(0.05)
     M.stop()
-    assert M.result("slow").returncode == -9
+    assert M.result("slow0").returncode == -9 and M.result("slow1").returncode == -9
     with pytest.raises(RuntimeError, match="the session ended"):
         M.result("after")
