@@ -905,7 +905,8 @@ def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: 
     else:
         argv = cmd.split() + (["--fail-fast"] if plant else [])  # one failed case catches a plant
         first = FIRST_CASES.get(plant_set, {}).get(plant.name) if plant else None
-        first_args = FIRST_ARGS.get(plant_set, {}).get(plant.name) if plant else None
+        # (a --cmd of the caller's own without --cases runs whole)
+        first_args = FIRST_ARGS.get(plant_set, {}).get(plant.name) if plant and "--cases" in argv else None
         if plant_set in SET_TESTS:
             ok, how = run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout, first)
         elif first_args:
