@@ -63,6 +63,13 @@ def prefill_topk(shape, heads, top_k, calls):
     dev.synchronize()
 
 
+def _decode_inputs(dev, B, ctx, next_n, heads, block_size):
+    """The decode inputs of B sequences at context ctx (D = 128), and the op's arguments with the arrays on dev."""
+    case = testing.DecodeCase(B, next_n, heads, 128, block_size, mean_context=ctx, spread="equal", key_codes=True)
+    inp = testing.decode_inputs(np.random.default_rng(0), case)
+    return inp, [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+
+
 @main.command()
 @click.option("--shape", default="64x131072", help="BxCONTEXT, every sequence at the context")
 @click.option("--heads", default=64)
@@ -73,9 +80,7 @@ def prefill_topk(shape, heads, top_k, calls):
 def decode(shape, heads, next_n, block_size, kernel, calls):
     B, ctx = _shape(shape)
     dev = Device()
-    case = testing.DecodeCase(B, next_n, heads, 128, block_size, mean_context=ctx, spread="equal", key_codes=True)
-    inp = testing.decode_inputs(np.random.default_rng(0), case)
-    args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+    inp, args = _decode_inputs(dev, B, ctx, next_n, heads, block_size)
     out = DeviceArray.empty((B * next_n, inp.max_model_len), np.float32, dev)
     for _ in range(calls):
         fp8_paged_mqa_logits(*args, clean_logits=True, out=out, device=dev, **({"kernel": kernel} if kernel else {}))
@@ -93,9 +98,7 @@ def decode(shape, heads, next_n, block_size, kernel, calls):
 def paged_topk(shape, heads, next_n, top_k, path, calls):
     B, ctx = _shape(shape)
     dev = Device()
-    case = testing.DecodeCase(B, next_n, heads, 128, 64, mean_context=ctx, spread="equal", key_codes=True)
-    inp = testing.decode_inputs(np.random.default_rng(0), case)
-    args = [DeviceArray.from_numpy(a, dev) if isinstance(a, np.ndarray) else a for a in inp.args()]
+    inp, args = _decode_inputs(dev, B, ctx, next_n, heads, 64)
     forced = {"fused": dict(fused=True), "whole": dict(whole=True), "composed": dict(fused=False)}.get(path, {})
     ws = paged_topk_workspace(B, next_n, top_k, inp.max_model_len, 64, device=dev, heads=heads, head_dim=128,
                               **forced)
