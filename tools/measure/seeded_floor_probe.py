@@ -56,12 +56,14 @@ def floors_of(logits: np.ndarray, r: int) -> np.ndarray:
 _ONLY = [None]  # None: both launches; "select": the fused kernel, its lists then emptied ("select_keep": left for
 #                 the merge); "merge": the merge alone
 _LISTS = [None]  # "merge": the lists the select left (seq_nparts), restored before each merge
+_UNITS = [0]  # the fused launch's units: a sequence's list of slots is that many words of seq_parts
 
 
 def run_seeded(plan, st, *args):
     """paged_topk_fused.run_fused with the seeds' address in the fused launch's `out` (which it passes as 0) and,
     for the split times, one of its launches alone: the plan's launches wrapped for the one call."""
     ws, select, merge, first = plan.workspace, plan.select, plan.merge, plan.merge_first
+    _UNITS[0] = merge.params.units
 
     def seeded_select(h, *ptrs):  # ptrs[6]: out
         if _ONLY[0] != "merge":
@@ -105,7 +107,7 @@ def split_times(dev, ws, fused, repeats) -> tuple[float, float, float, float]:
     listed, slots, counts = ws.seq_nparts.numpy(), ws.seq_parts.numpy(), ws.part_counts.numpy()
     B = listed.shape[0]
     next_n = counts.shape[0] // (slots.shape[0] // B + B)
-    slots = slots.reshape(B, -1)
+    slots = slots[:B * _UNITS[0]].reshape(B, _UNITS[0])  # the workspace holds lists for its own units, maybe more
     entries = sum(int(counts[s * next_n + j]) for b in range(B) for s in slots[b, :listed[b]] for j in range(next_n))
     _ONLY[0] = "merge"
     t_merge = graph_us(dev, fused, repeats)
