@@ -370,12 +370,15 @@ def merge_of_written_pieces(dev):
                                             (64, 300_000, True, True, cover), (420, 9000, False, False, thin),
                                             (420, 9000, True, True, thin)):
         _merge_pieces(dev, rng, B, n, units, bs, cov, top_k, mml, by_value, tied)
-    # Unions of more than the 16,384 entries its shared buffer holds: ten pieces of up to 2048, and forty of up to
-    # 500 (narrower than the block), each loaded in two rounds.
-    for top_k, mml, by_value, cov in ((2048, 200_000, False, {0: list(range(10)), 1: [9]}),
-                                      (500, 40_000, True, {0: [0], 1: list(range(40))})):
-        wide = max(cov, key=lambda b: len(cov[b]))
-        _merge_pieces(dev, rng, 2, 1, 40, bs, cov, top_k, mml, by_value, False, wide_row=wide)
+    # Unions of more entries than the target's shared buffer holds (MERGE_ENTRIES: 16,384 on gfx950, 24,576 on
+    # sm_90a), each loaded in two rounds: pieces of up to 2048 entries, and of up to 500 (narrower than the block),
+    # enough of them that their least (3/4 top_k each) passes the buffer.
+    from hipindexer.ops.paged_topk_fused import MERGE_ENTRIES
+    held = MERGE_ENTRIES[target_of(dev).arch]
+    for top_k, mml, by_value, wide in ((2048, 200_000, False, 0), (500, 40_000, True, 1)):
+        pieces = held // (3 * top_k // 4) + 1  # the other sequence's piece on a boundary unit, as units split them
+        cov = {0: list(range(pieces)), 1: [pieces - 1]} if wide == 0 else {0: [0], 1: list(range(pieces))}
+        _merge_pieces(dev, rng, 2, 1, pieces, bs, cov, top_k, mml, by_value, False, wide_row=(wide, held))
     # In two levels (paged_topk_fused.merge_group): groups of `group` list entries merged into their first one's
     # slot, a last group of one piece left as it is, then every group-th entry merged.
     for top_k, mml, by_value, tied, group, cov in ((2048, 200_000, True, False, 3, {0: list(range(10)), 1: [9]}),
@@ -386,8 +389,9 @@ def merge_of_written_pieces(dev):
 
 def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, wide_row=None, group=0):
     """One launch of the merge over pieces of random keys (each of 3/4 top_k to top_k entries; row (3, 1) empty)
-    that cover[b] lists for sequence b, checked against the union's exact selection; the union of row wide_row,
-    when given, must outgrow the kernel's shared buffer. group > 0: the merge in two levels."""
+    that cover[b] lists for sequence b, checked against the union's exact selection; wide_row, when given, is a
+    row whose union must outgrow the kernel's shared buffer and that buffer's entries. group > 0: the merge in two
+    levels."""
     from hipindexer.ops.launch import kernel_for
     from hipindexer.ops.paged_topk_fused import MERGE_POINTERS
     slots = units + B
@@ -410,7 +414,8 @@ def _merge_pieces(dev, rng, B, n, units, bs, cover, top_k, mml, by_value, tied, 
                 counts[slot, j] = len(pos)
                 union.setdefault((b, j), []).extend(zip(key.tolist(), pos.tolist(), vals.tolist()))
     if wide_row is not None:
-        assert len(union[divmod(wide_row, n)]) > 16384, "the union fits the shared buffer: no second round"
+        row, held = wide_row
+        assert len(union[divmod(row, n)]) > held, "the union fits the shared buffer: no second round"
     # a tenth of the ids past the cache's 1000 blocks: their keys' slots are -1 (hx_cache_slot checks the table)
     tables = rng.integers(0, 1100, size=(B, -(-mml // bs)), dtype=np.int32)
     d = lambda a: DeviceArray.from_numpy(np.ascontiguousarray(a), dev)  # noqa: E731
