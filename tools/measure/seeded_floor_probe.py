@@ -105,8 +105,7 @@ def split_times(dev, ws, fused, repeats) -> tuple[float, float, float, float]:
     dev.synchronize()
     _LISTS[0] = ws.seq_nparts.copy()
     listed, slots, counts = ws.seq_nparts.numpy(), ws.seq_parts.numpy(), ws.part_counts.numpy()
-    B = listed.shape[0]
-    next_n = counts.shape[0] // (slots.shape[0] // B + B)
+    B, next_n = ws.B, ws.next_n
     slots = slots[:B * _UNITS[0]].reshape(B, _UNITS[0])  # the workspace holds lists for its own units, maybe more
     entries = sum(int(counts[s * next_n + j]) for b in range(B) for s in slots[b, :listed[b]] for j in range(next_n))
     _ONLY[0] = "merge"

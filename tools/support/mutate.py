@@ -907,15 +907,16 @@ def run_plant(plant, root: Path, spec: dict, plant_set: str, cmd: str, timeout: 
         first = FIRST_CASES.get(plant_set, {}).get(plant.name) if plant else None
         # (a --cmd of the caller's own without --cases runs whole)
         first_args = FIRST_ARGS.get(plant_set, {}).get(plant.name) if plant and "--cases" in argv else None
+        pkg.refresh()
         if plant_set in SET_TESTS:
-            ok, how = run_tests(pkg.refresh(), spec, SET_TESTS[plant_set], timeout, first)
+            ok, how = run_tests(pkg, spec, SET_TESTS[plant_set], timeout, first)
         elif first_args:
-            ok, how = run_suite(pkg.refresh(), spec, with_cases(argv, first_args), timeout)
+            ok, how = run_suite(pkg, spec, with_cases(argv, first_args), timeout)
             if ok:
                 ok, how = run_suite(pkg, spec, argv, timeout)
                 how += f" (its first run, with {first_args}, passed)"
         else:
-            ok, how = run_suite(pkg.refresh(), spec, argv, timeout)
+            ok, how = run_suite(pkg, spec, argv, timeout)
         r = {"plant": name, "caught": not ok, "how": how}
     r["seconds"] = round(time.time() - t0, 1)
     verdict = {True: "CAUGHT", False: "missed", None: "built"}[r["caught"]]
