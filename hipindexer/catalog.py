@@ -264,6 +264,11 @@ STRUCTS.append(Struct("SplitProbeParams", [
     ("ks", "ptr:i32"), ("ke", "ptr:i32"), ("owner", "ptr:i32"),
     ("M", "i32"), ("N", "i32"), ("rows_per_block", "i32"), ("split", "i32"), ("tile", "i32"), ("reverse_rows", "i32"),
 ]))
+# The fused decode kernel's rows cut side by side (hsaco_src/generic/rows_cut_probe.hip), for the tests.
+STRUCTS.append(Struct("RowsCutProbeParams", [
+    ("entries", "ptr:u64"), ("counts", "ptr:i32"), ("cuts", "ptr:u64"),
+    ("rows", "i32"), ("cap", "i32"), ("want", "i32"), ("passes", "i32"),
+]))
 # Paged decode (docs/ops.md). Optional arrays are 0: next_n_lens (every row live), errors (no flags).
 _DECODE_POINTERS = [
     ("q", "ptr:u8"), ("kv_cache", "ptr:u8"), ("weights", "ptr:f32"), ("context_lens", "ptr:i32"),
@@ -397,6 +402,8 @@ KERNELS = [
     Kernel("echo_params", "generic/echo.hip", "hx_echo_params", "EchoParams", block=64, test_only=True),
     Kernel("copy_u32x4", "generic/copy.hip", "hx_copy_u32x4", "CopyParams", block=256),
     Kernel("split_probe", "generic/split_probe.hip", "hx_split_probe", "SplitProbeParams", block=64, test_only=True),
+    Kernel("rows_cut_probe", "generic/rows_cut_probe.hip", "hx_rows_cut_probe", "RowsCutProbeParams", block=384,
+           smem=65536, test_only=True),
     Kernel("mqa_logits_generic", "generic/mqa_logits.hip", "hx_mqa_logits_generic", "PrefillParams", block=256,
            accumulation="fp32"),
 ]

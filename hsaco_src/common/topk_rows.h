@@ -46,12 +46,38 @@ HX_INLINE HX_DEV void hx_cand_cut(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_
   }
 }
 
+// The same for rows [0, R) side by side (hx_group_cut_rows: one set of meetings a radix pass for the rows together;
+// rows past the live ones hold no entries). found holds 3 R words.
+template <hx_u32 G, hx_u32 R, int U = 1, class Bar>
+HX_INLINE HX_DEV void hx_cand_cut_rows(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_u32 top_k) {
+  hx_u64* e[R];
+  hx_u32 n[R];
+  hx_u64 cut[R];
+  HX_UNROLL
+  for (hx_u32 r = 0; r < R; ++r) {
+    e[r] = k.e + r * k.stride;
+    n[r] = k.count[r];  // read by all between two meetings (each a compiler fence)
+  }
+  hx_group_cut_rows<G, R, U>(t, bar, e, n, top_k, k.hist, k.scan, k.found, k.found + 2 * R, cut);
+  if (t == 0) {
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r)
+      if (cut[r] != 0ull) {
+        k.count[r] = n[r];
+        k.floor[r] = (hx_u32)(cut[r] >> 32);
+      }
+  }
+  bar();
+}
+
 // The same at a meeting mid-segment, where the rows need only lose most of their entries: a row past `high` keeps
 // the entries at or above the lowest of the first radix digit's bin that holds its top_k-th (its top_k and the
 // rest of that bin: one pass over the entries where the exact cut takes two or more), its floor that bin's lowest
 // key. A later key equal to it comes after every kept entry, which all rank above it, so the floor still filters
 // exactly, and the segment's end cuts exactly. A row that keeps more than half the way from top_k to high is cut
-// exactly after all. U as hx_cand_cut's.
+// exactly after all. U as hx_cand_cut's. A row at a time: inside a loop whose scalar registers are scarce (gfx950's
+// page loop) the rows' side-by-side state, live across the passes, would push the loop's own scalars out to
+// vector-register lanes, reloaded on every page.
 template <hx_u32 G, int U = 1, class Bar>
 HX_INLINE HX_DEV void hx_cand_trim(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_i32 live, hx_u32 top_k, hx_u32 high) {
   for (hx_i32 jr = 0; jr < live; ++jr) {

@@ -228,24 +228,28 @@ HX_INLINE HX_DEV hx_u64 hx_group_select(hx_u32 t, Bar& bar, const Each& each, hx
 // where `known`), hx_group_keep moves the entries at or above a cut down, and hx_group_cut
 // is the two, as above.
 #define HX_CUT_ITEMS 8
+// f(x) for each entry e[i] of e[0, count) that thread t of a group of G owns (i = t, t + G, ...), U loads in flight
+// before the first is used.
+template <hx_u32 G, int U, class F>
+HX_INLINE HX_DEV void hx_each_owned(hx_u32 t, const hx_u64* e, hx_u32 count, F&& f) {
+  hx_u32 i = t;
+  if constexpr (U > 1) {
+    for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {
+      hx_u64 x[U];
+      HX_UNROLL
+      for (int k = 0; k < U; ++k) x[k] = e[i + (hx_u32)k * G];
+      HX_UNROLL
+      for (int k = 0; k < U; ++k) f(x[k]);
+    }
+  }
+  for (; i < count; i += G) f(e[i]);
+}
 template <hx_u32 G, int U = 1, int BITS = 11, class Bar>
 HX_INLINE HX_DEV hx_u64 hx_group_cut_value(hx_u32 t, Bar& bar, const hx_u64* e, hx_u32 count, hx_u32 want,
                                            hx_u32* hist, hx_u32* scan, hx_u32* found, int passes = 64,
                                            bool known = false, hx_key_range range = {}) {
   if (count <= want) return 0ull;
-  const auto each = [&](auto&& f) {
-    hx_u32 i = t;
-    if constexpr (U > 1) {  // U loads in flight before the first is used
-      for (; i + (hx_u32)(U - 1) * G < count; i += (hx_u32)U * G) {
-        hx_u64 x[U];
-        HX_UNROLL
-        for (int k = 0; k < U; ++k) x[k] = e[i + (hx_u32)k * G];
-        HX_UNROLL
-        for (int k = 0; k < U; ++k) f(x[k]);
-      }
-    }
-    for (; i < count; i += G) f(e[i]);
-  };
+  const auto each = [&](auto&& f) { hx_each_owned<G, U>(t, e, count, f); };
   if (!known) each([&](hx_u64 x) { range.add(x); });
   return hx_group_select<G, BITS>(t, bar, each, range, want, hist, scan, found, passes);
 }
@@ -281,6 +285,158 @@ HX_INLINE HX_DEV hx_u32 hx_group_cut(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count
   if (count <= want) return count;
   cut = hx_group_cut_value<G, U, BITS>(t, bar, e, count, want, hist, scan, found, passes);
   return hx_group_keep<G>(t, bar, e, count, cut, fill);
+}
+
+// R rows cut side by side (a fused decode segment's live rows): for every row with more than `want` entries, what
+// hx_group_cut does (with passes = 1, the top want and the rest of the first digit's bin), each row with its own
+// digits, cut and count, but the rows' steps under one set of meetings, since a pass costs its meetings and its
+// scan of the bins more than its entries. Row r: entries e[r][0, count[r]) (on return, those kept: count[r] the
+// kept count, cut[r] the least kept entry, 0 where the row was not cut). Each row counts its digits in its own
+// HX_TOPK_MAX_BINS / R words of hist (digits of up to 11 - log2 R bits), and the rows' counts cross the group in
+// one exclusive sum, 32 / R bits a row: a row holds fewer than 2^(32 / R) entries. scan: a word a wave; found: 2 R
+// words; fill: R words; all free again on return.
+template <hx_u32 G, hx_u32 R, int U = 1, class Bar>
+HX_INLINE HX_DEV void hx_group_cut_rows(hx_u32 t, Bar& bar, hx_u64* const (&e)[R], hx_u32 (&count)[R], hx_u32 want,
+                                        hx_u32* hist, hx_u32* scan, hx_u32* found, hx_u32* fill, hx_u64 (&cut)[R],
+                                        int passes = 64) {
+  static_assert(R == 1 || R == 2, "a row's counts in half a word at most");
+  constexpr hx_u32 ROW_BINS = HX_TOPK_MAX_BINS / R, W = G / HX_WAVE_SIZE, FIELD = 32 / R;
+  constexpr int BITS = R == 1 ? 11 : 10;
+  static_assert(2 * W <= ROW_BINS, "each row's waves' extremes in its bins");
+  const hx_u32 lane = t % HX_WAVE_SIZE, wave = t / HX_WAVE_SIZE;
+  bool on[R], cutting[R], some = false;
+  int top[R];
+  hx_u32 need[R];
+  HX_UNROLL
+  for (hx_u32 r = 0; r < R; ++r) {
+    cutting[r] = on[r] = count[r] > want;
+    some |= on[r];
+    cut[r] = 0;
+  }
+  if (!some) return;  // uniform: every thread holds the same counts
+  HX_UNROLL
+  for (hx_u32 r = 0; r < R; ++r) {  // the keys' ranges, as hx_group_select's
+    need[r] = want;
+    top[r] = -1;
+    hx_key_range g;
+    if (on[r]) hx_each_owned<G, U>(t, e[r], count[r], [&](hx_u64 x) { g.add(x); });
+    hx_wave_extremes(lane, g.lo, g.hi);
+    if (lane == 0) {
+      hist[r * ROW_BINS + 2 * wave] = g.lo;
+      hist[r * ROW_BINS + 2 * wave + 1] = g.hi;
+    }
+  }
+  bar();
+  HX_UNROLL
+  for (hx_u32 r = 0; r < R; ++r) {
+    if (!on[r]) continue;
+    hx_u32 lo, hi;
+    hx_waves_extremes<W>(lane, hist + r * ROW_BINS, lo, hi);
+    top[r] = 32 + (lo == hi ? -1 : 31 - __builtin_clz(lo ^ hi));
+    cut[r] = top[r] >= 63 ? 0ull : ((hx_u64)lo << 32) >> (top[r] + 1) << (top[r] + 1);
+  }
+  bar();  // hist is cleared next
+  while (passes-- > 0) {
+    bool any = false;
+    int shift[R];
+    hx_u32 bins[R];
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      any |= on[r];
+      shift[r] = top[r] >= BITS - 1 ? top[r] - (BITS - 1) : 0;
+      bins[r] = on[r] ? 1u << (top[r] - shift[r] + 1) : 0u;
+      for (hx_u32 b = t; b < bins[r]; b += G) hist[r * ROW_BINS + b] = 0u;
+    }
+    if (!any) break;  // uniform: every thread holds the same rows' states
+    bar();
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      if (!on[r]) continue;
+      const hx_u32 high = (hx_u32)top[r] + 1u, s = (hx_u32)shift[r];
+      const hx_u64 prefix = cut[r];
+      hx_u32* h = hist + r * ROW_BINS;
+      hx_each_owned<G, U>(t, e[r], count[r], [&](hx_u64 x) {
+        if (high >= 64 || (x >> high) == (prefix >> high)) hx_atomic_add_u32(&h[(hx_u32)(x >> s) & (bins[r] - 1u)], 1u);
+      });
+    }
+    bar();
+    // each row's bin holding its need-th, as hx_group_find_bin: thread t owns per bins of each row counted down from
+    // the row's top, and one exclusive sum of the owners' counts, a field a row, gives every row the keys above
+    hx_u32 mine[R], packed = 0;
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      mine[r] = 0;
+      const hx_u32 per = (bins[r] + G - 1) / G;
+      const hx_i32 hi = (hx_i32)bins[r] - 1 - (hx_i32)(t * per);
+      for (hx_i32 j = 0; j < (hx_i32)per && hi - j >= 0; ++j) mine[r] += hist[r * ROW_BINS + (hx_u32)(hi - j)];
+      packed |= mine[r] << (FIELD * r);
+    }
+    hx_u32 total;
+    const hx_u32 above_all = hx_group_exclusive_sum<G>(t, bar, packed, scan, &total);
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      hx_u32 above = R == 1 ? above_all : (above_all >> (FIELD * r)) & ((1u << FIELD % 32) - 1u);
+      if (!on[r] || above >= need[r] || above + mine[r] < need[r]) continue;
+      const hx_u32 per = (bins[r] + G - 1) / G;
+      const hx_i32 hi = (hx_i32)bins[r] - 1 - (hx_i32)(t * per);
+      for (hx_i32 j = 0; j < (hx_i32)per && hi - j >= 0; ++j) {
+        const hx_u32 c = hist[r * ROW_BINS + (hx_u32)(hi - j)];
+        if (above + c >= need[r]) {
+          found[2 * r] = (hx_u32)(hi - j);
+          found[2 * r + 1] = need[r] - above;
+          break;
+        }
+        above += c;
+      }
+    }
+    bar();
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      if (!on[r]) continue;
+      const hx_u32 bin = found[2 * r], take = found[2 * r + 1];
+      cut[r] |= (hx_u64)bin << shift[r];
+      need[r] = take;
+      top[r] = shift[r] - 1;
+      on[r] = take != hist[r * ROW_BINS + bin] && top[r] >= 0;
+    }
+    bar();  // found and hist are rewritten by the next pass
+  }
+  // every row's entries at or above its cut moved down, as hx_group_keep's, the rows' tiles side by side
+  hx_u32 most = 0;
+  HX_UNROLL
+  for (hx_u32 r = 0; r < R; ++r) {
+    if (cutting[r] && count[r] > most) most = count[r];
+    if (t == 0) fill[r] = 0u;
+  }
+  for (hx_u32 base = 0; base < most; base += G * HX_CUT_ITEMS) {
+    hx_u64 mine[R][HX_CUT_ITEMS];
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      HX_UNROLL
+      for (int k = 0; k < HX_CUT_ITEMS; ++k) {
+        const hx_u32 i = base + t + (hx_u32)k * G;
+        mine[r][k] = cutting[r] && i < count[r] ? e[r][i] : 0ull;
+      }
+    }
+    bar();  // the tiles are read before any of them is overwritten; each fill stays within its row's tile
+    HX_UNROLL
+    for (hx_u32 r = 0; r < R; ++r) {
+      if (!cutting[r]) continue;
+      bool keep[HX_CUT_ITEMS];
+      hx_u32 at[HX_CUT_ITEMS];
+      HX_UNROLL
+      for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = mine[r][k] >= cut[r] && mine[r][k] != 0ull;
+      hx_append_each(keep, fill + r, at);
+      HX_UNROLL
+      for (int k = 0; k < HX_CUT_ITEMS; ++k)
+        if (keep[k]) e[r][at[k]] = mine[r][k];
+    }
+  }
+  bar();
+  HX_UNROLL
+  for (hx_u32 r = 0; r < R; ++r)
+    if (cutting[r]) count[r] = fill[r];  // want, unless the passes stopped short
+  bar();  // read by all before fill is reused
 }
 
 // A bitmap whose words a group's threads own `per` at a time (thread t: words [t per, t per + per)), each thread's run

@@ -8,7 +8,8 @@
 // every wave reads it, so all decide alike whether to trim (hx_cand_trim). A round adds at most SLACK = NW x 64 entries
 // a row, so a row at or below HIGH at one meeting stays within cap until the next. Three flags in turn: the one read at
 // round r's meeting is raised only by round r's appends, and the first thread clears round r + 2's there (its last
-// readers met at r - 1, its first writers start after meeting r + 1).
+// readers met at r - 1, its first writers start after meeting r + 1). The trim takes a row at a time (its scalar
+// state stays small inside the page loop); the sequence's end cuts its live rows side by side (hx_cand_cut_rows).
 //
 // LDS: the candidates take what the unit's rows and scans leave of half a CU's 160 KiB (the VGPRs hold two units a
 // CU, as for the logits kernel), cap entries a row of next_n (p.cap at most, when set). A column past the unit's
@@ -21,8 +22,11 @@
 #define UNIT_LDS (80 * 1024)
 #define FIXED_LDS (ROWS * HT * 2 * SLAB * 16 + ROWS * H / 4 * 16 + 2 * HX_BLOCK * 8 + ROWS4 * 16 + \
                    4 * HX_TOPK_MAX_BINS + 4 * MISC_WORDS)
-#define MISC_WORDS 32  // a word a wave for the cut's scan, found and fill, each row's count and floor, 3 flags
+#define MISC_WORDS 32  // a word a wave for the cut's scan, each row's found (2) and fill, count and floor, 3 flags
 #define CAND_ENTRIES ((UNIT_LDS - FIXED_LDS - 256) / 8 / 64 * 64)
+
+static_assert(NW + 5 * ROWS + 3 <= MISC_WORDS, "the cut's and the rows' words");
+static_assert(CAND_ENTRIES / 2 < (1u << (32 / ROWS)), "a row's counts in its field of the rows cut's sums");
 
 #if HX_GATHER
 #error "paged_mqa_topk_mfma.hip: block sizes >= 16 only"
@@ -77,9 +81,9 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_topk_mfma(const HX_GRID_C
   const hx_u32 t = hx_thread_x(), lane = hx_lane_id(), w = hx_wave_id();
   const int unit = hx_unit_scale();
   const hx_u32 room = CAND_ENTRIES / (hx_u32)p.next_n;  // row 1 starts at CAND_ENTRIES / 2 (next_n 2)
-  hx_u32* flags = misc + NW + 3 + 2 * ROWS;  // three
+  hx_u32* flags = misc + NW + 5 * ROWS;  // three
   const hx_cand_rows k = {entries, CAND_ENTRIES / 2, p.cap > 0 && (hx_u32)p.cap < room ? (hx_u32)p.cap : room, hist,
-                          misc, misc + NW, misc + NW + 3, misc + NW + 3 + ROWS};
+                          misc, misc + NW, misc + NW + 3 * ROWS, misc + NW + 4 * ROWS};
   const hx_u32 high = k.cap - SLACK;
   hx_unit_bar bar;
   hx_cand_reset(k, t, ROWS);
@@ -104,7 +108,10 @@ HX_KERNEL HX_LAUNCH_BOUNDS(HX_BLOCK) void hx_paged_mqa_topk_mfma(const HX_GRID_C
             });
         // The sequence's end: its rows cut to top_k and written to slot u + b, the slot listed for sequence b.
         hx_workgroup_barrier();
-        hx_cand_cut<HX_BLOCK>(k, t, bar, seq.live, (hx_u32)p.top_k);
+        if (seq.live == ROWS)  // uniform: the sequence's
+          hx_cand_cut_rows<HX_BLOCK, ROWS>(k, t, bar, (hx_u32)p.top_k);
+        else
+          hx_cand_cut_rows<HX_BLOCK, 1>(k, t, bar, (hx_u32)p.top_k);  // rows past the live ones hold none
         hx_cand_write<HX_BLOCK>(k, t, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, hx_block_x() + b, b,
                                 p.next_n, seq.live, (hx_u32)p.top_k, hx_grid_dim_x());
         hx_workgroup_barrier();  // every entry and flag is read before the rows start again

@@ -187,6 +187,77 @@ def the_same_bits_twice_and_at_any_grid(dev):
             assert all((x.view(np.uint32) == y.view(np.uint32)).all() for x, y in zip(a, b)), kw
 
 
+def _cut_rows_model(entries: list[int], want: int, passes: int, bits: int) -> tuple[list[int], int]:
+    """hx_group_cut_rows for one row, in Python integers: a radix select over the 64-bit entries from the highest
+    bit on which their keys differ, `bits` bits a digit, stopping at a digit whose bin is taken whole or after
+    `passes` digits; the entries kept (at or above the cut) and the cut. A row of `want` entries or fewer is kept
+    whole, cut 0."""
+    if len(entries) <= want:
+        return entries, 0
+    keys = [x >> 32 for x in entries]
+    lo, hi = min(keys), max(keys)
+    top = 32 + (-1 if lo == hi else (lo ^ hi).bit_length() - 1)
+    cut = (lo << 32) >> (top + 1) << (top + 1)
+    need = want
+    while top >= 0 and passes > 0:
+        passes -= 1
+        shift = top - (bits - 1) if top >= bits - 1 else 0
+        bins, high = 1 << (top - shift + 1), top + 1
+        hist = [0] * bins
+        for x in entries:
+            if high >= 64 or (x >> high) == (cut >> high):
+                hist[(x >> shift) & (bins - 1)] += 1
+        above = 0
+        for b in range(bins - 1, -1, -1):
+            if above + hist[b] >= need:
+                break
+            above += hist[b]
+        take = need - above
+        cut |= b << shift
+        need, top = take, shift - 1
+        if take == hist[b]:
+            break
+    return [x for x in entries if x >= cut], cut
+
+
+@case
+def rows_cut_side_by_side_keep_what_one_row_at_a_time_keeps(dev):
+    """hx_group_cut_rows, which the sm_90a fused kernel runs on a segment's rows together (hsaco_src/generic/
+    rows_cut_probe.hip, at that kernel's 384 threads): one row and two, rows that need no cut beside rows that do,
+    keys that tie and so cut by position, one digit (a trim) and all of them (an exact cut); each row's kept
+    entries, their count and its cut as a radix select of that row alone gives them."""
+    from built_kernels import manifest_of_test_kernels
+    from hipindexer.runtime import get_kernel
+    kern = get_kernel("rows_cut_probe", device=dev, manifest=manifest_of_test_kernels())
+    rng = np.random.default_rng(31)
+    cap = 3000
+    for rows, counts, want, passes, kind in [(2, (2900, 2500), 700, 64, "normal"), (2, (2900, 600), 700, 64, "normal"),
+                                             (2, (300, 2999), 256, 1, "tied"), (1, (2800,), 1000, 1, "normal"),
+                                             (2, (2000, 2000), 1999, 64, "tied"), (1, (1500,), 7, 64, "normal")]:
+        host = np.zeros((rows, cap), np.uint64)
+        for r, n in enumerate(counts):
+            v = rng.standard_normal(n).astype(np.float32)
+            if kind == "tied":
+                v = np.round(v * 3).astype(np.float32)
+            u = v.view(np.uint32)
+            key = np.where(u >> 31 == 1, ~u, u | np.uint32(0x80000000)).astype(np.uint64)
+            col = rng.permutation(1 << 20)[:n].astype(np.uint64)
+            host[r, :n] = (key << np.uint64(32)) | (~col & np.uint64(0xFFFFFFFF))
+        entries = DeviceArray.from_numpy(host, dev)
+        cnt = DeviceArray.from_numpy(np.array(counts, np.int32), dev)
+        cuts = DeviceArray.from_numpy(np.full(rows, 7, np.uint64), dev)
+        kern.launch((1, 1, 1), entries=entries, counts=cnt, cuts=cuts, rows=rows, cap=cap, want=want, passes=passes)
+        got, got_n, got_cut = entries.numpy(), cnt.numpy(), cuts.numpy()
+        for r, n in enumerate(counts):
+            kept, cut = _cut_rows_model([int(x) for x in host[r, :n]], want, passes, 11 if rows == 1 else 10)
+            where = f"{rows} rows, row {r}, {n} entries, want {want}, {passes} digits, {kind}"
+            assert got_n[r] == len(kept), where
+            assert int(got_cut[r]) == cut, where
+            assert sorted(int(x) for x in got[r, :got_n[r]]) == sorted(kept), where
+            if passes == 64 and n > want:
+                assert got_n[r] == want, where
+
+
 # ------------------------------------------------------------------ on this process's device
 
 @pytest.fixture(scope="module")
@@ -197,3 +268,4 @@ def dev():
 @pytest.mark.parametrize("name", list(CASES))
 def test_paged_topk_fused_case(dev, name):
     CASES[name](dev)
+

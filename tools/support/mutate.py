@@ -64,13 +64,22 @@ class Plant:
     new: str
 
 
-def _fused_rows_plants(prefix: str) -> list[Plant]:
-    """The candidate rows both fused decode kernels share (common/topk_rows.h): a cut that keeps one entry too few,
-    a trim that never falls back to the exact cut."""
-    return [Plant(f"{prefix}_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
-                  "k.e + jr * k.stride, n, top_k - 1,"),
-            Plant(f"{prefix}_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
-                  "if (kept > 0xFFFFFFF0u)")]
+def _trim_never_exact(prefix: str) -> Plant:
+    """The fused decode kernels' trim a row at a time (common/topk_rows.h) that never falls back to the exact cut."""
+    return Plant(f"{prefix}_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
+                 "if (kept > 0xFFFFFFF0u)")
+
+
+def _rows_cut_plants(prefix: str) -> list[Plant]:
+    """The candidate rows cut side by side (common/topk_rows.h, common/topk_select.h): a cut that keeps one entry
+    too few (the buffer's count still top_k), the second row's bins counted above by the first row's sum, both
+    rows' kept entries appended at one fill."""
+    return [Plant(f"{prefix}_cut_one_short", "common/topk_rows.h", "hx_group_cut_rows<G, R, U>(t, bar, e, n, top_k,",
+                  "hx_group_cut_rows<G, R, U>(t, bar, e, n, top_k - 1,"),
+            Plant(f"{prefix}_rows_second_above_the_first", "common/topk_select.h", "(above_all >> (FIELD * r))",
+                  "(above_all >> 0)"),
+            Plant(f"{prefix}_rows_one_fill", "common/topk_select.h", "hx_append_each(keep, fill + r, at);",
+                  "hx_append_each(keep, fill, at);")]
 
 
 # Bugs in the decode index math every decode kernel shares (common/decode_work.h, common/paged_cache.h): each
@@ -419,7 +428,9 @@ PLANTS = {
     "paged_topk_fused": [
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip",
               "if (key <= (jr ? floor1 : floor0)) return;", "if (key <= floor0) return;"),
-        *_fused_rows_plants("fused"),
+        Plant("fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
+              "k.e + jr * k.stride, n, top_k - 1,"),
+        _trim_never_exact("fused"),
         Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + seg.b, seg.b,",
               "p.seq_nparts, u, seg.b,"),
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
@@ -429,9 +440,10 @@ PLANTS = {
     # The gfx950 fused decode top-k kernel (gfx950/paged_mqa_topk_mfma.hip) on the emulator (its suite is
     # tests/emu/paged_topk_fused_cases.py, SET_TESTS): every row filtered by the first row's floor, keys the unit
     # did not read (its last page's tail, a bad block's) offered as zeros, each page's last key never offered, a round's flag
-    # never raised (rows pass their buffers), the meeting reading the next round's flag, a cut one entry short, a
-    # trim that never falls back to the exact cut (a row of equal keys then stays full), a piece's slot the unit's
-    # alone.
+    # never raised (rows pass their buffers), the meeting reading the next round's flag, a sequence's end cut one
+    # entry short, its second row's bins counted above by the first row's sum, both rows' kept entries appended at
+    # one fill, a trim that never falls back to the exact cut (a row of equal keys then stays full), a piece's slot
+    # the unit's alone.
     "paged_topk_fused_mfma": [
         Plant("mfma_fused_floor_of_the_first_row", "gfx950/paged_mqa_topk_mfma.hip", "const bool take = key > floor[j];",
               "const bool take = key > floor[0];"),
@@ -443,7 +455,8 @@ PLANTS = {
               "if (base + n > high + 0x40000000u) {"),
         Plant("mfma_fused_meeting_reads_the_next_flag", "gfx950/paged_mqa_topk_mfma.hip",
               "hx_readfirstlane(flags[r % 3])", "hx_readfirstlane(flags[(r + 1) % 3])"),
-        *_fused_rows_plants("mfma_fused"),
+        *_rows_cut_plants("mfma_fused"),
+        _trim_never_exact("mfma_fused"),
         Plant("mfma_fused_slot_of_the_unit_alone", "gfx950/paged_mqa_topk_mfma.hip", "hx_block_x() + b, b,",
               "hx_block_x(), b,"),
     ],
