@@ -222,8 +222,8 @@ def _cut_rows_model(entries: list[int], want: int, passes: int, bits: int) -> tu
 
 @case
 def rows_cut_side_by_side_keep_what_one_row_at_a_time_keeps(dev):
-    """hx_group_cut_rows, which the sm_90a fused kernel runs on a segment's rows together (hsaco_src/generic/
-    rows_cut_probe.hip, at that kernel's 384 threads): one row and two, rows that need no cut beside rows that do,
+    """hx_group_cut_rows, which the fused decode kernels run on a segment's rows together, at the sm_90a kernel's
+    group of 384 threads (hsaco_src/generic/rows_cut_probe.hip): one row and two, rows that need no cut beside rows that do,
     keys that tie and so cut by position, one digit (a trim) and all of them (an exact cut); each row's kept
     entries, their count and its cut as a radix select of that row alone gives them."""
     from built_kernels import manifest_of_test_kernels
@@ -268,4 +268,3 @@ def dev():
 @pytest.mark.parametrize("name", list(CASES))
 def test_paged_topk_fused_case(dev, name):
     CASES[name](dev)
-
