@@ -28,28 +28,14 @@ HX_INLINE HX_DEV void hx_cand_reset(const hx_cand_rows& k, hx_u32 t, hx_u32 rows
   }
 }
 
-// Rows [0, live) holding more than top_k entries cut to their top_k and their floors raised; by every thread of the
-// group, after a meeting that made every append visible. U: the entries a thread's radix passes read at once
-// (hx_group_cut).
-template <hx_u32 G, int U = 1, class Bar>
-HX_INLINE HX_DEV void hx_cand_cut(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_i32 live, hx_u32 top_k) {
-  for (hx_i32 jr = 0; jr < live; ++jr) {
-    const hx_u32 n = k.count[jr];
-    if (n <= top_k) continue;  // uniform: read by all between two meetings (each a compiler fence)
-    hx_u64 cut;
-    hx_group_cut<G, U>(t, bar, k.e + jr * k.stride, n, top_k, k.hist, k.scan, k.found, k.found + 2, cut);
-    if (t == 0) {
-      k.count[jr] = top_k;
-      k.floor[jr] = (hx_u32)(cut >> 32);
-    }
-    bar();
-  }
-}
-
-// The same for rows [0, R) side by side (hx_group_cut_rows: one set of meetings a radix pass for the rows together;
-// rows past the live ones hold no entries). found holds 3 R words.
+// Rows [0, R) holding more than top_k entries (and more than `over`) cut to their top_k and their floors raised,
+// side by side (hx_group_cut_rows: one set of meetings a radix pass for the rows together; rows past the live ones
+// hold no entries); by every thread of the group, after a meeting that made every append visible. With `passes` = 1
+// a row keeps its top_k and the rest of the first digit's bin. U: the entries a thread's radix passes read at once.
+// found holds 3 R words.
 template <hx_u32 G, hx_u32 R, int U = 1, class Bar>
-HX_INLINE HX_DEV void hx_cand_cut_rows(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_u32 top_k) {
+HX_INLINE HX_DEV void hx_cand_cut_rows(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_u32 top_k, hx_u32 over = 0,
+                                       int passes = 64) {
   hx_u64* e[R];
   hx_u32 n[R];
   hx_u64 cut[R];
@@ -57,8 +43,9 @@ HX_INLINE HX_DEV void hx_cand_cut_rows(const hx_cand_rows& k, hx_u32 t, Bar& bar
   for (hx_u32 r = 0; r < R; ++r) {
     e[r] = k.e + r * k.stride;
     n[r] = k.count[r];  // read by all between two meetings (each a compiler fence)
+    n[r] = n[r] > over ? n[r] : 0u;
   }
-  hx_group_cut_rows<G, R, U>(t, bar, e, n, top_k, k.hist, k.scan, k.found, k.found + 2 * R, cut);
+  hx_group_cut_rows<G, R, U>(t, bar, e, n, top_k, k.hist, k.scan, k.found, k.found + 2 * R, cut, passes);
   if (t == 0) {
     HX_UNROLL
     for (hx_u32 r = 0; r < R; ++r)
@@ -70,14 +57,23 @@ HX_INLINE HX_DEV void hx_cand_cut_rows(const hx_cand_rows& k, hx_u32 t, Bar& bar
   bar();
 }
 
-// The same at a meeting mid-segment, where the rows need only lose most of their entries: a row past `high` keeps
-// the entries at or above the lowest of the first radix digit's bin that holds its top_k-th (its top_k and the
-// rest of that bin: one pass over the entries where the exact cut takes two or more), its floor that bin's lowest
-// key. A later key equal to it comes after every kept entry, which all rank above it, so the floor still filters
-// exactly, and the segment's end cuts exactly. A row that keeps more than half the way from top_k to high is cut
-// exactly after all. U as hx_cand_cut's. A row at a time: inside a loop whose scalar registers are scarce (gfx950's
-// page loop) the rows' side-by-side state, live across the passes, would push the loop's own scalars out to
-// vector-register lanes, reloaded on every page.
+// The same at a meeting mid-segment, where the rows need only lose most of their entries: once any row is past
+// `high`, every row past halfway from top_k to high keeps the entries at or above the lowest of the first radix
+// digit's bin that holds its top_k-th (its top_k and the rest of that bin: one pass over the entries where the exact
+// cut takes two or more; rows that fill alike are trimmed at one meeting rather than a meeting apart), its floor
+// that bin's lowest key. A later key equal to it comes after every kept entry, which all rank above it, so the floor
+// still filters exactly, and the segment's end cuts exactly. A row that keeps more than the halfway mark is cut
+// exactly after all.
+template <hx_u32 G, hx_u32 R, int U = 1, class Bar>
+HX_INLINE HX_DEV void hx_cand_trim_rows(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_u32 top_k, hx_u32 high) {
+  const hx_u32 half = top_k + (high - top_k) / 2;
+  hx_cand_cut_rows<G, R, U>(k, t, bar, top_k, half, 1);
+  hx_cand_cut_rows<G, R, U>(k, t, bar, top_k, half);
+}
+
+// The trim a row at a time, each row past `high` on its own (and cut exactly past halfway), for a loop whose scalar
+// registers are scarce (gfx950's page loop): there the rows' side-by-side state, live across the passes, would push
+// the loop's own scalars out to vector-register lanes, reloaded on every page.
 template <hx_u32 G, int U = 1, class Bar>
 HX_INLINE HX_DEV void hx_cand_trim(const hx_cand_rows& k, hx_u32 t, Bar& bar, hx_i32 live, hx_u32 top_k, hx_u32 high) {
   for (hx_i32 jr = 0; jr < live; ++jr) {

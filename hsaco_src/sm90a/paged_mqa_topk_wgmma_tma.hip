@@ -6,7 +6,8 @@
 //
 // A lane whose logit's key is above its row's floor appends it to the row's buffer. The math warpgroups take stages
 // i % 3 and meet once a round of three stages (named barrier BAR_MATH, with an OR of "a row of mine is past HIGH"):
-// when any row might be, they trim every such row together (hx_cand_trim: its top_k and the rest of a radix bin).
+// when any row might be, they trim the rows together (hx_cand_trim_rows: a row's top_k and the rest of a radix bin;
+// both rows' passes under one set of meetings).
 // The slack: a round's check sees every entry appended before the last meeting, and two rounds add at most SLACK = 2
 // x 3 x 64 entries a row, so a row that no thread saw past cap - SLACK stays within cap until the next meeting. The
 // ring is p.stages deep (fewer where they do not fit) and the buffers take what shared memory it leaves (p.cap
@@ -25,6 +26,7 @@ constexpr hx_u32 GROUP = 128 * MATH_WG;      // the math warpgroups' threads
 constexpr hx_u32 BAR_MATH = 2;               // their named barrier (1: the producer warpgroup's)
 constexpr hx_u32 SLACK = 2 * MATH_WG * SK;
 constexpr hx_u32 CAP_MAX = 16384;            // a row's entries on chip, at most
+static_assert(CAP_MAX < (1u << (32 / TOPK_ROWS)), "a row's counts in its field of the cuts' sums");
 constexpr int CUT_READS = 4;                 // entries a thread's radix passes read at once in the trims and cuts
 static_assert(TOPK_ROWS <= (hx_u32)RMAX, "a segment's rows are one pass");
 
@@ -42,8 +44,9 @@ struct SegmentPrice<DecodeTopkParams> {
 // rows of cap entries.
 constexpr hx_u32 T_HIST = 0;                         // 2048 words
 constexpr hx_u32 T_SCAN = T_HIST + 4 * HX_TOPK_MAX_BINS;  // a word a wave
-constexpr hx_u32 T_FOUND = T_SCAN + 4 * (GROUP / 32);     // 2 words, then fill
-constexpr hx_u32 T_COUNT = T_FOUND + 16;             // TOPK_ROWS words
+constexpr hx_u32 T_FOUND = T_SCAN + 4 * (GROUP / 32);     // 2 words a row, then a row's fill each
+constexpr hx_u32 T_COUNT = T_FOUND + 32;             // TOPK_ROWS words
+static_assert(3 * TOPK_ROWS <= 8, "the rows' found and fill words");
 constexpr hx_u32 T_FLOOR = T_COUNT + 4 * TOPK_ROWS;  // TOPK_ROWS words
 constexpr hx_u32 T_ENTRIES = (T_FLOOR + 4 * TOPK_ROWS + 15u) & ~15u;
 // The ring leaves room for at least the scratch and, a row, top_k entries and twice the slack: a cut always frees
@@ -118,15 +121,16 @@ HX_INLINE __device__ void math_warpgroup(const P& p, const Smem& sm, hx_i32 mt, 
           bool hot = false;
           for (hx_i32 jr = 0; jr < R; ++jr) hot |= ((volatile hx_u32*)k.count)[jr] > high;
           if (hx_bar_any(BAR_MATH, GROUP, hot)) {
-            hx_cand_trim<GROUP, CUT_READS>(k, gt, bar, R, top_k, high);
+            hx_cand_trim_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k, high);
             emit = floors();  // its closing meeting made the new floors visible
           }
         }
       }
+      // The segment's end: its rows cut to top_k.
+      bar();
+      hx_cand_cut_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k);
     });
-    // The segment's end: its rows cut to top_k and written to slot u + b, the slot listed for its sequence b.
-    bar();
-    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);
+    // Written to slot u + b, the slot listed for its sequence b.
     hx_cand_write<GROUP>(k, gt, p.parts, p.part_counts, p.seq_parts, p.seq_nparts, u + seg.b, seg.b, p.next_n, seg.live,
                          top_k, hx_grid_dim_x());
     bar();  // every entry is read before the rows start again

@@ -332,8 +332,8 @@ _MEET_TWO_ROUNDS = [Plant("slack_two_rounds", FUSED, "constexpr hx_u32 SLACK = 2
                     Plant("round_count", FUSED, "  hx_i32 turn = 0;", "  hx_i32 turn = 0;\n  hx_u32 rounds = 0;")]
 
 # ... and its rows cut exactly at the meetings, as at a segment's end, instead of trimmed.
-_EXACT_AT_MEETINGS = Plant("exact_at_meetings", FUSED, "hx_cand_trim<GROUP, CUT_READS>(k, gt, bar, R, top_k, high);",
-                           "hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, R, top_k);")
+_EXACT_AT_MEETINGS = Plant("exact_at_meetings", FUSED, "hx_cand_trim_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k, high);",
+                           "hx_cand_cut_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k);")
 
 # ... and the parts of its selection left out one at a time: the trims (a row's appends past cap dropped, its count
 # held to cap for the end's cut), the end's exact cut (a row's first top_k entries written), every append (the
@@ -343,15 +343,16 @@ _APPEND_GUARD = Plant("append_guard", FUSED, "    k.e[jr * k.stride + at] = hx_t
 
 
 def _count_to(name: str, most: str) -> Plant:
-    return Plant(name, FUSED, "    bar();\n    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);\n",
-                 f"    bar();\n    if (gt < TOPK_ROWS && k.count[gt] > {most}) k.count[gt] = {most};\n    bar();\n"
-                 "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);\n")
+    return Plant(name, FUSED, "      bar();\n      hx_cand_cut_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k);\n",
+                 f"      bar();\n      if (gt < TOPK_ROWS && k.count[gt] > {most}) k.count[gt] = {most};\n      bar();\n"
+                 "      hx_cand_cut_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k);\n")
 
 
 _TRIMS_NEVER = Plant("no_trims", FUSED, "if (hx_bar_any(BAR_MATH, GROUP, hot)) {", "if (hot && !hot) {")
 _NO_TRIMS = [_APPEND_GUARD, _count_to("count_to_cap", "k.cap"), _TRIMS_NEVER]
 _NO_END_CUT = [_count_to("count_to_top_k", "top_k"),
-               Plant("no_end_cut", FUSED, "    hx_cand_cut<GROUP, CUT_READS>(k, gt, bar, seg.live, top_k);\n    hx_cand_write", "    hx_cand_write")]
+               Plant("no_end_cut", FUSED, "      hx_cand_cut_rows<GROUP, R, CUT_READS>(k, gt, bar, top_k);\n    });",
+                     "    });")]
 _NO_APPENDS = Plant("no_appends", FUSED, "    if (key <= (jr ? floor1 : floor0)) return;\n", "    if (key != 12345u) return;\n")
 # ... and each row's floor seeded from a word a row at `out` (the fused launch passes out = 0, which seeds nothing;
 # tools/measure/seeded_floor_probe.py passes floors there): a key enters only above both the seed and the row's own

@@ -64,12 +64,6 @@ class Plant:
     new: str
 
 
-def _trim_never_exact(prefix: str) -> Plant:
-    """The fused decode kernels' trim a row at a time (common/topk_rows.h) that never falls back to the exact cut."""
-    return Plant(f"{prefix}_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
-                 "if (kept > 0xFFFFFFF0u)")
-
-
 def _rows_cut_plants(prefix: str) -> list[Plant]:
     """The candidate rows cut side by side (common/topk_rows.h, common/topk_select.h): a cut that keeps one entry
     too few (the buffer's count still top_k), the second row's bins counted above by the first row's sum, both
@@ -421,16 +415,16 @@ PLANTS = {
               "while (piece_at[q + 1] < at) ++q;"),
     ],
     # The fused decode top-k kernel (sm90a/paged_mqa_topk_wgmma_tma.hip), on the GPU (its suite is
-    # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, a cut that keeps
-    # one entry too few (the buffer's count still top_k; common/topk_rows.h), a piece's slot the unit's alone (a
-    # unit's two pieces on a sequence boundary then share it), a trim that never falls back to the exact cut, each
-    # stage's last key never offered.
+    # tests/test_paged_topk_fused.py, SET_TESTS): every row filtered by the first row's floor, the rows cut's three
+    # (a cut one entry short, the second row's bins counted above by the first row's sum, both rows' kept entries at
+    # one fill), a trim that never falls back to the exact cut, a piece's slot the unit's alone (a unit's two pieces
+    # on a sequence boundary then share it), each stage's last key never offered.
     "paged_topk_fused": [
         Plant("fused_floor_of_the_first_row", "sm90a/paged_mqa_topk_wgmma_tma.hip",
               "if (key <= (jr ? floor1 : floor0)) return;", "if (key <= floor0) return;"),
-        Plant("fused_cut_one_short", "common/topk_rows.h", "k.e + jr * k.stride, n, top_k,",
-              "k.e + jr * k.stride, n, top_k - 1,"),
-        _trim_never_exact("fused"),
+        *_rows_cut_plants("fused"),
+        Plant("fused_trim_never_exact", "common/topk_rows.h", "hx_cand_cut_rows<G, R, U>(k, t, bar, top_k, half);",
+              "hx_cand_cut_rows<G, R, U>(k, t, bar, top_k, 0xFFFFFFF0u);"),
         Plant("fused_slot_of_the_unit_alone", "sm90a/paged_mqa_topk_wgmma_tma.hip", "p.seq_nparts, u + seg.b, seg.b,",
               "p.seq_nparts, u, seg.b,"),
         Plant("fused_stage_last_key_not_offered", "sm90a/paged_mqa_topk_wgmma_tma.hip", "          c.clean = false;\n",
@@ -456,7 +450,8 @@ PLANTS = {
         Plant("mfma_fused_meeting_reads_the_next_flag", "gfx950/paged_mqa_topk_mfma.hip",
               "hx_readfirstlane(flags[r % 3])", "hx_readfirstlane(flags[(r + 1) % 3])"),
         *_rows_cut_plants("mfma_fused"),
-        _trim_never_exact("mfma_fused"),
+        Plant("mfma_fused_trim_never_exact", "common/topk_rows.h", "if (kept > top_k + (high - top_k) / 2)",
+              "if (kept > 0xFFFFFFF0u)"),
         Plant("mfma_fused_slot_of_the_unit_alone", "gfx950/paged_mqa_topk_mfma.hip", "hx_block_x() + b, b,",
               "hx_block_x(), b,"),
     ],
