@@ -13,9 +13,9 @@
 struct hx_cand_rows {
   hx_u64* e;      // row jr's entries at e + jr * stride, cap of them at most
   hx_u32 stride, cap;
-  hx_u32* hist;   // the cut's scratch: 2048 words, a word a wave, 3 words
+  hx_u32* hist;   // the cut's scratch: 2048 words, a word a wave, 3 words a row
   hx_u32* scan;
-  hx_u32* found;  // found[0..1], fill at found[2]
+  hx_u32* found;  // hx_group_cut's found[0..1] and fill found[2]; hx_group_cut_rows' 2 R and R after them
   hx_u32* count;  // a word a row
   hx_u32* floor;  // a key enters row jr only above floor[jr]
 };
