@@ -132,31 +132,45 @@ HX_INLINE HX_DEV hx_u32 hx_group_exclusive_sum(hx_u32 t, Bar& bar, hx_u32 v, hx_
   return before + inclusive - v;
 }
 
-// The bin of hist[0, bins) that holds the want-th largest of the counted keys: found[0] = the bin, found[1] = how
-// many of its keys the top `want` take (1..hist[bin]); returns the count over every bin, and writes found only
-// when that is >= want. Thread t owns ceil(bins / G) bins counted down from the top, so the exclusive sum of the
-// owners' counts is the number of keys in higher bins. found is read after the closing meeting and must not be
-// rewritten before the next.
-template <hx_u32 G, class Bar>
-HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist, hx_u32 bins, hx_u32 want,
-                                          hx_u32* scan, hx_u32* found) {
+// Thread t of a group of G owns ceil(bins / G) bins of hist[0, bins), counted down from the top, so that the
+// exclusive sum of the owners' counts, in thread order, is the number of keys in higher bins. hx_owned_bins_sum
+// counts a thread's bins; hx_owned_bins_find, called by the thread whose bins hold the want-th largest key (above <
+// want <= above + its count, above its exclusive sum), writes found[0] = that key's bin and found[1] = how many of
+// the bin's keys the top `want` take (1..hist[bin]).
+template <hx_u32 G>
+HX_INLINE HX_DEV hx_u32 hx_owned_bins_sum(hx_u32 t, const hx_u32* hist, hx_u32 bins) {
   const hx_u32 per = (bins + G - 1) / G;
   const hx_i32 top = (hx_i32)bins - 1 - (hx_i32)(t * per);
   hx_u32 mine = 0;
-  for (hx_i32 j = 0; j < (hx_i32)per && top - j >= 0; ++j) mine += hist[top - j];
-  hx_u32 total;
-  hx_u32 above = hx_group_exclusive_sum<G>(t, bar, mine, scan, &total);
-  if (above < want && above + mine >= want) {
-    for (hx_i32 j = 0; j < (hx_i32)per && top - j >= 0; ++j) {
-      const hx_u32 c = hist[top - j];
-      if (above + c >= want) {
-        found[0] = (hx_u32)(top - j);
-        found[1] = want - above;
-        break;
-      }
-      above += c;
+  for (hx_i32 j = 0; j < (hx_i32)per && top - j >= 0; ++j) mine += hist[(hx_u32)(top - j)];
+  return mine;
+}
+template <hx_u32 G>
+HX_INLINE HX_DEV void hx_owned_bins_find(hx_u32 t, const hx_u32* hist, hx_u32 bins, hx_u32 want, hx_u32 above,
+                                         hx_u32* found) {
+  const hx_u32 per = (bins + G - 1) / G;
+  const hx_i32 top = (hx_i32)bins - 1 - (hx_i32)(t * per);
+  for (hx_i32 j = 0; j < (hx_i32)per && top - j >= 0; ++j) {
+    const hx_u32 c = hist[(hx_u32)(top - j)];
+    if (above + c >= want) {
+      found[0] = (hx_u32)(top - j);
+      found[1] = want - above;
+      break;
     }
+    above += c;
   }
+}
+
+// The bin of hist[0, bins) that holds the want-th largest of the counted keys, in found as hx_owned_bins_find
+// writes it; returns the count over every bin, and writes found only when that is >= want. found is read after the
+// closing meeting and must not be rewritten before the next.
+template <hx_u32 G, class Bar>
+HX_INLINE HX_DEV hx_u32 hx_group_find_bin(hx_u32 t, Bar& bar, const hx_u32* hist, hx_u32 bins, hx_u32 want,
+                                          hx_u32* scan, hx_u32* found) {
+  const hx_u32 mine = hx_owned_bins_sum<G>(t, hist, bins);
+  hx_u32 total;
+  const hx_u32 above = hx_group_exclusive_sum<G>(t, bar, mine, scan, &total);
+  if (above < want && above + mine >= want) hx_owned_bins_find<G>(t, hist, bins, want, above, found);
   bar();
   return total;
 }
@@ -253,6 +267,17 @@ HX_INLINE HX_DEV hx_u64 hx_group_cut_value(hx_u32 t, Bar& bar, const hx_u64* e, 
   if (!known) each([&](hx_u64 x) { range.add(x); });
   return hx_group_select<G, BITS>(t, bar, each, range, want, hist, scan, found, passes);
 }
+// A thread's tile of entries (0: none) appended at *fill where at or above cut, each written to e at its place.
+HX_INLINE HX_DEV void hx_keep_tile(const hx_u64 (&mine)[HX_CUT_ITEMS], hx_u64 cut, hx_u32* fill, hx_u64* e) {
+  bool keep[HX_CUT_ITEMS];
+  hx_u32 at[HX_CUT_ITEMS];
+  HX_UNROLL
+  for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = mine[k] >= cut && mine[k] != 0ull;
+  hx_append_each(keep, fill, at);
+  HX_UNROLL
+  for (int k = 0; k < HX_CUT_ITEMS; ++k)
+    if (keep[k]) e[at[k]] = mine[k];
+}
 template <hx_u32 G, class Bar>
 HX_INLINE HX_DEV hx_u32 hx_group_keep(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 count, hx_u64 cut, hx_u32* fill) {
   if (t == 0) *fill = 0u;
@@ -264,14 +289,7 @@ HX_INLINE HX_DEV hx_u32 hx_group_keep(hx_u32 t, Bar& bar, hx_u64* e, hx_u32 coun
       mine[k] = i < count ? e[i] : 0ull;
     }
     bar();  // the tile is read before any of it is overwritten; fill stays within it
-    bool keep[HX_CUT_ITEMS];
-    hx_u32 at[HX_CUT_ITEMS];
-    HX_UNROLL
-    for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = mine[k] >= cut && mine[k] != 0ull;
-    hx_append_each(keep, fill, at);
-    HX_UNROLL
-    for (int k = 0; k < HX_CUT_ITEMS; ++k)
-      if (keep[k]) e[at[k]] = mine[k];
+    hx_keep_tile(mine, cut, fill, e);
   }
   bar();
   const hx_u32 kept = *fill;  // want, unless the passes stopped short
@@ -360,8 +378,8 @@ HX_INLINE HX_DEV void hx_group_cut_rows(hx_u32 t, Bar& bar, hx_u64* const (&e)[R
       });
     }
     bar();
-    // each row's bin holding its need-th, as hx_group_find_bin: thread t owns per bins of each row counted down from
-    // the row's top, and one exclusive sum of the owners' counts, a field a row, gives every row the keys above
+    // each row's bin holding its need-th, as hx_group_find_bin's (the row's bins owned as hx_owned_bins_sum's), but
+    // one exclusive sum of the owners' counts, a field a row, gives every row the keys above
     hx_u32 mine[R], packed = 0;
     HX_UNROLL
     for (hx_u32 r = 0; r < R; ++r) {
@@ -375,19 +393,9 @@ HX_INLINE HX_DEV void hx_group_cut_rows(hx_u32 t, Bar& bar, hx_u64* const (&e)[R
     const hx_u32 above_all = hx_group_exclusive_sum<G>(t, bar, packed, scan, &total);
     HX_UNROLL
     for (hx_u32 r = 0; r < R; ++r) {
-      hx_u32 above = R == 1 ? above_all : (above_all >> (FIELD * r)) & ((1u << FIELD % 32) - 1u);
-      if (!on[r] || above >= need[r] || above + mine[r] < need[r]) continue;
-      const hx_u32 per = (bins[r] + G - 1) / G;
-      const hx_i32 hi = (hx_i32)bins[r] - 1 - (hx_i32)(t * per);
-      for (hx_i32 j = 0; j < (hx_i32)per && hi - j >= 0; ++j) {
-        const hx_u32 c = hist[r * ROW_BINS + (hx_u32)(hi - j)];
-        if (above + c >= need[r]) {
-          found[2 * r] = (hx_u32)(hi - j);
-          found[2 * r + 1] = need[r] - above;
-          break;
-        }
-        above += c;
-      }
+      const hx_u32 above = R == 1 ? above_all : (above_all >> (FIELD * r)) & ((1u << FIELD % 32) - 1u);
+      if (on[r] && above < need[r] && above + mine[r] >= need[r])
+        hx_owned_bins_find<G>(t, hist + r * ROW_BINS, bins[r], need[r], above, found + 2 * r);
     }
     bar();
     HX_UNROLL
@@ -421,15 +429,7 @@ HX_INLINE HX_DEV void hx_group_cut_rows(hx_u32 t, Bar& bar, hx_u64* const (&e)[R
     bar();  // the tiles are read before any of them is overwritten; each fill stays within its row's tile
     HX_UNROLL
     for (hx_u32 r = 0; r < R; ++r) {
-      if (!cutting[r]) continue;
-      bool keep[HX_CUT_ITEMS];
-      hx_u32 at[HX_CUT_ITEMS];
-      HX_UNROLL
-      for (int k = 0; k < HX_CUT_ITEMS; ++k) keep[k] = mine[r][k] >= cut[r] && mine[r][k] != 0ull;
-      hx_append_each(keep, fill + r, at);
-      HX_UNROLL
-      for (int k = 0; k < HX_CUT_ITEMS; ++k)
-        if (keep[k]) e[r][at[k]] = mine[r][k];
+      if (cutting[r]) hx_keep_tile(mine[r], cut[r], fill + r, e[r]);
     }
   }
   bar();

@@ -72,8 +72,8 @@ def _rows_cut_plants(prefix: str) -> list[Plant]:
                   "hx_group_cut_rows<G, R, U>(t, bar, e, n, top_k - 1,"),
             Plant(f"{prefix}_rows_second_above_the_first", "common/topk_select.h", "(above_all >> (FIELD * r))",
                   "(above_all >> 0)"),
-            Plant(f"{prefix}_rows_one_fill", "common/topk_select.h", "hx_append_each(keep, fill + r, at);",
-                  "hx_append_each(keep, fill, at);")]
+            Plant(f"{prefix}_rows_one_fill", "common/topk_select.h", "hx_keep_tile(mine[r], cut[r], fill + r, e[r]);",
+                  "hx_keep_tile(mine[r], cut[r], fill, e[r]);")]
 
 
 # Bugs in the decode index math every decode kernel shares (common/decode_work.h, common/paged_cache.h): each
