@@ -486,10 +486,10 @@ def _checkout_tools():
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     try:
-        from tools.support import isa_report, roofline
+        from tools.support import isa_report
     except ImportError as e:
         raise click.ClickException(f"hipindexer info --isa: no tools.support from the checkout at {root}: {e}")
-    return isa_report, roofline
+    return isa_report
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
@@ -559,24 +559,13 @@ def _kernel_table(kernels: list[dict]) -> str:
 
 
 def _isa_info(as_json: bool) -> None:
-    isa_report, roofline = _checkout_tools()  # and a gfx950 compiler: each kernel is recompiled with -S
+    isa_report = _checkout_tools()  # and a gfx950 compiler: each kernel is recompiled with -S
     from .runtime.module import DEFAULT_MANIFEST
     reports = isa_report.manifest_reports(DEFAULT_MANIFEST)
     if as_json:
         click.echo(json.dumps([isa_report.as_dict(r) for r in reports], indent=1))
     else:
-        click.echo(isa_report.format_table(reports))
-        dec = isa_report.format_decode_table(reports)
-        if dec:
-            click.echo("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by "
-                       "VGPRs / resident with LDS / the planner's grid):\n" + dec)
-            from dataclasses import asdict
-            figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
-            click.echo("\nestimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode "
-                       "kernel; ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
-        pre = isa_report.format_prefill_section(reports)
-        if pre:
-            click.echo("\n" + pre)
+        click.echo(isa_report.format_report(reports))
 
 
 @main.command()

@@ -687,6 +687,27 @@ def format_table(reports: list[KernelReport]) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
+def format_report(reports: list[KernelReport]) -> str:
+    """The whole report as text: the kernels' table, the decode page loops and the prefill key loop, each with the
+    estimated times tools/support/roofline.py gives them, and the cost model's rules."""
+    parts = [format_table(reports)]
+    dec = format_decode_table(reports)
+    if dec:
+        parts.append("paged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by VGPRs / "
+                     "resident with LDS / the planner's grid):\n" + dec)
+    figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
+    if figs:
+        parts.append("estimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode kernel; "
+                     "ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
+    pre = format_prefill_section(reports)
+    if pre:
+        parts.append(pre)
+    parts.append("model: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
+                 "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
+                 "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")
+    return "\n\n".join(parts)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.support.isa_report", description=__doc__.splitlines()[0])
     ap.add_argument("asm", nargs="*", type=Path, help="gfx950 assembly files (default: the manifest's kernels)")
@@ -699,24 +720,7 @@ def main(argv=None) -> int:
         reports = [r for f in a.asm for r in report_asm(f.read_text(), str(f), a.tile_mfmas)]
     else:
         reports = manifest_reports(a.manifest, a.src)
-    if a.json:
-        print(json.dumps([as_dict(r) for r in reports], indent=1))
-    else:
-        print(format_table(reports))
-        dec = format_decode_table(reports)
-        if dec:
-            print("\npaged decode page loops (a row = one row x one 64-key page; occ = waves per SIMD by VGPRs / "
-                  "resident with LDS / the planner's grid):\n" + dec)
-        figs = {r.source: asdict(r.decode) for r in reports if r.decode is not None}
-        if figs:
-            print("\nestimated decode times (tools/support/roofline.py, calibrated on aiter's HIP decode kernel; "
-                  "ESTIMATES, not measurements):\n" + roofline.format_goals(roofline.goal_estimates(figs)))
-        pre = format_prefill_section(reports)
-        if pre:
-            print("\n" + pre)
-        print("\nmodel: MFMA passes x 4 cycles (32x32x64 fp8 16 passes, 16x16x128 8); VALU 4 cycles per wave64 "
-              "instruction (v_pk_* f32 included; 64-bit 8, transcendental 16); s_nop N = N+1 wait states. "
-              "ld16 = 16-byte global loads in the loop (+lds: global->LDS DMA).")
+    print(json.dumps([as_dict(r) for r in reports], indent=1) if a.json else format_report(reports))
     return 0
 
 

@@ -2,8 +2,9 @@
 """Roofline estimates of paged decode and prefill launches on an MI355X, from a hot loop's instruction mix.
 ESTIMATES, not measurements: no MI355X has run this project's kernels.
 
-    python -m tools.support.roofline                 # calibration on aiter's HIP decode kernel, then our kernels' rows
+    python -m tools.support.roofline                 # the calibration on aiter's HIP decode kernel
     python -m tools.support.roofline --json
+    python -m tools.support.isa_report               # our built kernels' loops, with their estimated times
 
 The prefill model (prefill_estimate, docs/gfx950.md "The prefill kernel's estimated times") reuses the decode
 fit's latency and launch overhead and adds the assumptions of PrefillTerms; it is not fitted.
@@ -540,22 +541,6 @@ def format_prefill(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def our_prefill_figures() -> dict:
-    """The key-loop figures of each prefill MFMA variant, from the ISA report of the built kernels."""
-    from tools.support import isa_report as rep  # on use: isa_report imports this module
-    return {r.source: asdict(r.prefill) for r in rep.manifest_reports() if r.prefill is not None}
-
-
-def our_figures() -> dict:
-    """The page-loop figures of each MFMA decode variant, from the ISA report of the built kernels."""
-    from tools.support import isa_report as rep  # on use: isa_report imports this module
-    out = {}
-    for r in rep.manifest_reports():
-        if r.decode is not None:
-            out[r.source] = asdict(r.decode)
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.support.roofline", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
@@ -568,11 +553,8 @@ def main(argv=None) -> int:
                     "estimate_us": round(est.us, 1), "ratio": round(e, 2), "bound": est.bound,
                     "config": aiter_hip_config(r[0], r[1], r[2])})
     within = sum(0.7 <= c["ratio"] <= 1.3 for c in cal)
-    ours = goal_estimates(our_figures(), fit)
-    prefill = prefill_rows(our_prefill_figures(), fit)
     doc = {"note": "estimates from a roofline model, not measurements", "fit": asdict(fit),
-           "prefill_terms": asdict(PrefillTerms()), "calibration_rows_within_30pct": within, "calibration": cal,
-           "ours": ours, "prefill": prefill}
+           "prefill_terms": asdict(PrefillTerms()), "calibration_rows_within_30pct": within, "calibration": cal}
     if a.json:
         print(json.dumps(doc, indent=1))
         return 0 if within >= 4 else 1
@@ -582,9 +564,7 @@ def main(argv=None) -> int:
     for c in cal:
         print(f"{c['B']:>3} {c['next_n']:>2} {c['context']:>7} {c['block_size']:>3} {c['measured_us']:>9} "
               f"{c['estimate_us']:>9} {c['ratio']:>6}  {c['bound']:<7} {c['config']}")
-    print("\nours (ESTIMATES, not measurements):\n" + format_goals(ours))
-    print("\nprefill, mqa_logits_mfma (ESTIMATES, not measurements; new terms " + str(asdict(PrefillTerms())) + "):\n"
-          + format_prefill(prefill))
+    print("\nour kernels' estimated times: python -m tools.support.isa_report (or hipindexer info --isa)")
     return 0 if within >= 4 else 1
 
 
