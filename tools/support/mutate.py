@@ -290,7 +290,7 @@ PLANTS = {
     # The standalone top-k (generic/topk_logits.hip and common/topk_select.h, both targets): the tie rule of the
     # sorted order reversed, a row's last column never considered, negative keys in reverse order, -0.0 below
     # +0.0 (the tie becomes an order), -inf inside lengths dropped, the compaction's count of earlier tiles lost,
-    # the rows past the grid never taken.
+    # the rows past the grid never taken, a radix pass's cut a bin late.
     # Run with --set topk (its suite is tests/emu/topk_cases.py, SET_TESTS).
     "topk": [
         Plant("sorted_ties_by_higher_index", "common/topk_select.h",
@@ -313,6 +313,10 @@ PLANTS = {
               "for (hx_u32 d = 1; d < HX_WAVE_SIZE / 2; d *= 2) {\n    const hx_u32 y = hx_wave_shfl_u32(v,"),
         Plant("rows_past_the_grid_dropped", "generic/topk_logits.hip", "row < p.rows; row += hx_grid_dim_x()",
               "row < p.rows; row += p.rows"),
+        # the radix passes' walk down a thread's bins (hx_owned_bins_find) passes over the bin whose last key is the
+        # want-th, so that the cut lands in the bin after it
+        Plant("bin_walk_past_its_last_key", "common/topk_select.h", "    if (above + c >= want) {\n      found[0]",
+              "    if (above + c > want) {\n      found[0]"),
         # The split path (common/topk_split.h, generic/topk_split_*.hip): a part's last float4 never read, a kept
         # entry naming the next column, a row's count of kept keys left from the last call, a finish that trusts a
         # row whose floor kept fewer than top_k keys, or one whose kept keys passed the workspace's cap.
